@@ -1,0 +1,65 @@
+//===- GPipeOps.cpp - Verifiers of gpipe ops ------------------------------===//
+#include "GPipe/IR/GPipeOps.h"
+
+using namespace mlir;
+using namespace gpipe;
+
+LogicalResult ParameterOp::verify() {
+  auto type = llvm::dyn_cast<RankedTensorType>(getValue().getType());
+  if (!type || !type.hasStaticShape())
+    return emitOpError("value must be a statically shaped tensor, got ")
+           << getValue().getType();
+  return success();
+}
+
+LogicalResult
+GetParameterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param =
+      symbolTable.lookupNearestSymbolFrom<ParameterOp>(*this, getNameAttr());
+  if (!param)
+    return emitOpError("'") << getName() << "' does not name a gpipe.parameter";
+  if (param.getType() != getType())
+    return emitOpError("result type ")
+           << getType() << " differs from parameter '" << getName()
+           << "' of type " << param.getType();
+  return success();
+}
+
+LogicalResult StageOp::verify() {
+  if (static_cast<int64_t>(getIndex()) < 0)
+    return emitOpError("index must be non-negative, got ")
+           << static_cast<int64_t>(getIndex());
+  if (getDevice().empty())
+    return emitOpError("device must not be empty");
+  Block &body = getBody().front();
+  if (body.getArgumentTypes() != getInputs().getTypes())
+    return emitOpError("block argument types must match the input types");
+  auto yield = llvm::dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with gpipe.yield");
+  if (yield.getValues().getTypes() != getOutputs().getTypes())
+    return emitOpError("yielded types must match the result types");
+  return success();
+}
+
+namespace {
+LogicalResult verifyTransfer(Operation *op, int64_t peer, int64_t channel) {
+  if (peer < 0 || channel < 0)
+    return op->emitOpError("peer and channel must be non-negative");
+  if (auto stage = op->getParentOfType<StageOp>())
+    if (static_cast<int64_t>(stage.getIndex()) == peer)
+      return op->emitOpError("peer ") << peer << " is the stage itself";
+  return success();
+}
+} // namespace
+
+LogicalResult SendOp::verify() {
+  return verifyTransfer(*this, getPeer(), getChannel());
+}
+
+LogicalResult RecvOp::verify() {
+  return verifyTransfer(*this, getPeer(), getChannel());
+}
+
+#define GET_OP_CLASSES
+#include "GPipe/IR/GPipeOps.cpp.inc"

@@ -1,0 +1,200 @@
+//===- GPipeOps.td - The gpipe dialect ---------------------*- tablegen -*-===//
+//
+// Pipeline structure: parameters, stages, transfers between stages, stashed
+// activations and the static per-device schedule.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPIPE_GPIPE_OPS
+#define GPIPE_GPIPE_OPS
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+def GPipe_Dialect : Dialect {
+  let name = "gpipe";
+  let cppNamespace = "::gpipe";
+  let summary = "Pipeline-parallel structure of a training program";
+  let usePropertiesForAttributes = 0;
+}
+
+class GPipe_Op<string mnemonic, list<Trait> traits = []>
+    : Op<GPipe_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+def GPipe_ParameterOp : GPipe_Op<"parameter", [Symbol]> {
+  let summary = "A named model tensor with its initial value";
+  let description = [{
+    Imported from an ONNX initializer. `trainable` parameters get gradients
+    and optimizer state; the others (BatchNorm running statistics, constant
+    tables) are only read, or updated by their op's own rule. Large values are
+    dense resources, so the IR text stays small.
+
+    ```mlir
+    gpipe.parameter @"fc1.weight" trainable = dense_resource<fc1.weight> : tensor<64x784xf32>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, ElementsAttr:$value,
+                       UnitAttr:$trainable);
+  let assemblyFormat = "$sym_name (`trainable` $trainable^)? `=` $value attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getValue().getType());
+    }
+  }];
+}
+
+def GPipe_GetParameterOp : GPipe_Op<"get_parameter", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The current value of a parameter";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Stages
+//===----------------------------------------------------------------------===//
+
+def GPipe_StageOp : GPipe_Op<"stage", [IsolatedFromAbove, SingleBlock]> {
+  let summary = "A contiguous range of layers placed on one device";
+  let description = [{
+    The body receives the stage's inputs as block arguments and yields its
+    outputs. Values cross stages only through the op's operands and results.
+
+    ```mlir
+    %y = gpipe.stage 0 on "cpu:0" (%x) : (tensor<8x16xf32>) -> tensor<8x16xf32> {
+    ^bb0(%in: tensor<8x16xf32>):
+      %r = nn.relu %in : tensor<8x16xf32>
+      gpipe.yield %r : tensor<8x16xf32>
+    }
+    ```
+  }];
+  let arguments = (ins I64Attr:$index, StrAttr:$device,
+                       Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$outputs);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $index `on` $device `(` $inputs `)` `:` functional-type($inputs, $outputs)
+    attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+}
+
+def GPipe_YieldOp : GPipe_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"StageOp">]> {
+  let summary = "The outputs of a stage";
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Transfers and stashes inside a stage program
+//===----------------------------------------------------------------------===//
+
+def GPipe_SendOp : GPipe_Op<"send"> {
+  let summary = "Send a tensor to another stage on a numbered channel";
+  let arguments = (ins AnyRankedTensor:$value, I64Attr:$peer, I64Attr:$channel);
+  let assemblyFormat = "$value `to` $peer `channel` $channel attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def GPipe_RecvOp : GPipe_Op<"recv"> {
+  let summary = "Receive a tensor from another stage on a numbered channel";
+  let arguments = (ins I64Attr:$peer, I64Attr:$channel);
+  let results = (outs AnyRankedTensor:$value);
+  let assemblyFormat = "`from` $peer `channel` $channel attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def GPipe_StashOp : GPipe_Op<"stash"> {
+  let summary = "Keep a tensor of the current micro-batch for backward";
+  let arguments = (ins AnyRankedTensor:$value, I64Attr:$slot);
+  let assemblyFormat = "$value `slot` $slot attr-dict `:` type($value)";
+}
+
+def GPipe_UnstashOp : GPipe_Op<"unstash"> {
+  let summary = "Take back a tensor stashed for the current micro-batch";
+  let arguments = (ins I64Attr:$slot);
+  let results = (outs AnyRankedTensor:$value);
+  let assemblyFormat = "`slot` $slot attr-dict `:` type($value)";
+}
+
+//===----------------------------------------------------------------------===//
+// Static schedule
+//===----------------------------------------------------------------------===//
+
+def GPipe_ScheduleOp : GPipe_Op<"schedule", [NoTerminator, SingleBlock,
+    NoRegionArguments]> {
+  let summary = "Per-device instruction streams of one training step";
+  let description = [{
+    Holds one `gpipe.stream` per stage. The verifier proves the schedule's
+    invariants: every micro-batch runs forward then backward once on every
+    stage, every receive has its matching send, the streams cannot deadlock
+    (sends are asynchronous, receives block), and each stream ends with one
+    optimizer step.
+  }];
+  let arguments = (ins I64Attr:$num_stages, I64Attr:$micro_batches);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `stages` `(` $num_stages `)` `micro_batches` `(` $micro_batches `)`
+    attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+}
+
+def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
+    NoRegionArguments, HasParent<"ScheduleOp">]> {
+  let summary = "The ordered instructions of one stage's device";
+  let arguments = (ins I64Attr:$stage, StrAttr:$device);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$stage `on` $device attr-dict-with-keyword $body";
+}
+
+class GPipe_Instr<string mnemonic, list<Trait> traits = []>
+    : GPipe_Op<mnemonic, !listconcat(traits, [HasParent<"StreamOp">])>;
+
+class GPipe_ComputeInstr<string mnemonic> : GPipe_Instr<mnemonic> {
+  let arguments = (ins I64Attr:$micro_batch);
+  let assemblyFormat = "$micro_batch attr-dict";
+}
+def GPipe_ForwardInstr : GPipe_ComputeInstr<"forward"> {
+  let summary = "Run the stage forward on a micro-batch";
+}
+def GPipe_RecomputeInstr : GPipe_ComputeInstr<"recompute"> {
+  let summary = "Re-run the stage forward from the stashed input";
+}
+def GPipe_BackwardInstr : GPipe_ComputeInstr<"backward"> {
+  let summary = "Run the stage backward, accumulating parameter gradients";
+}
+
+class GPipe_TransferInstr<string mnemonic> : GPipe_Instr<mnemonic> {
+  let arguments = (ins I64Attr:$micro_batch, I64Attr:$peer);
+  let assemblyFormat = "$micro_batch `peer` $peer attr-dict";
+}
+def GPipe_SendActivationInstr : GPipe_TransferInstr<"send_activation"> {
+  let summary = "Send a micro-batch's stage outputs to the next stage";
+}
+def GPipe_RecvActivationInstr : GPipe_TransferInstr<"recv_activation"> {
+  let summary = "Receive a micro-batch's stage inputs from the previous stage";
+}
+def GPipe_SendGradientInstr : GPipe_TransferInstr<"send_gradient"> {
+  let summary = "Send a micro-batch's input gradients to the previous stage";
+}
+def GPipe_RecvGradientInstr : GPipe_TransferInstr<"recv_gradient"> {
+  let summary = "Receive a micro-batch's output gradients from the next stage";
+}
+
+def GPipe_OptimizerStepInstr : GPipe_Instr<"optimizer_step"> {
+  let summary = "Apply the accumulated gradients to the stage's parameters";
+  let assemblyFormat = "attr-dict";
+}
+
+#endif // GPIPE_GPIPE_OPS

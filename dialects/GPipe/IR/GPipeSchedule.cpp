@@ -1,0 +1,226 @@
+//===- GPipeSchedule.cpp - Invariants of a static schedule ----------------===//
+//
+// ScheduleOp's region verifier: per-stream structure (each micro-batch runs
+// forward then backward once, recompute in between, one final optimizer
+// step), matching of every transfer with its peer, and freedom from deadlock,
+// proved by running the streams as processes with asynchronous sends and
+// blocking receives until all finish or none can move.
+//
+//===----------------------------------------------------------------------===//
+#include "GPipe/IR/GPipeOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+#include <set>
+#include <tuple>
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+/// A message on the wire: (kind, from, to, micro-batch); kind 0 is an
+/// activation, 1 a gradient.
+using Message = std::tuple<int, int64_t, int64_t, int64_t>;
+
+LogicalResult verifyStream(StreamOp stream, int64_t numStages,
+                           int64_t microBatches) {
+  int64_t stage = stream.getStage();
+  DenseMap<int64_t, int> forward, recompute, backward;
+  int optimizerSteps = 0;
+  for (Operation &op : stream.getBody().front()) {
+    if (optimizerSteps)
+      return op.emitOpError("follows the optimizer step of stream ") << stage;
+    auto checkMicroBatch = [&](int64_t mb) -> LogicalResult {
+      if (mb < 0 || mb >= microBatches)
+        return op.emitOpError("micro-batch ")
+               << mb << " is out of range [0, " << microBatches << ")";
+      return success();
+    };
+    auto checkPeer = [&](int64_t mb, int64_t peer,
+                         int64_t expected) -> LogicalResult {
+      if (failed(checkMicroBatch(mb)))
+        return failure();
+      if (peer != expected || peer < 0 || peer >= numStages)
+        return op.emitOpError("peer ")
+               << peer << " of stage " << stage << " must be stage "
+               << expected;
+      return success();
+    };
+    LogicalResult result =
+        llvm::TypeSwitch<Operation *, LogicalResult>(&op)
+            .Case([&](ForwardInstr i) -> LogicalResult {
+              if (failed(checkMicroBatch(i.getMicroBatch())))
+                return failure();
+              if (forward[i.getMicroBatch()]++)
+                return op.emitOpError("micro-batch ")
+                       << i.getMicroBatch() << " runs forward twice";
+              return success();
+            })
+            .Case([&](RecomputeInstr i) -> LogicalResult {
+              int64_t mb = i.getMicroBatch();
+              if (failed(checkMicroBatch(mb)))
+                return failure();
+              if (!forward.count(mb) || backward.count(mb) || recompute[mb]++)
+                return op.emitOpError("recompute of micro-batch ")
+                       << mb << " must come once, after its forward and "
+                                "before its backward";
+              return success();
+            })
+            .Case([&](BackwardInstr i) -> LogicalResult {
+              int64_t mb = i.getMicroBatch();
+              if (failed(checkMicroBatch(mb)))
+                return failure();
+              if (!forward.count(mb))
+                return op.emitOpError("backward of micro-batch ")
+                       << mb << " comes before its forward";
+              if (backward[mb]++)
+                return op.emitOpError("micro-batch ")
+                       << mb << " runs backward twice";
+              return success();
+            })
+            .Case([&](SendActivationInstr i) {
+              return checkPeer(i.getMicroBatch(), i.getPeer(), stage + 1);
+            })
+            .Case([&](RecvActivationInstr i) {
+              return checkPeer(i.getMicroBatch(), i.getPeer(), stage - 1);
+            })
+            .Case([&](SendGradientInstr i) {
+              return checkPeer(i.getMicroBatch(), i.getPeer(), stage - 1);
+            })
+            .Case([&](RecvGradientInstr i) {
+              return checkPeer(i.getMicroBatch(), i.getPeer(), stage + 1);
+            })
+            .Case([&](OptimizerStepInstr) {
+              ++optimizerSteps;
+              return success();
+            })
+            .Default([&](Operation *other) {
+              return other->emitOpError("is not a schedule instruction");
+            });
+    if (failed(result))
+      return failure();
+  }
+  for (int64_t mb = 0; mb < microBatches; ++mb)
+    if (!forward.count(mb) || !backward.count(mb))
+      return stream.emitOpError("stage ")
+             << stage << " does not run forward and backward of micro-batch "
+             << mb;
+  if (optimizerSteps != 1)
+    return stream.emitOpError("stage ")
+           << stage << " must end with exactly one optimizer_step";
+  return success();
+}
+
+std::optional<Message> messageOf(Operation *op, int64_t stage, bool &isSend) {
+  return llvm::TypeSwitch<Operation *, std::optional<Message>>(op)
+      .Case([&](SendActivationInstr i) {
+        isSend = true;
+        return Message{0, stage, i.getPeer(), i.getMicroBatch()};
+      })
+      .Case([&](RecvActivationInstr i) {
+        isSend = false;
+        return Message{0, i.getPeer(), stage, i.getMicroBatch()};
+      })
+      .Case([&](SendGradientInstr i) {
+        isSend = true;
+        return Message{1, stage, i.getPeer(), i.getMicroBatch()};
+      })
+      .Case([&](RecvGradientInstr i) {
+        isSend = false;
+        return Message{1, i.getPeer(), stage, i.getMicroBatch()};
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// Every send has one receive and vice versa; then the streams run to the
+/// end without blocking forever.
+LogicalResult verifyCommunication(ScheduleOp schedule,
+                                  MutableArrayRef<StreamOp> streams) {
+  std::map<Message, Operation *> sends, recvs;
+  for (StreamOp stream : streams) {
+    for (Operation &op : stream.getBody().front()) {
+      bool isSend = false;
+      std::optional<Message> msg = messageOf(&op, stream.getStage(), isSend);
+      if (!msg)
+        continue;
+      auto &table = isSend ? sends : recvs;
+      if (!table.emplace(*msg, &op).second)
+        return op.emitOpError("duplicates a transfer of micro-batch ")
+               << std::get<3>(*msg);
+    }
+  }
+  for (auto &[msg, op] : recvs)
+    if (!sends.count(msg))
+      return op->emitOpError("has no matching send on stage ")
+             << std::get<1>(msg);
+  for (auto &[msg, op] : sends)
+    if (!recvs.count(msg))
+      return op->emitOpError("has no matching receive on stage ")
+             << std::get<2>(msg);
+
+  // Run the streams: a receive proceeds once its send has executed.
+  std::set<Message> delivered;
+  std::vector<Block::iterator> pc;
+  for (StreamOp s : streams)
+    pc.push_back(s.getBody().front().begin());
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Block &block = streams[i].getBody().front();
+      while (pc[i] != block.end()) {
+        bool isSend = false;
+        std::optional<Message> msg =
+            messageOf(&*pc[i], streams[i].getStage(), isSend);
+        if (msg && !isSend && !delivered.count(*msg))
+          break;
+        if (msg && isSend)
+          delivered.insert(*msg);
+        ++pc[i];
+        progress = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (pc[i] == streams[i].getBody().front().end())
+      continue;
+    InFlightDiagnostic diag = schedule.emitOpError("deadlocks: stage ")
+                              << streams[i].getStage()
+                              << " waits forever at this instruction";
+    diag.attachNote(pc[i]->getLoc()) << "blocked here";
+    return diag;
+  }
+  return success();
+}
+
+} // namespace
+
+LogicalResult ScheduleOp::verifyRegions() {
+  int64_t numStages = getNumStages(), microBatches = getMicroBatches();
+  if (numStages <= 0 || microBatches <= 0)
+    return emitOpError("stages and micro_batches must be positive");
+  SmallVector<StreamOp> streams(numStages);
+  for (Operation &op : getBody().front()) {
+    auto stream = llvm::dyn_cast<StreamOp>(op);
+    if (!stream)
+      return op.emitOpError("is not a gpipe.stream");
+    int64_t stage = stream.getStage();
+    if (stage < 0 || stage >= numStages)
+      return stream.emitOpError("stage ")
+             << stage << " is out of range [0, " << numStages << ")";
+    if (streams[stage])
+      return stream.emitOpError("stage ") << stage << " has two streams";
+    streams[stage] = stream;
+  }
+  for (int64_t s = 0; s < numStages; ++s) {
+    if (!streams[s])
+      return emitOpError("stage ") << s << " has no stream";
+    if (failed(verifyStream(streams[s], numStages, microBatches)))
+      return failure();
+  }
+  return verifyCommunication(*this, streams);
+}

@@ -1,0 +1,112 @@
+//===- NNCost.cpp - FLOP counts of nn ops ---------------------------------===//
+//
+// CostOpInterface implementations. Bytes moved use the interface default
+// (operands + results); FLOPs are op-specific where the default (one per
+// output element) is wrong.
+//
+//===----------------------------------------------------------------------===//
+#include "NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+int64_t gpipe::nn::detail::numElements(Type type) {
+  auto shaped = llvm::dyn_cast<ShapedType>(type);
+  if (!shaped || !shaped.hasStaticShape())
+    return 1;
+  return shaped.getNumElements();
+}
+
+int64_t gpipe::nn::detail::numBytes(Type type) {
+  auto shaped = llvm::dyn_cast<ShapedType>(type);
+  if (!shaped)
+    return 0;
+  int64_t bits = shaped.getElementType().getIntOrFloatBitWidth();
+  return numElements(type) * std::max<int64_t>(bits / 8, 1);
+}
+
+int64_t gpipe::nn::detail::defaultFlops(Operation *op) {
+  int64_t flops = 0;
+  for (Type t : op->getResultTypes())
+    flops += numElements(t);
+  return flops;
+}
+
+int64_t gpipe::nn::detail::defaultBytesMoved(Operation *op) {
+  int64_t bytes = 0;
+  for (Type t : op->getOperandTypes())
+    bytes += numBytes(t);
+  for (Type t : op->getResultTypes())
+    bytes += numBytes(t);
+  return bytes;
+}
+
+using gpipe::nn::detail::numElements;
+
+namespace {
+int64_t outputElements(Operation *op) {
+  return numElements(op->getResult(0).getType());
+}
+} // namespace
+
+int64_t CastOp::getFlops() { return 0; }
+int64_t AddOp::getFlops() { return outputElements(*this); }
+int64_t SubOp::getFlops() { return outputElements(*this); }
+int64_t MulOp::getFlops() { return outputElements(*this); }
+int64_t DivOp::getFlops() { return outputElements(*this); }
+int64_t PowOp::getFlops() { return 4 * outputElements(*this); }
+
+int64_t GemmOp::getFlops() {
+  auto a = llvm::cast<RankedTensorType>(getA().getType());
+  int64_t k = a.getDimSize(getTransA() ? 0 : 1);
+  int64_t out = outputElements(*this);
+  return 2 * out * k + (getC() ? 2 * out : 0);
+}
+
+int64_t MatMulOp::getFlops() {
+  auto lhs = llvm::cast<RankedTensorType>(getLhs().getType());
+  return 2 * outputElements(*this) * lhs.getShape().back();
+}
+
+int64_t ConvOp::getFlops() {
+  auto weight = llvm::cast<RankedTensorType>(getWeight().getType());
+  // Each output element is a dot product over (C/group) * prod(kernel).
+  int64_t perOutput = weight.getNumElements() / weight.getDimSize(0);
+  int64_t out = outputElements(*this);
+  return 2 * out * perOutput + (getBias() ? out : 0);
+}
+
+int64_t BatchNormOp::getFlops() { return 4 * outputElements(*this); }
+int64_t LayerNormOp::getFlops() { return 8 * outputElements(*this); }
+int64_t SoftmaxOp::getFlops() { return 5 * outputElements(*this); }
+int64_t LogSoftmaxOp::getFlops() { return 5 * outputElements(*this); }
+
+int64_t MaxPoolOp::getFlops() {
+  int64_t window = 1;
+  for (int64_t k : getKernelShape())
+    window *= k;
+  return outputElements(*this) * window;
+}
+
+int64_t AvgPoolOp::getFlops() {
+  int64_t window = 1;
+  for (int64_t k : getKernelShape())
+    window *= k;
+  return outputElements(*this) * window;
+}
+
+int64_t GlobalAvgPoolOp::getFlops() {
+  return numElements(getInput().getType());
+}
+
+int64_t ReduceMeanOp::getFlops() { return numElements(getInput().getType()); }
+
+// Pure data movement: no arithmetic.
+int64_t PadOp::getFlops() { return 0; }
+int64_t ReshapeOp::getFlops() { return 0; }
+int64_t TransposeOp::getFlops() { return 0; }
+int64_t ConcatOp::getFlops() { return 0; }
+int64_t SliceOp::getFlops() { return 0; }
+int64_t SplitOp::getFlops() { return 0; }
+int64_t GatherOp::getFlops() { return 0; }
+int64_t ConstantOp::getFlops() { return 0; }

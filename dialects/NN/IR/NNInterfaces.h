@@ -1,0 +1,21 @@
+//===- NNInterfaces.h - Interfaces of nn ops --------------------*- C++ -*-===//
+#ifndef GPIPE_NN_IR_NNINTERFACES_H
+#define GPIPE_NN_IR_NNINTERFACES_H
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+
+namespace gpipe::nn::detail {
+/// Number of elements of a statically shaped type (1 for scalars).
+int64_t numElements(mlir::Type type);
+/// Bytes of a statically shaped tensor type.
+int64_t numBytes(mlir::Type type);
+/// One operation per result element.
+int64_t defaultFlops(mlir::Operation *op);
+/// All operand bytes plus all result bytes.
+int64_t defaultBytesMoved(mlir::Operation *op);
+} // namespace gpipe::nn::detail
+
+#include "NN/IR/NNInterfaces.h.inc"
+
+#endif // GPIPE_NN_IR_NNINTERFACES_H

@@ -1,0 +1,38 @@
+//===- NNInterfaces.td - Interfaces of nn ops --------------*- tablegen -*-===//
+//
+// Every forward nn op implements CostOpInterface; the partitioner's cost
+// model (roofline over a device profile) reads FLOPs and bytes from it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPIPE_NN_INTERFACES
+#define GPIPE_NN_INTERFACES
+
+include "mlir/IR/OpBase.td"
+
+def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let description = [{
+    The compute and memory cost of one execution of an op on its static
+    shapes: floating point operations and bytes read plus written. Used by the
+    cost model to predict per-stage times.
+  }];
+  let cppNamespace = "::gpipe::nn";
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"Floating point operations of one execution (multiply-add = 2).",
+      /*retTy=*/"int64_t", /*methodName=*/"getFlops", /*args=*/(ins),
+      /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        return ::gpipe::nn::detail::defaultFlops($_op.getOperation());
+      }]>,
+    InterfaceMethod<
+      /*desc=*/"Bytes read from operands plus bytes written to results.",
+      /*retTy=*/"int64_t", /*methodName=*/"getBytesMoved", /*args=*/(ins),
+      /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        return ::gpipe::nn::detail::defaultBytesMoved($_op.getOperation());
+      }]>,
+  ];
+}
+
+#endif // GPIPE_NN_INTERFACES

@@ -1,0 +1,143 @@
+//===- NNOps.cpp - Verifiers and folders of nn ops ------------------------===//
+//
+// Shape rules of forward ops live in NNShapeInference.cpp (their verifier is
+// the inferred-type check); this file holds the remaining verifiers.
+//
+//===----------------------------------------------------------------------===//
+#include "NN/IR/NNOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  float ratio = getRatio().convertToFloat();
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return emitOpError("ratio must be in [0, 1), got ") << ratio;
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+namespace {
+RankedTensorType rankedType(Value v) {
+  return llvm::cast<RankedTensorType>(v.getType());
+}
+
+LogicalResult verifySameType(Operation *op, Value a, Value b, StringRef what) {
+  if (a.getType() != b.getType())
+    return op->emitOpError() << what << " must have the same type, got "
+                             << a.getType() << " and " << b.getType();
+  return success();
+}
+
+LogicalResult verifyPerChannel(Operation *op, Value input, ValueRange perChannel,
+                               ValueRange gradients) {
+  RankedTensorType inputType = rankedType(input);
+  if (inputType.getRank() < 2)
+    return op->emitOpError("input must have rank >= 2");
+  int64_t channels = inputType.getDimSize(1);
+  SmallVector<Value> all(perChannel);
+  llvm::append_range(all, gradients);
+  for (Value v : all) {
+    RankedTensorType t = rankedType(v);
+    if (t.getRank() != 1 || t.getDimSize(0) != channels)
+      return op->emitOpError("per-channel operands and results must be 1-D "
+                             "of size ")
+             << channels << ", got " << t;
+  }
+  return success();
+}
+} // namespace
+
+LogicalResult ConvGradInputOp::verify() {
+  RankedTensorType grad = rankedType(getGradOutput());
+  RankedTensorType weight = rankedType(getWeight());
+  RankedTensorType result = rankedType(getGradInput());
+  if (grad.getRank() != weight.getRank() || result.getRank() != grad.getRank())
+    return emitOpError("operands and result must have the same rank");
+  if (grad.getDimSize(1) != weight.getDimSize(0))
+    return emitOpError("grad_output channels must equal the filter count");
+  if (result.getDimSize(1) != weight.getDimSize(1) * static_cast<int64_t>(getGroup()))
+    return emitOpError("grad_input channels must equal weight input channels "
+                       "times group");
+  return success();
+}
+
+LogicalResult ConvGradWeightOp::verify() {
+  RankedTensorType grad = rankedType(getGradOutput());
+  RankedTensorType input = rankedType(getInput());
+  RankedTensorType result = rankedType(getGradWeight());
+  if (grad.getRank() != input.getRank() || result.getRank() != grad.getRank())
+    return emitOpError("operands and result must have the same rank");
+  if (result.getDimSize(0) != grad.getDimSize(1) ||
+      result.getDimSize(1) * static_cast<int64_t>(getGroup()) != input.getDimSize(1))
+    return emitOpError("grad_weight shape ")
+           << result << " does not match grad_output and input channels";
+  return success();
+}
+
+LogicalResult MaxPoolGradOp::verify() {
+  return verifySameType(*this, getInput(), getGradInput(), "input and result");
+}
+
+LogicalResult AvgPoolGradOp::verify() {
+  if (rankedType(getGradOutput()).getRank() !=
+      rankedType(getGradInput()).getRank())
+    return emitOpError("grad_output and result must have the same rank");
+  return success();
+}
+
+LogicalResult BatchNormGradOp::verify() {
+  if (failed(verifySameType(*this, getGradOutput(), getInput(),
+                            "grad_output and input")) ||
+      failed(verifySameType(*this, getInput(), getGradInput(),
+                            "input and grad_input")))
+    return failure();
+  return verifyPerChannel(*this, getInput(),
+                          {getScale(), getMean(), getVar()},
+                          {getGradScale(), getGradBias()});
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  if (failed(verifySameType(*this, getGradOutput(), getInput(),
+                            "grad_output and input")) ||
+      failed(verifySameType(*this, getInput(), getGradInput(),
+                            "input and grad_input")))
+    return failure();
+  if (getScale().getType() != getGradScale().getType() ||
+      getScale().getType() != getGradBias().getType())
+    return emitOpError("grad_scale and grad_bias must have the scale's type");
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getOutput(),
+                        "grad_output and output");
+}
+
+LogicalResult LogSoftmaxGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getOutput(),
+                        "grad_output and output");
+}
+
+LogicalResult ReluGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
+LogicalResult GeluGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
+#define GET_OP_CLASSES
+#include "NN/IR/NNOps.cpp.inc"

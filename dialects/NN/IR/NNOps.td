@@ -1,0 +1,405 @@
+//===- NNOps.td - The nn dialect ---------------------------*- tablegen -*-===//
+//
+// Tensor-level compute ops on ranked static tensors: the forward ops the ONNX
+// importer produces and the gradient ops autodiff emits. Every forward op
+// infers its result type (InferTypeOpInterface: that is the shape inference,
+// and the verifier checks results against it) and reports its cost
+// (CostOpInterface).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPIPE_NN_OPS
+#define GPIPE_NN_OPS
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "NN/IR/NNInterfaces.td"
+
+def NN_Dialect : Dialect {
+  let name = "nn";
+  let cppNamespace = "::gpipe::nn";
+  let summary = "Neural-network compute ops on static tensors";
+  let description = [{
+    Forward ops imported from ONNX and the gradient ops of reverse-mode
+    autodiff. Tensors are ranked and statically shaped; broadcasting follows
+    NumPy/ONNX rules.
+  }];
+  let usePropertiesForAttributes = 0;
+}
+
+class NN_Op<string mnemonic, list<Trait> traits = []>
+    : Op<NN_Dialect, mnemonic, traits>;
+
+defvar NN_Tensor = AnyRankedTensor;
+defvar NN_IntArray = DenseI64ArrayAttr;
+
+// A forward op: pure, type-inferring, with a cost.
+class NN_ForwardOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor,
+        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>])> {
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+// One input, same shape and type out. `flopsPerElement` feeds the cost model.
+class NN_UnaryOp<string mnemonic, int flopsPerElement = 1, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<InferTypeOpInterface>,
+        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>])> {
+  let results = (outs NN_Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDefinition = [{
+    int64_t $cppClass::getFlops() {
+      return }] # flopsPerElement # [{ * ::gpipe::nn::detail::numElements(getType());
+    }
+  }];
+}
+
+def NN_ReluOp : NN_UnaryOp<"relu"> {
+  let summary = "max(x, 0)";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_LeakyReluOp : NN_UnaryOp<"leaky_relu", 2> {
+  let summary = "x if x >= 0 else alpha * x";
+  let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<F32Attr, "0.01">:$alpha);
+}
+def NN_SigmoidOp : NN_UnaryOp<"sigmoid", 4> {
+  let summary = "1 / (1 + exp(-x))";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_TanhOp : NN_UnaryOp<"tanh", 4> {
+  let summary = "hyperbolic tangent";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_ErfOp : NN_UnaryOp<"erf", 8> {
+  let summary = "Gauss error function";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_SqrtOp : NN_UnaryOp<"sqrt", 2> {
+  let summary = "square root";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_GeluOp : NN_UnaryOp<"gelu", 10> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `approximate` is "none" (x * Phi(x), with erf) or "tanh" (the tanh
+    approximation).
+  }];
+  let arguments = (ins NN_Tensor:$input,
+                   DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+def NN_DropoutOp : NN_UnaryOp<"dropout", 2> {
+  let summary = "Random zeroing with scaling 1/(1-ratio) when training";
+  let description = [{
+    In training, each element is kept with probability 1 - ratio and scaled
+    by 1 / (1 - ratio); the random stream is seeded by (seed, step,
+    micro-batch). When `training` is false the op is the identity.
+  }];
+  let arguments = (ins NN_Tensor:$input,
+                   DefaultValuedAttr<F32Attr, "0.5">:$ratio,
+                   DefaultValuedAttr<BoolAttr, "false">:$training);
+  let hasVerifier = 1;
+}
+
+def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
+    DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>]> {
+  let summary = "Element type conversion";
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($output)";
+}
+
+// Two inputs broadcast against each other (NumPy rules).
+class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
+    : NN_ForwardOp<mnemonic, traits> {
+  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_AddOp : NN_BinaryOp<"add", [Commutative]> { let summary = "lhs + rhs"; }
+def NN_SubOp : NN_BinaryOp<"sub"> { let summary = "lhs - rhs"; }
+def NN_MulOp : NN_BinaryOp<"mul", [Commutative]> { let summary = "lhs * rhs"; }
+def NN_DivOp : NN_BinaryOp<"div"> { let summary = "lhs / rhs"; }
+def NN_PowOp : NN_BinaryOp<"pow"> {
+  let summary = "lhs ** rhs (the exponent may have another element type)";
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and convolution
+//===----------------------------------------------------------------------===//
+
+def NN_GemmOp : NN_ForwardOp<"gemm"> {
+  let summary = "alpha * op(a) * op(b) + beta * c, op = optional transpose";
+  let arguments = (ins NN_Tensor:$a, NN_Tensor:$b, Optional<NN_Tensor>:$c,
+                   DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                   DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_MatMulOp : NN_ForwardOp<"matmul"> {
+  let summary = "NumPy matmul with batch broadcasting";
+  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ConvOp : NN_ForwardOp<"conv"> {
+  let summary = "N-d grouped convolution (NCHW, OIHW)";
+  let description = [{
+    `pads` holds the begin paddings of every spatial axis, then the end
+    paddings; the importer resolves ONNX auto_pad into explicit pads.
+  }];
+  let arguments = (ins NN_Tensor:$input, NN_Tensor:$weight,
+                   Optional<NN_Tensor>:$bias,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   NN_IntArray:$dilations,
+                   DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_Tensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and softmax
+//===----------------------------------------------------------------------===//
+
+def NN_BatchNormOp : NN_ForwardOp<"batch_norm"> {
+  let summary = "Batch normalization over axis 1";
+  let description = [{
+    With `training`, normalizes with the statistics of the current
+    (micro-)batch and the running statistics are updated with `momentum`
+    (ONNX convention: running = momentum * running + (1 - momentum) * batch);
+    otherwise normalizes with `mean` and `var`.
+  }];
+  let arguments = (ins NN_Tensor:$input, NN_Tensor:$scale, NN_Tensor:$bias,
+                   NN_Tensor:$mean, NN_Tensor:$var,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                   DefaultValuedAttr<F32Attr, "0.9">:$momentum,
+                   DefaultValuedAttr<BoolAttr, "false">:$training);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_LayerNormOp : NN_ForwardOp<"layer_norm"> {
+  let summary = "Normalization over the axes [axis, rank)";
+  let arguments = (ins NN_Tensor:$input, NN_Tensor:$scale,
+                   Optional<NN_Tensor>:$bias,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_SoftmaxOp : NN_ForwardOp<"softmax"> {
+  let summary = "exp(x) / sum(exp(x)) along one axis";
+  let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_LogSoftmaxOp : NN_ForwardOp<"log_softmax"> {
+  let summary = "log(softmax(x)) along one axis";
+  let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_Tensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+def NN_MaxPoolOp : NN_ForwardOp<"max_pool"> {
+  let summary = "N-d max pooling (NC + spatial)";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$kernel_shape,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   NN_IntArray:$dilations,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_AvgPoolOp : NN_ForwardOp<"avg_pool"> {
+  let summary = "N-d average pooling (NC + spatial)";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$kernel_shape,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool"> {
+  let summary = "Mean over all spatial axes, kept as size 1";
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape and data movement
+//===----------------------------------------------------------------------===//
+
+def NN_PadOp : NN_ForwardOp<"pad"> {
+  let summary = "Pad (or crop, with negative pads) every axis";
+  let description = [{
+    `pads` holds the begin amounts of every axis, then the end amounts.
+    `mode` is "constant" (filled with `value`), "reflect" or "edge".
+  }];
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$pads,
+                   DefaultValuedStrAttr<StrAttr, "constant">:$mode,
+                   DefaultValuedAttr<F64Attr, "0.0">:$value);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ReshapeOp : NN_ForwardOp<"reshape"> {
+  let summary = "Same elements, new static shape";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$shape);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_TransposeOp : NN_ForwardOp<"transpose"> {
+  let summary = "Permute axes: output axis i is input axis perm[i]";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$perm);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ReduceMeanOp : NN_ForwardOp<"reduce_mean"> {
+  let summary = "Mean over the given axes (sorted, non-negative)";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$axes,
+                   DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ConcatOp : NN_ForwardOp<"concat"> {
+  let summary = "Join tensors along one axis";
+  let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_SliceOp : NN_ForwardOp<"slice"> {
+  let summary = "Strided slice; one start, end and step per axis";
+  let description = [{
+    `starts`, `ends` and `steps` have one entry per axis, already clamped
+    to the input's shape as ONNX Slice prescribes (ends may be -1 for a
+    negative step that runs to the front).
+  }];
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$starts,
+                   NN_IntArray:$ends, NN_IntArray:$steps);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_SplitOp : NN_ForwardOp<"split"> {
+  let summary = "Cut a tensor along one axis into pieces of given sizes";
+  let arguments = (ins NN_Tensor:$input, I64Attr:$axis, NN_IntArray:$sizes);
+  let results = (outs Variadic<NN_Tensor>:$outputs);
+}
+
+def NN_GatherOp : NN_ForwardOp<"gather"> {
+  let summary = "Take slices along one axis at integer indices";
+  let arguments = (ins NN_Tensor:$data, NN_Tensor:$indices, I64Attr:$axis);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ConstantOp : NN_ForwardOp<"constant", [ConstantLike]> {
+  let summary = "A tensor known at compile time";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs NN_Tensor:$output);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops (emitted by autodiff). Their result types are explicit; the
+// verifiers check them against the forward shapes they mirror.
+//===----------------------------------------------------------------------===//
+
+class NN_GradOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<NN_CostOpInterface>])> {
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_ConvGradInputOp : NN_GradOp<"conv_grad_input"> {
+  let summary = "Gradient of conv with respect to its input";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$weight,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_Tensor:$grad_input);
+}
+
+def NN_ConvGradWeightOp : NN_GradOp<"conv_grad_weight"> {
+  let summary = "Gradient of conv with respect to its weight";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_Tensor:$grad_weight);
+}
+
+def NN_MaxPoolGradOp : NN_GradOp<"max_pool_grad"> {
+  let summary = "Gradient of max_pool: routed to each window's maximum";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   NN_IntArray:$kernel_shape, NN_IntArray:$strides,
+                   NN_IntArray:$pads, NN_IntArray:$dilations,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs NN_Tensor:$grad_input);
+}
+
+def NN_AvgPoolGradOp : NN_GradOp<"avg_pool_grad"> {
+  let summary = "Gradient of avg_pool: spread evenly over each window";
+  let arguments = (ins NN_Tensor:$grad_output, NN_IntArray:$kernel_shape,
+                   NN_IntArray:$strides, NN_IntArray:$pads,
+                   DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                   DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs NN_Tensor:$grad_input);
+}
+
+def NN_BatchNormGradOp : NN_GradOp<"batch_norm_grad"> {
+  let summary = "Gradients of batch_norm for input, scale and bias";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   NN_Tensor:$scale, NN_Tensor:$mean, NN_Tensor:$var,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                   DefaultValuedAttr<BoolAttr, "true">:$training);
+  let results = (outs NN_Tensor:$grad_input, NN_Tensor:$grad_scale,
+                      NN_Tensor:$grad_bias);
+}
+
+def NN_LayerNormGradOp : NN_GradOp<"layer_norm_grad"> {
+  let summary = "Gradients of layer_norm for input, scale and bias";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   NN_Tensor:$scale, DefaultValuedAttr<I64Attr, "-1">:$axis,
+                   DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_Tensor:$grad_input, NN_Tensor:$grad_scale,
+                      NN_Tensor:$grad_bias);
+}
+
+def NN_SoftmaxGradOp : NN_GradOp<"softmax_grad"> {
+  let summary = "Gradient of softmax given its output";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$output,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_Tensor:$grad_input);
+}
+
+def NN_LogSoftmaxGradOp : NN_GradOp<"log_softmax_grad"> {
+  let summary = "Gradient of log_softmax given its output";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$output,
+                   DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_Tensor:$grad_input);
+}
+
+// Element-wise derivative of an activation, applied to the forward input.
+class NN_ActivationGradOp<string mnemonic> : NN_GradOp<mnemonic> {
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input);
+  let results = (outs NN_Tensor:$grad_input);
+}
+def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
+  let summary = "grad * (input > 0)";
+}
+def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
+  let summary = "grad * gelu'(input)";
+}
+
+#endif // GPIPE_NN_OPS

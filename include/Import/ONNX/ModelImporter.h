@@ -1,0 +1,54 @@
+//===- ModelImporter.h - ONNX model to the nn dialect -----------*- C++ -*-===//
+//
+// Imports an ONNX ModelProto (opsets 11-17) as a module holding one
+// gpipe.parameter per initializer used as a tensor and func.func @forward in
+// the nn dialect with static shapes. Every problem with the file (parse
+// errors, unsupported ops, inconsistent graphs and shapes) is reported as an
+// error diagnostic on the context; the result is then null.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_IMPORT_ONNX_MODELIMPORTER_H
+#define GPIPE_IMPORT_ONNX_MODELIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace mlir {
+class DialectRegistry;
+} // namespace mlir
+
+namespace gpipe {
+
+struct ONNXImportOptions {
+  /// Replaces symbolic dimensions of graph inputs, or the first dimension
+  /// when all are static.
+  std::optional<int64_t> batchSize;
+};
+
+/// The opsets the importer accepts.
+constexpr int64_t kMinONNXOpset = 11;
+constexpr int64_t kMaxONNXOpset = 17;
+
+/// Imports serialized ModelProto bytes; `fileName` names the model in
+/// diagnostics and locations.
+mlir::OwningOpRef<mlir::ModuleOp>
+importONNXModel(llvm::StringRef bytes, llvm::StringRef fileName,
+                mlir::MLIRContext *context, const ONNXImportOptions &options);
+
+/// Reads and imports an ONNX file.
+mlir::OwningOpRef<mlir::ModuleOp>
+importONNXFile(llvm::StringRef path, mlir::MLIRContext *context,
+               const ONNXImportOptions &options);
+
+/// "Add, AveragePool, ..." — every op type the importer accepts.
+std::string supportedONNXOps();
+
+/// Dialects the imported IR uses.
+void registerONNXImportDialects(mlir::DialectRegistry &registry);
+
+} // namespace gpipe
+
+#endif // GPIPE_IMPORT_ONNX_MODELIMPORTER_H

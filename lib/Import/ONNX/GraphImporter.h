@@ -1,0 +1,172 @@
+//===- GraphImporter.h - State of one ONNX graph import ---------*- C++ -*-===//
+//
+// What an op importer sees: the node being imported, its inputs as MLIR
+// values or as compile-time constants, typed attribute accessors, and the
+// creation of nn ops with inferred result types. Every failure is reported
+// as a diagnostic located at the node; nothing asserts on bad input.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_LIB_IMPORT_ONNX_GRAPHIMPORTER_H
+#define GPIPE_LIB_IMPORT_ONNX_GRAPHIMPORTER_H
+
+#include "ConstTensor.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <optional>
+
+namespace onnx {
+class AttributeProto;
+class NodeProto;
+class TensorProto;
+} // namespace onnx
+
+namespace gpipe::onnx_import {
+
+class GraphImporter {
+public:
+  GraphImporter(mlir::ModuleOp module, llvm::StringRef fileName,
+                int64_t opset);
+
+  mlir::MLIRContext *getContext() { return module.getContext(); }
+  mlir::OpBuilder &getBuilder() { return builder; }
+  int64_t getOpset() const { return opset; }
+
+  //===--------------------------------------------------------------------===//
+  // Graph-level state, set up by the model importer.
+  //===--------------------------------------------------------------------===//
+
+  void addInitializer(const onnx::TensorProto &tensor);
+  bool isDefined(llvm::StringRef name) const;
+  void defineValue(llvm::StringRef name, mlir::Value value);
+  /// Names produced by a node but not usable (e.g. BatchNorm's running-stat
+  /// outputs); a later use reports `reason`.
+  void defineUnavailable(llvm::StringRef name, llvm::StringRef reason);
+  /// A graph output as a value (constants are materialized).
+  mlir::FailureOr<mlir::Value> valueOf(llvm::StringRef name,
+                                       mlir::Location loc);
+  /// Marks trainable parameters; BatchNorm statistics stay non-trainable.
+  void finalizeParameters();
+
+  //===--------------------------------------------------------------------===//
+  // The node being imported.
+  //===--------------------------------------------------------------------===//
+
+  void beginNode(const onnx::NodeProto &node, size_t index);
+  const onnx::NodeProto &getNode() const { return *node; }
+  mlir::Location getLoc() const { return loc; }
+  /// An error at the node, prefixed with its op type.
+  mlir::InFlightDiagnostic error();
+
+  size_t numInputs() const;
+  /// Whether input `i` is present (ONNX marks omitted optional inputs "").
+  bool hasInput(size_t i) const;
+  /// Input `i` as an SSA value; compile-time constants are materialized as
+  /// nn.constant or gpipe.get_parameter.
+  mlir::FailureOr<mlir::Value> input(size_t i);
+  /// The present inputs among [0, n) as values (absent optional ones are
+  /// skipped).
+  mlir::FailureOr<llvm::SmallVector<mlir::Value>> inputs(size_t n);
+  /// The static type of input `i`, without materializing constants.
+  mlir::FailureOr<mlir::RankedTensorType> inputType(size_t i);
+  /// Input `i` if its value is known at compile time, else null.
+  const ConstTensor *constantInput(size_t i);
+  /// Input `i`, which must be known at compile time (`what` names it).
+  mlir::FailureOr<const ConstTensor *> requireConstant(size_t i,
+                                                       llvm::StringRef what);
+  /// Whether every present input is known at compile time.
+  bool allInputsConstant();
+  /// Input `i` will be used as a non-trainable parameter if it is one.
+  void markNonTrainable(size_t i);
+
+  /// Attribute accessors. A present attribute of the wrong type is an error
+  /// (reported once; `failed()` then turns true) and yields the default.
+  bool hasAttr(llvm::StringRef name) const;
+  int64_t intAttr(llvm::StringRef name, int64_t dflt);
+  float floatAttr(llvm::StringRef name, float dflt);
+  std::string stringAttr(llvm::StringRef name, llvm::StringRef dflt);
+  std::optional<llvm::SmallVector<int64_t>> intsAttr(llvm::StringRef name);
+  const onnx::AttributeProto *attr(llvm::StringRef name) const;
+  /// Fails if an attribute outside `known` is present.
+  mlir::LogicalResult checkAttrs(llvm::ArrayRef<llvm::StringRef> known);
+  bool failed() const { return nodeFailed; }
+
+  void setOutput(size_t i, mlir::Value value);
+  void setConstantOutput(size_t i, ConstTensor value);
+  /// Outputs from `i` on are rejected if another node or the graph uses them.
+  void rejectOutputsFrom(size_t i, llvm::StringRef reason);
+
+  /// Creates a type-inferring op at the node; verifies it.
+  template <typename OpTy>
+  mlir::FailureOr<mlir::Operation *>
+  create(mlir::ValueRange operands,
+         llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    if (nodeFailed)
+      return mlir::failure();
+    llvm::SmallVector<mlir::Type> types;
+    mlir::DictionaryAttr dict = mlir::DictionaryAttr::get(getContext(), attrs);
+    if (mlir::failed(OpTy::inferReturnTypes(getContext(), loc, operands, dict,
+                                            mlir::OpaqueProperties(nullptr),
+                                            mlir::RegionRange(), types)))
+      return mlir::failure();
+    return createWithTypes(OpTy::getOperationName(), operands, types, attrs);
+  }
+  /// Same with single result.
+  template <typename OpTy>
+  mlir::FailureOr<mlir::Value>
+  createValue(mlir::ValueRange operands,
+              llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    auto op = create<OpTy>(operands, attrs);
+    if (mlir::failed(op))
+      return mlir::failure();
+    return (*op)->getResult(0);
+  }
+  mlir::FailureOr<mlir::Operation *>
+  createWithTypes(llvm::StringRef opName, mlir::ValueRange operands,
+                  mlir::TypeRange types,
+                  llvm::ArrayRef<mlir::NamedAttribute> attrs);
+
+  /// nn.constant of a folded tensor.
+  mlir::Value materialize(const ConstTensor &value);
+
+  mlir::NamedAttribute named(llvm::StringRef name, mlir::Attribute value) {
+    return builder.getNamedAttr(name, value);
+  }
+
+private:
+  struct Entry {
+    mlir::Value value;
+    std::optional<ConstTensor> constant;
+    const onnx::TensorProto *initializer = nullptr;
+    std::string unavailableReason;
+  };
+  mlir::FailureOr<Entry *> lookup(size_t i);
+  mlir::FailureOr<mlir::Value> materializeEntry(Entry &entry,
+                                                llvm::StringRef name);
+  const std::string &inputName(size_t i) const;
+  void setHoistedInsertionPoint();
+  void define(size_t outputIndex, Entry entry);
+
+  mlir::ModuleOp module;
+  mlir::OpBuilder builder;
+  mlir::OpBuilder moduleBuilder;
+  mlir::StringAttr fileName;
+  int64_t opset;
+  llvm::StringMap<Entry> values;
+  llvm::StringSet<> nonTrainable;
+  llvm::StringMap<mlir::Operation *> parameters;
+
+  const onnx::NodeProto *node = nullptr;
+  mlir::Location loc;
+  bool nodeFailed = false;
+  mlir::Operation *lastHoisted = nullptr;
+};
+
+} // namespace gpipe::onnx_import
+
+#endif // GPIPE_LIB_IMPORT_ONNX_GRAPHIMPORTER_H

@@ -1,0 +1,422 @@
+//===- ModelImporter.cpp - ONNX model to the nn dialect -------------------===//
+//
+// Model-level work: parsing, opset and IR version checks, graph validation
+// (unique names, no dangling inputs, no cycles: nodes are imported in a
+// topological order), graph inputs with static shapes, dispatch of each node
+// to its op importer, graph outputs and their declared types.
+//
+//===----------------------------------------------------------------------===//
+#include "Import/ONNX/ModelImporter.h"
+
+#include "GraphImporter.h"
+#include "OpImporterTable.h"
+
+#include "GPipe/IR/GPipeDialect.h"
+#include "NN/IR/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "onnx/onnx_pb.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <queue>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::onnx_import;
+
+namespace {
+
+/// Largest dimension and element count accepted for graph inputs; keeps
+/// shape arithmetic far from overflow.
+constexpr int64_t kMaxDim = int64_t(1) << 32;
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+std::string nodeName(const onnx::NodeProto &node, size_t index) {
+  return node.name().empty() ? "#" + std::to_string(index) : node.name();
+}
+
+class ModelImporter {
+public:
+  ModelImporter(const onnx::ModelProto &model, StringRef fileName,
+                MLIRContext *context, const ONNXImportOptions &options)
+      : model(model), graph(model.graph()), fileName(fileName.str()),
+        context(context), options(options),
+        fileLoc(FileLineColLoc::get(context, fileName, 0, 0)) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  LogicalResult checkModel();
+  LogicalResult sortNodes();
+  FailureOr<RankedTensorType> inputType(const onnx::ValueInfoProto &info);
+  LogicalResult importNodes(GraphImporter &g);
+  LogicalResult checkDeclaredType(const onnx::ValueInfoProto &info,
+                                  Type actual);
+  InFlightDiagnostic error() { return emitError(fileLoc); }
+
+  const onnx::ModelProto &model;
+  const onnx::GraphProto &graph;
+  std::string fileName;
+  MLIRContext *context;
+  const ONNXImportOptions &options;
+  Location fileLoc;
+  int64_t opset = 0;
+  std::vector<size_t> order;
+  bool batchOverridden = false;
+};
+
+LogicalResult ModelImporter::checkModel() {
+  if (model.ir_version() < 3 || model.ir_version() > 10)
+    return error() << "unsupported IR version " << model.ir_version()
+                   << " (expected 3..10; is this an ONNX model?)";
+  bool found = false;
+  for (const onnx::OperatorSetIdProto &id : model.opset_import()) {
+    if (id.domain().empty() || id.domain() == "ai.onnx") {
+      opset = id.version();
+      found = true;
+    }
+  }
+  if (!found)
+    return error() << "the model imports no opset of the default ONNX domain";
+  if (opset < kMinONNXOpset || opset > kMaxONNXOpset)
+    return error() << "opset " << opset << " is out of the supported range "
+                   << kMinONNXOpset << ".." << kMaxONNXOpset
+                   << " (convert the model with onnx.version_converter)";
+  if (!model.has_graph())
+    return error() << "the model has no graph";
+  if (graph.node_size() == 0)
+    return error() << "the graph has no nodes";
+  if (graph.output_size() == 0)
+    return error() << "the graph has no outputs";
+  if (graph.sparse_initializer_size() > 0)
+    return error() << "sparse initializers are not supported";
+  return success();
+}
+
+LogicalResult ModelImporter::sortNodes() {
+  llvm::StringSet<> available;
+  for (const onnx::TensorProto &t : graph.initializer()) {
+    if (t.name().empty())
+      return error() << "an initializer has no name";
+    if (!available.insert(t.name()).second)
+      return error() << "initializer '" << t.name() << "' is defined twice";
+  }
+  llvm::StringSet<> inputNames;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    if (in.name().empty())
+      return error() << "a graph input has no name";
+    if (!inputNames.insert(in.name()).second)
+      return error() << "graph input '" << in.name() << "' is listed twice";
+    available.insert(in.name());
+  }
+  size_t n = graph.node_size();
+  llvm::StringMap<size_t> producer;
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string &out : graph.node(i).output()) {
+      if (out.empty())
+        continue;
+      if (available.count(out))
+        return error() << "node '" << nodeName(graph.node(i), i)
+                       << "' redefines '" << out
+                       << "', which is a graph input or initializer";
+      auto [it, inserted] = producer.try_emplace(out, i);
+      if (!inserted)
+        return error() << "value '" << out << "' is produced by two nodes ('"
+                       << nodeName(graph.node(it->second), it->second)
+                       << "' and '" << nodeName(graph.node(i), i) << "')";
+    }
+  }
+  // Kahn's algorithm, taking the lowest index first so that sorted graphs
+  // keep their order.
+  std::vector<size_t> pending(n, 0);
+  std::vector<std::vector<size_t>> users(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string &in : graph.node(i).input()) {
+      if (in.empty() || available.count(in))
+        continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return error() << "node '" << nodeName(graph.node(i), i) << "' ("
+                       << graph.node(i).op_type() << ") reads '" << in
+                       << "', which is not a graph input, an initializer or "
+                          "the output of any node";
+      ++pending[i];
+      users[it->second].push_back(i);
+    }
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (!pending[i])
+      ready.push(i);
+  while (!ready.empty()) {
+    size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (size_t user : users[i])
+      if (--pending[user] == 0)
+        ready.push(user);
+  }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i])
+        return error() << "the graph has a cycle through node '"
+                       << nodeName(graph.node(i), i) << "' ("
+                       << graph.node(i).op_type() << ")";
+  }
+  for (const onnx::ValueInfoProto &out : graph.output())
+    if (out.name().empty() ||
+        (!available.count(out.name()) && !producer.count(out.name())))
+      return error() << "graph output '" << out.name()
+                     << "' is not produced by any node, input or "
+                        "initializer";
+  return success();
+}
+
+FailureOr<RankedTensorType>
+ModelImporter::inputType(const onnx::ValueInfoProto &info) {
+  const std::string &name = info.name();
+  if (!info.type().has_tensor_type())
+    return error() << "graph input '" << name << "' is not a tensor";
+  const onnx::TypeProto::Tensor &tensor = info.type().tensor_type();
+  auto elementType = elementTypeOf(context, tensor.elem_type());
+  if (!elementType)
+    return error() << "graph input '" << name
+                   << "': " << llvm::toString(elementType.takeError());
+  if (!tensor.has_shape())
+    return error() << "graph input '" << name
+                   << "' has no shape; gpipe needs static shapes";
+  SmallVector<int64_t> shape;
+  bool symbolic = false;
+  for (int i = 0; i < tensor.shape().dim_size(); ++i) {
+    const auto &dim = tensor.shape().dim(i);
+    if (dim.has_dim_value() && dim.dim_value() > 0) {
+      if (dim.dim_value() > kMaxDim)
+        return error() << "graph input '" << name << "' dimension " << i
+                       << " is too large (" << dim.dim_value() << ")";
+      shape.push_back(dim.dim_value());
+      continue;
+    }
+    if (dim.has_dim_value() && dim.dim_value() < 0)
+      return error() << "graph input '" << name << "' has negative dimension "
+                     << dim.dim_value();
+    if (dim.has_dim_value() && dim.dim_value() == 0)
+      return error() << "graph input '" << name << "' has a zero dimension";
+    std::string label =
+        dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "(unnamed)";
+    if (i != 0)
+      return error() << "graph input '" << name << "' dimension " << i
+                     << " is symbolic " << label
+                     << "; only the first (batch) dimension may be";
+    if (!options.batchSize)
+      return error() << "graph input '" << name
+                     << "' has a symbolic batch dimension " << label
+                     << "; pass --batch-size=N";
+    symbolic = true;
+    shape.push_back(*options.batchSize);
+  }
+  if (options.batchSize && !symbolic && !shape.empty() &&
+      shape[0] != *options.batchSize) {
+    shape[0] = *options.batchSize;
+    batchOverridden = true;
+  }
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (count > kMaxElements / d)
+      return error() << "graph input '" << name << "' has more than 2^40 "
+                        "elements";
+    count *= d;
+  }
+  return RankedTensorType::get(shape, *elementType);
+}
+
+LogicalResult ModelImporter::importNodes(GraphImporter &g) {
+  const OpImporterTable &table = getOpImporterTable();
+  for (size_t index : order) {
+    const onnx::NodeProto &node = graph.node(index);
+    g.beginNode(node, index);
+    std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
+    int64_t domainOpset = opset;
+    if (!domain.empty()) {
+      domainOpset = -1;
+      for (const onnx::OperatorSetIdProto &id : model.opset_import())
+        if (id.domain() == domain)
+          domainOpset = id.version();
+    }
+    const OpImporter *importer =
+        table.lookup(domain, node.op_type(), domainOpset);
+    std::string qualified =
+        domain.empty() ? node.op_type() : domain + "." + node.op_type();
+    if (!importer) {
+      int minVersion = table.minVersion(domain, node.op_type());
+      if (minVersion > 0)
+        return emitError(g.getLoc())
+               << "op '" << qualified << "' in node '"
+               << nodeName(node, index) << "' needs opset >= " << minVersion
+               << " but the model has opset " << domainOpset;
+      return emitError(g.getLoc())
+             << "unsupported op '" << qualified << "' in node '"
+             << nodeName(node, index) << "' (opset " << domainOpset
+             << "); supported ops: " << table.supportedOps();
+    }
+    if (failed(importer->import(g)) || g.failed()) {
+      if (!g.failed())
+        emitError(g.getLoc()) << qualified << ": import failed";
+      return failure();
+    }
+    for (const std::string &out : node.output())
+      if (!out.empty() && !g.isDefined(out))
+        return emitError(g.getLoc())
+               << qualified << ": output '" << out << "' was not produced";
+  }
+  return success();
+}
+
+LogicalResult ModelImporter::checkDeclaredType(const onnx::ValueInfoProto &info,
+                                               Type actual) {
+  if (!info.type().has_tensor_type())
+    return success();
+  const onnx::TypeProto::Tensor &tensor = info.type().tensor_type();
+  auto type = cast<RankedTensorType>(actual);
+  if (tensor.elem_type() != 0) {
+    auto declared = elementTypeOf(context, tensor.elem_type());
+    if (!declared)
+      return error() << "graph output '" << info.name()
+                     << "': " << llvm::toString(declared.takeError());
+    if (*declared != type.getElementType())
+      return error() << "graph output '" << info.name() << "' is declared "
+                     << *declared << " but computes " << type.getElementType();
+  }
+  if (!tensor.has_shape())
+    return success();
+  if (tensor.shape().dim_size() != type.getRank())
+    return error() << "graph output '" << info.name() << "' is declared with "
+                   << "rank " << tensor.shape().dim_size()
+                   << " but computes " << type;
+  for (int i = 0; i < tensor.shape().dim_size(); ++i) {
+    const auto &dim = tensor.shape().dim(i);
+    if (!dim.has_dim_value() || (i == 0 && batchOverridden))
+      continue;
+    if (dim.dim_value() != type.getDimSize(i))
+      return error() << "graph output '" << info.name()
+                     << "' is declared with dimension " << i << " = "
+                     << dim.dim_value() << " but computes " << type;
+  }
+  return success();
+}
+
+OwningOpRef<ModuleOp> ModelImporter::run() {
+  if (failed(checkModel()) || failed(sortNodes()))
+    return nullptr;
+  context->loadDialect<func::FuncDialect, nn::NNDialect, GPipeDialect>();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  Builder b(context);
+  std::string modelName = graph.name().empty() ? "model" : graph.name();
+  (*module)->setAttr("gpipe.model_name", b.getStringAttr(modelName));
+  (*module)->setAttr("gpipe.onnx_opset", b.getI64IntegerAttr(opset));
+  if (!model.producer_name().empty())
+    (*module)->setAttr("gpipe.producer",
+                       b.getStringAttr(model.producer_name() + " " +
+                                       model.producer_version()));
+
+  llvm::StringSet<> initializerNames;
+  for (const onnx::TensorProto &t : graph.initializer())
+    initializerNames.insert(t.name());
+  SmallVector<Type> argTypes;
+  SmallVector<std::string> argNames;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    if (initializerNames.count(in.name()))
+      continue; // An initializer with a default: a parameter.
+    auto type = inputType(in);
+    if (failed(type))
+      return nullptr;
+    argTypes.push_back(*type);
+    argNames.push_back(in.name());
+  }
+
+  auto func = func::FuncOp::create(fileLoc, "forward",
+                                   b.getFunctionType(argTypes, {}));
+  module->push_back(func);
+  Block *body = func.addEntryBlock();
+  GraphImporter g(*module, fileName, opset);
+  g.getBuilder().setInsertionPointToEnd(body);
+  for (const onnx::TensorProto &t : graph.initializer())
+    g.addInitializer(t);
+  for (auto [i, name] : llvm::enumerate(argNames)) {
+    g.defineValue(name, body->getArgument(i));
+    func.setArgAttr(i, "gpipe.name", b.getStringAttr(name));
+  }
+  if (failed(importNodes(g)))
+    return nullptr;
+
+  SmallVector<Value> results;
+  for (const onnx::ValueInfoProto &out : graph.output()) {
+    auto value = g.valueOf(out.name(), fileLoc);
+    if (failed(value) || failed(checkDeclaredType(out, value->getType())))
+      return nullptr;
+    results.push_back(*value);
+  }
+  OpBuilder::atBlockEnd(body).create<func::ReturnOp>(fileLoc, results);
+  func.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  for (auto [i, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(i, "gpipe.name", b.getStringAttr(out.name()));
+  g.finalizeParameters();
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> gpipe::importONNXModel(StringRef bytes,
+                                             StringRef fileName,
+                                             MLIRContext *context,
+                                             const ONNXImportOptions &options) {
+  Location loc = FileLineColLoc::get(context, fileName, 0, 0);
+  if (bytes.empty()) {
+    emitError(loc) << "the file is empty";
+    return nullptr;
+  }
+  if (options.batchSize && (*options.batchSize <= 0 || *options.batchSize > kMaxDim)) {
+    emitError(loc) << "--batch-size must be in 1.." << kMaxDim;
+    return nullptr;
+  }
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream stream(
+      reinterpret_cast<const uint8_t *>(bytes.data()),
+      static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
+  stream.SetTotalBytesLimit(INT32_MAX);
+  // Deep nesting in corrupt input must fail, not exhaust the stack.
+  stream.SetRecursionLimit(64);
+  if (bytes.size() > INT32_MAX || !model.ParseFromCodedStream(&stream) ||
+      !stream.ConsumedEntireMessage()) {
+    emitError(loc) << "not a valid ONNX model (protobuf parse failed: the "
+                      "file is truncated, corrupt or not an ONNX ModelProto)";
+    return nullptr;
+  }
+  return ModelImporter(model, fileName, context, options).run();
+}
+
+OwningOpRef<ModuleOp> gpipe::importONNXFile(StringRef path,
+                                            MLIRContext *context,
+                                            const ONNXImportOptions &options) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    emitError(FileLineColLoc::get(context, path, 0, 0))
+        << "cannot read the file: " << buffer.getError().message();
+    return nullptr;
+  }
+  return importONNXModel((*buffer)->getBuffer(), path, context, options);
+}
+
+std::string gpipe::supportedONNXOps() {
+  return getOpImporterTable().supportedOps();
+}
+
+void gpipe::registerONNXImportDialects(DialectRegistry &registry) {
+  registry.insert<func::FuncDialect, nn::NNDialect, GPipeDialect>();
+}

@@ -1,0 +1,520 @@
+//===- OpsShape.cpp - Importers of shape and data-movement ops ------------===//
+//
+// Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split,
+// Gather, Pad and ReduceMean. Shape arguments must be known at compile time;
+// on constant data the ops are folded (that is how Shape -> Gather -> Concat
+// -> Reshape chains of exporters disappear).
+//
+//===----------------------------------------------------------------------===//
+#include "ConstFolding.h"
+#include "GraphImporter.h"
+#include "OpImporterTable.h"
+
+#include "NN/IR/NNOps.h"
+#include "onnx/onnx_pb.h"
+
+#include <set>
+
+using namespace mlir;
+using namespace gpipe;
+using namespace gpipe::onnx_import;
+
+namespace {
+
+/// Normalizes axes into [0, rank); duplicates and out-of-range are errors.
+FailureOr<SmallVector<int64_t>> normalizeAxes(GraphImporter &g,
+                                              ArrayRef<int64_t> axes,
+                                              int64_t rank) {
+  SmallVector<int64_t> out;
+  std::set<int64_t> seen;
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank)
+      return g.error() << "axis " << a << " is out of range for rank " << rank;
+    int64_t n = a < 0 ? a + rank : a;
+    if (!seen.insert(n).second)
+      return g.error() << "axis " << a << " appears twice";
+    out.push_back(n);
+  }
+  return out;
+}
+
+/// Output 0 is input 0 with a new shape (same element count): folded when
+/// the input is constant, else nn.reshape.
+LogicalResult reshapeTo(GraphImporter &g, ArrayRef<int64_t> shape) {
+  if (const ConstTensor *c = g.constantInput(0)) {
+    int64_t count = 1;
+    for (int64_t d : shape)
+      count *= d;
+    if (count != c->numElements())
+      return g.error() << "cannot reshape " << c->numElements()
+                       << " elements to " << count;
+    ConstTensor out = *c;
+    out.shape.assign(shape.begin(), shape.end());
+    g.setConstantOutput(0, std::move(out));
+    return success();
+  }
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  auto result = g.createValue<nn::ReshapeOp>(
+      {*x}, {g.named("shape", g.getBuilder().getDenseI64ArrayAttr(shape))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importReshape(GraphImporter &g) {
+  if (failed(g.checkAttrs({"allowzero"})))
+    return failure();
+  bool allowZero = g.intAttr("allowzero", 0) != 0;
+  auto type = g.inputType(0);
+  if (failed(type))
+    return failure();
+  auto shapeTensor = g.requireConstant(1, "the target shape");
+  if (failed(shapeTensor))
+    return failure();
+  if ((*shapeTensor)->shape.size() != 1)
+    return g.error() << "the target shape must be 1-D";
+  SmallVector<int64_t> shape;
+  int64_t inferred = -1, known = 1;
+  std::vector<int64_t> requested = (*shapeTensor)->toInts();
+  for (size_t i = 0; i < requested.size(); ++i) {
+    int64_t d = requested[i];
+    if (d == 0 && !allowZero) {
+      if (i >= static_cast<size_t>(type->getRank()))
+        return g.error() << "shape entry " << i
+                         << " is 0 (copy) but the input has rank "
+                         << type->getRank();
+      d = type->getDimSize(i);
+    } else if (d == -1) {
+      if (inferred >= 0)
+        return g.error() << "the target shape has more than one -1";
+      inferred = i;
+      shape.push_back(1);
+      continue;
+    } else if (d < 0) {
+      return g.error() << "invalid shape entry " << d;
+    }
+    shape.push_back(d);
+    known *= d;
+  }
+  int64_t total = type->getNumElements();
+  if (inferred >= 0) {
+    if (known == 0 || total % known != 0)
+      return g.error() << "cannot infer the -1 entry: " << total
+                       << " elements are not divisible by " << known;
+    shape[inferred] = total / known;
+  } else if (known != total) {
+    return g.error() << "cannot reshape " << *type << " (" << total
+                     << " elements) to " << known << " elements";
+  }
+  return reshapeTo(g, shape);
+}
+
+LogicalResult importFlatten(GraphImporter &g) {
+  if (failed(g.checkAttrs({"axis"})))
+    return failure();
+  auto type = g.inputType(0);
+  if (failed(type))
+    return failure();
+  int64_t rank = type->getRank(), axis = g.intAttr("axis", 1);
+  if (axis < -rank || axis > rank)
+    return g.error() << "axis " << axis << " is out of range for rank "
+                     << rank;
+  if (axis < 0)
+    axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    (i < axis ? outer : inner) *= type->getDimSize(i);
+  return reshapeTo(g, {outer, inner});
+}
+
+/// Axes of Squeeze/Unsqueeze: an attribute before opset 13, then an input.
+FailureOr<std::optional<SmallVector<int64_t>>> readAxes(GraphImporter &g) {
+  if (g.getOpset() < 13) {
+    if (failed(g.checkAttrs({"axes"})))
+      return failure();
+    return g.intsAttr("axes");
+  }
+  if (failed(g.checkAttrs({})))
+    return failure();
+  if (!g.hasInput(1))
+    return std::optional<SmallVector<int64_t>>();
+  auto axes = g.requireConstant(1, "axes");
+  if (failed(axes))
+    return failure();
+  std::vector<int64_t> v = (*axes)->toInts();
+  return std::optional<SmallVector<int64_t>>(SmallVector<int64_t>(v.begin(), v.end()));
+}
+
+LogicalResult importSqueeze(GraphImporter &g) {
+  auto type = g.inputType(0);
+  auto axes = readAxes(g);
+  if (failed(type) || failed(axes))
+    return failure();
+  SmallVector<int64_t> shape;
+  if (!*axes) {
+    for (int64_t d : type->getShape())
+      if (d != 1)
+        shape.push_back(d);
+    return reshapeTo(g, shape);
+  }
+  auto normalized = normalizeAxes(g, **axes, type->getRank());
+  if (failed(normalized))
+    return failure();
+  for (int64_t i = 0; i < type->getRank(); ++i) {
+    if (!llvm::is_contained(*normalized, i)) {
+      shape.push_back(type->getDimSize(i));
+      continue;
+    }
+    if (type->getDimSize(i) != 1)
+      return g.error() << "cannot squeeze axis " << i << " of size "
+                       << type->getDimSize(i);
+  }
+  return reshapeTo(g, shape);
+}
+
+LogicalResult importUnsqueeze(GraphImporter &g) {
+  auto type = g.inputType(0);
+  auto axes = readAxes(g);
+  if (failed(type) || failed(axes))
+    return failure();
+  if (!*axes)
+    return g.error() << "axes are required";
+  int64_t outRank = type->getRank() + (*axes)->size();
+  auto normalized = normalizeAxes(g, **axes, outRank);
+  if (failed(normalized))
+    return failure();
+  SmallVector<int64_t> shape;
+  ArrayRef<int64_t> in = type->getShape();
+  for (int64_t i = 0; i < outRank; ++i) {
+    if (llvm::is_contained(*normalized, i)) {
+      shape.push_back(1);
+    } else {
+      shape.push_back(in.front());
+      in = in.drop_front();
+    }
+  }
+  return reshapeTo(g, shape);
+}
+
+LogicalResult importTranspose(GraphImporter &g) {
+  if (failed(g.checkAttrs({"perm"})))
+    return failure();
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
+  SmallVector<int64_t> perm;
+  if (auto p = g.intsAttr("perm"); p && !p->empty())
+    perm = *p;
+  else
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  auto result = g.createValue<nn::TransposeOp>(
+      {*x}, {g.named("perm", g.getBuilder().getDenseI64ArrayAttr(perm))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importConcat(GraphImporter &g) {
+  if (failed(g.checkAttrs({"axis"})))
+    return failure();
+  if (!g.hasAttr("axis"))
+    return g.error() << "attribute 'axis' is required";
+  int64_t axis = g.intAttr("axis", 0);
+  if (g.numInputs() == 0)
+    return g.error() << "needs at least one input";
+  if (g.allInputsConstant() && !g.failed()) {
+    SmallVector<const ConstTensor *> parts;
+    for (size_t i = 0; i < g.numInputs(); ++i)
+      parts.push_back(g.constantInput(i));
+    const ConstTensor &first = *parts.front();
+    int64_t rank = first.shape.size();
+    if (axis < -rank || axis >= rank)
+      return g.error() << "axis " << axis << " is out of range for rank "
+                       << rank;
+    if (axis < 0)
+      axis += rank;
+    for (const ConstTensor *p : parts) {
+      if (p->dtype != first.dtype ||
+          p->shape.size() != static_cast<size_t>(rank))
+        return g.error() << "inputs must have the same rank and type";
+      for (int64_t i = 0; i < rank; ++i)
+        if (i != axis && p->shape[i] != first.shape[i])
+          return g.error() << "inputs differ on axis " << i;
+    }
+    g.setConstantOutput(0, foldConcat(parts, axis));
+    return success();
+  }
+  auto operands = g.inputs(g.numInputs());
+  if (failed(operands))
+    return failure();
+  auto result = g.createValue<nn::ConcatOp>(
+      *operands, {g.named("axis", g.getBuilder().getI64IntegerAttr(axis))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importSlice(GraphImporter &g) {
+  if (failed(g.checkAttrs({})))
+    return failure();
+  auto type = g.inputType(0);
+  if (failed(type))
+    return failure();
+  int64_t rank = type->getRank();
+  auto startsT = g.requireConstant(1, "starts");
+  if (failed(startsT))
+    return failure();
+  auto endsT = g.requireConstant(2, "ends");
+  if (failed(endsT))
+    return failure();
+  std::vector<int64_t> starts = (*startsT)->toInts(), ends = (*endsT)->toInts();
+  std::vector<int64_t> axes, steps(starts.size(), 1);
+  if (g.hasInput(3)) {
+    auto a = g.requireConstant(3, "axes");
+    if (failed(a))
+      return failure();
+    axes = (*a)->toInts();
+  } else {
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(i);
+  }
+  if (g.hasInput(4)) {
+    auto s = g.requireConstant(4, "steps");
+    if (failed(s))
+      return failure();
+    steps = (*s)->toInts();
+  }
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return g.error() << "starts, ends, axes and steps must have the same "
+                        "length";
+  auto normalized = normalizeAxes(g, axes, rank);
+  if (failed(normalized))
+    return failure();
+  SmallVector<int64_t> allStarts(rank, 0), allEnds(type->getShape()),
+      allSteps(rank, 1), shape(type->getShape());
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t axis = (*normalized)[k], dim = type->getDimSize(axis);
+    int64_t step = steps[k];
+    if (step == 0)
+      return g.error() << "step of axis " << axis << " is zero";
+    auto clampIndex = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0)
+        v = v < -dim ? lo : v + dim;
+      return std::clamp(v, lo, hi);
+    };
+    int64_t start, end;
+    if (step > 0) {
+      start = clampIndex(starts[k], 0, dim);
+      end = clampIndex(ends[k], 0, dim);
+    } else {
+      start = clampIndex(starts[k], -1, dim - 1);
+      end = clampIndex(ends[k], -1, dim - 1);
+    }
+    allStarts[axis] = start;
+    allEnds[axis] = end;
+    allSteps[axis] = step;
+    int64_t size = step > 0 ? (end - start + step - 1) / step
+                            : (start - end - step - 1) / -step;
+    shape[axis] = std::max<int64_t>(size, 0);
+  }
+  if (const ConstTensor *c = g.constantInput(0)) {
+    g.setConstantOutput(0, foldSlice(*c, allStarts, allSteps, shape));
+    return success();
+  }
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  Builder &b = g.getBuilder();
+  auto result = g.createValue<nn::SliceOp>(
+      {*x}, {g.named("starts", b.getDenseI64ArrayAttr(allStarts)),
+             g.named("ends", b.getDenseI64ArrayAttr(allEnds)),
+             g.named("steps", b.getDenseI64ArrayAttr(allSteps))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importSplit(GraphImporter &g) {
+  bool splitIsInput = g.getOpset() >= 13;
+  if (failed(g.checkAttrs(splitIsInput ? ArrayRef<StringRef>{"axis"}
+                                       : ArrayRef<StringRef>{"axis", "split"})))
+    return failure();
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  auto type = cast<RankedTensorType>(x->getType());
+  int64_t rank = type.getRank(), axis = g.intAttr("axis", 0);
+  if (axis < -rank || axis >= rank)
+    return g.error() << "axis " << axis << " is out of range for rank "
+                     << rank;
+  if (axis < 0)
+    axis += rank;
+  int64_t outputs = g.getNode().output_size();
+  SmallVector<int64_t> sizes;
+  if (splitIsInput && g.hasInput(1)) {
+    auto s = g.requireConstant(1, "split");
+    if (failed(s))
+      return failure();
+    std::vector<int64_t> v = (*s)->toInts();
+    sizes.assign(v.begin(), v.end());
+  } else if (auto s = g.intsAttr("split"); !splitIsInput && s && !s->empty()) {
+    sizes = *s;
+  } else {
+    if (outputs == 0 || type.getDimSize(axis) % outputs != 0)
+      return g.error() << "axis size " << type.getDimSize(axis)
+                       << " does not split evenly into " << outputs
+                       << " outputs";
+    sizes.assign(outputs, type.getDimSize(axis) / outputs);
+  }
+  if (static_cast<int64_t>(sizes.size()) != outputs)
+    return g.error() << "split has " << sizes.size() << " sizes for "
+                     << outputs << " outputs";
+  auto op = g.create<nn::SplitOp>(
+      {*x}, {g.named("axis", g.getBuilder().getI64IntegerAttr(axis)),
+             g.named("sizes", g.getBuilder().getDenseI64ArrayAttr(sizes))});
+  if (failed(op))
+    return failure();
+  for (int64_t i = 0; i < outputs; ++i)
+    g.setOutput(i, (*op)->getResult(i));
+  return success();
+}
+
+LogicalResult importGather(GraphImporter &g) {
+  if (failed(g.checkAttrs({"axis"})))
+    return failure();
+  auto dataType = g.inputType(0);
+  auto indicesType = g.inputType(1);
+  if (failed(dataType) || failed(indicesType))
+    return failure();
+  int64_t rank = dataType->getRank(), axis = g.intAttr("axis", 0);
+  if (rank == 0 || axis < -rank || axis >= rank)
+    return g.error() << "axis " << axis << " is out of range for rank "
+                     << rank;
+  if (axis < 0)
+    axis += rank;
+  const ConstTensor *indices = g.constantInput(1);
+  if (!indices) {
+    auto operands = g.inputs(2);
+    if (failed(operands))
+      return failure();
+    auto result = g.createValue<nn::GatherOp>(
+        *operands, {g.named("axis", g.getBuilder().getI64IntegerAttr(axis))});
+    if (failed(result))
+      return failure();
+    g.setOutput(0, *result);
+    return success();
+  }
+  if (indices->isFloat())
+    return g.error() << "indices must be integers";
+  int64_t dim = dataType->getDimSize(axis);
+  std::vector<int64_t> normalized = indices->toInts();
+  for (int64_t &i : normalized) {
+    if (i < -dim || i >= dim)
+      return g.error() << "index " << i << " is out of range for axis "
+                       << axis << " of size " << dim;
+    if (i < 0)
+      i += dim;
+  }
+  if (const ConstTensor *data = g.constantInput(0)) {
+    g.setConstantOutput(0,
+                        foldGather(*data, normalized, indices->shape, axis));
+    return success();
+  }
+  auto data = g.input(0);
+  if (failed(data))
+    return failure();
+  Value indexValue =
+      g.materialize(ConstTensor::ofInts(normalized, indices->shape));
+  auto result = g.createValue<nn::GatherOp>(
+      {*data, indexValue},
+      {g.named("axis", g.getBuilder().getI64IntegerAttr(axis))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importPad(GraphImporter &g) {
+  if (failed(g.checkAttrs({"mode"})))
+    return failure();
+  std::string mode = g.stringAttr("mode", "constant");
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  auto pads = g.requireConstant(1, "pads");
+  if (failed(pads))
+    return failure();
+  double value = 0.0;
+  if (g.hasInput(2)) {
+    auto v = g.requireConstant(2, "constant_value");
+    if (failed(v))
+      return failure();
+    if ((*v)->numElements() != 1)
+      return g.error() << "constant_value must be a scalar";
+    value = (*v)->floatAt(0);
+  }
+  if (g.hasInput(3))
+    return g.error() << "the axes input (opset 18) is not supported";
+  Builder &b = g.getBuilder();
+  auto result = g.createValue<nn::PadOp>(
+      {*x}, {g.named("pads", b.getDenseI64ArrayAttr((*pads)->toInts())),
+             g.named("mode", b.getStringAttr(mode)),
+             g.named("value", b.getF64FloatAttr(value))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+LogicalResult importReduceMean(GraphImporter &g) {
+  if (failed(g.checkAttrs({"axes", "keepdims"})))
+    return failure();
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
+  SmallVector<int64_t> axes;
+  if (auto a = g.intsAttr("axes"); a && !a->empty()) {
+    auto normalized = normalizeAxes(g, *a, rank);
+    if (failed(normalized))
+      return failure();
+    axes = *normalized;
+    llvm::sort(axes);
+  } else {
+    for (int64_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+  }
+  Builder &b = g.getBuilder();
+  auto result = g.createValue<nn::ReduceMeanOp>(
+      {*x}, {g.named("axes", b.getDenseI64ArrayAttr(axes)),
+             g.named("keepdims", b.getBoolAttr(g.intAttr("keepdims", 1) != 0))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+} // namespace
+
+void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
+  t.add("Reshape", 5, importReshape);
+  t.add("Flatten", 9, importFlatten);
+  t.add("Squeeze", 1, importSqueeze);
+  t.add("Unsqueeze", 1, importUnsqueeze);
+  t.add("Transpose", 1, importTranspose);
+  t.add("Concat", 4, importConcat);
+  t.add("Slice", 10, importSlice);
+  t.add("Split", 2, importSplit);
+  t.add("Gather", 1, importGather);
+  t.add("Pad", 11, importPad);
+  t.add("ReduceMean", 1, importReduceMean);
+}

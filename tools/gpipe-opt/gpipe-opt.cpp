@@ -1,0 +1,167 @@
+//===- gpipe-opt.cpp - The gpipe compiler driver --------------------------===//
+//
+// Two modes, chosen by the input:
+//   gpipe-opt model.onnx --emit=nn [--batch-size=N]   import and print
+//   gpipe-opt model.onnx -o model.gpipe               compile a bundle
+//   gpipe-opt file.mlir --<pass>...                   like mlir-opt
+//
+//===----------------------------------------------------------------------===//
+#include "GPipe/IR/GPipeDialect.h"
+#include "Import/ONNX/ModelImporter.h"
+#include "NN/IR/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+
+cl::OptionCategory gpipeCategory("gpipe options (ONNX input)");
+
+enum class Emit { None, NN, Stages, Autodiff, Schedule, LLVM };
+
+cl::opt<Emit> emitOption(
+    "emit", cl::desc("Stop after a phase and print its IR (ONNX input)"),
+    cl::init(Emit::None), cl::cat(gpipeCategory),
+    cl::values(
+        clEnumValN(Emit::NN, "nn", "the imported model in the nn dialect"),
+        clEnumValN(Emit::Stages, "stages",
+                   "after partitioning into gpipe.stage regions"),
+        clEnumValN(Emit::Autodiff, "autodiff", "after per-stage autodiff"),
+        clEnumValN(Emit::Schedule, "schedule",
+                   "after the static micro-batch schedule"),
+        clEnumValN(Emit::LLVM, "llvm", "the LLVM dialect of each stage")));
+
+cl::opt<int64_t> batchSizeOption(
+    "batch-size",
+    cl::desc("Batch size N: replaces the symbolic (or first) dimension of "
+             "every graph input (ONNX input; default: the model's static "
+             "batch)"),
+    cl::init(0), cl::cat(gpipeCategory));
+
+bool isONNXFile(StringRef path) {
+  return llvm::sys::path::extension(path).equals_insensitive(".onnx");
+}
+
+/// One line per diagnostic: "<file>: error: node 'n': message".
+void printDiagnostic(Diagnostic &diag) {
+  std::string file, node;
+  diag.getLocation()->walk([&](Location loc) {
+    if (auto f = dyn_cast<FileLineColLoc>(loc); f && file.empty())
+      file = f.getFilename().str();
+    if (auto n = dyn_cast<NameLoc>(loc); n && node.empty())
+      node = n.getName().str();
+    return WalkResult::advance();
+  });
+  llvm::raw_ostream &os = llvm::errs();
+  if (!file.empty())
+    os << file << ": ";
+  switch (diag.getSeverity()) {
+  case DiagnosticSeverity::Error:
+    os << "error: ";
+    break;
+  case DiagnosticSeverity::Warning:
+    os << "warning: ";
+    break;
+  case DiagnosticSeverity::Note:
+    os << "note: ";
+    break;
+  case DiagnosticSeverity::Remark:
+    os << "remark: ";
+    break;
+  }
+  if (!node.empty())
+    os << "node '" << node << "': ";
+  std::string message = diag.str();
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  os << message << "\n";
+}
+
+int notImplemented(StringRef what) {
+  llvm::errs() << "gpipe-opt: error: " << what
+               << " is not implemented yet; this version can import ONNX "
+                  "models (--emit=nn) and run passes on .mlir files\n";
+  return 2;
+}
+
+int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
+  MLIRContext context(registry);
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
+    printDiagnostic(diag);
+    return success();
+  });
+  switch (emitOption) {
+  case Emit::None:
+    return notImplemented("bundle output (-o model.gpipe)");
+  case Emit::Stages:
+    return notImplemented("--emit=stages");
+  case Emit::Autodiff:
+    return notImplemented("--emit=autodiff");
+  case Emit::Schedule:
+    return notImplemented("--emit=schedule");
+  case Emit::LLVM:
+    return notImplemented("--emit=llvm");
+  case Emit::NN:
+    break;
+  }
+  gpipe::ONNXImportOptions options;
+  if (batchSizeOption.getNumOccurrences())
+    options.batchSize = batchSizeOption;
+  OwningOpRef<ModuleOp> module =
+      gpipe::importONNXFile(input, &context, options);
+  if (!module)
+    return 1;
+  // Written to a temporary file and renamed: a failed run leaves no
+  // partial output behind.
+  llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
+    module->print(os, OpPrintingFlags());
+    return llvm::Error::success();
+  });
+  if (err) {
+    llvm::errs() << "gpipe-opt: error: cannot write '" << output
+                 << "': " << llvm::toString(std::move(err)) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  DialectRegistry registry;
+  gpipe::registerONNXImportDialects(registry);
+  registerTransformsPasses();
+
+  auto [input, output] = registerAndParseCLIOptions(
+      argc, argv,
+      "gpipe-opt: the gpipe compiler\n\n"
+      "  gpipe-opt model.onnx --emit=nn [--batch-size=N] [-o out.mlir]\n"
+      "      import an ONNX model (opsets 11-17) and print it in the nn "
+      "dialect\n"
+      "  gpipe-opt model.onnx -o model.gpipe\n"
+      "      compile a pipelined training bundle (not implemented yet)\n"
+      "  gpipe-opt file.mlir [--pass...] [--split-input-file] "
+      "[--verify-diagnostics]\n"
+      "      run passes on MLIR input, like mlir-opt\n",
+      registry);
+
+  if (isONNXFile(input))
+    return compileONNX(input, output, registry);
+  if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences()) {
+    llvm::errs() << "gpipe-opt: error: --emit and --batch-size apply to ONNX "
+                    "input (a .onnx file); '"
+                 << input << "' is read as MLIR\n";
+    return 1;
+  }
+  return asMainReturnCode(MlirOptMain(argc, argv, input, output, registry));
+}
