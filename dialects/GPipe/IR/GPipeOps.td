@@ -82,7 +82,7 @@ def GPipe_StageOp : GPipe_Op<"stage", [IsolatedFromAbove, SingleBlock]> {
   let results = (outs Variadic<AnyRankedTensor>:$outputs);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $index `on` $device `(` $inputs `)` `:` functional-type($inputs, $outputs)
+    $index `on` $device ` ` `(` $inputs `)` `:` functional-type($inputs, $outputs)
     attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;

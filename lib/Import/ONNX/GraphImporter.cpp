@@ -5,6 +5,7 @@
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/AsmState.h"
+#include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "onnx/onnx_pb.h"
@@ -12,6 +13,19 @@
 using namespace mlir;
 using namespace gpipe;
 using namespace gpipe::onnx_import;
+
+namespace {
+/// Resource keys must be identifiers ([a-zA-Z_][a-zA-Z0-9_$.]*); ONNX
+/// names often are not ("1.weight", "onnx::MatMul_12").
+std::string resourceKey(StringRef name) {
+  std::string key;
+  for (char c : name)
+    key += (llvm::isAlnum(c) || c == '_' || c == '.' || c == '$') ? c : '_';
+  if (key.empty() || !(llvm::isAlpha(key[0]) || key[0] == '_'))
+    key = "_" + key;
+  return key;
+}
+} // namespace
 
 GraphImporter::GraphImporter(ModuleOp module, StringRef fileName, int64_t opset)
     : module(module), builder(module.getContext()),
@@ -126,8 +140,8 @@ FailureOr<Value> GraphImporter::materializeEntry(Entry &entry, StringRef name) {
           *type);
       auto blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
           ArrayRef<char>(*bytes), alignof(double));
-      auto value =
-          DenseResourceElementsAttr::get(tensorType, name, std::move(blob));
+      auto value = DenseResourceElementsAttr::get(
+          tensorType, resourceKey(name), std::move(blob));
       auto param = moduleBuilder.create<ParameterOp>(
           FileLineColLoc::get(fileName, 0, 0), name, value,
           /*trainable=*/false);

@@ -1,0 +1,179 @@
+// RUN: gpipe-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{value must be a statically shaped tensor, got 'vector<4xf32>'}}
+gpipe.parameter @p = dense<1.0> : vector<4xf32>
+
+// -----
+
+func.func @missing_parameter() {
+  // expected-error @+1 {{'q' does not name a gpipe.parameter}}
+  %0 = gpipe.get_parameter @q : tensor<4xf32>
+  return
+}
+
+// -----
+
+gpipe.parameter @p = dense<1.0> : tensor<4xf32>
+func.func @parameter_type() {
+  // expected-error @+1 {{result type 'tensor<5xf32>' differs from parameter 'p' of type 'tensor<4xf32>'}}
+  %0 = gpipe.get_parameter @p : tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @stage_yield(%x: tensor<2xf32>) {
+  // expected-error @+1 {{yielded types must match the result types}}
+  %0 = gpipe.stage 0 on "cpu:0" (%x) : (tensor<2xf32>) -> tensor<3xf32> {
+  ^bb0(%in: tensor<2xf32>):
+    gpipe.yield %in : tensor<2xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @stage_args(%x: tensor<2xf32>) {
+  // expected-error @+1 {{block argument types must match the input types}}
+  %0 = gpipe.stage 0 on "cpu:0" (%x) : (tensor<2xf32>) -> tensor<2xf32> {
+  ^bb0(%in: tensor<3xf32>):
+    gpipe.yield %x : tensor<2xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @send_self(%x: tensor<2xf32>) {
+  %0 = gpipe.stage 1 on "cpu:0" (%x) : (tensor<2xf32>) -> tensor<2xf32> {
+  ^bb0(%in: tensor<2xf32>):
+    // expected-error @+1 {{peer 1 is the stage itself}}
+    gpipe.send %in to 1 channel 0 : tensor<2xf32>
+    gpipe.yield %in : tensor<2xf32>
+  }
+  return
+}
+
+// -----
+
+// Stage 1 waits for an activation that stage 0 never sends.
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:1" {
+    // expected-error @+1 {{has no matching send on stage 0}}
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+// Crossed order: stage 0 waits for the gradient before sending the
+// activation that stage 1 needs to produce it.
+// expected-error @+1 {{deadlocks: stage 0 waits forever at this instruction}}
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    // expected-note @+1 {{blocked here}}
+    gpipe.recv_gradient 0 peer 1
+    gpipe.send_activation 0 peer 1
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:1" {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(2) {
+  // expected-error @+1 {{stage 0 does not run forward and backward of micro-batch 1}}
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    // expected-error @+1 {{backward of micro-batch 0 comes before its forward}}
+    gpipe.backward 0
+    gpipe.forward 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.recompute 0
+    // expected-error @+1 {{recompute of micro-batch 0 must come once, after its forward and before its backward}}
+    gpipe.recompute 0
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.optimizer_step
+    // expected-error @+1 {{follows the optimizer step of stream 0}}
+    gpipe.forward 0
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    // expected-error @+1 {{peer 0 of stage 0 must be stage 1}}
+    gpipe.send_activation 0 peer 0
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+// expected-error @+1 {{stage 1 has no stream}}
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    // expected-error @+1 {{micro-batch 3 is out of range [0, 1)}}
+    gpipe.forward 3
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+}

@@ -1,0 +1,63 @@
+"""The four reference models of the end-to-end tests, built with PyTorch.
+
+Each builder returns (module, example input, op expectations), where the
+expectations map an nn op name to the number of PyTorch modules it must come
+from.
+"""
+import torch
+import torch.nn as nn
+import torchvision
+
+
+def mlp():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                      nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
+def cnn():
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
+def resnet18():
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    return m, torch.randn(4, 3, 32, 32)
+
+
+class TransformerClassifier(nn.Module):
+    def __init__(self, d_model=64, nhead=4, layers=2, classes=10):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=128,
+                                           dropout=0.1, activation="gelu",
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+def transformer():
+    torch.manual_seed(0)
+    return TransformerClassifier(), torch.randn(4, 16, 64)
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "resnet18": resnet18,
+          "transformer": transformer}
+
+
+def export(name, path):
+    model, x = MODELS[name]()
+    model.train()
+    torch.onnx.export(model, x, path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["input"],
+                      output_names=["logits"])
+    return model, x

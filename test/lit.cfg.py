@@ -1,0 +1,27 @@
+# lit configuration of gpipe's tests: test/<suite> in the source tree runs in
+# build/test/<suite>.
+import os
+import lit.formats
+
+config.name = "gpipe"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".textproto", ".test"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "CMakeLists.txt",
+                   "Inputs", "runtime"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.gpipe_obj_root, "test")
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.gpipe_tools_dir, config.llvm_tools_dir,
+     config.environment.get("PATH", "")])
+# Sanitizer builds: make any report fatal and visible.
+for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.substitutions.append(
+    ("%onnx-encode",
+     "protoc --encode=onnx.ModelProto -I/usr/include onnx/onnx.proto"))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+config.substitutions.append(("%gpipe_src", config.gpipe_src_root))
+config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))
