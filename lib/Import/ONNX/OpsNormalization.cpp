@@ -45,15 +45,22 @@ LogicalResult importLayerNorm(GraphImporter &g) {
     return failure();
   if (g.intAttr("stash_type", 1) != 1)
     return g.error() << "only stash_type=1 (float) is supported";
-  Builder &b = g.getBuilder();
-  SmallVector<NamedAttribute> attrs{
-      g.named("axis", b.getI64IntegerAttr(g.intAttr("axis", -1))),
-      g.named("epsilon", b.getF32FloatAttr(g.floatAttr("epsilon", 1e-5f)))};
   auto operands = g.inputs(3);
   if (failed(operands))
     return failure();
   if (operands->size() < 2)
     return g.error() << "needs inputs X and Scale";
+  int64_t rank = cast<RankedTensorType>(operands->front().getType()).getRank();
+  int64_t axis = g.intAttr("axis", -1);
+  if (axis < -rank || axis >= rank)
+    return g.error() << "axis " << axis << " is out of range for rank "
+                     << rank;
+  if (axis < 0)
+    axis += rank;
+  Builder &b = g.getBuilder();
+  SmallVector<NamedAttribute> attrs{
+      g.named("axis", b.getI64IntegerAttr(axis)),
+      g.named("epsilon", b.getF32FloatAttr(g.floatAttr("epsilon", 1e-5f)))};
   g.rejectOutputsFrom(1, "mean and inverse standard deviation");
   auto result = g.createValue<nn::LayerNormOp>(*operands, attrs);
   if (failed(result))

@@ -253,6 +253,12 @@ LogicalResult importConcat(GraphImporter &g) {
   auto operands = g.inputs(g.numInputs());
   if (failed(operands))
     return failure();
+  int64_t rank = cast<RankedTensorType>(operands->front().getType()).getRank();
+  if (axis < -rank || axis >= rank)
+    return g.error() << "axis " << axis << " is out of range for rank "
+                     << rank;
+  if (axis < 0)
+    axis += rank;
   auto result = g.createValue<nn::ConcatOp>(
       *operands, {g.named("axis", g.getBuilder().getI64IntegerAttr(axis))});
   if (failed(result))
