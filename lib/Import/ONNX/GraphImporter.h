@@ -112,8 +112,10 @@ public:
     mlir::DictionaryAttr dict = mlir::DictionaryAttr::get(getContext(), attrs);
     if (mlir::failed(OpTy::inferReturnTypes(getContext(), loc, operands, dict,
                                             mlir::OpaqueProperties(nullptr),
-                                            mlir::RegionRange(), types)))
+                                            mlir::RegionRange(), types))) {
+      nodeFailed = true; // inference reported the reason at the node
       return mlir::failure();
+    }
     return createWithTypes(OpTy::getOperationName(), operands, types, attrs);
   }
   /// Same with single result.
