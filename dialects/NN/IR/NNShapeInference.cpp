@@ -16,6 +16,19 @@ using namespace gpipe::nn;
 
 namespace {
 
+/// Largest magnitude accepted for sizes, strides, pads and steps: keeps all
+/// shape arithmetic far from int64 overflow, whatever the input.
+constexpr int64_t kMaxExtent = int64_t(1) << 32;
+
+LogicalResult checkBounded(std::optional<Location> loc, StringRef opName,
+                           StringRef attrName, ArrayRef<int64_t> values) {
+  for (int64_t v : values)
+    if (v > kMaxExtent || v < -kMaxExtent)
+      return emitOptionalError(loc, "'nn.", opName, "' attribute '", attrName,
+                               "' value ", v, " is out of range");
+  return success();
+}
+
 RankedTensorType rankedType(Value v) {
   return llvm::dyn_cast<RankedTensorType>(v.getType());
 }
@@ -91,7 +104,11 @@ inferWindowedShape(std::optional<Location> loc, StringRef opName,
   if (failed(checkArraySize(loc, opName, "kernel_shape", kernel, spatial)) ||
       failed(checkArraySize(loc, opName, "strides", strides, spatial)) ||
       failed(checkArraySize(loc, opName, "pads", pads, 2 * spatial)) ||
-      failed(checkArraySize(loc, opName, "dilations", dilations, spatial)))
+      failed(checkArraySize(loc, opName, "dilations", dilations, spatial)) ||
+      failed(checkBounded(loc, opName, "kernel_shape", kernel)) ||
+      failed(checkBounded(loc, opName, "strides", strides)) ||
+      failed(checkBounded(loc, opName, "pads", pads)) ||
+      failed(checkBounded(loc, opName, "dilations", dilations)))
     return failure();
   SmallVector<int64_t> shape(input.getShape().take_front(2));
   for (size_t i = 0; i < spatial; ++i) {
@@ -237,11 +254,13 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *,
   if (failed(shape))
     return failure();
   int64_t channels = input.getDimSize(1), filters = weight.getDimSize(0);
-  if (channels % group != 0 || filters % group != 0 ||
-      weight.getDimSize(1) * group != channels)
+  if (group > channels || channels % group != 0 || filters % group != 0 ||
+      weight.getDimSize(1) != channels / group)
     return emitOptionalError(loc, "'nn.conv' input has ", channels,
                              " channels but weight ", weight, " with group ",
-                             group, " expects ", weight.getDimSize(1) * group);
+                             group, " expects ",
+                             group <= channels ? weight.getDimSize(1) * group
+                                               : weight.getDimSize(1));
   if (Value bias = adaptor.getBias()) {
     RankedTensorType biasType = rankedType(bias);
     if (biasType.getRank() != 1 || biasType.getDimSize(0) != filters)
@@ -365,7 +384,8 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
   RankedTensorType input = rankedType(adaptor.getInput());
   int64_t rank = input.getRank();
   ArrayRef<int64_t> pads = adaptor.getPads();
-  if (failed(checkArraySize(loc, "pad", "pads", pads, 2 * rank)))
+  if (failed(checkArraySize(loc, "pad", "pads", pads, 2 * rank)) ||
+      failed(checkBounded(loc, "pad", "pads", pads)))
     return failure();
   StringRef mode = adaptor.getMode();
   if (mode != "constant" && mode != "reflect" && mode != "edge")
@@ -397,9 +417,15 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
   if (llvm::any_of(shape, [](int64_t d) { return d < 0; }))
     return emitOptionalError(loc, "'nn.reshape' shape must be fully resolved "
                                   "(non-negative)");
+  if (failed(checkBounded(loc, "reshape", "shape", shape)))
+    return failure();
   int64_t count = 1;
-  for (int64_t d : shape)
+  for (int64_t d : shape) {
+    if (d && count > (int64_t(1) << 62) / d)
+      return emitOptionalError(loc, "'nn.reshape' shape has too many "
+                                    "elements");
     count *= d;
+  }
   if (count != input.getNumElements())
     return emitOptionalError(loc, "'nn.reshape' cannot reshape ", input,
                              " (", input.getNumElements(), " elements) to ",
@@ -492,7 +518,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *,
                     steps = adaptor.getSteps();
   if (failed(checkArraySize(loc, "slice", "starts", starts, rank)) ||
       failed(checkArraySize(loc, "slice", "ends", ends, rank)) ||
-      failed(checkArraySize(loc, "slice", "steps", steps, rank)))
+      failed(checkArraySize(loc, "slice", "steps", steps, rank)) ||
+      failed(checkBounded(loc, "slice", "steps", steps)))
     return failure();
   SmallVector<int64_t> shape;
   for (size_t i = 0; i < rank; ++i) {
@@ -521,6 +548,8 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *,
   RankedTensorType input = rankedType(adaptor.getInput());
   auto axis = normalizeAxis(loc, "split", adaptor.getAxis(), input.getRank());
   if (failed(axis))
+    return failure();
+  if (failed(checkBounded(loc, "split", "sizes", adaptor.getSizes())))
     return failure();
   int64_t total = 0;
   for (int64_t size : adaptor.getSizes()) {

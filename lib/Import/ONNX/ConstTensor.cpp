@@ -326,6 +326,11 @@ template <typename T> T readRaw(const std::string &raw, size_t i) {
 }
 } // namespace
 
+llvm::Error gpipe::onnx_import::checkTensor(const onnx::TensorProto &proto) {
+  auto count = validate(proto);
+  return count ? llvm::Error::success() : count.takeError();
+}
+
 llvm::Expected<ConstTensor>
 gpipe::onnx_import::decodeTensor(const onnx::TensorProto &proto) {
   auto count = validate(proto);

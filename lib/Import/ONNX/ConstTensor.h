@@ -77,6 +77,9 @@ struct ConstTensor {
   mlir::DenseElementsAttr toAttr(mlir::MLIRContext *ctx) const;
 };
 
+/// Checks that a tensor can be decoded (type, dims, data size).
+llvm::Error checkTensor(const onnx::TensorProto &proto);
+
 /// Decodes an ONNX tensor (raw_data or typed fields). Fails with a reason on
 /// external data, unsupported types, negative dims and size mismatches.
 llvm::Expected<ConstTensor> decodeTensor(const onnx::TensorProto &proto);

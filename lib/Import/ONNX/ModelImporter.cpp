@@ -104,6 +104,8 @@ LogicalResult ModelImporter::sortNodes() {
       return error() << "an initializer has no name";
     if (!available.insert(t.name()).second)
       return error() << "initializer '" << t.name() << "' is defined twice";
+    if (llvm::Error err = checkTensor(t))
+      return error() << "initializer: " << llvm::toString(std::move(err));
   }
   llvm::StringSet<> inputNames;
   for (const onnx::ValueInfoProto &in : graph.input()) {

@@ -43,8 +43,11 @@ FailureOr<SmallVector<int64_t>> normalizeAxes(GraphImporter &g,
 LogicalResult reshapeTo(GraphImporter &g, ArrayRef<int64_t> shape) {
   if (const ConstTensor *c = g.constantInput(0)) {
     int64_t count = 1;
-    for (int64_t d : shape)
+    for (int64_t d : shape) {
+      if (d && count > (int64_t(1) << 40) / d)
+        return g.error() << "the target shape has more than 2^40 elements";
       count *= d;
+    }
     if (count != c->numElements())
       return g.error() << "cannot reshape " << c->numElements()
                        << " elements to " << count;
@@ -96,6 +99,8 @@ LogicalResult importReshape(GraphImporter &g) {
     } else if (d < 0) {
       return g.error() << "invalid shape entry " << d;
     }
+    if (d && known > (int64_t(1) << 40) / d)
+      return g.error() << "the target shape has more than 2^40 elements";
     shape.push_back(d);
     known *= d;
   }
@@ -311,6 +316,9 @@ LogicalResult importSlice(GraphImporter &g) {
     int64_t step = steps[k];
     if (step == 0)
       return g.error() << "step of axis " << axis << " is zero";
+    // A step beyond the axis size selects at most one element either way.
+    step = std::clamp<int64_t>(step, -std::max<int64_t>(dim, 1),
+                               std::max<int64_t>(dim, 1));
     auto clampIndex = [&](int64_t v, int64_t lo, int64_t hi) {
       if (v < 0)
         v = v < -dim ? lo : v + dim;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds gpipe-opt with AddressSanitizer and UndefinedBehaviorSanitizer in
+# build-asan/ and runs the importer and dialect tests with it: every
+# malformed-model case (test/Import/ONNX/malformed_models.py) and every error
+# test must pass with no sanitizer report (reports abort the process, so a
+# report fails its test).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${GPIPE_ASAN_BUILD_DIR:-$root/build-asan}"
+
+cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGPIPE_SANITIZE=address,undefined >/dev/null
+ninja -C "$build" gpipe-opt
+
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+python3 /usr/lib/llvm-19/build/utils/lit/lit.py -v \
+  "$build/test/dialects" "$build/test/Import"
