@@ -18,6 +18,7 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -48,6 +49,14 @@ cl::opt<int64_t> batchSizeOption(
              "every graph input (ONNX input; default: the model's static "
              "batch)"),
     cl::init(0), cl::cat(gpipeCategory));
+
+cl::list<std::string> constInputOption(
+    "const-input",
+    cl::desc("NAME=FILE: make graph input NAME a compile-time constant with "
+             "the value of FILE, a serialized ONNX TensorProto (.pb); for "
+             "inputs that must be static, like a Reshape's shape (ONNX "
+             "input; repeatable)"),
+    cl::value_desc("NAME=FILE"), cl::cat(gpipeCategory));
 
 bool isONNXFile(StringRef path) {
   return llvm::sys::path::extension(path).equals_insensitive(".onnx");
@@ -117,6 +126,23 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   gpipe::ONNXImportOptions options;
   if (batchSizeOption.getNumOccurrences())
     options.batchSize = batchSizeOption;
+  for (const std::string &binding : constInputOption) {
+    auto [name, file] = StringRef(binding).split('=');
+    if (name.empty() || file.empty()) {
+      llvm::errs() << "gpipe-opt: error: --const-input expects NAME=FILE, got '"
+                   << binding << "'\n";
+      return 1;
+    }
+    auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!buffer) {
+      llvm::errs() << "gpipe-opt: error: --const-input: cannot read '" << file
+                   << "': " << buffer.getError().message() << "\n";
+      return 1;
+    }
+    options.constantInputs.emplace_back(name.str(),
+                                        (*buffer)->getBuffer().str());
+  }
   OwningOpRef<ModuleOp> module =
       gpipe::importONNXFile(input, &context, options);
   if (!module)
@@ -157,9 +183,10 @@ int main(int argc, char **argv) {
 
   if (isONNXFile(input))
     return compileONNX(input, output, registry);
-  if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences()) {
-    llvm::errs() << "gpipe-opt: error: --emit and --batch-size apply to ONNX "
-                    "input (a .onnx file); '"
+  if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences() ||
+      constInputOption.getNumOccurrences()) {
+    llvm::errs() << "gpipe-opt: error: --emit, --batch-size and --const-input "
+                    "apply to ONNX input (a .onnx file); '"
                  << input << "' is read as MLIR\n";
     return 1;
   }

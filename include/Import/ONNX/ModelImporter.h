@@ -15,6 +15,9 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace mlir {
 class DialectRegistry;
@@ -26,10 +29,16 @@ struct ONNXImportOptions {
   /// Replaces symbolic dimensions of graph inputs, or the first dimension
   /// when all are static.
   std::optional<int64_t> batchSize;
+  /// Graph inputs turned into compile-time constants: name -> serialized
+  /// TensorProto (e.g. the shape argument of a Reshape).
+  std::vector<std::pair<std::string, std::string>> constantInputs;
 };
 
-/// The opsets the importer accepts.
-constexpr int64_t kMinONNXOpset = 11;
+/// The default-domain opsets a model may import. Each op is imported by the
+/// entry of the highest since-version <= the model's opset; an op whose form
+/// at that opset gpipe does not know is an error naming the opset it needs.
+/// Opsets 11-17 are the reference range and fully covered.
+constexpr int64_t kMinONNXOpset = 1;
 constexpr int64_t kMaxONNXOpset = 17;
 
 /// Imports serialized ModelProto bytes; `fileName` names the model in

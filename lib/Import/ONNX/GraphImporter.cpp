@@ -51,6 +51,12 @@ void GraphImporter::defineValue(StringRef name, Value value) {
   values[name] = std::move(entry);
 }
 
+void GraphImporter::defineConstant(StringRef name, ConstTensor value) {
+  Entry entry;
+  entry.constant = std::move(value);
+  values[name] = std::move(entry);
+}
+
 void GraphImporter::defineUnavailable(StringRef name, StringRef reason) {
   Entry entry;
   entry.unavailableReason = reason.str();

@@ -44,6 +44,7 @@ public:
   void addInitializer(const onnx::TensorProto &tensor);
   bool isDefined(llvm::StringRef name) const;
   void defineValue(llvm::StringRef name, mlir::Value value);
+  void defineConstant(llvm::StringRef name, ConstTensor value);
   /// Names produced by a node but not usable (e.g. BatchNorm's running-stat
   /// outputs); a later use reports `reason`.
   void defineUnavailable(llvm::StringRef name, llvm::StringRef reason);

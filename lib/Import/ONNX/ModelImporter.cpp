@@ -85,7 +85,8 @@ LogicalResult ModelImporter::checkModel() {
   if (opset < kMinONNXOpset || opset > kMaxONNXOpset)
     return error() << "opset " << opset << " is out of the supported range "
                    << kMinONNXOpset << ".." << kMaxONNXOpset
-                   << " (convert the model with onnx.version_converter)";
+                   << " (convert the model to opset 17 or lower with "
+                      "onnx.version_converter)";
   if (!model.has_graph())
     return error() << "the model has no graph";
   if (graph.node_size() == 0)
@@ -324,13 +325,23 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
                        b.getStringAttr(model.producer_name() + " " +
                                        model.producer_version()));
 
-  llvm::StringSet<> initializerNames;
+  llvm::StringSet<> initializerNames, inputNames;
   for (const onnx::TensorProto &t : graph.initializer())
     initializerNames.insert(t.name());
+  for (const onnx::ValueInfoProto &in : graph.input())
+    inputNames.insert(in.name());
   SmallVector<Type> argTypes;
   SmallVector<std::string> argNames;
+  llvm::StringMap<const std::string *> constantInputs;
+  for (const auto &[name, bytes] : options.constantInputs) {
+    if (!inputNames.count(name))
+      return error() << "--const-input names '" << name
+                     << "', which is not a graph input",
+             nullptr;
+    constantInputs[name] = &bytes;
+  }
   for (const onnx::ValueInfoProto &in : graph.input()) {
-    if (initializerNames.count(in.name()))
+    if (initializerNames.count(in.name()) || constantInputs.count(in.name()))
       continue; // An initializer with a default: a parameter.
     auto type = inputType(in);
     if (failed(type))
@@ -347,6 +358,39 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   g.getBuilder().setInsertionPointToEnd(body);
   for (const onnx::TensorProto &t : graph.initializer())
     g.addInitializer(t);
+  std::vector<onnx::TensorProto> constants(constantInputs.size());
+  size_t next = 0;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    auto it = constantInputs.find(in.name());
+    if (it == constantInputs.end())
+      continue;
+    onnx::TensorProto &tensor = constants[next++];
+    if (!tensor.ParseFromString(*it->second))
+      return error() << "--const-input '" << in.name()
+                     << "': not a serialized ONNX TensorProto",
+             nullptr;
+    auto value = decodeTensor(tensor);
+    if (!value)
+      return error() << "--const-input '" << in.name()
+                     << "': " << llvm::toString(value.takeError()),
+             nullptr;
+    const auto &declared = in.type().tensor_type();
+    bool shapeMatches = !declared.has_shape() ||
+                        declared.shape().dim_size() ==
+                            static_cast<int>(value->shape.size());
+    for (int i = 0; shapeMatches && declared.has_shape() &&
+                    i < declared.shape().dim_size();
+         ++i)
+      if (declared.shape().dim(i).has_dim_value() &&
+          declared.shape().dim(i).dim_value() != value->shape[i])
+        shapeMatches = false;
+    if (declared.elem_type() != tensor.data_type() || !shapeMatches)
+      return error() << "--const-input '" << in.name()
+                     << "': the tensor's type or shape differs from the "
+                        "graph input's declaration",
+             nullptr;
+    g.defineConstant(in.name(), std::move(*value));
+  }
   for (auto [i, name] : llvm::enumerate(argNames)) {
     g.defineValue(name, body->getArgument(i));
     func.setArgAttr(i, "gpipe.name", b.getStringAttr(name));

@@ -115,7 +115,8 @@ LogicalResult importPow(GraphImporter &g) {
 LogicalResult importDropout(GraphImporter &g) {
   bool hasInputs = g.getOpset() >= 12;
   if (failed(g.checkAttrs(hasInputs ? ArrayRef<StringRef>{"seed"}
-                                    : ArrayRef<StringRef>{"seed", "ratio"})))
+                                    : ArrayRef<StringRef>{"seed", "ratio",
+                                                          "is_test"})))
     return failure();
   double ratio = 0.5;
   bool training = false;
@@ -139,7 +140,18 @@ LogicalResult importDropout(GraphImporter &g) {
   } else {
     ratio = g.floatAttr("ratio", 0.5f);
   }
-  g.rejectOutputsFrom(1, "the dropout mask");
+  if (training && ratio != 0.0) {
+    g.rejectOutputsFrom(1, "the random dropout mask");
+  } else if (g.getNode().output_size() > 1 && !g.getNode().output(1).empty()) {
+    // Deterministic dropout keeps every element: the mask is all true.
+    auto type = g.inputType(0);
+    if (failed(type))
+      return failure();
+    ConstTensor mask = ConstTensor::ofInts({1}, {}, DType::Bool);
+    mask.shape.assign(type->getShape().begin(), type->getShape().end());
+    mask.ints.assign(type->getNumElements(), 1);
+    g.setConstantOutput(1, std::move(mask));
+  }
   return importUnaryWith<nn::DropoutOp>(
       g, {g.named("ratio", g.getBuilder().getF32FloatAttr(ratio)),
           g.named("training", g.getBuilder().getBoolAttr(training))});
@@ -201,7 +213,7 @@ void gpipe::onnx_import::registerElementwiseImporters(OpImporterTable &t) {
   t.add("Mul", 7, importMul);
   t.add("Div", 7, importDiv);
   t.add("Pow", 7, importPow);
-  t.add("Dropout", 10, importDropout);
+  t.add("Dropout", 7, importDropout);
   t.add("Identity", 1, importIdentity);
   t.add("Cast", 6, importCast);
 }

@@ -82,7 +82,7 @@ LogicalResult importConv(GraphImporter &g) {
 } // namespace
 
 void gpipe::onnx_import::registerLinearImporters(OpImporterTable &t) {
-  t.add("Gemm", 11, importGemm);
-  t.add("MatMul", 9, importMatMul);
-  t.add("Conv", 11, importConv);
+  t.add("Gemm", 7, importGemm);
+  t.add("MatMul", 1, importMatMul);
+  t.add("Conv", 1, importConv);
 }

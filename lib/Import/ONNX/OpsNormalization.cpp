@@ -11,6 +11,87 @@ using namespace gpipe::onnx_import;
 
 namespace {
 
+/// A scalar of `like`'s floating-point element type.
+FailureOr<Value> scalar(GraphImporter &g, Type like, double value) {
+  Type element = cast<RankedTensorType>(like).getElementType();
+  DType dtype;
+  if (element.isF32())
+    dtype = DType::Float;
+  else if (element.isF64())
+    dtype = DType::Double;
+  else if (element.isF16())
+    dtype = DType::Float16;
+  else if (element.isBF16())
+    dtype = DType::BFloat16;
+  else
+    return g.error() << "needs a floating-point input, got " << element;
+  return g.materialize(ConstTensor::ofFloats({value}, {}, dtype));
+}
+
+struct Moments {
+  Value mean;     // kept dims
+  Value variance; // kept dims, biased (population) variance
+};
+
+/// Mean and variance of `x` over `axes`, with nn ops.
+FailureOr<Moments> moments(GraphImporter &g, Value x,
+                           ArrayRef<int64_t> axes) {
+  Builder &b = g.getBuilder();
+  SmallVector<NamedAttribute> attrs{
+      g.named("axes", b.getDenseI64ArrayAttr(axes)),
+      g.named("keepdims", b.getBoolAttr(true))};
+  auto mean = g.createValue<nn::ReduceMeanOp>({x}, attrs);
+  if (failed(mean))
+    return failure();
+  auto centered = g.createValue<nn::SubOp>({x, *mean});
+  if (failed(centered))
+    return failure();
+  auto squared = g.createValue<nn::MulOp>({*centered, *centered});
+  if (failed(squared))
+    return failure();
+  auto variance = g.createValue<nn::ReduceMeanOp>({*squared}, attrs);
+  if (failed(variance))
+    return failure();
+  return Moments{*mean, *variance};
+}
+
+/// The training-mode running statistics BatchNormalization outputs:
+/// running = input * momentum + current * (1 - momentum), per channel.
+LogicalResult importRunningStatistics(GraphImporter &g, Value x, Value mean,
+                                      Value var, double momentum) {
+  auto type = cast<RankedTensorType>(x.getType());
+  SmallVector<int64_t> axes{0};
+  for (int64_t i = 2; i < type.getRank(); ++i)
+    axes.push_back(i);
+  auto stats = moments(g, x, axes);
+  if (failed(stats))
+    return failure();
+  auto keep = g.getBuilder().getDenseI64ArrayAttr({type.getDimSize(1)});
+  auto momentumValue = scalar(g, x.getType(), momentum);
+  auto rest = scalar(g, x.getType(), 1.0 - momentum);
+  if (failed(momentumValue) || failed(rest))
+    return failure();
+  Value current[2] = {stats->mean, stats->variance};
+  Value running[2] = {mean, var};
+  for (int k = 0; k < 2; ++k) {
+    if (k + 1 >= g.getNode().output_size() || g.getNode().output(k + 1).empty())
+      continue;
+    auto flat = g.createValue<nn::ReshapeOp>({current[k]},
+                                             {g.named("shape", keep)});
+    if (failed(flat))
+      return failure();
+    auto old = g.createValue<nn::MulOp>({running[k], *momentumValue});
+    auto fresh = g.createValue<nn::MulOp>({*flat, *rest});
+    if (failed(old) || failed(fresh))
+      return failure();
+    auto sum = g.createValue<nn::AddOp>({*old, *fresh});
+    if (failed(sum))
+      return failure();
+    g.setOutput(k + 1, *sum);
+  }
+  return success();
+}
+
 LogicalResult importBatchNorm(GraphImporter &g) {
   bool hasTrainingMode = g.getOpset() >= 14;
   if (failed(g.checkAttrs(hasTrainingMode
@@ -32,12 +113,16 @@ LogicalResult importBatchNorm(GraphImporter &g) {
     return failure();
   if (operands->size() != 5)
     return g.error() << "needs inputs X, scale, B, input_mean and input_var";
-  g.rejectOutputsFrom(1, "running statistics as a tensor");
   auto result = g.createValue<nn::BatchNormOp>(*operands, attrs);
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
-  return success();
+  if (!training) {
+    g.rejectOutputsFrom(1, "running statistics outside training mode");
+    return success();
+  }
+  return importRunningStatistics(g, (*operands)[0], (*operands)[3],
+                                 (*operands)[4], g.floatAttr("momentum", 0.9f));
 }
 
 LogicalResult importLayerNorm(GraphImporter &g) {
@@ -61,11 +146,38 @@ LogicalResult importLayerNorm(GraphImporter &g) {
   SmallVector<NamedAttribute> attrs{
       g.named("axis", b.getI64IntegerAttr(axis)),
       g.named("epsilon", b.getF32FloatAttr(g.floatAttr("epsilon", 1e-5f)))};
-  g.rejectOutputsFrom(1, "mean and inverse standard deviation");
   auto result = g.createValue<nn::LayerNormOp>(*operands, attrs);
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
+  bool wantsStatistics = false;
+  for (int k = 1; k < g.getNode().output_size(); ++k)
+    wantsStatistics |= !g.getNode().output(k).empty();
+  if (!wantsStatistics)
+    return success();
+  // Mean and InvStdDev outputs: computed with nn ops.
+  SmallVector<int64_t> axes;
+  for (int64_t i = axis; i < rank; ++i)
+    axes.push_back(i);
+  Value x = (*operands)[0];
+  auto stats = moments(g, x, axes);
+  if (failed(stats))
+    return failure();
+  auto eps = scalar(g, x.getType(), g.floatAttr("epsilon", 1e-5f));
+  auto one = scalar(g, x.getType(), 1.0);
+  if (failed(eps) || failed(one))
+    return failure();
+  auto shifted = g.createValue<nn::AddOp>({stats->variance, *eps});
+  if (failed(shifted))
+    return failure();
+  auto stddev = g.createValue<nn::SqrtOp>({*shifted});
+  if (failed(stddev))
+    return failure();
+  auto inverse = g.createValue<nn::DivOp>({*one, *stddev});
+  if (failed(inverse))
+    return failure();
+  g.setOutput(1, stats->mean);
+  g.setOutput(2, *inverse);
   return success();
 }
 

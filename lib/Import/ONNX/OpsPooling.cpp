@@ -81,7 +81,7 @@ LogicalResult importGlobalAveragePool(GraphImporter &g) {
 } // namespace
 
 void gpipe::onnx_import::registerPoolingImporters(OpImporterTable &t) {
-  t.add("MaxPool", 11, importMaxPool);
-  t.add("AveragePool", 11, importAveragePool);
+  t.add("MaxPool", 1, importMaxPool);
+  t.add("AveragePool", 1, importAveragePool);
   t.add("GlobalAveragePool", 1, importGlobalAveragePool);
 }

@@ -273,26 +273,45 @@ LogicalResult importConcat(GraphImporter &g) {
 }
 
 LogicalResult importSlice(GraphImporter &g) {
-  if (failed(g.checkAttrs({})))
+  bool attrForm = g.getOpset() < 10;
+  if (failed(g.checkAttrs(attrForm ? ArrayRef<StringRef>{"starts", "ends",
+                                                         "axes"}
+                                   : ArrayRef<StringRef>{})))
     return failure();
   auto type = g.inputType(0);
   if (failed(type))
     return failure();
   int64_t rank = type->getRank();
-  auto startsT = g.requireConstant(1, "starts");
-  if (failed(startsT))
-    return failure();
-  auto endsT = g.requireConstant(2, "ends");
-  if (failed(endsT))
-    return failure();
-  std::vector<int64_t> starts = (*startsT)->toInts(), ends = (*endsT)->toInts();
-  std::vector<int64_t> axes, steps(starts.size(), 1);
-  if (g.hasInput(3)) {
+  std::vector<int64_t> starts, ends, axes;
+  if (attrForm) {
+    auto s = g.intsAttr("starts");
+    auto e = g.intsAttr("ends");
+    if (!s || !e)
+      return g.error() << "attributes 'starts' and 'ends' are required";
+    starts.assign(s->begin(), s->end());
+    ends.assign(e->begin(), e->end());
+    if (auto a = g.intsAttr("axes"))
+      axes.assign(a->begin(), a->end());
+    else
+      for (size_t i = 0; i < starts.size(); ++i)
+        axes.push_back(i);
+  } else {
+    auto startsT = g.requireConstant(1, "starts");
+    if (failed(startsT))
+      return failure();
+    auto endsT = g.requireConstant(2, "ends");
+    if (failed(endsT))
+      return failure();
+    starts = (*startsT)->toInts();
+    ends = (*endsT)->toInts();
+  }
+  std::vector<int64_t> steps(starts.size(), 1);
+  if (!attrForm && g.hasInput(3)) {
     auto a = g.requireConstant(3, "axes");
     if (failed(a))
       return failure();
     axes = (*a)->toInts();
-  } else {
+  } else if (!attrForm) {
     for (size_t i = 0; i < starts.size(); ++i)
       axes.push_back(i);
   }
@@ -458,17 +477,30 @@ LogicalResult importGather(GraphImporter &g) {
 }
 
 LogicalResult importPad(GraphImporter &g) {
-  if (failed(g.checkAttrs({"mode"})))
+  bool attrForm = g.getOpset() < 11;
+  if (failed(g.checkAttrs(attrForm ? ArrayRef<StringRef>{"mode", "pads",
+                                                         "value"}
+                                   : ArrayRef<StringRef>{"mode"})))
     return failure();
   std::string mode = g.stringAttr("mode", "constant");
   auto x = g.input(0);
   if (failed(x))
     return failure();
-  auto pads = g.requireConstant(1, "pads");
-  if (failed(pads))
-    return failure();
+  std::vector<int64_t> pads;
   double value = 0.0;
-  if (g.hasInput(2)) {
+  if (attrForm) {
+    auto p = g.intsAttr("pads");
+    if (!p)
+      return g.error() << "attribute 'pads' is required";
+    pads.assign(p->begin(), p->end());
+    value = g.floatAttr("value", 0.0f);
+  } else {
+    auto p = g.requireConstant(1, "pads");
+    if (failed(p))
+      return failure();
+    pads = (*p)->toInts();
+  }
+  if (!attrForm && g.hasInput(2)) {
     auto v = g.requireConstant(2, "constant_value");
     if (failed(v))
       return failure();
@@ -480,7 +512,7 @@ LogicalResult importPad(GraphImporter &g) {
     return g.error() << "the axes input (opset 18) is not supported";
   Builder &b = g.getBuilder();
   auto result = g.createValue<nn::PadOp>(
-      {*x}, {g.named("pads", b.getDenseI64ArrayAttr((*pads)->toInts())),
+      {*x}, {g.named("pads", b.getDenseI64ArrayAttr(pads)),
              g.named("mode", b.getStringAttr(mode)),
              g.named("value", b.getF64FloatAttr(value))});
   if (failed(result))
@@ -521,14 +553,14 @@ LogicalResult importReduceMean(GraphImporter &g) {
 
 void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Reshape", 5, importReshape);
-  t.add("Flatten", 9, importFlatten);
+  t.add("Flatten", 1, importFlatten);
   t.add("Squeeze", 1, importSqueeze);
   t.add("Unsqueeze", 1, importUnsqueeze);
   t.add("Transpose", 1, importTranspose);
   t.add("Concat", 4, importConcat);
-  t.add("Slice", 10, importSlice);
+  t.add("Slice", 1, importSlice);
   t.add("Split", 2, importSplit);
   t.add("Gather", 1, importGather);
-  t.add("Pad", 11, importPad);
+  t.add("Pad", 2, importPad);
   t.add("ReduceMean", 1, importReduceMean);
 }

@@ -110,7 +110,8 @@ def cases():
     yield "constant_of_shape_huge", node_model("ConstantOfShape", ["s"], in_vis=[], inits=[init("s", np.array([1 << 30, 1 << 30], np.int64))])
     yield "range_huge", node_model("Range", ["a", "b", "c"], in_vis=[], inits=[
         init("a", np.array(0, np.int64)), init("b", np.array(1 << 62, np.int64)), init("c", np.array(1, np.int64))])
-    yield "opset_7", relu_model(opset=7)
+    yield "opset_0", relu_model(opset=0)
+    yield "opset_negative", relu_model(opset=-3)
     yield "opset_18", relu_model(opset=18)
     yield "opset_1000", relu_model(opset=1000)
     yield "no_default_opset", with_graph(lambda m: (m.ClearField("opset_import"), m.opset_import.extend([helper.make_opsetid("com.example", 1)])))
