@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -406,6 +407,12 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
     results.push_back(*value);
   }
   OpBuilder::atBlockEnd(body).create<func::ReturnOp>(fileLoc, results);
+  // Node outputs nothing reads (e.g. BatchNorm running statistics of a
+  // training export) leave dead ops behind; users go before producers.
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::reverse(body->getOperations())))
+    if (isOpTriviallyDead(&op))
+      op.erase();
   func.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
   for (auto [i, out] : llvm::enumerate(graph.output()))
     func.setResultAttr(i, "gpipe.name", b.getStringAttr(out.name()));
