@@ -1,0 +1,199 @@
+#include "gpipe/runtime/Npy.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace gpipe::runtime {
+
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicSize = 6;
+
+struct DescrEntry {
+  const char *descr;
+  DType dtype;
+};
+constexpr DescrEntry kDescrs[] = {
+    {"<f2", DType::F16}, {"<f4", DType::F32}, {"<f8", DType::F64},
+    {"|i1", DType::I8},  {"<i2", DType::I16}, {"<i4", DType::I32},
+    {"<i8", DType::I64}, {"|u1", DType::U8},  {"<u2", DType::U16},
+    {"<u4", DType::U32}, {"<u8", DType::U64}, {"|b1", DType::Bool},
+};
+
+[[noreturn]] void fail(const std::string &name, const std::string &reason) {
+  throw NpyError(name + ": " + reason);
+}
+
+/// The value text of `key` in the header dict, up to the next top-level
+/// comma or closing brace.
+std::string headerValue(const std::string &header, const std::string &key,
+                        const std::string &name) {
+  std::string quoted = "'" + key + "'";
+  size_t pos = header.find(quoted);
+  if (pos == std::string::npos)
+    fail(name, "the .npy header has no '" + key + "'");
+  pos = header.find(':', pos + quoted.size());
+  if (pos == std::string::npos)
+    fail(name, "the .npy header is malformed");
+  ++pos;
+  int depth = 0;
+  size_t end = pos;
+  for (; end < header.size(); ++end) {
+    char c = header[end];
+    if (c == '(')
+      ++depth;
+    else if (c == ')')
+      --depth;
+    else if ((c == ',' || c == '}') && depth == 0)
+      break;
+  }
+  std::string value = header.substr(pos, end - pos);
+  size_t b = value.find_first_not_of(" \t");
+  size_t e = value.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : value.substr(b, e - b + 1);
+}
+
+std::vector<int64_t> parseShape(const std::string &text,
+                                const std::string &name) {
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')')
+    fail(name, "the .npy shape '" + text + "' is not a tuple");
+  std::vector<int64_t> shape;
+  std::string inner = text.substr(1, text.size() - 2);
+  std::stringstream ss(inner);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(" \t");
+    if (b == std::string::npos)
+      continue;
+    item = item.substr(b, item.find_last_not_of(" \t") - b + 1);
+    if (item.empty() || item.size() > 15 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
+      fail(name, "the .npy shape '" + text + "' is not a tuple of sizes");
+    shape.push_back(std::stoll(item));
+  }
+  return shape;
+}
+
+} // namespace
+
+HostTensor parseNpy(std::string_view bytes, const std::string &name) {
+  if (bytes.size() < kMagicSize + 4 ||
+      std::memcmp(bytes.data(), kMagic, kMagicSize) != 0)
+    fail(name, "not a .npy file (bad magic)");
+  unsigned major = static_cast<unsigned char>(bytes[6]);
+  size_t headerLen = 0, offset = 0;
+  if (major == 1) {
+    headerLen = static_cast<unsigned char>(bytes[8]) |
+                (static_cast<unsigned char>(bytes[9]) << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12)
+      fail(name, "truncated .npy header");
+    for (int i = 3; i >= 0; --i)
+      headerLen = (headerLen << 8) | static_cast<unsigned char>(bytes[8 + i]);
+    offset = 12;
+  } else {
+    fail(name, "unsupported .npy format version " + std::to_string(major));
+  }
+  if (bytes.size() < offset + headerLen)
+    fail(name, "truncated .npy header");
+  std::string header(bytes.substr(offset, headerLen));
+  offset += headerLen;
+
+  std::string descr = headerValue(header, "descr", name);
+  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"'))
+    fail(name, "the .npy descr is malformed");
+  descr = descr.substr(1, descr.size() - 2);
+  HostTensor tensor;
+  bool known = false;
+  for (const DescrEntry &e : kDescrs)
+    if (descr == e.descr) {
+      tensor.dtype = e.dtype;
+      known = true;
+    }
+  if (!known)
+    fail(name, "unsupported .npy dtype '" + descr +
+                   "' (little-endian numeric and bool arrays only)");
+  if (headerValue(header, "fortran_order", name) != "False")
+    fail(name, "Fortran-ordered arrays are not supported (save with "
+               "numpy.ascontiguousarray)");
+  tensor.shape = parseShape(headerValue(header, "shape", name), name);
+
+  int64_t count = 1;
+  for (int64_t d : tensor.shape) {
+    if (d != 0 && count > (int64_t(1) << 40) / d)
+      fail(name, "the array is too large");
+    count *= d;
+  }
+  size_t expected = static_cast<size_t>(count) * dtypeSize(tensor.dtype);
+  if (bytes.size() - offset != expected)
+    fail(name, "the .npy data holds " + std::to_string(bytes.size() - offset) +
+                   " bytes but " + tensor.describe() + " needs " +
+                   std::to_string(expected));
+  tensor.data.resize(expected);
+  std::memcpy(tensor.data.data(), bytes.data() + offset, expected);
+  return tensor;
+}
+
+HostTensor readNpy(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw NpyError(path + ": cannot open the file");
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  return parseNpy(bytes, path);
+}
+
+std::string serializeNpy(const HostTensor &tensor) {
+  const char *descr = "<f4";
+  for (const DescrEntry &e : kDescrs)
+    if (e.dtype == tensor.dtype)
+      descr = e.descr;
+  std::string shape = "(";
+  for (size_t i = 0; i < tensor.shape.size(); ++i)
+    shape += std::to_string(tensor.shape[i]) + ",";
+  if (tensor.shape.size() > 1)
+    shape.pop_back();
+  shape += ")";
+  std::string header = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Pad with spaces so that the data starts at a multiple of 64 bytes.
+  size_t total = kMagicSize + 4 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out(kMagic, kMagicSize);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>((header.size() >> 8) & 0xff);
+  out += header;
+  out.append(reinterpret_cast<const char *>(tensor.data.data()),
+             tensor.data.size());
+  return out;
+}
+
+void writeNpy(const std::string &path, const HostTensor &tensor) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      throw NpyError(path + ": cannot create the file");
+    std::string bytes = serializeNpy(tensor);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw NpyError(path + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw NpyError(path + ": cannot rename the temporary file into place");
+  }
+}
+
+} // namespace gpipe::runtime
