@@ -6,9 +6,11 @@
 //   gpipe-opt file.mlir --<pass>...                   like mlir-opt
 //
 //===----------------------------------------------------------------------===//
+#include "Analysis/ModelSummary.h"
 #include "GPipe/IR/GPipeDialect.h"
 #include "Import/ONNX/ModelImporter.h"
 #include "NN/IR/NNDialect.h"
+#include "Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -29,13 +31,16 @@ namespace {
 
 cl::OptionCategory gpipeCategory("gpipe options (ONNX input)");
 
-enum class Emit { None, NN, Stages, Autodiff, Schedule, LLVM };
+enum class Emit { None, NN, Summary, Stages, Autodiff, Schedule, LLVM };
 
 cl::opt<Emit> emitOption(
     "emit", cl::desc("Stop after a phase and print its IR (ONNX input)"),
     cl::init(Emit::None), cl::cat(gpipeCategory),
     cl::values(
         clEnumValN(Emit::NN, "nn", "the imported model in the nn dialect"),
+        clEnumValN(Emit::Summary, "summary",
+                   "inputs, outputs, parameters and per-op FLOPs of the "
+                   "imported model"),
         clEnumValN(Emit::Stages, "stages",
                    "after partitioning into gpipe.stage regions"),
         clEnumValN(Emit::Autodiff, "autodiff", "after per-stage autodiff"),
@@ -121,6 +126,7 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   case Emit::LLVM:
     return notImplemented("--emit=llvm");
   case Emit::NN:
+  case Emit::Summary:
     break;
   }
   gpipe::ONNXImportOptions options;
@@ -150,7 +156,10 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   // Written to a temporary file and renamed: a failed run leaves no
   // partial output behind.
   llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
-    module->print(os, OpPrintingFlags());
+    if (emitOption == Emit::Summary)
+      gpipe::printModelSummary(*module, os);
+    else
+      module->print(os, OpPrintingFlags());
     return llvm::Error::success();
   });
   if (err) {
@@ -167,6 +176,7 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   gpipe::registerONNXImportDialects(registry);
   registerTransformsPasses();
+  gpipe::registerGPipePasses();
 
   auto [input, output] = registerAndParseCLIOptions(
       argc, argv,

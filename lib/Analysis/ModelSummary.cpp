@@ -1,0 +1,94 @@
+//===- ModelSummary.cpp - A human-readable summary of a model -------------===//
+#include "Analysis/ModelSummary.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+
+namespace {
+
+std::string describe(Type type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return s;
+}
+
+struct OpStats {
+  int64_t count = 0, flops = 0, bytes = 0;
+};
+
+} // namespace
+
+void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
+  auto name = module->getAttrOfType<StringAttr>("gpipe.model_name");
+  os << "model: " << (name ? name.getValue() : "<unnamed>");
+  if (auto opset = module->getAttrOfType<IntegerAttr>("gpipe.onnx_opset"))
+    os << " (ONNX opset " << opset.getInt() << ")";
+  os << "\n";
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  if (!forward) {
+    os << "no @forward function\n";
+    return;
+  }
+  for (auto [i, type] : llvm::enumerate(forward.getArgumentTypes())) {
+    auto label = forward.getArgAttrOfType<StringAttr>(i, "gpipe.name");
+    os << "input:  " << (label ? label.getValue() : "?") << " "
+       << describe(type) << "\n";
+  }
+  for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
+    auto label = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
+    os << "output: " << (label ? label.getValue() : "?") << " "
+       << describe(type) << "\n";
+  }
+
+  int64_t trainable = 0, frozen = 0, trainableValues = 0, frozenValues = 0;
+  for (auto param : module.getOps<ParameterOp>()) {
+    int64_t n = param.getType().getNumElements();
+    if (param.getTrainable()) {
+      ++trainable;
+      trainableValues += n;
+    } else {
+      ++frozen;
+      frozenValues += n;
+    }
+  }
+  os << "parameters: " << trainable << " trainable tensors ("
+     << trainableValues << " values), " << frozen << " other ("
+     << frozenValues << " values)\n";
+
+  llvm::MapVector<StringRef, OpStats> stats;
+  OpStats total;
+  forward.walk([&](nn::CostOpInterface op) {
+    OpStats &s = stats[op->getName().getStringRef()];
+    int64_t flops = op.getFlops(), bytes = op.getBytesMoved();
+    ++s.count;
+    s.flops += flops;
+    s.bytes += bytes;
+    ++total.count;
+    total.flops += flops;
+    total.bytes += bytes;
+  });
+  llvm::sort(stats, [](const auto &a, const auto &b) {
+    return a.second.flops > b.second.flops ||
+           (a.second.flops == b.second.flops && a.first < b.first);
+  });
+  os << "forward pass (one batch):\n";
+  os << llvm::format("  %-22s %6s %12s %12s\n", static_cast<const char *>("op"),
+                     static_cast<const char *>("count"),
+                     static_cast<const char *>("MFLOP"),
+                     static_cast<const char *>("MB moved"));
+  auto row = [&](StringRef label, const OpStats &s) {
+    os << llvm::format("  %-22s %6lld %12.3f %12.3f\n", label.str().c_str(),
+                       static_cast<long long>(s.count), s.flops / 1e6,
+                       s.bytes / 1e6);
+  };
+  for (auto &[opName, s] : stats)
+    row(opName, s);
+  row("total", total);
+}
