@@ -58,9 +58,8 @@ void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
       frozenValues += n;
     }
   }
-  os << "parameters: " << trainable << " trainable tensors ("
-     << trainableValues << " values), " << frozen << " other ("
-     << frozenValues << " values)\n";
+  os << "parameters: " << trainable << " trainable tensors (" << trainableValues
+     << " values), " << frozen << " other (" << frozenValues << " values)\n";
 
   llvm::MapVector<StringRef, OpStats> stats;
   OpStats total;

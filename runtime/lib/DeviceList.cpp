@@ -80,8 +80,7 @@ std::vector<Device> parseDeviceList(const std::string &text) {
     std::string item = text.substr(
         start, comma == std::string::npos ? std::string::npos : comma - start);
     if (item.empty())
-      throw DeviceListError("the device list '" + text +
-                            "' has an empty item");
+      throw DeviceListError("the device list '" + text + "' has an empty item");
     devices.push_back(parseDevice(item));
     if (comma == std::string::npos)
       break;

@@ -22,9 +22,9 @@ TEST(DeviceList, PrintsCanonicalNames) {
 }
 
 TEST(DeviceList, RejectsMalformedItems) {
-  for (const char *text : {"", "cpu", "cpu:", "cpu:-1", "cpu:3-1", "cpu:a",
-                           "gpu:0", "cuda:0-1", "cpu:0,", ",cpu:0",
-                           "cpu:0,,cpu:1", "cpu:1x", "cpu:99999999999"}) {
+  for (const char *text :
+       {"", "cpu", "cpu:", "cpu:-1", "cpu:3-1", "cpu:a", "gpu:0", "cuda:0-1",
+        "cpu:0,", ",cpu:0", "cpu:0,,cpu:1", "cpu:1x", "cpu:99999999999"}) {
     EXPECT_THROW(parseDeviceList(text), DeviceListError) << text;
   }
 }

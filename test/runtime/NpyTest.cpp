@@ -52,9 +52,9 @@ TEST(Npy, ReadsNumPyFiles) {
 
 TEST(Npy, RoundTripsEveryDtypeAndRank) {
   unsigned seed = 1;
-  for (DType dtype : {DType::F16, DType::F32, DType::F64, DType::I8,
-                      DType::I16, DType::I32, DType::I64, DType::U8,
-                      DType::U16, DType::U32, DType::U64, DType::Bool}) {
+  for (DType dtype : {DType::F16, DType::F32, DType::F64, DType::I8, DType::I16,
+                      DType::I32, DType::I64, DType::U8, DType::U16, DType::U32,
+                      DType::U64, DType::Bool}) {
     for (std::vector<int64_t> shape :
          {std::vector<int64_t>{}, {7}, {3, 5}, {2, 3, 4}, {4, 0, 2}}) {
       HostTensor t = randomTensor(dtype, shape, seed++);

@@ -50,7 +50,8 @@ int main(int argc, char **argv) {
       return 0;
   }
   if (!train && !infer) {
-    std::cerr << app.help() << "\ngpipe-run: error: nothing to do: pass "
+    std::cerr << app.help()
+              << "\ngpipe-run: error: nothing to do: pass "
                  "--train or --infer with a bundle\n";
     return 1;
   }
@@ -58,7 +59,8 @@ int main(int argc, char **argv) {
     std::cerr << "gpipe-run: error: --train and --infer need a bundle\n";
     return 1;
   }
-  std::cerr << "gpipe-run: error: running bundles (" << (train ? "--train" : "--infer")
+  std::cerr << "gpipe-run: error: running bundles ("
+            << (train ? "--train" : "--infer")
             << ") is not implemented yet; gpipe-opt does not write bundles "
                "yet either\n";
   return 2;

@@ -45,9 +45,8 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
       if (failed(checkMicroBatch(mb)))
         return failure();
       if (peer != expected || peer < 0 || peer >= numStages)
-        return op.emitOpError("peer ")
-               << peer << " of stage " << stage << " must be stage "
-               << expected;
+        return op.emitOpError("peer ") << peer << " of stage " << stage
+                                       << " must be stage " << expected;
       return success();
     };
     LogicalResult result =
@@ -66,8 +65,9 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
                 return failure();
               if (!forward.count(mb) || backward.count(mb) || recompute[mb]++)
                 return op.emitOpError("recompute of micro-batch ")
-                       << mb << " must come once, after its forward and "
-                                "before its backward";
+                       << mb
+                       << " must come once, after its forward and "
+                          "before its backward";
               return success();
             })
             .Case([&](BackwardInstr i) -> LogicalResult {

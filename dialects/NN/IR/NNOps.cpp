@@ -39,8 +39,8 @@ LogicalResult verifySameType(Operation *op, Value a, Value b, StringRef what) {
   return success();
 }
 
-LogicalResult verifyPerChannel(Operation *op, Value input, ValueRange perChannel,
-                               ValueRange gradients) {
+LogicalResult verifyPerChannel(Operation *op, Value input,
+                               ValueRange perChannel, ValueRange gradients) {
   RankedTensorType inputType = rankedType(input);
   if (inputType.getRank() < 2)
     return op->emitOpError("input must have rank >= 2");
@@ -66,7 +66,8 @@ LogicalResult ConvGradInputOp::verify() {
     return emitOpError("operands and result must have the same rank");
   if (grad.getDimSize(1) != weight.getDimSize(0))
     return emitOpError("grad_output channels must equal the filter count");
-  if (result.getDimSize(1) != weight.getDimSize(1) * static_cast<int64_t>(getGroup()))
+  if (result.getDimSize(1) !=
+      weight.getDimSize(1) * static_cast<int64_t>(getGroup()))
     return emitOpError("grad_input channels must equal weight input channels "
                        "times group");
   return success();
@@ -79,7 +80,8 @@ LogicalResult ConvGradWeightOp::verify() {
   if (grad.getRank() != input.getRank() || result.getRank() != grad.getRank())
     return emitOpError("operands and result must have the same rank");
   if (result.getDimSize(0) != grad.getDimSize(1) ||
-      result.getDimSize(1) * static_cast<int64_t>(getGroup()) != input.getDimSize(1))
+      result.getDimSize(1) * static_cast<int64_t>(getGroup()) !=
+          input.getDimSize(1))
     return emitOpError("grad_weight shape ")
            << result << " does not match grad_output and input channels";
   return success();
@@ -102,8 +104,7 @@ LogicalResult BatchNormGradOp::verify() {
       failed(verifySameType(*this, getInput(), getGradInput(),
                             "input and grad_input")))
     return failure();
-  return verifyPerChannel(*this, getInput(),
-                          {getScale(), getMean(), getVar()},
+  return verifyPerChannel(*this, getInput(), {getScale(), getMean(), getVar()},
                           {getGradScale(), getGradBias()});
 }
 

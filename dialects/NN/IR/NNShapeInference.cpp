@@ -56,10 +56,10 @@ FailureOr<int64_t> normalizeAxis(std::optional<Location> loc, StringRef opName,
 
 /// Output size of a sliding window (convolution or pooling).
 FailureOr<int64_t> windowOutputSize(std::optional<Location> loc,
-                                    StringRef opName, int64_t in, int64_t kernel,
-                                    int64_t stride, int64_t padBegin,
-                                    int64_t padEnd, int64_t dilation,
-                                    bool ceilMode) {
+                                    StringRef opName, int64_t in,
+                                    int64_t kernel, int64_t stride,
+                                    int64_t padBegin, int64_t padEnd,
+                                    int64_t dilation, bool ceilMode) {
   if (kernel <= 0 || stride <= 0 || dilation <= 0)
     return emitOptionalError(loc, "'nn.", opName,
                              "' kernel, strides and dilations must be "
@@ -124,8 +124,7 @@ inferWindowedShape(std::optional<Location> loc, StringRef opName,
 
 LogicalResult inferBroadcast(std::optional<Location> loc, StringRef opName,
                              RankedTensorType lhs, RankedTensorType rhs,
-                             Type elementType,
-                             SmallVectorImpl<Type> &results) {
+                             Type elementType, SmallVectorImpl<Type> &results) {
   SmallVector<int64_t> shape;
   if (!OpTrait::util::getBroadcastedShape(lhs.getShape(), rhs.getShape(),
                                           shape))
@@ -141,19 +140,18 @@ LogicalResult inferSameElementBroadcast(std::optional<Location> loc,
                                         SmallVectorImpl<Type> &results) {
   RankedTensorType lhs = rankedType(lhsValue), rhs = rankedType(rhsValue);
   if (lhs.getElementType() != rhs.getElementType())
-    return emitOptionalError(loc, "'nn.", opName,
-                             "' operands must have the same element type, got ",
-                             lhs.getElementType(), " and ",
-                             rhs.getElementType());
+    return emitOptionalError(
+        loc, "'nn.", opName, "' operands must have the same element type, got ",
+        lhs.getElementType(), " and ", rhs.getElementType());
   return inferBroadcast(loc, opName, lhs, rhs, lhs.getElementType(), results);
 }
 
 } // namespace
 
 #define GPIPE_BINARY_INFER(OP, NAME)                                           \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &results) {         \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
     return inferSameElementBroadcast(loc, NAME, adaptor.getLhs(),              \
                                      adaptor.getRhs(), results);               \
   }
@@ -163,7 +161,8 @@ GPIPE_BINARY_INFER(MulOp, "mul")
 GPIPE_BINARY_INFER(DivOp, "div")
 #undef GPIPE_BINARY_INFER
 
-LogicalResult PowOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult PowOp::inferReturnTypes(MLIRContext *,
+                                      std::optional<Location> loc,
                                       Adaptor adaptor,
                                       SmallVectorImpl<Type> &results) {
   RankedTensorType lhs = rankedType(adaptor.getLhs());
@@ -175,7 +174,8 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *,
                                        std::optional<Location> loc,
                                        Adaptor adaptor,
                                        SmallVectorImpl<Type> &results) {
-  RankedTensorType a = rankedType(adaptor.getA()), b = rankedType(adaptor.getB());
+  RankedTensorType a = rankedType(adaptor.getA()),
+                   b = rankedType(adaptor.getB());
   if (a.getRank() != 2 || b.getRank() != 2)
     return emitOptionalError(loc, "'nn.gemm' operands must be 2-D, got ", a,
                              " and ", b);
@@ -221,8 +221,8 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *,
     r.push_back(1);
   int64_t k = l.back();
   if (k != r[r.size() - 2])
-    return emitOptionalError(loc, "'nn.matmul' contracting dimensions differ: ",
-                             lhs, " and ", rhs);
+    return emitOptionalError(
+        loc, "'nn.matmul' contracting dimensions differ: ", lhs, " and ", rhs);
   SmallVector<int64_t> batch;
   if (!OpTrait::util::getBroadcastedShape(ArrayRef(l).drop_back(2),
                                           ArrayRef(r).drop_back(2), batch))
@@ -284,8 +284,9 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
                   adaptor.getVar()}) {
     RankedTensorType t = rankedType(v);
     if (t.getRank() != 1 || t.getDimSize(0) != channels)
-      return emitOptionalError(loc, "'nn.batch_norm' scale, bias, mean and "
-                                    "var must be 1-D of size ",
+      return emitOptionalError(loc,
+                               "'nn.batch_norm' scale, bias, mean and "
+                               "var must be 1-D of size ",
                                channels, ", got ", t);
   }
   results.push_back(input);
@@ -297,8 +298,8 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
   RankedTensorType input = rankedType(adaptor.getInput());
-  auto axis = normalizeAxis(loc, "layer_norm", adaptor.getAxis(),
-                            input.getRank());
+  auto axis =
+      normalizeAxis(loc, "layer_norm", adaptor.getAxis(), input.getRank());
   if (failed(axis))
     return failure();
   ArrayRef<int64_t> normalized = input.getShape().drop_front(*axis);
@@ -307,11 +308,12 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
     params.push_back(adaptor.getBias());
   for (Value v : params) {
     SmallVector<int64_t> shape;
-    if (!OpTrait::util::getBroadcastedShape(normalized, rankedType(v).getShape(),
-                                            shape) ||
+    if (!OpTrait::util::getBroadcastedShape(normalized,
+                                            rankedType(v).getShape(), shape) ||
         ArrayRef<int64_t>(shape) != normalized)
       return emitOptionalError(loc, "'nn.layer_norm' scale/bias of type ",
-                               v.getType(), " do not broadcast to the "
+                               v.getType(),
+                               " do not broadcast to the "
                                "normalized shape");
   }
   results.push_back(input);
@@ -319,9 +321,9 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
 }
 
 #define GPIPE_AXIS_SAME_TYPE_INFER(OP, NAME)                                   \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &results) {         \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
     RankedTensorType input = rankedType(adaptor.getInput());                   \
     if (failed(normalizeAxis(loc, NAME, adaptor.getAxis(), input.getRank())))  \
       return failure();                                                        \
@@ -337,10 +339,9 @@ LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &results) {
   RankedTensorType input = rankedType(adaptor.getInput());
-  auto shape = inferWindowedShape(loc, "max_pool", input,
-                                  adaptor.getKernelShape(), adaptor.getStrides(),
-                                  adaptor.getPads(), adaptor.getDilations(),
-                                  adaptor.getCeilMode());
+  auto shape = inferWindowedShape(
+      loc, "max_pool", input, adaptor.getKernelShape(), adaptor.getStrides(),
+      adaptor.getPads(), adaptor.getDilations(), adaptor.getCeilMode());
   if (failed(shape))
     return failure();
   results.push_back(RankedTensorType::get(*shape, input.getElementType()));
@@ -353,23 +354,24 @@ LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *,
                                           SmallVectorImpl<Type> &results) {
   RankedTensorType input = rankedType(adaptor.getInput());
   SmallVector<int64_t> dilations(adaptor.getKernelShape().size(), 1);
-  auto shape = inferWindowedShape(loc, "avg_pool", input,
-                                  adaptor.getKernelShape(), adaptor.getStrides(),
-                                  adaptor.getPads(), dilations,
-                                  adaptor.getCeilMode());
+  auto shape = inferWindowedShape(
+      loc, "avg_pool", input, adaptor.getKernelShape(), adaptor.getStrides(),
+      adaptor.getPads(), dilations, adaptor.getCeilMode());
   if (failed(shape))
     return failure();
   results.push_back(RankedTensorType::get(*shape, input.getElementType()));
   return success();
 }
 
-LogicalResult GlobalAvgPoolOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+GlobalAvgPoolOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   RankedTensorType input = rankedType(adaptor.getInput());
   if (input.getRank() < 3)
-    return emitOptionalError(loc, "'nn.global_avg_pool' input must have "
-                                  "rank >= 3, got ",
+    return emitOptionalError(loc,
+                             "'nn.global_avg_pool' input must have "
+                             "rank >= 3, got ",
                              input);
   SmallVector<int64_t> shape(input.getShape().take_front(2));
   shape.resize(input.getRank(), 1);
@@ -389,8 +391,9 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
     return failure();
   StringRef mode = adaptor.getMode();
   if (mode != "constant" && mode != "reflect" && mode != "edge")
-    return emitOptionalError(loc, "'nn.pad' mode must be constant, reflect "
-                                  "or edge, got '",
+    return emitOptionalError(loc,
+                             "'nn.pad' mode must be constant, reflect "
+                             "or edge, got '",
                              mode, "'");
   SmallVector<int64_t> shape;
   for (int64_t i = 0; i < rank; ++i) {
@@ -398,8 +401,8 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *,
     if (size < 0)
       return emitOptionalError(loc, "'nn.pad' pads crop axis ", i,
                                " below zero");
-    if (mode == "reflect" &&
-        (pads[i] >= input.getDimSize(i) || pads[i + rank] >= input.getDimSize(i)))
+    if (mode == "reflect" && (pads[i] >= input.getDimSize(i) ||
+                              pads[i + rank] >= input.getDimSize(i)))
       return emitOptionalError(loc, "'nn.pad' reflect padding of axis ", i,
                                " must be smaller than its size");
     shape.push_back(size);
@@ -427,9 +430,9 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *,
     count *= d;
   }
   if (count != input.getNumElements())
-    return emitOptionalError(loc, "'nn.reshape' cannot reshape ", input,
-                             " (", input.getNumElements(), " elements) to ",
-                             count, " elements");
+    return emitOptionalError(loc, "'nn.reshape' cannot reshape ", input, " (",
+                             input.getNumElements(), " elements) to ", count,
+                             " elements");
   results.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }
@@ -448,8 +451,9 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   SmallVector<int64_t> shape;
   for (int64_t p : perm) {
     if (p < 0 || p >= rank || seen[p])
-      return emitOptionalError(loc, "'nn.transpose' perm is not a "
-                                    "permutation of [0, ",
+      return emitOptionalError(loc,
+                               "'nn.transpose' perm is not a "
+                               "permutation of [0, ",
                                rank, ")");
     seen[p] = true;
     shape.push_back(input.getDimSize(p));
@@ -467,8 +471,9 @@ LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
   int64_t rank = input.getRank();
   for (size_t i = 0; i < axes.size(); ++i)
     if (axes[i] < 0 || axes[i] >= rank || (i > 0 && axes[i] <= axes[i - 1]))
-      return emitOptionalError(loc, "'nn.reduce_mean' axes must be sorted, "
-                                    "unique and in [0, ",
+      return emitOptionalError(loc,
+                               "'nn.reduce_mean' axes must be sorted, "
+                               "unique and in [0, ",
                                rank, ")");
   SmallVector<int64_t> shape;
   for (int64_t i = 0; i < rank; ++i) {
@@ -575,8 +580,9 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
   RankedTensorType indices = rankedType(adaptor.getIndices());
   if (!indices.getElementType().isSignlessInteger(64) &&
       !indices.getElementType().isSignlessInteger(32))
-    return emitOptionalError(loc, "'nn.gather' indices must be i32 or i64, "
-                                  "got ",
+    return emitOptionalError(loc,
+                             "'nn.gather' indices must be i32 or i64, "
+                             "got ",
                              indices.getElementType());
   auto axis = normalizeAxis(loc, "gather", adaptor.getAxis(), data.getRank());
   if (failed(axis) || data.getRank() == 0)
@@ -594,7 +600,8 @@ LogicalResult ConstantOp::inferReturnTypes(MLIRContext *,
                                            SmallVectorImpl<Type> &results) {
   auto type = llvm::dyn_cast<RankedTensorType>(adaptor.getValue().getType());
   if (!type)
-    return emitOptionalError(loc, "'nn.constant' value must be a ranked tensor");
+    return emitOptionalError(loc,
+                             "'nn.constant' value must be a ranked tensor");
   results.push_back(type);
   return success();
 }

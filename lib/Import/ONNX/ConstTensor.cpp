@@ -46,9 +46,8 @@ std::string gpipe::onnx_import::dtypeName(int32_t dtype) {
 llvm::Expected<Type> gpipe::onnx_import::elementTypeOf(MLIRContext *ctx,
                                                        int32_t dtype) {
   auto intType = [&](unsigned width, bool isUnsigned) -> Type {
-    return IntegerType::get(ctx, width,
-                            isUnsigned ? IntegerType::Unsigned
-                                       : IntegerType::Signless);
+    return IntegerType::get(
+        ctx, width, isUnsigned ? IntegerType::Unsigned : IntegerType::Signless);
   };
   switch (static_cast<DType>(dtype)) {
   case DType::Float:
@@ -185,17 +184,18 @@ ConstTensor ConstTensor::castTo(DType to) const {
   } else {
     out.ints.resize(n);
     for (size_t i = 0; i < n; ++i)
-      out.ints[i] = wrapInt(isFloat() ? (to == DType::Bool
-                                             ? static_cast<int64_t>(floats[i] != 0)
-                                             : toInt(floats[i]))
-                                      : ints[i],
-                            to);
+      out.ints[i] = wrapInt(
+          isFloat() ? (to == DType::Bool ? static_cast<int64_t>(floats[i] != 0)
+                                         : toInt(floats[i]))
+                    : ints[i],
+          to);
   }
   return out;
 }
 
 DenseElementsAttr ConstTensor::toAttr(MLIRContext *ctx) const {
-  Type elementType = llvm::cantFail(elementTypeOf(ctx, static_cast<int32_t>(dtype)));
+  Type elementType =
+      llvm::cantFail(elementTypeOf(ctx, static_cast<int32_t>(dtype)));
   auto type = RankedTensorType::get(shape, elementType);
   size_t n = numElements();
   if (dtype == DType::Float) {
@@ -205,7 +205,8 @@ DenseElementsAttr ConstTensor::toAttr(MLIRContext *ctx) const {
   if (dtype == DType::Double)
     return DenseElementsAttr::get(type, llvm::ArrayRef(floats));
   if (isFloat()) {
-    const llvm::fltSemantics &sem = llvm::cast<FloatType>(elementType).getFloatSemantics();
+    const llvm::fltSemantics &sem =
+        llvm::cast<FloatType>(elementType).getFloatSemantics();
     SmallVector<llvm::APFloat> v;
     for (double d : floats) {
       llvm::APFloat f(d);
@@ -288,7 +289,8 @@ llvm::Expected<int64_t> validate(const onnx::TensorProto &proto) {
   DType t = static_cast<DType>(proto.data_type());
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != static_cast<size_t>(n) * byteWidth(t))
-      return fail(proto, "raw_data holds " + llvm::Twine(proto.raw_data().size()) +
+      return fail(proto, "raw_data holds " +
+                             llvm::Twine(proto.raw_data().size()) +
                              " bytes but " + llvm::Twine(n) + " elements of " +
                              dtypeName(proto.data_type()) + " need " +
                              llvm::Twine(n * byteWidth(t)));
@@ -353,10 +355,10 @@ gpipe::onnx_import::decodeTensor(const onnx::TensorProto &proto) {
         t.floats[i] = isRaw ? readRaw<double>(raw, i) : proto.double_data(i);
         break;
       default:
-        t.floats[i] = halfBitsToDouble(
-            isRaw ? readRaw<uint16_t>(raw, i)
-                  : static_cast<uint16_t>(proto.int32_data(i)),
-            t.dtype);
+        t.floats[i] =
+            halfBitsToDouble(isRaw ? readRaw<uint16_t>(raw, i)
+                                   : static_cast<uint16_t>(proto.int32_data(i)),
+                             t.dtype);
       }
     }
     return t;

@@ -46,8 +46,7 @@ bool isSupportedDType(int32_t dtype);
 std::string dtypeName(int32_t dtype);
 /// The MLIR element type of an ONNX data type, or an error for types gpipe
 /// does not handle (strings, complex).
-llvm::Expected<mlir::Type> elementTypeOf(mlir::MLIRContext *ctx,
-                                         int32_t dtype);
+llvm::Expected<mlir::Type> elementTypeOf(mlir::MLIRContext *ctx, int32_t dtype);
 
 struct ConstTensor {
   DType dtype = DType::Float;
@@ -86,7 +85,8 @@ llvm::Expected<ConstTensor> decodeTensor(const onnx::TensorProto &proto);
 
 /// Little-endian bytes of a floating-point tensor laid out as its MLIR type
 /// stores it (for dense resource blobs). Requires a float dtype.
-llvm::Expected<std::vector<char>> floatTensorBytes(const onnx::TensorProto &proto);
+llvm::Expected<std::vector<char>>
+floatTensorBytes(const onnx::TensorProto &proto);
 
 } // namespace gpipe::onnx_import
 

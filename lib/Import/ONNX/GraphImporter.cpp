@@ -5,10 +5,10 @@
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/AsmState.h"
-#include "llvm/ADT/StringExtras.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "onnx/onnx_pb.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
 using namespace gpipe;
@@ -139,15 +139,15 @@ FailureOr<Value> GraphImporter::materializeEntry(Entry &entry, StringRef name) {
     if (isFloatDType(static_cast<DType>(tensor.data_type()))) {
       auto bytes = floatTensorBytes(tensor);
       if (!bytes)
-        return emitError(loc) << "initializer: "
-                              << llvm::toString(bytes.takeError());
+        return emitError(loc)
+               << "initializer: " << llvm::toString(bytes.takeError());
       auto tensorType = RankedTensorType::get(
           SmallVector<int64_t>(tensor.dims().begin(), tensor.dims().end()),
           *type);
       auto blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
           ArrayRef<char>(*bytes), alignof(double));
-      auto value = DenseResourceElementsAttr::get(
-          tensorType, resourceKey(name), std::move(blob));
+      auto value = DenseResourceElementsAttr::get(tensorType, resourceKey(name),
+                                                  std::move(blob));
       auto param = moduleBuilder.create<ParameterOp>(
           FileLineColLoc::get(fileName, 0, 0), name, value,
           /*trainable=*/false);
@@ -160,8 +160,8 @@ FailureOr<Value> GraphImporter::materializeEntry(Entry &entry, StringRef name) {
     }
     auto decoded = decodeTensor(tensor);
     if (!decoded)
-      return emitError(loc) << "initializer: "
-                            << llvm::toString(decoded.takeError());
+      return emitError(loc)
+             << "initializer: " << llvm::toString(decoded.takeError());
     entry.constant = std::move(*decoded);
   }
   if (!entry.constant)
@@ -228,10 +228,10 @@ FailureOr<RankedTensorType> GraphImporter::inputType(size_t i) {
                 << "' has a negative dimension";
         return failure();
       }
-    return RankedTensorType::get(SmallVector<int64_t>(
-                                     e.initializer->dims().begin(),
-                                     e.initializer->dims().end()),
-                                 *type);
+    return RankedTensorType::get(
+        SmallVector<int64_t>(e.initializer->dims().begin(),
+                             e.initializer->dims().end()),
+        *type);
   }
   Type elementType = llvm::cantFail(
       elementTypeOf(getContext(), static_cast<int32_t>(e.constant->dtype)));
@@ -257,7 +257,7 @@ const ConstTensor *GraphImporter::constantInput(size_t i) {
 }
 
 FailureOr<const ConstTensor *> GraphImporter::requireConstant(size_t i,
-                                                             StringRef what) {
+                                                              StringRef what) {
   if (::mlir::failed(lookup(i)))
     return failure();
   const ConstTensor *c = constantInput(i);
@@ -414,7 +414,8 @@ void GraphImporter::rejectOutputsFrom(size_t i, StringRef reason) {
 
 FailureOr<Operation *>
 GraphImporter::createWithTypes(StringRef opName, ValueRange operands,
-                               TypeRange types, ArrayRef<NamedAttribute> attrs) {
+                               TypeRange types,
+                               ArrayRef<NamedAttribute> attrs) {
   if (nodeFailed)
     return failure();
   OperationState state(loc, opName);

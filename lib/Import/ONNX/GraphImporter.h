@@ -15,8 +15,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <optional>
 
@@ -30,8 +30,7 @@ namespace gpipe::onnx_import {
 
 class GraphImporter {
 public:
-  GraphImporter(mlir::ModuleOp module, llvm::StringRef fileName,
-                int64_t opset);
+  GraphImporter(mlir::ModuleOp module, llvm::StringRef fileName, int64_t opset);
 
   mlir::MLIRContext *getContext() { return module.getContext(); }
   mlir::OpBuilder &getBuilder() { return builder; }

@@ -17,10 +17,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "onnx/onnx_pb.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "onnx/onnx_pb.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <queue>
@@ -230,7 +230,8 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   int64_t count = 1;
   for (int64_t d : shape) {
     if (count > kMaxElements / d)
-      return error() << "graph input '" << name << "' has more than 2^40 "
+      return error() << "graph input '" << name
+                     << "' has more than 2^40 "
                         "elements";
     count *= d;
   }
@@ -258,8 +259,8 @@ LogicalResult ModelImporter::importNodes(GraphImporter &g) {
       int minVersion = table.minVersion(domain, node.op_type());
       if (minVersion > 0)
         return emitError(g.getLoc())
-               << "op '" << qualified << "' in node '"
-               << nodeName(node, index) << "' needs opset >= " << minVersion
+               << "op '" << qualified << "' in node '" << nodeName(node, index)
+               << "' needs opset >= " << minVersion
                << " but the model has opset " << domainOpset;
       return emitError(g.getLoc())
              << "unsupported op '" << qualified << "' in node '"
@@ -298,8 +299,8 @@ LogicalResult ModelImporter::checkDeclaredType(const onnx::ValueInfoProto &info,
     return success();
   if (tensor.shape().dim_size() != type.getRank())
     return error() << "graph output '" << info.name() << "' is declared with "
-                   << "rank " << tensor.shape().dim_size()
-                   << " but computes " << type;
+                   << "rank " << tensor.shape().dim_size() << " but computes "
+                   << type;
   for (int i = 0; i < tensor.shape().dim_size(); ++i) {
     const auto &dim = tensor.shape().dim(i);
     if (!dim.has_dim_value() || (i == 0 && batchOverridden))
@@ -351,8 +352,8 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
     argNames.push_back(in.name());
   }
 
-  auto func = func::FuncOp::create(fileLoc, "forward",
-                                   b.getFunctionType(argTypes, {}));
+  auto func =
+      func::FuncOp::create(fileLoc, "forward", b.getFunctionType(argTypes, {}));
   module->push_back(func);
   Block *body = func.addEntryBlock();
   GraphImporter g(*module, fileName, opset);
@@ -376,9 +377,9 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
                      << "': " << llvm::toString(value.takeError()),
              nullptr;
     const auto &declared = in.type().tensor_type();
-    bool shapeMatches = !declared.has_shape() ||
-                        declared.shape().dim_size() ==
-                            static_cast<int>(value->shape.size());
+    bool shapeMatches =
+        !declared.has_shape() ||
+        declared.shape().dim_size() == static_cast<int>(value->shape.size());
     for (int i = 0; shapeMatches && declared.has_shape() &&
                     i < declared.shape().dim_size();
          ++i)
@@ -433,7 +434,8 @@ OwningOpRef<ModuleOp> gpipe::importONNXModel(StringRef bytes,
     emitError(loc) << "the file is empty";
     return nullptr;
   }
-  if (options.batchSize && (*options.batchSize <= 0 || *options.batchSize > kMaxDim)) {
+  if (options.batchSize &&
+      (*options.batchSize <= 0 || *options.batchSize > kMaxDim)) {
     emitError(loc) << "--batch-size must be in 1.." << kMaxDim;
     return nullptr;
   }

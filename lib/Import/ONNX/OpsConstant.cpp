@@ -21,9 +21,9 @@ namespace {
 constexpr int64_t kMaxFoldedElements = int64_t(1) << 26;
 
 LogicalResult importConstant(GraphImporter &g) {
-  if (failed(g.checkAttrs({"value", "value_float", "value_floats",
-                           "value_int", "value_ints", "value_string",
-                           "value_strings", "sparse_value"})))
+  if (failed(g.checkAttrs({"value", "value_float", "value_floats", "value_int",
+                           "value_ints", "value_string", "value_strings",
+                           "sparse_value"})))
     return failure();
   if (g.getNode().attribute_size() != 1)
     return g.error() << "needs exactly one value attribute, got "
@@ -123,7 +123,9 @@ LogicalResult importRange(GraphImporter &g) {
     return failure();
   const ConstTensor *args[3];
   for (size_t i = 0; i < 3; ++i) {
-    auto c = g.requireConstant(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
+    auto c = g.requireConstant(i, i == 0   ? "start"
+                                  : i == 1 ? "limit"
+                                           : "delta");
     if (failed(c))
       return failure();
     if ((*c)->numElements() != 1)

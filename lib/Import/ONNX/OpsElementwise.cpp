@@ -84,24 +84,26 @@ LogicalResult importBinary(GraphImporter &g,
 
 LogicalResult importAdd(GraphImporter &g) {
   return importBinary<nn::AddOp>(g, [](int64_t x, int64_t y) {
-    return static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+    return static_cast<int64_t>(static_cast<uint64_t>(x) +
+                                static_cast<uint64_t>(y));
   });
 }
 LogicalResult importSub(GraphImporter &g) {
   return importBinary<nn::SubOp>(g, [](int64_t x, int64_t y) {
-    return static_cast<int64_t>(static_cast<uint64_t>(x) - static_cast<uint64_t>(y));
+    return static_cast<int64_t>(static_cast<uint64_t>(x) -
+                                static_cast<uint64_t>(y));
   });
 }
 LogicalResult importMul(GraphImporter &g) {
   return importBinary<nn::MulOp>(g, [](int64_t x, int64_t y) {
-    return static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y));
+    return static_cast<int64_t>(static_cast<uint64_t>(x) *
+                                static_cast<uint64_t>(y));
   });
 }
 LogicalResult importDiv(GraphImporter &g) {
   // Integer division by zero cannot be folded; leave it to run time.
   const ConstTensor *b = g.constantInput(1);
-  bool hasZero = b && !b->isFloat() &&
-                 llvm::is_contained(b->ints, int64_t(0));
+  bool hasZero = b && !b->isFloat() && llvm::is_contained(b->ints, int64_t(0));
   if (hasZero)
     return importBinary<nn::DivOp>(g, nullptr);
   return importBinary<nn::DivOp>(g, [](int64_t x, int64_t y) {
@@ -114,9 +116,9 @@ LogicalResult importPow(GraphImporter &g) {
 
 LogicalResult importDropout(GraphImporter &g) {
   bool hasInputs = g.getOpset() >= 12;
-  if (failed(g.checkAttrs(hasInputs ? ArrayRef<StringRef>{"seed"}
-                                    : ArrayRef<StringRef>{"seed", "ratio",
-                                                          "is_test"})))
+  if (failed(g.checkAttrs(
+          hasInputs ? ArrayRef<StringRef>{"seed"}
+                    : ArrayRef<StringRef>{"seed", "ratio", "is_test"})))
     return failure();
   double ratio = 0.5;
   bool training = false;

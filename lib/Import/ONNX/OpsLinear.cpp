@@ -57,10 +57,9 @@ LogicalResult importConv(GraphImporter &g) {
   if (failed(inputType) || failed(weightType))
     return failure();
   if (weightType->getRank() != inputType->getRank())
-    return g.error() << "weight " << *weightType << " and input "
-                     << *inputType << " must have the same rank";
-  auto window =
-      readWindow(g, *inputType, weightType->getShape().drop_front(2));
+    return g.error() << "weight " << *weightType << " and input " << *inputType
+                     << " must have the same rank";
+  auto window = readWindow(g, *inputType, weightType->getShape().drop_front(2));
   if (failed(window))
     return failure();
   Builder &b = g.getBuilder();

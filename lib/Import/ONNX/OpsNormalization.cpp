@@ -34,8 +34,7 @@ struct Moments {
 };
 
 /// Mean and variance of `x` over `axes`, with nn ops.
-FailureOr<Moments> moments(GraphImporter &g, Value x,
-                           ArrayRef<int64_t> axes) {
+FailureOr<Moments> moments(GraphImporter &g, Value x, ArrayRef<int64_t> axes) {
   Builder &b = g.getBuilder();
   SmallVector<NamedAttribute> attrs{
       g.named("axes", b.getDenseI64ArrayAttr(axes)),
@@ -76,8 +75,8 @@ LogicalResult importRunningStatistics(GraphImporter &g, Value x, Value mean,
   for (int k = 0; k < 2; ++k) {
     if (k + 1 >= g.getNode().output_size() || g.getNode().output(k + 1).empty())
       continue;
-    auto flat = g.createValue<nn::ReshapeOp>({current[k]},
-                                             {g.named("shape", keep)});
+    auto flat =
+        g.createValue<nn::ReshapeOp>({current[k]}, {g.named("shape", keep)});
     if (failed(flat))
       return failure();
     auto old = g.createValue<nn::MulOp>({running[k], *momentumValue});
@@ -94,10 +93,10 @@ LogicalResult importRunningStatistics(GraphImporter &g, Value x, Value mean,
 
 LogicalResult importBatchNorm(GraphImporter &g) {
   bool hasTrainingMode = g.getOpset() >= 14;
-  if (failed(g.checkAttrs(hasTrainingMode
-                              ? ArrayRef<StringRef>{"epsilon", "momentum",
-                                                    "training_mode"}
-                              : ArrayRef<StringRef>{"epsilon", "momentum"})))
+  if (failed(g.checkAttrs(
+          hasTrainingMode
+              ? ArrayRef<StringRef>{"epsilon", "momentum", "training_mode"}
+              : ArrayRef<StringRef>{"epsilon", "momentum"})))
     return failure();
   Builder &b = g.getBuilder();
   bool training = hasTrainingMode && g.intAttr("training_mode", 0) != 0;
@@ -138,8 +137,7 @@ LogicalResult importLayerNorm(GraphImporter &g) {
   int64_t rank = cast<RankedTensorType>(operands->front().getType()).getRank();
   int64_t axis = g.intAttr("axis", -1);
   if (axis < -rank || axis >= rank)
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   Builder &b = g.getBuilder();
@@ -194,14 +192,13 @@ template <typename OpTy> LogicalResult importSoftmax(GraphImporter &g) {
   auto type = cast<RankedTensorType>(x->getType());
   int64_t rank = type.getRank();
   if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   Builder &b = g.getBuilder();
   if (!coerce2D || axis == rank - 1) {
-    auto result = g.createValue<OpTy>(
-        {*x}, {g.named("axis", b.getI64IntegerAttr(axis))});
+    auto result =
+        g.createValue<OpTy>({*x}, {g.named("axis", b.getI64IntegerAttr(axis))});
     if (failed(result))
       return failure();
     g.setOutput(0, *result);

@@ -13,15 +13,14 @@ using namespace gpipe::onnx_import;
 namespace {
 
 LogicalResult importMaxPool(GraphImporter &g) {
-  if (failed(g.checkAttrs({"auto_pad", "ceil_mode", "dilations",
-                           "kernel_shape", "pads", "storage_order",
-                           "strides"})))
+  if (failed(g.checkAttrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape",
+                           "pads", "storage_order", "strides"})))
     return failure();
   auto x = g.input(0);
   if (failed(x))
     return failure();
-  auto window = readWindow(g, cast<RankedTensorType>(x->getType()),
-                           std::nullopt);
+  auto window =
+      readWindow(g, cast<RankedTensorType>(x->getType()), std::nullopt);
   if (failed(window))
     return failure();
   Builder &b = g.getBuilder();
@@ -46,8 +45,8 @@ LogicalResult importAveragePool(GraphImporter &g) {
   auto x = g.input(0);
   if (failed(x))
     return failure();
-  auto window = readWindow(g, cast<RankedTensorType>(x->getType()),
-                           std::nullopt);
+  auto window =
+      readWindow(g, cast<RankedTensorType>(x->getType()), std::nullopt);
   if (failed(window))
     return failure();
   Builder &b = g.getBuilder();

@@ -22,9 +22,8 @@ using namespace gpipe::onnx_import;
 namespace {
 
 /// Normalizes axes into [0, rank); duplicates and out-of-range are errors.
-FailureOr<SmallVector<int64_t>> normalizeAxes(GraphImporter &g,
-                                              ArrayRef<int64_t> axes,
-                                              int64_t rank) {
+FailureOr<SmallVector<int64_t>>
+normalizeAxes(GraphImporter &g, ArrayRef<int64_t> axes, int64_t rank) {
   SmallVector<int64_t> out;
   std::set<int64_t> seen;
   for (int64_t a : axes) {
@@ -125,8 +124,7 @@ LogicalResult importFlatten(GraphImporter &g) {
     return failure();
   int64_t rank = type->getRank(), axis = g.intAttr("axis", 1);
   if (axis < -rank || axis > rank)
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   int64_t outer = 1, inner = 1;
@@ -150,7 +148,8 @@ FailureOr<std::optional<SmallVector<int64_t>>> readAxes(GraphImporter &g) {
   if (failed(axes))
     return failure();
   std::vector<int64_t> v = (*axes)->toInts();
-  return std::optional<SmallVector<int64_t>>(SmallVector<int64_t>(v.begin(), v.end()));
+  return std::optional<SmallVector<int64_t>>(
+      SmallVector<int64_t>(v.begin(), v.end()));
 }
 
 LogicalResult importSqueeze(GraphImporter &g) {
@@ -260,8 +259,7 @@ LogicalResult importConcat(GraphImporter &g) {
     return failure();
   int64_t rank = cast<RankedTensorType>(operands->front().getType()).getRank();
   if (axis < -rank || axis >= rank)
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   auto result = g.createValue<nn::ConcatOp>(
@@ -274,9 +272,9 @@ LogicalResult importConcat(GraphImporter &g) {
 
 LogicalResult importSlice(GraphImporter &g) {
   bool attrForm = g.getOpset() < 10;
-  if (failed(g.checkAttrs(attrForm ? ArrayRef<StringRef>{"starts", "ends",
-                                                         "axes"}
-                                   : ArrayRef<StringRef>{})))
+  if (failed(g.checkAttrs(attrForm
+                              ? ArrayRef<StringRef>{"starts", "ends", "axes"}
+                              : ArrayRef<StringRef>{})))
     return failure();
   auto type = g.inputType(0);
   if (failed(type))
@@ -387,8 +385,7 @@ LogicalResult importSplit(GraphImporter &g) {
   auto type = cast<RankedTensorType>(x->getType());
   int64_t rank = type.getRank(), axis = g.intAttr("axis", 0);
   if (axis < -rank || axis >= rank)
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   int64_t outputs = g.getNode().output_size();
@@ -409,8 +406,8 @@ LogicalResult importSplit(GraphImporter &g) {
     sizes.assign(outputs, type.getDimSize(axis) / outputs);
   }
   if (static_cast<int64_t>(sizes.size()) != outputs)
-    return g.error() << "split has " << sizes.size() << " sizes for "
-                     << outputs << " outputs";
+    return g.error() << "split has " << sizes.size() << " sizes for " << outputs
+                     << " outputs";
   auto op = g.create<nn::SplitOp>(
       {*x}, {g.named("axis", g.getBuilder().getI64IntegerAttr(axis)),
              g.named("sizes", g.getBuilder().getDenseI64ArrayAttr(sizes))});
@@ -430,8 +427,7 @@ LogicalResult importGather(GraphImporter &g) {
     return failure();
   int64_t rank = dataType->getRank(), axis = g.intAttr("axis", 0);
   if (rank == 0 || axis < -rank || axis >= rank)
-    return g.error() << "axis " << axis << " is out of range for rank "
-                     << rank;
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
   const ConstTensor *indices = g.constantInput(1);
@@ -452,14 +448,13 @@ LogicalResult importGather(GraphImporter &g) {
   std::vector<int64_t> normalized = indices->toInts();
   for (int64_t &i : normalized) {
     if (i < -dim || i >= dim)
-      return g.error() << "index " << i << " is out of range for axis "
-                       << axis << " of size " << dim;
+      return g.error() << "index " << i << " is out of range for axis " << axis
+                       << " of size " << dim;
     if (i < 0)
       i += dim;
   }
   if (const ConstTensor *data = g.constantInput(0)) {
-    g.setConstantOutput(0,
-                        foldGather(*data, normalized, indices->shape, axis));
+    g.setConstantOutput(0, foldGather(*data, normalized, indices->shape, axis));
     return success();
   }
   auto data = g.input(0);
@@ -478,9 +473,9 @@ LogicalResult importGather(GraphImporter &g) {
 
 LogicalResult importPad(GraphImporter &g) {
   bool attrForm = g.getOpset() < 11;
-  if (failed(g.checkAttrs(attrForm ? ArrayRef<StringRef>{"mode", "pads",
-                                                         "value"}
-                                   : ArrayRef<StringRef>{"mode"})))
+  if (failed(g.checkAttrs(attrForm
+                              ? ArrayRef<StringRef>{"mode", "pads", "value"}
+                              : ArrayRef<StringRef>{"mode"})))
     return failure();
   std::string mode = g.stringAttr("mode", "constant");
   auto x = g.input(0);
@@ -541,8 +536,9 @@ LogicalResult importReduceMean(GraphImporter &g) {
   }
   Builder &b = g.getBuilder();
   auto result = g.createValue<nn::ReduceMeanOp>(
-      {*x}, {g.named("axes", b.getDenseI64ArrayAttr(axes)),
-             g.named("keepdims", b.getBoolAttr(g.intAttr("keepdims", 1) != 0))});
+      {*x},
+      {g.named("axes", b.getDenseI64ArrayAttr(axes)),
+       g.named("keepdims", b.getBoolAttr(g.intAttr("keepdims", 1) != 0))});
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
