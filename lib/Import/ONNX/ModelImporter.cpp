@@ -55,6 +55,9 @@ private:
   LogicalResult sortNodes();
   FailureOr<RankedTensorType> inputType(const onnx::ValueInfoProto &info);
   LogicalResult importNodes(GraphImporter &g);
+  LogicalResult
+  bindConstantInputs(GraphImporter &g,
+                     const llvm::StringMap<const std::string *> &bound);
   LogicalResult checkDeclaredType(const onnx::ValueInfoProto &info,
                                   Type actual);
   InFlightDiagnostic error() { return emitError(fileLoc); }
@@ -313,6 +316,38 @@ LogicalResult ModelImporter::checkDeclaredType(const onnx::ValueInfoProto &info,
   return success();
 }
 
+LogicalResult ModelImporter::bindConstantInputs(
+    GraphImporter &g, const llvm::StringMap<const std::string *> &bound) {
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    auto it = bound.find(in.name());
+    if (it == bound.end())
+      continue;
+    onnx::TensorProto tensor;
+    if (!tensor.ParseFromString(*it->second))
+      return error() << "--const-input '" << in.name()
+                     << "': not a serialized ONNX TensorProto";
+    auto value = decodeTensor(tensor);
+    if (!value)
+      return error() << "--const-input '" << in.name()
+                     << "': " << llvm::toString(value.takeError());
+    const onnx::TypeProto::Tensor &declared = in.type().tensor_type();
+    bool matches = declared.elem_type() == tensor.data_type();
+    if (declared.has_shape()) {
+      const onnx::TensorShapeProto &shape = declared.shape();
+      matches &= shape.dim_size() == static_cast<int>(value->shape.size());
+      for (int i = 0; matches && i < shape.dim_size(); ++i)
+        matches &= !shape.dim(i).has_dim_value() ||
+                   shape.dim(i).dim_value() == value->shape[i];
+    }
+    if (!matches)
+      return error() << "--const-input '" << in.name()
+                     << "': the tensor's type or shape differs from the "
+                        "graph input's declaration";
+    g.defineConstant(in.name(), std::move(*value));
+  }
+  return success();
+}
+
 OwningOpRef<ModuleOp> ModelImporter::run() {
   if (failed(checkModel()) || failed(sortNodes()))
     return nullptr;
@@ -336,10 +371,11 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   SmallVector<std::string> argNames;
   llvm::StringMap<const std::string *> constantInputs;
   for (const auto &[name, bytes] : options.constantInputs) {
-    if (!inputNames.count(name))
-      return error() << "--const-input names '" << name
-                     << "', which is not a graph input",
-             nullptr;
+    if (!inputNames.count(name)) {
+      error() << "--const-input names '" << name
+              << "', which is not a graph input";
+      return nullptr;
+    }
     constantInputs[name] = &bytes;
   }
   for (const onnx::ValueInfoProto &in : graph.input()) {
@@ -360,39 +396,8 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   g.getBuilder().setInsertionPointToEnd(body);
   for (const onnx::TensorProto &t : graph.initializer())
     g.addInitializer(t);
-  std::vector<onnx::TensorProto> constants(constantInputs.size());
-  size_t next = 0;
-  for (const onnx::ValueInfoProto &in : graph.input()) {
-    auto it = constantInputs.find(in.name());
-    if (it == constantInputs.end())
-      continue;
-    onnx::TensorProto &tensor = constants[next++];
-    if (!tensor.ParseFromString(*it->second))
-      return error() << "--const-input '" << in.name()
-                     << "': not a serialized ONNX TensorProto",
-             nullptr;
-    auto value = decodeTensor(tensor);
-    if (!value)
-      return error() << "--const-input '" << in.name()
-                     << "': " << llvm::toString(value.takeError()),
-             nullptr;
-    const auto &declared = in.type().tensor_type();
-    bool shapeMatches =
-        !declared.has_shape() ||
-        declared.shape().dim_size() == static_cast<int>(value->shape.size());
-    for (int i = 0; shapeMatches && declared.has_shape() &&
-                    i < declared.shape().dim_size();
-         ++i)
-      if (declared.shape().dim(i).has_dim_value() &&
-          declared.shape().dim(i).dim_value() != value->shape[i])
-        shapeMatches = false;
-    if (declared.elem_type() != tensor.data_type() || !shapeMatches)
-      return error() << "--const-input '" << in.name()
-                     << "': the tensor's type or shape differs from the "
-                        "graph input's declaration",
-             nullptr;
-    g.defineConstant(in.name(), std::move(*value));
-  }
+  if (failed(bindConstantInputs(g, constantInputs)))
+    return nullptr;
   for (auto [i, name] : llvm::enumerate(argNames)) {
     g.defineValue(name, body->getArgument(i));
     func.setArgAttr(i, "gpipe.name", b.getStringAttr(name));
