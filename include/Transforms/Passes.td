@@ -13,4 +13,51 @@ def AnnotateCost : Pass<"gpipe-annotate-cost"> {
   }];
 }
 
+def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
+  let summary = "Give dropout and batch_norm their inference behaviour";
+  let description = [{
+    Dropout becomes the identity and BatchNorm normalizes with its running
+    statistics, as PyTorch's eval() mode does, whatever mode the model was
+    exported in.
+  }];
+}
+
+def ConvertElementwiseToLinalg : Pass<"gpipe-convert-elementwise-to-linalg"> {
+  let summary = "Turn element-wise nn ops into linalg.generic on tensors";
+  let description = [{
+    Every op implementing ElementwiseOpInterface becomes a linalg.generic
+    whose indexing maps broadcast its operands and whose body is the op's
+    scalar computation. Upstream `--linalg-fuse-elementwise-ops` then fuses
+    chains of them into single loops.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
+  let summary = "Plan memory and lower @forward to a native stage function";
+  let description = [{
+    Gives every tensor of @forward a byte offset in one arena, reusing memory
+    by liveness (reshapes alias their input), places parameters and
+    constants in one read-only blob, and rewrites the function into
+    `@<entry>(%arena: memref<?xi8>, %params: memref<?xi8>, %ctx: i64)`:
+    linalg.generic ops work on views of the arena, heavy ops (gemm, matmul,
+    conv, pooling, normalization, softmax) become calls
+    `@gpipe_kernel(%ctx, %id)` into the runtime and a kernel table entry.
+    The function carries the plan as attributes (gpipe.arena_size,
+    gpipe.params_size, gpipe.inputs, gpipe.outputs, gpipe.kernels), which
+    the bundle writer copies into the manifest.
+  }];
+  let options = [
+    Option<"entryName", "entry", "std::string", "\"gpipe_stage0_forward\"",
+           "Name of the generated stage function">,
+  ];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 #endif // GPIPE_TRANSFORMS_PASSES

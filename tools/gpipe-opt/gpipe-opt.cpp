@@ -7,15 +7,27 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Analysis/ModelSummary.h"
+#include "Bundle/BundleWriter.h"
 #include "GPipe/IR/GPipeDialect.h"
 #include "Import/ONNX/ModelImporter.h"
 #include "NN/IR/NNDialect.h"
+#include "Target/Native/NativeCodegen.h"
 #include "Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
@@ -47,6 +59,17 @@ cl::opt<Emit> emitOption(
         clEnumValN(Emit::Schedule, "schedule",
                    "after the static micro-batch schedule"),
         clEnumValN(Emit::LLVM, "llvm", "the LLVM dialect of each stage")));
+
+enum class Mode { Infer, Train };
+
+cl::opt<Mode> modeOption(
+    "mode", cl::desc("What the bundle does (ONNX input with -o)"),
+    cl::init(Mode::Infer), cl::cat(gpipeCategory),
+    cl::values(clEnumValN(Mode::Infer, "infer",
+                          "inference: forward only; dropout is the identity "
+                          "and BatchNorm uses its running statistics"),
+               clEnumValN(Mode::Train, "train",
+                          "training (not implemented yet)")));
 
 cl::opt<int64_t> batchSizeOption(
     "batch-size",
@@ -101,6 +124,16 @@ void printDiagnostic(Diagnostic &diag) {
   os << message << "\n";
 }
 
+/// The inference pipeline from the imported nn module to one lowered stage.
+LogicalResult lowerForInference(ModuleOp module) {
+  PassManager pm(module.getContext());
+  pm.addPass(gpipe::createSetInferenceMode());
+  pm.addPass(gpipe::createConvertElementwiseToLinalg());
+  pm.addPass(createLinalgElementwiseOpFusionPass());
+  pm.addPass(gpipe::createLowerStage());
+  return pm.run(module);
+}
+
 int notImplemented(StringRef what) {
   llvm::errs() << "gpipe-opt: error: " << what
                << " is not implemented yet; this version can import ONNX "
@@ -115,16 +148,22 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     return success();
   });
   switch (emitOption) {
-  case Emit::None:
-    return notImplemented("bundle output (-o model.gpipe)");
   case Emit::Stages:
     return notImplemented("--emit=stages");
   case Emit::Autodiff:
     return notImplemented("--emit=autodiff");
   case Emit::Schedule:
     return notImplemented("--emit=schedule");
+  case Emit::None:
   case Emit::LLVM:
-    return notImplemented("--emit=llvm");
+    if (modeOption == Mode::Train)
+      return notImplemented("--mode=train");
+    if (emitOption == Emit::None && output == "-") {
+      llvm::errs() << "gpipe-opt: error: name the bundle to write with "
+                      "-o model.gpipe (or pass --emit=nn to print the IR)\n";
+      return 1;
+    }
+    break;
   case Emit::NN:
   case Emit::Summary:
     break;
@@ -153,6 +192,17 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
       gpipe::importONNXFile(input, &context, options);
   if (!module)
     return 1;
+  if (emitOption == Emit::None || emitOption == Emit::LLVM) {
+    if (failed(lowerForInference(*module)))
+      return 1;
+    if (emitOption == Emit::None) {
+      gpipe::BundleOptions bundleOptions;
+      bundleOptions.sourceName = llvm::sys::path::filename(input).str();
+      return failed(gpipe::writeBundle(*module, output, bundleOptions)) ? 1 : 0;
+    }
+    if (failed(gpipe::lowerStageToLLVMDialect(*module)))
+      return 1;
+  }
   // Written to a temporary file and renamed: a failed run leaves no
   // partial output behind.
   llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
@@ -175,6 +225,11 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
 int main(int argc, char **argv) {
   DialectRegistry registry;
   gpipe::registerONNXImportDialects(registry);
+  registry
+      .insert<arith::ArithDialect, cf::ControlFlowDialect,
+              linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
+              memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect>();
+  registerLinalgPasses();
   registerTransformsPasses();
   gpipe::registerGPipePasses();
 
@@ -184,8 +239,8 @@ int main(int argc, char **argv) {
       "  gpipe-opt model.onnx --emit=nn [--batch-size=N] [-o out.mlir]\n"
       "      import an ONNX model (opsets 11-17) and print it in the nn "
       "dialect\n"
-      "  gpipe-opt model.onnx -o model.gpipe\n"
-      "      compile a pipelined training bundle (not implemented yet)\n"
+      "  gpipe-opt model.onnx -o model.gpipe [--mode=infer] [--batch-size=N]\n"
+      "      compile a bundle for gpipe-run (inference; training comes next)\n"
       "  gpipe-opt file.mlir [--pass...] [--split-input-file] "
       "[--verify-diagnostics]\n"
       "      run passes on MLIR input, like mlir-opt\n",

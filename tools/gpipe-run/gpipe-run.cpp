@@ -1,14 +1,63 @@
 // gpipe-run: runs a bundle compiled by gpipe-opt.
 //
-// This version parses and checks its command line and reports what the
-// runtime can run on; executing bundles (--infer, --train) comes with the
-// bundle format and says so until then.
+// --infer runs inference bundles; --train arrives with the trainer.
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
+
+namespace {
+
+/// gpipe-run --infer: read the inputs, run, write DIR/<output>.npy.
+int runInference(const std::string &bundlePath,
+                 const std::vector<std::string> &inputSpecs,
+                 const std::string &outputDir) {
+  using namespace gpipe::runtime;
+  std::map<std::string, HostTensor> inputs;
+  for (const std::string &spec : inputSpecs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      std::cerr << "gpipe-run: error: --input expects NAME=FILE, got '" << spec
+                << "'\n";
+      return 1;
+    }
+    std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+    try {
+      inputs[name] = readNpy(file);
+    } catch (const NpyError &e) {
+      std::cerr << "gpipe-run: error: input '" << name << "': " << e.what()
+                << "\n";
+      return 1;
+    }
+  }
+  try {
+    InferenceSession session(bundlePath);
+    std::map<std::string, HostTensor> outputs = session.run(inputs);
+    std::filesystem::create_directories(outputDir);
+    for (const auto &[name, tensor] : outputs) {
+      std::string path = outputDir + "/" + name + ".npy";
+      writeNpy(path, tensor);
+      std::cout << "wrote " << path << " " << tensor.describe() << "\n";
+    }
+  } catch (const BundleError &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  } catch (const InputError &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"gpipe-run: run a pipelined training bundle compiled by "
@@ -28,6 +77,17 @@ int main(int argc, char **argv) {
   trainFlag->excludes(inferFlag);
   app.add_flag("--list-devices", listDevices,
                "Print the devices this runtime can use and exit");
+  std::vector<std::string> inputSpecs;
+  app.add_option("--input", inputSpecs,
+                 "NAME=FILE: a graph input as a NumPy .npy file (--infer; "
+                 "repeat for each input; any number of rows: larger inputs "
+                 "run in micro-batches of the compiled batch)")
+      ->type_name("NAME=FILE");
+  std::string outputDir = ".";
+  app.add_option("--output", outputDir,
+                 "Directory for the outputs, written as <name>.npy "
+                 "(--infer; default: the current directory)")
+      ->type_name("DIR");
   std::string devices;
   app.add_option("--devices", devices,
                  "Check a device list (cpu:N, cpu:A-B, cuda:N, "
@@ -59,9 +119,9 @@ int main(int argc, char **argv) {
     std::cerr << "gpipe-run: error: --train and --infer need a bundle\n";
     return 1;
   }
-  std::cerr << "gpipe-run: error: running bundles ("
-            << (train ? "--train" : "--infer")
-            << ") is not implemented yet; gpipe-opt does not write bundles "
-               "yet either\n";
+  if (infer)
+    return runInference(bundle, inputSpecs, outputDir);
+  std::cerr << "gpipe-run: error: --train is not implemented yet; this "
+               "version runs inference bundles (--infer)\n";
   return 2;
 }

@@ -35,4 +35,22 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def NN_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {
+  let description = [{
+    An op that applies a scalar function to each element of its (broadcast)
+    operands. Its scalar semantics are declared with the op, so that one
+    conversion turns every element-wise op into a linalg.generic.
+  }];
+  let cppNamespace = "::gpipe::nn";
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{Builds the scalar computation of one output element from
+                 one element of each operand; returns null (after emitting
+                 an error) for element types the op cannot compute.}],
+      /*retTy=*/"::mlir::Value", /*methodName=*/"buildScalar",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder, "::mlir::Location":$loc,
+                    "::mlir::ValueRange":$operands)>,
+  ];
+}
+
 #endif // GPIPE_NN_INTERFACES

@@ -53,7 +53,8 @@ class NN_ForwardOp<string mnemonic, list<Trait> traits = []>
 class NN_UnaryOp<string mnemonic, int flopsPerElement = 1, list<Trait> traits = []>
     : NN_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
-        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>])> {
+        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
+        DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>])> {
   let results = (outs NN_Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let extraClassDefinition = [{
@@ -111,7 +112,8 @@ def NN_DropoutOp : NN_UnaryOp<"dropout", 2> {
 }
 
 def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
-    DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>]> {
+    DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
+    DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
   let summary = "Element type conversion";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$output);
@@ -120,7 +122,8 @@ def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
 
 // Two inputs broadcast against each other (NumPy rules).
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
-    : NN_ForwardOp<mnemonic, traits> {
+    : NN_ForwardOp<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>])> {
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$output);
 }

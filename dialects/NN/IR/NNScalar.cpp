@@ -1,0 +1,214 @@
+//===- NNScalar.cpp - Scalar semantics of element-wise nn ops -------------===//
+//
+// ElementwiseOpInterface: the computation of one output element, built with
+// arith and math ops. The conversion to linalg.generic uses these bodies.
+//
+//===----------------------------------------------------------------------===//
+#include "NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+namespace {
+
+Type resultElementType(Operation *op) {
+  return cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
+}
+
+Value floatConstant(OpBuilder &b, Location loc, Type type, double value) {
+  return b.create<arith::ConstantOp>(loc, b.getFloatAttr(type, value));
+}
+
+/// Fails with an error naming the op and type unless `type` is a float.
+bool requireFloat(Operation *op, Type type) {
+  if (isa<FloatType>(type))
+    return true;
+  op->emitOpError("code generation supports floating-point element types "
+                  "only, got ")
+      << type;
+  return false;
+}
+
+bool isUnsigned(Type type) {
+  auto intType = dyn_cast<IntegerType>(type);
+  return intType && intType.isUnsigned();
+}
+
+/// Converts a scalar between element types with C semantics.
+Value convertScalar(OpBuilder &b, Location loc, Value v, Type to) {
+  Type from = v.getType();
+  if (from == to)
+    return v;
+  auto fromFloat = dyn_cast<FloatType>(from), toFloat = dyn_cast<FloatType>(to);
+  if (fromFloat && toFloat)
+    return fromFloat.getWidth() < toFloat.getWidth()
+               ? b.create<arith::ExtFOp>(loc, to, v).getResult()
+               : b.create<arith::TruncFOp>(loc, to, v).getResult();
+  // Builtin signedness lives on the type; arith works on signless integers.
+  auto signless = [&](Type t) -> Type {
+    if (auto i = dyn_cast<IntegerType>(t))
+      return b.getIntegerType(i.getWidth());
+    return t;
+  };
+  Type signlessTo = signless(to);
+  if (fromFloat) {
+    if (isUnsigned(to))
+      return b.create<arith::FPToUIOp>(loc, signlessTo, v);
+    if (signlessTo.isInteger(1))
+      return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, v,
+                                     floatConstant(b, loc, from, 0.0));
+    return b.create<arith::FPToSIOp>(loc, signlessTo, v);
+  }
+  unsigned fromWidth = from.getIntOrFloatBitWidth();
+  if (toFloat)
+    return isUnsigned(from) || fromWidth == 1
+               ? b.create<arith::UIToFPOp>(loc, to, v).getResult()
+               : b.create<arith::SIToFPOp>(loc, to, v).getResult();
+  unsigned toWidth = signlessTo.getIntOrFloatBitWidth();
+  if (toWidth == 1)
+    return b.create<arith::CmpIOp>(
+        loc, arith::CmpIPredicate::ne, v,
+        b.create<arith::ConstantOp>(loc, b.getIntegerAttr(v.getType(), 0)));
+  if (toWidth < fromWidth)
+    return b.create<arith::TruncIOp>(loc, signlessTo, v);
+  if (toWidth > fromWidth)
+    return isUnsigned(from) || fromWidth == 1
+               ? b.create<arith::ExtUIOp>(loc, signlessTo, v).getResult()
+               : b.create<arith::ExtSIOp>(loc, signlessTo, v).getResult();
+  return v;
+}
+
+} // namespace
+
+Value ReluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  return b.create<arith::MaximumFOp>(loc, operands[0],
+                                     floatConstant(b, loc, type, 0.0));
+}
+
+Value LeakyReluOp::buildScalar(OpBuilder &b, Location loc,
+                               ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[0];
+  Value scaled = b.create<arith::MulFOp>(
+      loc, x, floatConstant(b, loc, type, getAlpha().convertToDouble()));
+  Value positive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGE, x,
+                                           floatConstant(b, loc, type, 0.0));
+  return b.create<arith::SelectOp>(loc, positive, x, scaled);
+}
+
+Value SigmoidOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value one = floatConstant(b, loc, type, 1.0);
+  Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, operands[0]));
+  return b.create<arith::DivFOp>(loc, one, b.create<arith::AddFOp>(loc, one, e));
+}
+
+Value TanhOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  if (!requireFloat(*this, resultElementType(*this)))
+    return {};
+  return b.create<math::TanhOp>(loc, operands[0]);
+}
+
+Value ErfOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  if (!requireFloat(*this, resultElementType(*this)))
+    return {};
+  return b.create<math::ErfOp>(loc, operands[0]);
+}
+
+Value SqrtOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  if (!requireFloat(*this, resultElementType(*this)))
+    return {};
+  return b.create<math::SqrtOp>(loc, operands[0]);
+}
+
+Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[0];
+  Value half = floatConstant(b, loc, type, 0.5);
+  Value one = floatConstant(b, loc, type, 1.0);
+  Value inner;
+  if (getApproximate() == "tanh") {
+    // tanh(sqrt(2/pi) * (x + 0.044715 x^3))
+    Value x3 = b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
+    Value poly = b.create<arith::AddFOp>(
+        loc, x,
+        b.create<arith::MulFOp>(loc, floatConstant(b, loc, type, 0.044715), x3));
+    inner = b.create<math::TanhOp>(
+        loc, b.create<arith::MulFOp>(
+                 loc, floatConstant(b, loc, type, std::sqrt(2.0 / M_PI)), poly));
+  } else {
+    inner = b.create<math::ErfOp>(
+        loc, b.create<arith::MulFOp>(loc, x,
+                                     floatConstant(b, loc, type, M_SQRT1_2)));
+  }
+  return b.create<arith::MulFOp>(
+      loc, b.create<arith::MulFOp>(loc, half, x),
+      b.create<arith::AddFOp>(loc, one, inner));
+}
+
+Value DropoutOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
+  if (getTraining()) {
+    emitOpError("training-mode dropout draws random numbers and is not "
+                "supported by inference code generation; compile with "
+                "--mode=infer, which turns it into the identity");
+    return {};
+  }
+  return operands[0];
+}
+
+Value CastOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return convertScalar(b, loc, operands[0], resultElementType(*this));
+}
+
+namespace {
+/// Float or integer arithmetic; integer division honours signedness.
+template <typename FloatOp, typename SignedOp, typename UnsignedOp>
+Value buildArith(Operation *op, OpBuilder &b, Location loc,
+                 ValueRange operands) {
+  Type type = resultElementType(op);
+  if (isa<FloatType>(type))
+    return b.create<FloatOp>(loc, operands[0], operands[1]);
+  if (isUnsigned(type))
+    return b.create<UnsignedOp>(loc, operands[0], operands[1]);
+  return b.create<SignedOp>(loc, operands[0], operands[1]);
+}
+} // namespace
+
+Value AddOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return buildArith<arith::AddFOp, arith::AddIOp, arith::AddIOp>(*this, b, loc,
+                                                                 operands);
+}
+Value SubOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return buildArith<arith::SubFOp, arith::SubIOp, arith::SubIOp>(*this, b, loc,
+                                                                 operands);
+}
+Value MulOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return buildArith<arith::MulFOp, arith::MulIOp, arith::MulIOp>(*this, b, loc,
+                                                                 operands);
+}
+Value DivOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return buildArith<arith::DivFOp, arith::DivSIOp, arith::DivUIOp>(*this, b, loc,
+                                                                   operands);
+}
+
+Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value exponent = convertScalar(b, loc, operands[1], type);
+  return b.create<math::PowFOp>(loc, operands[0], exponent);
+}

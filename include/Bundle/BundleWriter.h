@@ -1,0 +1,33 @@
+//===- BundleWriter.h - Writing gpipe bundles -------------------*- C++ -*-===//
+//
+// A bundle is a directory (docs/bundle.md): manifest.json, params.bin and
+// one shared library per stage, each part with a CRC-32 in the manifest.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_BUNDLE_BUNDLEWRITER_H
+#define GPIPE_BUNDLE_BUNDLEWRITER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace gpipe {
+
+constexpr int64_t kBundleFormatVersion = 1;
+
+struct BundleOptions {
+  std::string mode = "infer";
+  std::string device = "cpu:0";
+  std::string sourceName;
+};
+
+/// Compiles the module, which must have gone through gpipe-lower-stage, and
+/// writes the bundle directory at `path`: built next to it and renamed into
+/// place, so that a failure leaves whatever was at `path` untouched.
+mlir::LogicalResult writeBundle(mlir::ModuleOp module, llvm::StringRef path,
+                                const BundleOptions &options);
+
+} // namespace gpipe
+
+#endif // GPIPE_BUNDLE_BUNDLEWRITER_H

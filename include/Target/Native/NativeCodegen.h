@@ -1,0 +1,35 @@
+//===- NativeCodegen.h - Stage modules to x86-64 shared libraries -*- C++ -*-=//
+//
+// After gpipe-lower-stage, a stage module holds linalg on memrefs, arith,
+// math and calls into the runtime. This lowers it through upstream MLIR
+// conversions to the LLVM dialect, translates it to LLVM IR, optimizes it
+// for the host CPU, emits an object file and links it with lld (in process)
+// into a shared library whose undefined kernel symbols resolve against the
+// runtime when it is loaded.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_TARGET_NATIVE_NATIVECODEGEN_H
+#define GPIPE_TARGET_NATIVE_NATIVECODEGEN_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace gpipe {
+
+/// The CPU the code is generated for ("skylake-avx512", ...): the host's.
+std::string nativeTargetCPU();
+
+/// Lowers a stage module in place to the LLVM dialect (bare-pointer calling
+/// convention for memref arguments).
+mlir::LogicalResult lowerStageToLLVMDialect(mlir::ModuleOp module);
+
+/// Lowers, optimizes (O3) and links `module` into the shared library at
+/// `path`. Errors are emitted as diagnostics on the module.
+mlir::LogicalResult emitStageLibrary(mlir::ModuleOp module,
+                                     llvm::StringRef path);
+
+} // namespace gpipe
+
+#endif // GPIPE_TARGET_NATIVE_NATIVECODEGEN_H

@@ -1,0 +1,240 @@
+//===- BundleWriter.cpp - Writing gpipe bundles ---------------------------===//
+#include "Bundle/BundleWriter.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "Target/Native/NativeCodegen.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/CRC.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace json = llvm::json;
+
+namespace {
+
+/// "f32" -> "float32": the manifest uses NumPy's names.
+std::string dtypeName(StringRef mlirName) {
+  static const std::pair<StringRef, StringRef> names[] = {
+      {"f16", "float16"}, {"bf16", "bfloat16"}, {"f32", "float32"},
+      {"f64", "float64"}, {"i8", "int8"},       {"i16", "int16"},
+      {"i32", "int32"},   {"i64", "int64"},     {"ui8", "uint8"},
+      {"ui16", "uint16"}, {"ui32", "uint32"},   {"ui64", "uint64"},
+      {"i1", "bool"}};
+  for (auto [from, to] : names)
+    if (mlirName == from)
+      return to.str();
+  return mlirName.str();
+}
+
+std::string typeName(Type type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return dtypeName(s);
+}
+
+/// Builtin attributes of the kinds nn ops and the stage plan use, as JSON.
+json::Value toJSON(Attribute attr) {
+  if (auto b = dyn_cast<BoolAttr>(attr))
+    return b.getValue();
+  if (auto i = dyn_cast<IntegerAttr>(attr))
+    return i.getValue().getSExtValue();
+  if (auto f = dyn_cast<FloatAttr>(attr))
+    return f.getValueAsDouble();
+  if (auto s = dyn_cast<StringAttr>(attr)) {
+    // Element types of the plan use MLIR spellings.
+    return s.getValue().str();
+  }
+  if (auto a = dyn_cast<DenseI64ArrayAttr>(attr))
+    return json::Array(a.asArrayRef());
+  if (auto a = dyn_cast<ArrayAttr>(attr)) {
+    json::Array out;
+    for (Attribute e : a)
+      out.push_back(toJSON(e));
+    return out;
+  }
+  if (auto d = dyn_cast<DictionaryAttr>(attr)) {
+    json::Object out;
+    for (NamedAttribute n : d) {
+      json::Value v = toJSON(n.getValue());
+      if (n.getName() == "dtype")
+        if (auto s = v.getAsString())
+          v = dtypeName(*s);
+      out[n.getName().getValue()] = std::move(v);
+    }
+    return out;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << attr;
+  return s;
+}
+
+/// The raw little-endian bytes of a parameter's value.
+FailureOr<ArrayRef<char>> valueBytes(gpipe::ParameterOp param) {
+  Attribute value = param.getValue();
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return param.emitError("parameter value resource has no data");
+    return blob->getData();
+  }
+  if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    if (dense.getElementType().isInteger(1))
+      return param.emitError("bool tensors are not supported in parameters "
+                             "yet");
+    if (dense.isSplat())
+      return param.emitError("splat constants must be expanded first");
+    return dense.getRawData();
+  }
+  return param.emitError("unsupported parameter value kind");
+}
+
+LogicalResult writeFile(Operation *anchor, StringRef path,
+                        ArrayRef<char> data) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_None);
+  if (ec)
+    return anchor->emitError("cannot write ") << path << ": " << ec.message();
+  os.write(data.data(), data.size());
+  os.close();
+  if (os.has_error())
+    return anchor->emitError("write failed: ") << path;
+  return success();
+}
+
+} // namespace
+
+LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
+                                 const BundleOptions &options) {
+  func::FuncOp stage;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr("gpipe.kernels"))
+      stage = f;
+  if (!stage)
+    return module.emitError("no lowered stage function (run gpipe-lower-stage "
+                            "first)");
+
+  // The part of the manifest that describes memory comes from the plan.
+  int64_t paramsSize =
+      cast<IntegerAttr>(stage->getAttr("gpipe.params_size")).getInt();
+  std::vector<char> params(paramsSize, 0);
+  json::Array tensors;
+  for (auto param : module.getOps<ParameterOp>()) {
+    auto bytes = valueBytes(param);
+    if (failed(bytes))
+      return failure();
+    int64_t offset = cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
+    if (offset + static_cast<int64_t>(bytes->size()) > paramsSize)
+      return param.emitError("parameter does not fit the planned blob");
+    std::copy(bytes->begin(), bytes->end(), params.begin() + offset);
+    tensors.push_back(
+        json::Object{{"name", param.getSymName()},
+                     {"dtype", typeName(param.getType().getElementType())},
+                     {"shape", json::Array(param.getType().getShape())},
+                     {"offset", offset},
+                     {"trainable", param.getTrainable()}});
+  }
+
+  auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
+  json::Object manifest{
+      {"format", "gpipe-bundle"},
+      {"version", kBundleFormatVersion},
+      {"model", modelName ? modelName.getValue() : "model"},
+      {"source", options.sourceName},
+      {"mode", options.mode},
+      {"target_cpu", nativeTargetCPU()},
+      {"devices", json::Array{options.device}},
+      {"inputs", toJSON(stage->getAttr("gpipe.inputs"))},
+      {"outputs", toJSON(stage->getAttr("gpipe.outputs"))},
+      {"parameters",
+       json::Object{
+           {"file", "params.bin"},
+           {"size", paramsSize},
+           {"crc32", static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
+                         reinterpret_cast<const uint8_t *>(params.data()),
+                         params.size())))},
+           {"tensors", std::move(tensors)}}},
+  };
+  json::Object stageJSON{
+      {"index", 0},
+      {"device", options.device},
+      {"library", "stage0.so"},
+      {"entry", stage.getSymName()},
+      {"arena_size", toJSON(stage->getAttr("gpipe.arena_size"))},
+      {"kernels", toJSON(stage->getAttr("gpipe.kernels"))},
+  };
+
+  // Build in a sibling directory, then move into place.
+  llvm::SmallString<256> tmp(path);
+  tmp += ".tmp";
+  llvm::sys::fs::remove_directories(tmp);
+  if (auto ec = llvm::sys::fs::create_directories(tmp))
+    return module.emitError("cannot create ") << tmp << ": " << ec.message();
+  auto cleanup =
+      llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(tmp); });
+
+  llvm::SmallString<256> file(tmp);
+  llvm::sys::path::append(file, "params.bin");
+  if (failed(writeFile(module, file, params)))
+    return failure();
+
+  // Parameter values now live in params.bin; the stage code only needs
+  // their offsets, already in it.
+  for (auto param : llvm::make_early_inc_range(module.getOps<ParameterOp>()))
+    param.erase();
+  llvm::SmallString<256> library(tmp);
+  llvm::sys::path::append(library, "stage0.so");
+  if (failed(emitStageLibrary(module, library)))
+    return failure();
+  auto libBytes = llvm::MemoryBuffer::getFile(library, /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+  if (!libBytes)
+    return module.emitError("cannot read back ") << library;
+  stageJSON["crc32"] = static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>((*libBytes)->getBufferStart()),
+      (*libBytes)->getBufferSize())));
+  manifest["stages"] = json::Array{std::move(stageJSON)};
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", json::Value(std::move(manifest))) << "\n";
+  llvm::SmallString<256> manifestPath(tmp);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  if (failed(writeFile(module, manifestPath,
+                       ArrayRef<char>(text.data(), text.size()))))
+    return failure();
+
+  // Replace an existing bundle only once the new one is complete.
+  llvm::SmallString<256> old(path);
+  old += ".old";
+  llvm::sys::fs::remove_directories(old);
+  bool existed = llvm::sys::fs::exists(path);
+  if (existed) {
+    if (!llvm::sys::fs::is_directory(path))
+      return module.emitError("'") << path
+                                   << "' exists and is not a bundle "
+                                      "directory; not overwriting it";
+    if (auto ec = llvm::sys::fs::rename(path, old))
+      return module.emitError("cannot move the old bundle aside: ")
+             << ec.message();
+  }
+  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
+    if (existed)
+      llvm::sys::fs::rename(old, path);
+    return module.emitError("cannot move the bundle into place: ")
+           << ec.message();
+  }
+  if (existed)
+    llvm::sys::fs::remove_directories(old);
+  return success();
+}

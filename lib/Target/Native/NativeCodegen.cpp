@@ -1,0 +1,135 @@
+//===- NativeCodegen.cpp - Stage modules to x86-64 shared libraries -------===//
+#include "Target/Native/NativeCodegen.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "lld/Common/Driver.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <mutex>
+
+LLD_HAS_DRIVER(elf)
+
+using namespace mlir;
+
+std::string gpipe::nativeTargetCPU() {
+  return llvm::sys::getHostCPUName().str();
+}
+
+LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
+  PassManager pm(module.getContext());
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createConvertSCFToCFPass());
+  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  ConvertFuncToLLVMPassOptions funcOptions;
+  funcOptions.useBarePtrCallConv = true;
+  pm.addPass(createConvertFuncToLLVMPass(funcOptions));
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+  return pm.run(module);
+}
+
+namespace {
+
+std::unique_ptr<llvm::TargetMachine> createTargetMachine(std::string &error) {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  std::string triple = llvm::sys::getProcessTriple();
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return nullptr;
+  std::string features;
+  for (auto &[name, enabled] : llvm::sys::getHostCPUFeatures())
+    features += (enabled ? "+" : "-") + name.str() + ",";
+  llvm::TargetOptions options;
+  return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+      triple, llvm::sys::getHostCPUName(), features, options, llvm::Reloc::PIC_,
+      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+}
+
+} // namespace
+
+LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path) {
+  if (failed(lowerStageToLLVMDialect(module)))
+    return failure();
+  registerBuiltinDialectTranslation(*module.getContext());
+  registerLLVMDialectTranslation(*module.getContext());
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, llvmContext, "gpipe_stage");
+  if (!llvmModule)
+    return module.emitError("translation to LLVM IR failed");
+
+  std::string error;
+  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(error);
+  if (!machine)
+    return module.emitError("no LLVM target for this host: ") << error;
+  llvmModule->setDataLayout(machine->createDataLayout());
+  llvmModule->setTargetTriple(machine->getTargetTriple().getTriple());
+  auto optimize = makeOptimizingTransformer(3, 0, machine.get());
+  if (llvm::Error err = optimize(llvmModule.get()))
+    return module.emitError("LLVM optimization failed: ")
+           << llvm::toString(std::move(err));
+
+  // Object file, then a shared library linked by lld in process.
+  llvm::SmallString<128> object;
+  if (auto ec = llvm::sys::fs::createTemporaryFile("gpipe-stage", "o", object))
+    return module.emitError("cannot create a temporary file: ") << ec.message();
+  llvm::FileRemover removeObject(object);
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(object, ec, llvm::sys::fs::OF_None);
+    if (ec)
+      return module.emitError("cannot write ")
+             << object << ": " << ec.message();
+    llvm::legacy::PassManager codegen;
+    if (machine->addPassesToEmitFile(codegen, os, nullptr,
+                                     llvm::CodeGenFileType::ObjectFile))
+      return module.emitError("the target cannot emit object files");
+    codegen.run(*llvmModule);
+  }
+  std::string linkOutput;
+  llvm::raw_string_ostream linkLog(linkOutput);
+  std::string out = path.str(), obj = object.str().str();
+  const char *args[] = {"ld.lld", "-shared",   "--hash-style=gnu",
+                        "-o",     out.c_str(), obj.c_str()};
+  lld::Result result =
+      lld::lldMain(args, linkLog, linkLog, {{lld::Gnu, &lld::elf::link}});
+  if (result.retCode != 0 || !result.canRunAgain)
+    return module.emitError("linking the stage library failed: ")
+           << linkLog.str();
+  return success();
+}

@@ -1,0 +1,368 @@
+//===- LowerStage.cpp - Memory plan and native stage function -------------===//
+//
+// Rewrites @forward (nn heavy ops, linalg.generic on tensors, reshapes,
+// parameters) into a function over one arena and one parameter blob:
+//
+//   func.func @gpipe_stage0_forward(%arena: memref<Axi8>,
+//                                   %params: memref<Pxi8>, %ctx: i64)
+//
+// Tensors become memref.view of the arena at planned offsets; linalg.generic
+// ops are re-created on those views; heavy ops become kernel table entries
+// run by the runtime through `func.call @gpipe_kernel(%ctx, %id)`.
+//
+//===----------------------------------------------------------------------===//
+#include "Transforms/MemoryPlan.h"
+#include "Transforms/Passes.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_LOWERSTAGE
+#include "Transforms/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t alignUp(int64_t v) {
+  return (v + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+int64_t byteSize(RankedTensorType type) {
+  int64_t bits = type.getElementType().getIntOrFloatBitWidth();
+  return type.getNumElements() * std::max<int64_t>(1, bits / 8);
+}
+
+/// Heavy ops run by oneDNN primitives in the runtime.
+bool isKernelOp(Operation *op) {
+  return isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::MaxPoolOp, nn::AvgPoolOp,
+             nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
+             nn::LogSoftmaxOp, nn::LayerNormOp>(op);
+}
+
+/// Where a tensor lives: a buffer class in the arena, or the parameters.
+struct Location_ {
+  bool inParams = false;
+  int64_t paramOffset = 0;
+  int cls = -1; // arena buffer class
+};
+
+class StageLowering {
+public:
+  StageLowering(ModuleOp module, func::FuncOp forward, StringRef entry)
+      : module(module), forward(forward), entry(entry),
+        builder(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult placeParameters();
+  LogicalResult assignBuffers();
+  LogicalResult emit();
+  Value viewOf(OpBuilder &b, Value tensor);
+  DictionaryAttr describe(Value tensor);
+  LogicalResult emitKernel(OpBuilder &b, Operation *op);
+
+  ModuleOp module;
+  func::FuncOp forward;
+  StringRef entry;
+  Builder builder;
+
+  llvm::StringMap<int64_t> paramOffsets;
+  int64_t paramsSize = 0;
+  DenseMap<Value, Location_> where;
+  std::vector<BufferRequest> classes;
+  MemoryPlan plan;
+  /// Results that must be copied into their own output buffer.
+  SmallVector<std::pair<Value, int>> outputCopies;
+  SmallVector<int> outputClasses;
+
+  func::FuncOp stage;
+  Value arena, params, ctx;
+  SmallVector<Attribute> kernels;
+};
+
+LogicalResult StageLowering::placeParameters() {
+  // Constants become non-trainable parameters: one read-only blob.
+  int counter = 0;
+  SmallVector<nn::ConstantOp> constants;
+  forward.walk([&](nn::ConstantOp c) { constants.push_back(c); });
+  OpBuilder moduleBuilder(module.getBodyRegion());
+  moduleBuilder.setInsertionPointToStart(module.getBody());
+  for (nn::ConstantOp c : constants) {
+    std::string name = "__constant_" + std::to_string(counter++);
+    auto param = moduleBuilder.create<ParameterOp>(c.getLoc(), name,
+                                                   c.getValue(), false);
+    OpBuilder b(c);
+    auto get = b.create<GetParameterOp>(
+        c.getLoc(), c.getType(),
+        FlatSymbolRefAttr::get(param.getSymNameAttr()));
+    c.replaceAllUsesWith(get.getResult());
+    c.erase();
+  }
+  for (auto param : module.getOps<ParameterOp>()) {
+    paramOffsets[param.getSymName()] = paramsSize;
+    param->setAttr("gpipe.offset", builder.getI64IntegerAttr(paramsSize));
+    paramsSize = alignUp(paramsSize + byteSize(param.getType()));
+  }
+  return success();
+}
+
+LogicalResult StageLowering::assignBuffers() {
+  Block &body = forward.front();
+  DenseMap<Operation *, int64_t> position;
+  int64_t step = 0;
+  for (Operation &op : body)
+    position[&op] = step++;
+  int64_t last = step;
+
+  auto newClass = [&](Value v, int64_t begin) {
+    classes.push_back(
+        {byteSize(cast<RankedTensorType>(v.getType())), begin, begin});
+    Location_ loc;
+    loc.cls = classes.size() - 1;
+    where[v] = loc;
+  };
+  for (BlockArgument arg : body.getArguments())
+    newClass(arg, -1);
+  for (Operation &op : body) {
+    if (auto get = dyn_cast<GetParameterOp>(op)) {
+      Location_ loc;
+      loc.inParams = true;
+      loc.paramOffset = paramOffsets.lookup(get.getName());
+      where[get.getResult()] = loc;
+    } else if (auto reshape = dyn_cast<nn::ReshapeOp>(op)) {
+      where[reshape.getResult()] = where.lookup(reshape.getInput());
+    } else if (isa<tensor::EmptyOp>(op)) {
+      for (OpOperand &use : op.getResult(0).getUses())
+        if (!isa<linalg::GenericOp>(use.getOwner()))
+          return op.emitError("tensor.empty used outside linalg.generic outs");
+    } else if (isa<func::ReturnOp>(op)) {
+      continue;
+    } else if (isa<arith::ConstantOp>(op) &&
+               !isa<ShapedType>(op.getResult(0).getType())) {
+      continue; // scalars used inside linalg bodies: cloned, no buffer
+    } else {
+      for (Value result : op.getResults())
+        newClass(result, position[&op]);
+    }
+    // Uses extend the live range of the operand's class.
+    for (Value operand : op.getOperands()) {
+      auto it = where.find(operand);
+      if (it == where.end() || it->second.inParams)
+        continue;
+      BufferRequest &r = classes[it->second.cls];
+      r.end = std::max(r.end, position[&op]);
+    }
+  }
+  // Outputs live to the end, each in a buffer of its own.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  DenseSet<int> seen;
+  for (Value v : ret.getOperands()) {
+    Location_ loc = where.lookup(v);
+    bool isInput = !loc.inParams && classes[loc.cls].begin < 0;
+    if (loc.inParams || isInput || !seen.insert(loc.cls).second) {
+      classes.push_back(
+          {byteSize(cast<RankedTensorType>(v.getType())), last, last});
+      outputCopies.emplace_back(v, classes.size() - 1);
+      outputClasses.push_back(classes.size() - 1);
+      continue;
+    }
+    classes[loc.cls].end = last;
+    outputClasses.push_back(loc.cls);
+  }
+  // Inputs are written before the step starts: live from the beginning.
+  for (BlockArgument arg : body.getArguments())
+    classes[where[arg].cls].begin = -1;
+  plan = planMemory(classes, kAlignment);
+  return success();
+}
+
+Value StageLowering::viewOf(OpBuilder &b, Value tensor) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  Location_ loc = where.lookup(tensor);
+  int64_t offset = loc.inParams ? loc.paramOffset : plan.offsets[loc.cls];
+  Value base = loc.inParams ? params : arena;
+  Value shift = b.create<arith::ConstantIndexOp>(tensor.getLoc(), offset);
+  return b.create<memref::ViewOp>(
+      tensor.getLoc(), MemRefType::get(type.getShape(), type.getElementType()),
+      base, shift, ValueRange{});
+}
+
+DictionaryAttr StageLowering::describe(Value tensor) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  Location_ loc = where.lookup(tensor);
+  std::string dtype;
+  llvm::raw_string_ostream os(dtype);
+  os << type.getElementType();
+  return builder.getDictionaryAttr({
+      builder.getNamedAttr(
+          "space", builder.getStringAttr(loc.inParams ? "params" : "arena")),
+      builder.getNamedAttr("offset", builder.getI64IntegerAttr(
+                                         loc.inParams ? loc.paramOffset
+                                                      : plan.offsets[loc.cls])),
+      builder.getNamedAttr("shape", builder.getI64ArrayAttr(type.getShape())),
+      builder.getNamedAttr("dtype", builder.getStringAttr(os.str())),
+  });
+}
+
+LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
+  SmallVector<Attribute> operands, results;
+  for (Value v : op->getOperands())
+    operands.push_back(describe(v));
+  for (Value v : op->getResults())
+    results.push_back(describe(v));
+  int64_t id = kernels.size();
+  kernels.push_back(builder.getDictionaryAttr({
+      builder.getNamedAttr("id", builder.getI64IntegerAttr(id)),
+      builder.getNamedAttr("kind",
+                           builder.getStringAttr(op->getName().stripDialect())),
+      builder.getNamedAttr("attributes", op->getAttrDictionary()),
+      builder.getNamedAttr("operands", builder.getArrayAttr(operands)),
+      builder.getNamedAttr("results", builder.getArrayAttr(results)),
+  }));
+  Value idValue =
+      b.create<arith::ConstantOp>(op->getLoc(), b.getI64IntegerAttr(id));
+  b.create<func::CallOp>(op->getLoc(), "gpipe_kernel", TypeRange{},
+                         ValueRange{ctx, idValue});
+  return success();
+}
+
+LogicalResult StageLowering::emit() {
+  MLIRContext *context = module.getContext();
+  OpBuilder b(context);
+  b.setInsertionPoint(forward);
+  auto arenaType =
+      MemRefType::get({std::max<int64_t>(plan.size, 1)}, b.getI8Type());
+  auto paramsType =
+      MemRefType::get({std::max<int64_t>(paramsSize, 1)}, b.getI8Type());
+  stage = b.create<func::FuncOp>(
+      forward.getLoc(), entry,
+      b.getFunctionType({arenaType, paramsType, b.getI64Type()}, {}));
+  if (!module.lookupSymbol("gpipe_kernel")) {
+    auto decl = b.create<func::FuncOp>(
+        forward.getLoc(), "gpipe_kernel",
+        b.getFunctionType({b.getI64Type(), b.getI64Type()}, {}));
+    decl.setPrivate();
+  }
+  Block *block = stage.addEntryBlock();
+  arena = block->getArgument(0);
+  params = block->getArgument(1);
+  ctx = block->getArgument(2);
+  b.setInsertionPointToStart(block);
+
+  IRMapping mapping;
+  for (Operation &op : forward.front()) {
+    if (isa<GetParameterOp, nn::ReshapeOp, tensor::EmptyOp>(op))
+      continue;
+    if (isa<arith::ConstantOp>(op) &&
+        !isa<ShapedType>(op.getResult(0).getType())) {
+      b.clone(op, mapping);
+      continue;
+    }
+    if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
+      for (OpOperand &out : generic.getDpsInitsMutable())
+        if (generic.payloadUsesValueFromOperand(&out))
+          return generic.emitOpError("reads its outputs; only element-wise "
+                                     "generics are supported");
+      SmallVector<Value> ins, outs;
+      for (Value v : generic.getDpsInputs())
+        ins.push_back(viewOf(b, v));
+      for (Value v : generic.getResults())
+        outs.push_back(viewOf(b, v));
+      auto lowered = b.create<linalg::GenericOp>(
+          generic.getLoc(), TypeRange{}, ins, outs,
+          generic.getIndexingMapsArray(), generic.getIteratorTypesArray());
+      generic.getRegion().cloneInto(&lowered.getRegion(), mapping);
+      continue;
+    }
+    if (isKernelOp(&op)) {
+      if (failed(emitKernel(b, &op)))
+        return failure();
+      continue;
+    }
+    if (isa<func::ReturnOp>(op)) {
+      for (auto [value, cls] : outputCopies) {
+        Value from = viewOf(b, value);
+        auto type = cast<RankedTensorType>(value.getType());
+        Value shift =
+            b.create<arith::ConstantIndexOp>(op.getLoc(), plan.offsets[cls]);
+        Value to = b.create<memref::ViewOp>(
+            op.getLoc(),
+            MemRefType::get(type.getShape(), type.getElementType()), arena,
+            shift, ValueRange{});
+        b.create<memref::CopyOp>(op.getLoc(), from, to);
+      }
+      b.create<func::ReturnOp>(op.getLoc());
+      continue;
+    }
+    return op.emitError("'")
+           << op.getName() << "' is not supported by code generation yet";
+  }
+
+  // The plan, for the bundle writer and the runtime.
+  auto ioEntry = [&](StringAttr name, Type type, int cls) {
+    auto t = cast<RankedTensorType>(type);
+    std::string dtype;
+    llvm::raw_string_ostream os(dtype);
+    os << t.getElementType();
+    return builder.getDictionaryAttr({
+        builder.getNamedAttr("name", name),
+        builder.getNamedAttr("offset",
+                             builder.getI64IntegerAttr(plan.offsets[cls])),
+        builder.getNamedAttr("shape", builder.getI64ArrayAttr(t.getShape())),
+        builder.getNamedAttr("dtype", builder.getStringAttr(os.str())),
+    });
+  };
+  SmallVector<Attribute> inputs, outputs;
+  for (BlockArgument arg : forward.getArguments()) {
+    auto name =
+        forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "gpipe.name");
+    inputs.push_back(ioEntry(name ? name : builder.getStringAttr("input"),
+                             arg.getType(), where[arg].cls));
+  }
+  for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
+    auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
+    outputs.push_back(ioEntry(name ? name : builder.getStringAttr("output"),
+                              type, outputClasses[i]));
+  }
+  stage->setAttr("gpipe.arena_size", builder.getI64IntegerAttr(plan.size));
+  stage->setAttr("gpipe.params_size", builder.getI64IntegerAttr(paramsSize));
+  stage->setAttr("gpipe.inputs", builder.getArrayAttr(inputs));
+  stage->setAttr("gpipe.outputs", builder.getArrayAttr(outputs));
+  stage->setAttr("gpipe.kernels", builder.getArrayAttr(kernels));
+  return success();
+}
+
+LogicalResult StageLowering::run() {
+  if (!llvm::hasSingleElement(forward.getBody()))
+    return forward.emitError("@forward must have a single block");
+  if (failed(placeParameters()) || failed(assignBuffers()) || failed(emit()))
+    return failure();
+  forward.erase();
+  return success();
+}
+
+struct LowerStagePass : public gpipe::impl::LowerStageBase<LowerStagePass> {
+  using LowerStageBase::LowerStageBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward) {
+      module.emitError("no @forward function to lower");
+      return signalPassFailure();
+    }
+    if (failed(StageLowering(module, forward, entryName).run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,86 @@
+// Reading and checking a bundle written by gpipe-opt (docs/bundle.md).
+#ifndef GPIPE_RUNTIME_BUNDLE_H
+#define GPIPE_RUNTIME_BUNDLE_H
+
+#include "gpipe/runtime/Tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpipe::runtime {
+
+/// The bundle format version this runtime reads.
+constexpr int64_t kBundleFormatVersion = 1;
+
+/// A bundle that cannot be used; the message names the bundle and the part.
+class BundleError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A tensor placed in a stage's arena or in the parameter blob.
+struct TensorSlot {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::string space = "arena"; // "arena" or "params"
+  int64_t offset = 0;
+
+  int64_t numElements() const;
+  int64_t byteSize() const;
+};
+
+/// A heavy op the runtime runs with a oneDNN primitive.
+struct KernelSpec {
+  int64_t id = 0;
+  std::string kind; // nn op name: "gemm", "conv", ...
+  std::map<std::string, std::vector<double>> numbers; // numeric attributes
+  std::map<std::string, std::string> strings;         // string attributes
+  std::vector<TensorSlot> operands, results;
+
+  /// A scalar attribute, or `dflt`.
+  double number(const std::string &key, double dflt) const;
+  /// An array attribute (empty if absent).
+  std::vector<int64_t> ints(const std::string &key) const;
+};
+
+struct StageSpec {
+  int64_t index = 0;
+  std::string device;
+  std::string library; // file name inside the bundle
+  uint32_t crc32 = 0;
+  std::string entry;
+  int64_t arenaSize = 0;
+  std::vector<KernelSpec> kernels;
+};
+
+struct Bundle {
+  std::string path;
+  std::string model, mode, targetCpu;
+  std::vector<std::string> devices;
+  std::vector<TensorSlot> inputs, outputs;
+  std::vector<TensorSlot> parameters;
+  std::string paramsFile;
+  int64_t paramsSize = 0;
+  uint32_t paramsCrc32 = 0;
+  std::vector<StageSpec> stages;
+
+  std::string partPath(const std::string &file) const;
+};
+
+/// Reads `path`/manifest.json and checks the format, version, every part's
+/// presence, size and CRC-32, and that this machine has the devices.
+Bundle loadBundle(const std::string &path);
+
+/// CRC-32 (zlib polynomial) of a byte range.
+uint32_t crc32Of(const void *data, size_t size);
+
+/// "float32" -> DType; throws BundleError for unknown names.
+DType parseDType(const std::string &name);
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_BUNDLE_H

@@ -1,0 +1,45 @@
+// Inference with a bundle: named inputs in, named outputs out.
+#ifndef GPIPE_RUNTIME_INFERENCESESSION_H
+#define GPIPE_RUNTIME_INFERENCESESSION_H
+
+#include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/StageExecutor.h"
+#include "gpipe/runtime/Tensor.h"
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace gpipe::runtime {
+
+/// Bad inputs: a missing or unknown name, a wrong dtype or shape.
+class InputError : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+class InferenceSession {
+public:
+  /// Loads and checks the bundle (BundleError if it cannot be used).
+  explicit InferenceSession(const std::string &bundlePath);
+
+  const Bundle &bundle() const { return bundle_; }
+  /// The batch the bundle was compiled for (first dim of its first input).
+  int64_t compiledBatch() const;
+
+  /// Runs the model. Inputs match the bundle's by name, dtype and shape,
+  /// except that the first (batch) dimension may be any size: inputs larger
+  /// than the compiled batch run in micro-batches of it (the last one padded
+  /// with zeros), and outputs are cut back to the rows given.
+  std::map<std::string, HostTensor>
+  run(const std::map<std::string, HostTensor> &inputs);
+
+private:
+  Bundle bundle_;
+  std::unique_ptr<StageExecutor> stage;
+};
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_INFERENCESESSION_H

@@ -1,0 +1,38 @@
+// Heavy ops of a stage, run by oneDNN primitives created once at load time.
+#ifndef GPIPE_RUNTIME_KERNELS_H
+#define GPIPE_RUNTIME_KERNELS_H
+
+#include "gpipe/runtime/Bundle.h"
+
+#include <memory>
+
+namespace dnnl {
+struct engine;
+struct stream;
+} // namespace dnnl
+
+namespace gpipe::runtime {
+
+/// Where a stage's tensors live while it runs.
+struct KernelMemory {
+  char *arena = nullptr;
+  char *params = nullptr;
+};
+
+class Kernel {
+public:
+  virtual ~Kernel() = default;
+  /// Runs the op on the stage's buffers.
+  virtual void run(dnnl::stream &stream) = 0;
+};
+
+/// Creates the primitive of one kernel table entry, bound to the arena and
+/// parameter buffers. Throws BundleError naming the kernel for kinds, types
+/// or attributes the runtime cannot run.
+std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
+                                     const KernelMemory &memory,
+                                     dnnl::engine &engine);
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_KERNELS_H

@@ -1,0 +1,254 @@
+#include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/RuntimeInfo.h"
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include <fstream>
+#include <thread>
+
+namespace gpipe::runtime {
+
+using nlohmann::json;
+
+int64_t TensorSlot::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+int64_t TensorSlot::byteSize() const {
+  return numElements() * static_cast<int64_t>(dtypeSize(dtype));
+}
+
+double KernelSpec::number(const std::string &key, double dflt) const {
+  auto it = numbers.find(key);
+  return it == numbers.end() || it->second.empty() ? dflt : it->second.front();
+}
+
+std::vector<int64_t> KernelSpec::ints(const std::string &key) const {
+  std::vector<int64_t> out;
+  auto it = numbers.find(key);
+  if (it != numbers.end())
+    for (double v : it->second)
+      out.push_back(static_cast<int64_t>(v));
+  return out;
+}
+
+std::string Bundle::partPath(const std::string &file) const {
+  return path + "/" + file;
+}
+
+uint32_t crc32Of(const void *data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const Bytef *bytes = static_cast<const Bytef *>(data);
+  while (size > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = crc32(crc, bytes, chunk);
+    bytes += chunk;
+    size -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+DType parseDType(const std::string &name) {
+  static const std::pair<const char *, DType> names[] = {
+      {"float16", DType::F16}, {"float32", DType::F32}, {"float64", DType::F64},
+      {"int8", DType::I8},     {"int16", DType::I16},   {"int32", DType::I32},
+      {"int64", DType::I64},   {"uint8", DType::U8},    {"uint16", DType::U16},
+      {"uint32", DType::U32},  {"uint64", DType::U64},  {"bool", DType::Bool}};
+  for (auto &[n, t] : names)
+    if (name == n)
+      return t;
+  throw BundleError("unsupported element type '" + name + "'");
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string &bundle, const std::string &part,
+                       const std::string &reason) {
+  throw BundleError(bundle + ": " + part + ": " + reason);
+}
+
+TensorSlot parseSlot(const json &j) {
+  TensorSlot slot;
+  slot.name = j.value("name", "");
+  slot.dtype = parseDType(j.at("dtype").get<std::string>());
+  slot.shape = j.at("shape").get<std::vector<int64_t>>();
+  slot.space = j.value("space", "arena");
+  slot.offset = j.at("offset").get<int64_t>();
+  for (int64_t d : slot.shape)
+    if (d < 0 || d > (int64_t(1) << 40))
+      throw BundleError("tensor '" + slot.name + "' has an invalid shape");
+  if (slot.offset < 0 || (slot.space != "arena" && slot.space != "params"))
+    throw BundleError("tensor '" + slot.name + "' has an invalid placement");
+  return slot;
+}
+
+KernelSpec parseKernel(const json &j) {
+  KernelSpec k;
+  k.id = j.at("id").get<int64_t>();
+  k.kind = j.at("kind").get<std::string>();
+  for (auto &[key, value] : j.at("attributes").items()) {
+    if (value.is_boolean())
+      k.numbers[key] = {value.get<bool>() ? 1.0 : 0.0};
+    else if (value.is_number())
+      k.numbers[key] = {value.get<double>()};
+    else if (value.is_string())
+      k.strings[key] = value.get<std::string>();
+    else if (value.is_array())
+      k.numbers[key] = value.get<std::vector<double>>();
+  }
+  for (const json &o : j.at("operands"))
+    k.operands.push_back(parseSlot(o));
+  for (const json &r : j.at("results"))
+    k.results.push_back(parseSlot(r));
+  return k;
+}
+
+std::string readFile(const std::string &bundle, const std::string &part,
+                     const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail(bundle, part, "missing or unreadable (" + path + ")");
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+void checkFits(const std::string &bundle, const TensorSlot &slot,
+               int64_t arenaSize, int64_t paramsSize) {
+  int64_t limit = slot.space == "params" ? paramsSize : arenaSize;
+  if (slot.offset + slot.byteSize() > limit)
+    fail(bundle, "manifest.json",
+         "tensor '" + slot.name + "' lies outside its " + slot.space);
+}
+
+void checkDevices(const Bundle &b) {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (const std::string &text : b.devices) {
+    std::vector<Device> devices;
+    try {
+      devices = parseDeviceList(text);
+    } catch (const DeviceListError &e) {
+      fail(b.path, "manifest.json", e.what());
+    }
+    for (const Device &d : devices) {
+      if (d.kind == DeviceKind::Cpu) {
+        for (int core : d.ids)
+          if (static_cast<unsigned>(core) >= cores)
+            fail(b.path, "devices",
+                 "the bundle needs " + d.str() + " but this machine has " +
+                     std::to_string(cores) + " cores");
+      } else {
+        std::string reason;
+        int gpus = cudaDeviceCount(&reason);
+        if (d.ids.front() >= gpus)
+          fail(b.path, "devices",
+               "the bundle needs " + d.str() + " but " +
+                   (gpus
+                        ? "this machine has " + std::to_string(gpus) + " GPU(s)"
+                        : reason));
+      }
+    }
+  }
+}
+
+} // namespace
+
+Bundle loadBundle(const std::string &path) {
+  Bundle b;
+  b.path = path;
+  std::string text = readFile(path, "manifest.json", path + "/manifest.json");
+  json m;
+  try {
+    m = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(path, "manifest.json",
+         std::string("not valid JSON (truncated or corrupt): ") + e.what());
+  }
+  try {
+    if (m.value("format", "") != "gpipe-bundle")
+      fail(path, "manifest.json", "not a gpipe bundle manifest");
+    int64_t version = m.at("version").get<int64_t>();
+    if (version != kBundleFormatVersion)
+      fail(path, "manifest.json",
+           "format version " + std::to_string(version) +
+               ", but this runtime reads version " +
+               std::to_string(kBundleFormatVersion) +
+               " (recompile the model with a matching gpipe-opt)");
+    b.model = m.at("model").get<std::string>();
+    b.mode = m.at("mode").get<std::string>();
+    b.targetCpu = m.value("target_cpu", "");
+    b.devices = m.at("devices").get<std::vector<std::string>>();
+    for (const json &j : m.at("inputs"))
+      b.inputs.push_back(parseSlot(j));
+    for (const json &j : m.at("outputs"))
+      b.outputs.push_back(parseSlot(j));
+    const json &p = m.at("parameters");
+    b.paramsFile = p.at("file").get<std::string>();
+    b.paramsSize = p.at("size").get<int64_t>();
+    b.paramsCrc32 = p.at("crc32").get<uint32_t>();
+    for (const json &j : p.at("tensors")) {
+      TensorSlot slot = parseSlot(j);
+      slot.space = "params";
+      b.parameters.push_back(slot);
+    }
+    for (const json &j : m.at("stages")) {
+      StageSpec s;
+      s.index = j.at("index").get<int64_t>();
+      s.device = j.at("device").get<std::string>();
+      s.library = j.at("library").get<std::string>();
+      s.crc32 = j.at("crc32").get<uint32_t>();
+      s.entry = j.at("entry").get<std::string>();
+      s.arenaSize = j.at("arena_size").get<int64_t>();
+      for (const json &k : j.at("kernels"))
+        s.kernels.push_back(parseKernel(k));
+      b.stages.push_back(std::move(s));
+    }
+  } catch (const json::exception &e) {
+    fail(path, "manifest.json", std::string("malformed: ") + e.what());
+  } catch (const BundleError &e) {
+    if (std::string(e.what()).rfind(path, 0) == 0)
+      throw;
+    fail(path, "manifest.json", e.what());
+  }
+  if (b.stages.size() != 1)
+    fail(path, "manifest.json",
+         "this runtime runs single-stage bundles; pipelines come with the "
+         "pipeline runtime");
+  for (const std::string &file : {b.paramsFile, b.stages[0].library})
+    if (file.empty() || file.find('/') != std::string::npos ||
+        file.find("..") != std::string::npos)
+      fail(path, "manifest.json", "invalid part name '" + file + "'");
+
+  std::string params = readFile(path, b.paramsFile, b.partPath(b.paramsFile));
+  if (static_cast<int64_t>(params.size()) != b.paramsSize)
+    fail(path, b.paramsFile,
+         "holds " + std::to_string(params.size()) +
+             " bytes, the manifest says " + std::to_string(b.paramsSize));
+  if (crc32Of(params.data(), params.size()) != b.paramsCrc32)
+    fail(path, b.paramsFile, "checksum mismatch (the file is corrupt)");
+  for (const StageSpec &s : b.stages) {
+    std::string lib = readFile(path, s.library, b.partPath(s.library));
+    if (crc32Of(lib.data(), lib.size()) != s.crc32)
+      fail(path, s.library, "checksum mismatch (the file is corrupt)");
+    for (const TensorSlot &t : b.inputs)
+      checkFits(path, t, s.arenaSize, b.paramsSize);
+    for (const TensorSlot &t : b.outputs)
+      checkFits(path, t, s.arenaSize, b.paramsSize);
+    for (const KernelSpec &k : s.kernels) {
+      for (const TensorSlot &t : k.operands)
+        checkFits(path, t, s.arenaSize, b.paramsSize);
+      for (const TensorSlot &t : k.results)
+        checkFits(path, t, s.arenaSize, b.paramsSize);
+    }
+  }
+  for (const TensorSlot &t : b.parameters)
+    checkFits(path, t, 0, b.paramsSize);
+  checkDevices(b);
+  return b;
+}
+
+} // namespace gpipe::runtime

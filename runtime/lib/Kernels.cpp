@@ -1,0 +1,373 @@
+// oneDNN primitives for the kernel kinds of the stage code (docs/bundle.md).
+#include "gpipe/runtime/Kernels.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <functional>
+#include <numeric>
+
+namespace gpipe::runtime {
+
+using dnnl::memory;
+using dims = memory::dims;
+
+namespace {
+
+[[noreturn]] void unsupported(const KernelSpec &spec, const std::string &why) {
+  throw BundleError("kernel " + std::to_string(spec.id) + " (" + spec.kind +
+                    "): " + why);
+}
+
+dims rowMajorStrides(const dims &shape) {
+  dims strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+  return strides;
+}
+
+memory::desc plainDesc(const dims &shape) {
+  return memory::desc(shape, memory::data_type::f32, rowMajorStrides(shape));
+}
+
+void *address(const TensorSlot &slot, const KernelMemory &mem) {
+  return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
+}
+
+/// A oneDNN memory over a tensor of the stage, optionally viewed with other
+/// dims (same element count, row-major).
+memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
+                const KernelMemory &mem, dnnl::engine &engine,
+                const dims &shape = {}) {
+  if (slot.dtype != DType::F32)
+    unsupported(spec, "element type " + dtypeName(slot.dtype) +
+                          " (only float32 kernels are implemented)");
+  dims d = shape.empty() ? dims(slot.shape) : shape;
+  return memory(plainDesc(d), engine, address(slot, mem));
+}
+
+/// A primitive with its arguments, run as is.
+class PrimitiveKernel : public Kernel {
+public:
+  PrimitiveKernel(dnnl::primitive primitive,
+                  std::unordered_map<int, memory> args,
+                  std::function<void()> epilogue = nullptr)
+      : primitive(std::move(primitive)), args(std::move(args)),
+        epilogue(std::move(epilogue)) {}
+  void run(dnnl::stream &stream) override {
+    primitive.execute(stream, args);
+    stream.wait();
+    if (epilogue)
+      epilogue();
+  }
+
+private:
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  std::function<void()> epilogue;
+};
+
+/// Right-aligns `shape` to `rank` dims with leading 1s.
+dims padLeft(const std::vector<int64_t> &shape, size_t rank) {
+  dims d(rank - shape.size(), 1);
+  d.insert(d.end(), shape.begin(), shape.end());
+  return d;
+}
+
+std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
+                                     const KernelMemory &mem,
+                                     dnnl::engine &engine) {
+  const TensorSlot &a = spec.operands.at(0), &b = spec.operands.at(1);
+  const TensorSlot &out = spec.results.at(0);
+  std::vector<int64_t> l = a.shape, r = b.shape;
+  if (l.size() == 1)
+    l.insert(l.begin(), 1);
+  if (r.size() == 1)
+    r.push_back(1);
+  size_t rank = std::max(l.size(), r.size());
+  dims ld = padLeft(l, rank), rd = padLeft(r, rank), od(rank);
+  for (size_t i = 0; i + 2 < rank; ++i)
+    od[i] = std::max(ld[i], rd[i]);
+  od[rank - 2] = ld[rank - 2];
+  od[rank - 1] = rd[rank - 1];
+  memory src = bindSlot(spec, a, mem, engine, ld);
+  memory weights = bindSlot(spec, b, mem, engine, rd);
+  memory dst = bindSlot(spec, out, mem, engine, od);
+  dnnl::matmul::desc desc(src.get_desc(), weights.get_desc(), dst.get_desc());
+  dnnl::matmul::primitive_desc pd(desc, engine);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::matmul(pd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
+                                   const KernelMemory &mem,
+                                   dnnl::engine &engine) {
+  const TensorSlot &a = spec.operands.at(0), &b = spec.operands.at(1);
+  const TensorSlot &out = spec.results.at(0);
+  bool transA = spec.number("trans_a", 0) != 0;
+  bool transB = spec.number("trans_b", 0) != 0;
+  float alpha = static_cast<float>(spec.number("alpha", 1.0));
+  float beta = static_cast<float>(spec.number("beta", 1.0));
+  int64_t m = out.shape.at(0), n = out.shape.at(1);
+  int64_t k = transA ? a.shape.at(0) : a.shape.at(1);
+  // Transposed operands are read in place through their strides.
+  memory::desc srcDesc(dims{m, k}, memory::data_type::f32,
+                       transA ? dims{1, m} : dims{k, 1});
+  memory::desc weightsDesc(dims{k, n}, memory::data_type::f32,
+                           transB ? dims{1, k} : dims{n, 1});
+  memory src(srcDesc, engine, address(a, mem));
+  memory weights(weightsDesc, engine, address(b, mem));
+  memory dst = bindSlot(spec, out, mem, engine);
+  if (a.dtype != DType::F32 || b.dtype != DType::F32)
+    unsupported(spec, "only float32 kernels are implemented");
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  bool hasC = spec.operands.size() > 2;
+  if (hasC && spec.operands[2].dtype != DType::F32)
+    unsupported(spec, "only float32 kernels are implemented");
+  if (hasC && alpha == 1.0f && beta == 1.0f) {
+    // The common case: C is a bias added by the primitive.
+    const TensorSlot &c = spec.operands[2];
+    memory bias = bindSlot(spec, c, mem, engine, padLeft(c.shape, 2));
+    dnnl::matmul::desc desc(srcDesc, weightsDesc, bias.get_desc(),
+                            dst.get_desc());
+    dnnl::matmul::primitive_desc pd(desc, engine);
+    args[DNNL_ARG_BIAS] = bias;
+    return std::make_unique<PrimitiveKernel>(dnnl::matmul(pd), args);
+  }
+  dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
+  dnnl::matmul::primitive_desc pd(desc, engine);
+  std::function<void()> epilogue;
+  if (alpha != 1.0f || hasC) {
+    float *d = static_cast<float *>(address(out, mem));
+    const float *c =
+        hasC ? static_cast<const float *>(address(spec.operands[2], mem))
+             : nullptr;
+    dims cShape = hasC ? padLeft(spec.operands[2].shape, 2) : dims{1, 1};
+    epilogue = [=] {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = alpha * d[i * n + j];
+          if (c)
+            v += beta * c[(cShape[0] == 1 ? 0 : i) * cShape[1] +
+                          (cShape[1] == 1 ? 0 : j)];
+          d[i * n + j] = v;
+        }
+    };
+  }
+  return std::make_unique<PrimitiveKernel>(dnnl::matmul(pd), args, epilogue);
+}
+
+std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
+                                   const KernelMemory &mem,
+                                   dnnl::engine &engine) {
+  const TensorSlot &x = spec.operands.at(0), &w = spec.operands.at(1);
+  const TensorSlot &out = spec.results.at(0);
+  int64_t group = static_cast<int64_t>(spec.number("group", 1));
+  std::vector<int64_t> strides = spec.ints("strides"), pads = spec.ints("pads"),
+                       dilations = spec.ints("dilations");
+  size_t spatial = x.shape.size() - 2;
+  dims padL(pads.begin(), pads.begin() + spatial),
+      padR(pads.begin() + spatial, pads.end()), dil;
+  for (int64_t d : dilations)
+    dil.push_back(d - 1);
+  dims wd = w.shape;
+  if (group > 1) {
+    wd.insert(wd.begin(), group);
+    wd[1] /= group;
+  }
+  memory src = bindSlot(spec, x, mem, engine);
+  memory weights = bindSlot(spec, w, mem, engine, wd);
+  memory dst = bindSlot(spec, out, mem, engine);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  dims s(strides.begin(), strides.end());
+  if (spec.operands.size() > 2) {
+    memory bias = bindSlot(spec, spec.operands[2], mem, engine);
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        src.get_desc(), weights.get_desc(), bias.get_desc(), dst.get_desc(), s,
+        dil, padL, padR);
+    args[DNNL_ARG_BIAS] = bias;
+    return std::make_unique<PrimitiveKernel>(
+        dnnl::convolution_forward(
+            dnnl::convolution_forward::primitive_desc(desc, engine)),
+        args);
+  }
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      src.get_desc(), weights.get_desc(), dst.get_desc(), s, dil, padL, padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::convolution_forward(
+          dnnl::convolution_forward::primitive_desc(desc, engine)),
+      args);
+}
+
+std::unique_ptr<Kernel> createPool(const KernelSpec &spec,
+                                   const KernelMemory &mem,
+                                   dnnl::engine &engine) {
+  const TensorSlot &x = spec.operands.at(0), &out = spec.results.at(0);
+  size_t spatial = x.shape.size() - 2;
+  dims kernel, strides, padL, padR, dil;
+  dnnl::algorithm algorithm = dnnl::algorithm::pooling_max;
+  if (spec.kind == "global_avg_pool") {
+    kernel.assign(x.shape.begin() + 2, x.shape.end());
+    strides.assign(spatial, 1);
+    padL.assign(spatial, 0);
+    padR.assign(spatial, 0);
+    dil.assign(spatial, 0);
+    algorithm = dnnl::algorithm::pooling_avg_include_padding;
+  } else {
+    std::vector<int64_t> k = spec.ints("kernel_shape"),
+                         s = spec.ints("strides"), p = spec.ints("pads"),
+                         d = spec.ints("dilations");
+    if (d.empty())
+      d.assign(spatial, 1);
+    kernel.assign(k.begin(), k.end());
+    strides.assign(s.begin(), s.end());
+    padL.assign(p.begin(), p.begin() + spatial);
+    for (size_t i = 0; i < spatial; ++i) {
+      dil.push_back(d[i] - 1);
+      // ceil_mode windows run past the end: widen the right padding to
+      // reach the planned output size.
+      int64_t extent = (k[i] - 1) * d[i] + 1;
+      padR.push_back((out.shape[i + 2] - 1) * s[i] + extent - x.shape[i + 2] -
+                     p[i]);
+    }
+    if (spec.kind == "avg_pool")
+      algorithm = spec.number("count_include_pad", 0) != 0
+                      ? dnnl::algorithm::pooling_avg_include_padding
+                      : dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  memory src = bindSlot(spec, x, mem, engine);
+  memory dst = bindSlot(spec, out, mem, engine);
+  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                      algorithm, src.get_desc(), dst.get_desc(),
+                                      strides, kernel, dil, padL, padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::pooling_v2_forward(
+          dnnl::pooling_v2_forward::primitive_desc(desc, engine)),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
+                                        const KernelMemory &mem,
+                                        dnnl::engine &engine) {
+  if (spec.number("training", 0) != 0)
+    unsupported(spec, "batch statistics (training mode) need the trainer; "
+                      "inference bundles use the running statistics");
+  memory src = bindSlot(spec, spec.operands.at(0), mem, engine);
+  memory dst = bindSlot(spec, spec.results.at(0), mem, engine);
+  dnnl::batch_normalization_forward::desc desc(
+      dnnl::prop_kind::forward_inference, src.get_desc(),
+      static_cast<float>(spec.number("epsilon", 1e-5)),
+      dnnl::normalization_flags::use_global_stats |
+          dnnl::normalization_flags::use_scale |
+          dnnl::normalization_flags::use_shift);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::batch_normalization_forward(
+          dnnl::batch_normalization_forward::primitive_desc(desc, engine)),
+      std::unordered_map<int, memory>{
+          {DNNL_ARG_SRC, src},
+          {DNNL_ARG_SCALE, bindSlot(spec, spec.operands.at(1), mem, engine)},
+          {DNNL_ARG_SHIFT, bindSlot(spec, spec.operands.at(2), mem, engine)},
+          {DNNL_ARG_MEAN, bindSlot(spec, spec.operands.at(3), mem, engine)},
+          {DNNL_ARG_VARIANCE, bindSlot(spec, spec.operands.at(4), mem, engine)},
+          {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
+                                      const KernelMemory &mem,
+                                      dnnl::engine &engine) {
+  memory src = bindSlot(spec, spec.operands.at(0), mem, engine);
+  memory dst = bindSlot(spec, spec.results.at(0), mem, engine);
+  int axis = static_cast<int>(spec.number("axis", -1));
+  if (axis < 0)
+    axis += static_cast<int>(spec.operands[0].shape.size());
+  dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                      spec.kind == "log_softmax"
+                                          ? dnnl::algorithm::softmax_log
+                                          : dnnl::algorithm::softmax_accurate,
+                                      src.get_desc(), dst.get_desc(), axis);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::softmax_v2_forward(
+          dnnl::softmax_v2_forward::primitive_desc(desc, engine)),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
+                                        const KernelMemory &mem,
+                                        dnnl::engine &engine) {
+  const TensorSlot &x = spec.operands.at(0);
+  int64_t axis = static_cast<int64_t>(spec.number("axis", -1));
+  if (axis < 0)
+    axis += static_cast<int64_t>(x.shape.size());
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x.shape.size(); ++i)
+    (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
+  for (size_t i = 1; i < spec.operands.size(); ++i)
+    if (spec.operands[i].numElements() != inner)
+      unsupported(spec, "scale and bias must have one value per normalized "
+                        "element");
+  memory src = bindSlot(spec, x, mem, engine, {outer, inner});
+  memory dst = bindSlot(spec, spec.results.at(0), mem, engine, {outer, inner});
+  auto flags = dnnl::normalization_flags::use_scale;
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src},
+      {DNNL_ARG_DST, dst},
+      {DNNL_ARG_SCALE,
+       bindSlot(spec, spec.operands.at(1), mem, engine, {inner})}};
+  if (spec.operands.size() > 2) {
+    flags = flags | dnnl::normalization_flags::use_shift;
+    args[DNNL_ARG_SHIFT] =
+        bindSlot(spec, spec.operands[2], mem, engine, {inner});
+  }
+  dnnl::layer_normalization_forward::desc desc(
+      dnnl::prop_kind::forward_inference, src.get_desc(),
+      static_cast<float>(spec.number("epsilon", 1e-5)), flags);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::layer_normalization_forward(
+          dnnl::layer_normalization_forward::primitive_desc(desc, engine)),
+      args);
+}
+
+} // namespace
+
+std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
+                                     const KernelMemory &memory,
+                                     dnnl::engine &engine) {
+  using Factory = std::unique_ptr<Kernel> (*)(
+      const KernelSpec &, const KernelMemory &, dnnl::engine &);
+  static const std::pair<const char *, Factory> factories[] = {
+      {"gemm", createGemm},
+      {"matmul", createMatmul},
+      {"conv", createConv},
+      {"max_pool", createPool},
+      {"avg_pool", createPool},
+      {"global_avg_pool", createPool},
+      {"batch_norm", createBatchNorm},
+      {"softmax", createSoftmax},
+      {"log_softmax", createSoftmax},
+      {"layer_norm", createLayerNorm},
+  };
+  if (spec.operands.empty() || spec.results.empty())
+    unsupported(spec, "has no operands or results");
+  for (auto &[kind, factory] : factories) {
+    if (spec.kind != kind)
+      continue;
+    try {
+      return factory(spec, memory, engine);
+    } catch (const dnnl::error &e) {
+      unsupported(spec, std::string("oneDNN cannot create it: ") + e.what());
+    } catch (const std::out_of_range &) {
+      unsupported(spec, "the manifest entry misses operands or attributes");
+    }
+  }
+  unsupported(spec, "unknown kernel kind");
+}
+
+} // namespace gpipe::runtime
