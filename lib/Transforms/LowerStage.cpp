@@ -70,6 +70,9 @@ private:
   Value viewOf(OpBuilder &b, Value tensor);
   DictionaryAttr describe(Value tensor);
   LogicalResult emitKernel(OpBuilder &b, Operation *op);
+  /// Data movement and reductions as linalg on memref views; failure if
+  /// `op` is not one of them.
+  FailureOr<bool> emitDataMovement(OpBuilder &b, Operation *op);
 
   ModuleOp module;
   func::FuncOp forward;
@@ -236,6 +239,221 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
   return success();
 }
 
+namespace {
+
+SmallVector<utils::IteratorType> parallel(int64_t rank) {
+  return SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel);
+}
+
+/// out = in, element by element, through an indexing map for `in`.
+void copyWithMap(OpBuilder &b, Location loc, Value in, Value out,
+                 AffineMap inMap) {
+  int64_t rank = cast<MemRefType>(out.getType()).getRank();
+  b.create<linalg::GenericOp>(
+      loc, TypeRange{}, ValueRange{in}, ValueRange{out},
+      ArrayRef<AffineMap>{inMap, b.getMultiDimIdentityMap(rank)},
+      parallel(rank), [](OpBuilder &nb, Location l, ValueRange args) {
+        nb.create<linalg::YieldOp>(l, args[0]);
+      });
+}
+
+/// A static subview of `source` at `offsets` with `sizes`, unit strides.
+Value subview(OpBuilder &b, Location loc, Value source,
+              ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
+  SmallVector<int64_t> strides(sizes.size(), 1);
+  return b.create<memref::SubViewOp>(loc, source, offsets, sizes, strides);
+}
+
+Value zeroOf(OpBuilder &b, Location loc, Type type) {
+  return b.create<arith::ConstantOp>(loc, b.getZeroAttr(type));
+}
+
+} // namespace
+
+FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
+  Location loc = op->getLoc();
+  MLIRContext *context = op->getContext();
+  auto fail = [&](const Twine &why) -> FailureOr<bool> {
+    return op->emitError("'") << op->getName() << "' " << why;
+  };
+  return llvm::TypeSwitch<Operation *, FailureOr<bool>>(op)
+      .Case([&](nn::TransposeOp t) -> FailureOr<bool> {
+        ArrayRef<int64_t> perm = t.getPerm();
+        SmallVector<AffineExpr> exprs(perm.size());
+        for (auto [i, p] : llvm::enumerate(perm))
+          exprs[p] = getAffineDimExpr(i, context);
+        copyWithMap(b, loc, viewOf(b, t.getInput()), viewOf(b, t.getResult()),
+                    AffineMap::get(perm.size(), 0, exprs, context));
+        return true;
+      })
+      .Case([&](nn::SliceOp s) -> FailureOr<bool> {
+        // Axes with positive steps: a strided subview; axes with negative
+        // steps: an affine index start - i * |step| into it.
+        auto inType = cast<RankedTensorType>(s.getInput().getType());
+        auto outType = cast<RankedTensorType>(s.getResult().getType());
+        int64_t rank = inType.getRank();
+        SmallVector<int64_t> offsets, sizes, strides;
+        SmallVector<AffineExpr> exprs;
+        for (int64_t i = 0; i < rank; ++i) {
+          int64_t start = s.getStarts()[i], step = s.getSteps()[i];
+          if (step > 0) {
+            offsets.push_back(outType.getDimSize(i) ? start : 0);
+            sizes.push_back(outType.getDimSize(i));
+            strides.push_back(step);
+            exprs.push_back(getAffineDimExpr(i, context));
+          } else {
+            offsets.push_back(0);
+            sizes.push_back(inType.getDimSize(i));
+            strides.push_back(1);
+            exprs.push_back(getAffineConstantExpr(start, context) -
+                            getAffineDimExpr(i, context) * (-step));
+          }
+        }
+        Value window = b.create<memref::SubViewOp>(loc, viewOf(b, s.getInput()),
+                                                   offsets, sizes, strides);
+        copyWithMap(b, loc, window, viewOf(b, s.getResult()),
+                    AffineMap::get(rank, 0, exprs, context));
+        return true;
+      })
+      .Case([&](nn::ConcatOp c) -> FailureOr<bool> {
+        Value out = viewOf(b, c.getResult());
+        auto outType = cast<MemRefType>(out.getType());
+        int64_t axis = c.getAxis(), at = 0;
+        for (Value in : c.getInputs()) {
+          auto inType = cast<RankedTensorType>(in.getType());
+          SmallVector<int64_t> offsets(outType.getRank(), 0);
+          offsets[axis] = at;
+          at += inType.getDimSize(axis);
+          copyWithMap(b, loc, viewOf(b, in),
+                      subview(b, loc, out, offsets, inType.getShape()),
+                      b.getMultiDimIdentityMap(inType.getRank()));
+        }
+        return true;
+      })
+      .Case([&](nn::SplitOp sp) -> FailureOr<bool> {
+        Value in = viewOf(b, sp.getInput());
+        int64_t axis = sp.getAxis(), at = 0;
+        for (Value result : sp.getResults()) {
+          auto type = cast<RankedTensorType>(result.getType());
+          SmallVector<int64_t> offsets(type.getRank(), 0);
+          offsets[axis] = at;
+          at += type.getDimSize(axis);
+          copyWithMap(b, loc, subview(b, loc, in, offsets, type.getShape()),
+                      viewOf(b, result),
+                      b.getMultiDimIdentityMap(type.getRank()));
+        }
+        return true;
+      })
+      .Case([&](nn::ReduceMeanOp r) -> FailureOr<bool> {
+        auto inType = cast<RankedTensorType>(r.getInput().getType());
+        Type element = inType.getElementType();
+        if (!isa<FloatType>(element))
+          return fail("on " + std::string("non-float tensors is not supported "
+                                          "by code generation yet"));
+        Value in = viewOf(b, r.getInput()), out = viewOf(b, r.getResult());
+        int64_t rank = inType.getRank(), count = 1;
+        SmallVector<utils::IteratorType> iterators;
+        SmallVector<AffineExpr> outExprs;
+        for (int64_t i = 0; i < rank; ++i) {
+          bool reduced = llvm::is_contained(r.getAxes(), i);
+          iterators.push_back(reduced ? utils::IteratorType::reduction
+                                      : utils::IteratorType::parallel);
+          if (reduced)
+            count *= inType.getDimSize(i);
+          if (!reduced)
+            outExprs.push_back(getAffineDimExpr(i, context));
+          else if (r.getKeepdims())
+            outExprs.push_back(getAffineConstantExpr(0, context));
+        }
+        b.create<linalg::FillOp>(loc, ValueRange{zeroOf(b, loc, element)},
+                                 ValueRange{out});
+        b.create<linalg::GenericOp>(
+            loc, TypeRange{}, ValueRange{in}, ValueRange{out},
+            ArrayRef<AffineMap>{b.getMultiDimIdentityMap(rank),
+                                AffineMap::get(rank, 0, outExprs, context)},
+            iterators, [](OpBuilder &nb, Location l, ValueRange args) {
+              nb.create<linalg::YieldOp>(
+                  l, nb.create<arith::AddFOp>(l, args[1], args[0]).getResult());
+            });
+        int64_t outRank = cast<MemRefType>(out.getType()).getRank();
+        Value scale = b.create<arith::ConstantOp>(
+            loc, b.getFloatAttr(element, 1.0 / std::max<int64_t>(count, 1)));
+        b.create<linalg::GenericOp>(
+            loc, TypeRange{}, ValueRange{}, ValueRange{out},
+            ArrayRef<AffineMap>{b.getMultiDimIdentityMap(outRank)},
+            parallel(outRank), [&](OpBuilder &nb, Location l, ValueRange args) {
+              nb.create<linalg::YieldOp>(
+                  l, nb.create<arith::MulFOp>(l, args[0], scale).getResult());
+            });
+        return true;
+      })
+      .Case([&](nn::PadOp p) -> FailureOr<bool> {
+        if (p.getMode() != "constant")
+          return fail("with mode '" + p.getMode().str() +
+                      "' is not supported by code generation yet");
+        ArrayRef<int64_t> pads = p.getPads();
+        if (llvm::any_of(pads, [](int64_t v) { return v < 0; }))
+          return fail("with negative pads is not supported by code "
+                      "generation yet");
+        auto inType = cast<RankedTensorType>(p.getInput().getType());
+        Type element = inType.getElementType();
+        Value out = viewOf(b, p.getResult());
+        Attribute fillAttr =
+            isa<FloatType>(element)
+                ? Attribute(
+                      b.getFloatAttr(element, p.getValue().convertToDouble()))
+                : Attribute(b.getIntegerAttr(
+                      element,
+                      static_cast<int64_t>(p.getValue().convertToDouble())));
+        Value fill =
+            b.create<arith::ConstantOp>(loc, cast<TypedAttr>(fillAttr));
+        b.create<linalg::FillOp>(loc, ValueRange{fill}, ValueRange{out});
+        copyWithMap(b, loc, viewOf(b, p.getInput()),
+                    subview(b, loc, out, pads.take_front(inType.getRank()),
+                            inType.getShape()),
+                    b.getMultiDimIdentityMap(inType.getRank()));
+        return true;
+      })
+      .Case([&](nn::GatherOp g) -> FailureOr<bool> {
+        auto dataType = cast<RankedTensorType>(g.getData().getType());
+        auto indicesType = cast<RankedTensorType>(g.getIndices().getType());
+        Value data = viewOf(b, g.getData()),
+              indices = viewOf(b, g.getIndices()),
+              out = viewOf(b, g.getResult());
+        int64_t axis = g.getAxis(),
+                outRank = cast<MemRefType>(out.getType()).getRank();
+        int64_t indexRank = indicesType.getRank(),
+                dim = dataType.getDimSize(axis);
+        b.create<linalg::GenericOp>(
+            loc, TypeRange{}, ValueRange{}, ValueRange{out},
+            ArrayRef<AffineMap>{b.getMultiDimIdentityMap(outRank)},
+            parallel(outRank), [&](OpBuilder &nb, Location l, ValueRange) {
+              SmallVector<Value> idx;
+              for (int64_t i = 0; i < outRank; ++i)
+                idx.push_back(nb.create<linalg::IndexOp>(l, i));
+              SmallVector<Value> where(idx.begin() + axis,
+                                       idx.begin() + axis + indexRank);
+              Value raw = nb.create<memref::LoadOp>(l, indices, where);
+              Value i =
+                  nb.create<arith::IndexCastOp>(l, nb.getIndexType(), raw);
+              // Negative indices count from the end.
+              Value size = nb.create<arith::ConstantIndexOp>(l, dim);
+              Value zero = nb.create<arith::ConstantIndexOp>(l, 0);
+              Value negative = nb.create<arith::CmpIOp>(
+                  l, arith::CmpIPredicate::slt, i, zero);
+              i = nb.create<arith::SelectOp>(
+                  l, negative, nb.create<arith::AddIOp>(l, i, size), i);
+              SmallVector<Value> at(idx.begin(), idx.begin() + axis);
+              at.push_back(i);
+              at.append(idx.begin() + axis + indexRank, idx.end());
+              Value v = nb.create<memref::LoadOp>(l, data, at);
+              nb.create<linalg::YieldOp>(l, v);
+            });
+        return true;
+      })
+      .Default([](Operation *) -> FailureOr<bool> { return false; });
+}
+
 LogicalResult StageLowering::emit() {
   MLIRContext *context = module.getContext();
   OpBuilder b(context);
@@ -289,6 +507,11 @@ LogicalResult StageLowering::emit() {
         return failure();
       continue;
     }
+    FailureOr<bool> moved = emitDataMovement(b, &op);
+    if (failed(moved))
+      return failure();
+    if (*moved)
+      continue;
     if (isa<func::ReturnOp>(op)) {
       for (auto [value, cls] : outputCopies) {
         Value from = viewOf(b, value);
