@@ -111,8 +111,10 @@ Value SigmoidOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   if (!requireFloat(*this, type))
     return {};
   Value one = floatConstant(b, loc, type, 1.0);
-  Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, operands[0]));
-  return b.create<arith::DivFOp>(loc, one, b.create<arith::AddFOp>(loc, one, e));
+  Value e =
+      b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, operands[0]));
+  return b.create<arith::DivFOp>(loc, one,
+                                 b.create<arith::AddFOp>(loc, one, e));
 }
 
 Value TanhOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
@@ -143,21 +145,23 @@ Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Value inner;
   if (getApproximate() == "tanh") {
     // tanh(sqrt(2/pi) * (x + 0.044715 x^3))
-    Value x3 = b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
+    Value x3 =
+        b.create<arith::MulFOp>(loc, x, b.create<arith::MulFOp>(loc, x, x));
     Value poly = b.create<arith::AddFOp>(
         loc, x,
-        b.create<arith::MulFOp>(loc, floatConstant(b, loc, type, 0.044715), x3));
+        b.create<arith::MulFOp>(loc, floatConstant(b, loc, type, 0.044715),
+                                x3));
     inner = b.create<math::TanhOp>(
-        loc, b.create<arith::MulFOp>(
-                 loc, floatConstant(b, loc, type, std::sqrt(2.0 / M_PI)), poly));
+        loc,
+        b.create<arith::MulFOp>(
+            loc, floatConstant(b, loc, type, std::sqrt(2.0 / M_PI)), poly));
   } else {
     inner = b.create<math::ErfOp>(
         loc, b.create<arith::MulFOp>(loc, x,
                                      floatConstant(b, loc, type, M_SQRT1_2)));
   }
-  return b.create<arith::MulFOp>(
-      loc, b.create<arith::MulFOp>(loc, half, x),
-      b.create<arith::AddFOp>(loc, one, inner));
+  return b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, half, x),
+                                 b.create<arith::AddFOp>(loc, one, inner));
 }
 
 Value DropoutOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
@@ -201,8 +205,8 @@ Value MulOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
                                                                  operands);
 }
 Value DivOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
-  return buildArith<arith::DivFOp, arith::DivSIOp, arith::DivUIOp>(*this, b, loc,
-                                                                   operands);
+  return buildArith<arith::DivFOp, arith::DivSIOp, arith::DivUIOp>(
+      *this, b, loc, operands);
 }
 
 Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
