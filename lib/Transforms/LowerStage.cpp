@@ -149,6 +149,12 @@ LogicalResult StageLowering::assignBuffers() {
         if (!isa<linalg::GenericOp>(use.getOwner()))
           return op.emitError("tensor.empty used outside linalg.generic outs");
     } else if (isa<func::ReturnOp>(op)) {
+      // Returned values are read at the end (copied or kept in place).
+      for (Value operand : op.getOperands()) {
+        auto it = where.find(operand);
+        if (it != where.end() && !it->second.inParams)
+          classes[it->second.cls].end = last;
+      }
       continue;
     } else if (isa<arith::ConstantOp>(op) &&
                !isa<ShapedType>(op.getResult(0).getType())) {

@@ -1,0 +1,62 @@
+// RUN: gpipe-opt %s --gpipe-lower-stage --split-input-file -verify-diagnostics | FileCheck %s
+
+// A gemm, an element-wise op and a reshape: the reshape aliases its input,
+// buffers whose live ranges do not overlap share memory, parameters and
+// constants live in the parameter blob.
+// CHECK: gpipe.parameter @__constant_0 = dense<1.000000e+00> : tensor<4xf32> {gpipe.offset = 0 : i64}
+// CHECK: gpipe.parameter @w = dense<5.000000e-01> : tensor<4x6xf32> {gpipe.offset = 64 : i64}
+gpipe.parameter @w = dense<0.5> : tensor<4x6xf32>
+// CHECK-LABEL: func.func @gpipe_stage0_forward
+// CHECK-SAME: (%[[ARENA:.*]]: memref<128xi8>, %[[PARAMS:.*]]: memref<192xi8>, %[[CTX:.*]]: i64)
+// CHECK-SAME: gpipe.arena_size = 128 : i64
+// CHECK-SAME: gpipe.inputs = [{dtype = "f32", name = "x", offset = 0 : i64, shape = [2, 6]}]
+// CHECK-SAME: gpipe.kernels = [{attributes = {alpha = 1.000000e+00 : f32, beta = 1.000000e+00 : f32, trans_a = false, trans_b = true}, id = 0 : i64, kind = "gemm", operands = [{dtype = "f32", offset = 0 : i64, shape = [2, 6], space = "arena"}, {dtype = "f32", offset = 64 : i64, shape = [4, 6], space = "params"}], results = [{dtype = "f32", offset = 64 : i64, shape = [2, 4], space = "arena"}]}]
+// CHECK-SAME: gpipe.outputs = [{dtype = "f32", name = "y", offset = 0 : i64, shape = [8]}]
+// CHECK-SAME: gpipe.params_size = 192 : i64
+// CHECK: %[[ID:.*]] = arith.constant 0 : i64
+// CHECK: call @gpipe_kernel(%[[CTX]], %[[ID]]) : (i64, i64) -> ()
+// CHECK: memref.view %[[ARENA]][%{{.*}}][] : memref<128xi8> to memref<2x4xf32>
+// CHECK: memref.view %[[PARAMS]][%{{.*}}][] : memref<192xi8> to memref<4xf32>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : memref<2x4xf32>, memref<4xf32>) outs(%{{.*}} : memref<2x4xf32>)
+// CHECK: return
+// CHECK: func.func private @gpipe_kernel(i64, i64)
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @forward(%x: tensor<2x6xf32> {gpipe.name = "x"}) -> (tensor<8xf32> {gpipe.name = "y"}) {
+  %w = gpipe.get_parameter @w : tensor<4x6xf32>
+  %c = nn.constant dense<1.0> : tensor<4xf32>
+  %0 = nn.gemm %x, %w {trans_b = true} : (tensor<2x6xf32>, tensor<4x6xf32>) -> tensor<2x4xf32>
+  %e = tensor.empty() : tensor<2x4xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%0, %c : tensor<2x4xf32>, tensor<4xf32>) outs(%e : tensor<2x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    linalg.yield %s : f32
+  } -> tensor<2x4xf32>
+  %2 = nn.reshape %1 {shape = array<i64: 8>} : (tensor<2x4xf32>) -> tensor<8xf32>
+  return %2 : tensor<8xf32>
+}
+
+// -----
+
+// Returning an input needs a copy into an output buffer of its own.
+// CHECK-LABEL: func.func @gpipe_stage0_forward
+// CHECK-SAME: gpipe.outputs = [{dtype = "f32", name = "y", offset = 64 : i64, shape = [4]}]
+// CHECK: memref.copy
+func.func @forward(%x: tensor<4xf32> {gpipe.name = "x"}) -> (tensor<4xf32> {gpipe.name = "y"}) {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{no @forward function to lower}}
+module {
+}
+
+// -----
+
+func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'nn.relu' is not supported by code generation yet}}
+  %0 = nn.relu %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -1,0 +1,40 @@
+"""Makes a damaged copy of a bundle: corrupt_bundle.py SRC DST HOW.
+
+HOW: flip-params, flip-code, truncate-manifest, other-version, missing-code,
+too-many-cores.
+"""
+import json
+import shutil
+import sys
+
+src, dst, how = sys.argv[1:4]
+shutil.rmtree(dst, ignore_errors=True)
+shutil.copytree(src, dst)
+
+
+def flip(path, at):
+    data = bytearray(open(path, "rb").read())
+    data[at % len(data)] ^= 0x40
+    open(path, "wb").write(bytes(data))
+
+
+manifest_path = dst + "/manifest.json"
+if how == "flip-params":
+    flip(dst + "/params.bin", 5)
+elif how == "flip-code":
+    flip(dst + "/stage0.so", 1000)
+elif how == "truncate-manifest":
+    text = open(manifest_path).read()
+    open(manifest_path, "w").write(text[: len(text) // 2])
+elif how in ("other-version", "too-many-cores"):
+    manifest = json.load(open(manifest_path))
+    if how == "other-version":
+        manifest["version"] = 99
+    else:
+        manifest["devices"] = ["cpu:100000"]
+    json.dump(manifest, open(manifest_path, "w"))
+elif how == "missing-code":
+    import os
+    os.remove(dst + "/stage0.so")
+else:
+    sys.exit("unknown damage " + how)
