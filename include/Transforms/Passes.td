@@ -18,7 +18,9 @@ def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
   let description = [{
     Dropout becomes the identity and BatchNorm normalizes with its running
     statistics, as PyTorch's eval() mode does, whatever mode the model was
-    exported in.
+    exported in. A model that outputs the updated running statistics of a
+    training-mode BatchNorm (ops marked `gpipe.running_statistic` by the
+    importer) is refused: inference does not compute them.
   }];
 }
 

@@ -79,24 +79,35 @@ json::Value toJSON(Attribute attr) {
   return s;
 }
 
-/// The raw little-endian bytes of a parameter's value.
-FailureOr<ArrayRef<char>> valueBytes(gpipe::ParameterOp param) {
+/// The raw little-endian bytes of a parameter's value, one byte per bool,
+/// splats expanded.
+FailureOr<std::vector<char>> valueBytes(gpipe::ParameterOp param) {
   Attribute value = param.getValue();
   if (auto resource = dyn_cast<DenseResourceElementsAttr>(value)) {
     AsmResourceBlob *blob = resource.getRawHandle().getBlob();
     if (!blob)
       return param.emitError("parameter value resource has no data");
-    return blob->getData();
+    ArrayRef<char> data = blob->getData();
+    return std::vector<char>(data.begin(), data.end());
   }
-  if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
-    if (dense.getElementType().isInteger(1))
-      return param.emitError("bool tensors are not supported in parameters "
-                             "yet");
-    if (dense.isSplat())
-      return param.emitError("splat constants must be expanded first");
-    return dense.getRawData();
+  auto dense = dyn_cast<DenseElementsAttr>(value);
+  if (!dense)
+    return param.emitError("unsupported parameter value kind");
+  int64_t count = dense.getNumElements();
+  if (dense.getElementType().isInteger(1)) {
+    std::vector<char> bytes;
+    for (bool b : dense.getValues<bool>())
+      bytes.push_back(b ? 1 : 0);
+    return bytes;
   }
-  return param.emitError("unsupported parameter value kind");
+  ArrayRef<char> raw = dense.getRawData();
+  if (!dense.isSplat())
+    return std::vector<char>(raw.begin(), raw.end());
+  std::vector<char> bytes;
+  bytes.reserve(raw.size() * count);
+  for (int64_t i = 0; i < count; ++i)
+    bytes.insert(bytes.end(), raw.begin(), raw.end());
+  return bytes;
 }
 
 LogicalResult writeFile(Operation *anchor, StringRef path,

@@ -33,6 +33,12 @@ AffineMap broadcastMap(RankedTensorType operand, RankedTensorType result) {
 /// scalar computation cannot be built.
 LogicalResult convert(ElementwiseOpInterface op, RewriterBase &rewriter) {
   Location loc = op->getLoc();
+  SmallVector<Type> types(op->getOperandTypes());
+  llvm::append_range(types, op->getResultTypes());
+  for (Type t : types)
+    if (cast<RankedTensorType>(t).getElementType().isUnsignedInteger())
+      return op->emitOpError("on unsigned integers (")
+             << t << ") is not supported by code generation yet";
   auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
   SmallVector<AffineMap> maps;
   for (Value operand : op->getOperands())

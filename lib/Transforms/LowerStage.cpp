@@ -224,6 +224,27 @@ DictionaryAttr StageLowering::describe(Value tensor) {
 }
 
 LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
+  // The runtime's oneDNN kernels compute in float32.
+  SmallVector<Type> types(op->getOperandTypes());
+  llvm::append_range(types, op->getResultTypes());
+  for (Type t : types)
+    if (!cast<RankedTensorType>(t).getElementType().isF32())
+      return op->emitError("'")
+             << op->getName() << "' on " << t
+             << " is not supported by code generation yet (float32 only)";
+  if (auto bn = dyn_cast<nn::BatchNormOp>(op); bn && bn.getTraining())
+    return op->emitError("'nn.batch_norm' with batch statistics (training) "
+                         "is not supported in inference code generation");
+  if (auto ln = dyn_cast<nn::LayerNormOp>(op)) {
+    auto input = cast<RankedTensorType>(ln.getInput().getType());
+    int64_t inner = 1;
+    for (int64_t d : input.getShape().drop_front(ln.getAxis()))
+      inner *= d;
+    for (Value v : op->getOperands().drop_front())
+      if (cast<RankedTensorType>(v.getType()).getNumElements() != inner)
+        return op->emitError("'nn.layer_norm' with broadcast scale or bias is "
+                             "not supported by code generation yet");
+  }
   SmallVector<Attribute> operands, results;
   for (Value v : op->getOperands())
     operands.push_back(describe(v));

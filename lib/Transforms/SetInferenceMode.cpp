@@ -15,10 +15,19 @@ struct SetInferenceModePass
     : public gpipe::impl::SetInferenceModeBase<SetInferenceModePass> {
   void runOnOperation() override {
     Builder b(&getContext());
-    getOperation()->walk([&](Operation *op) {
+    WalkResult result = getOperation()->walk([&](Operation *op) {
+      if (op->hasAttr("gpipe.running_statistic")) {
+        op->emitError("the model outputs BatchNormalization's updated running "
+                      "statistics, which inference does not compute; this "
+                      "needs training (--mode=train)");
+        return WalkResult::interrupt();
+      }
       if (isa<gpipe::nn::DropoutOp, gpipe::nn::BatchNormOp>(op))
         op->setAttr("training", b.getBoolAttr(false));
+      return WalkResult::advance();
     });
+    if (result.wasInterrupted())
+      signalPassFailure();
   }
 };
 } // namespace

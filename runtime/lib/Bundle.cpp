@@ -55,10 +55,13 @@ uint32_t crc32Of(const void *data, size_t size) {
 
 DType parseDType(const std::string &name) {
   static const std::pair<const char *, DType> names[] = {
-      {"float16", DType::F16}, {"float32", DType::F32}, {"float64", DType::F64},
-      {"int8", DType::I8},     {"int16", DType::I16},   {"int32", DType::I32},
-      {"int64", DType::I64},   {"uint8", DType::U8},    {"uint16", DType::U16},
-      {"uint32", DType::U32},  {"uint64", DType::U64},  {"bool", DType::Bool}};
+      {"float16", DType::F16}, {"bfloat16", DType::BF16},
+      {"float32", DType::F32}, {"float64", DType::F64},
+      {"int8", DType::I8},     {"int16", DType::I16},
+      {"int32", DType::I32},   {"int64", DType::I64},
+      {"uint8", DType::U8},    {"uint16", DType::U16},
+      {"uint32", DType::U32},  {"uint64", DType::U64},
+      {"bool", DType::Bool}};
   for (auto &[n, t] : names)
     if (name == n)
       return t;

@@ -13,8 +13,9 @@ InferenceSession::InferenceSession(const std::string &bundlePath)
 }
 
 int64_t InferenceSession::compiledBatch() const {
-  const TensorSlot &first = bundle_.inputs.front();
-  return first.shape.empty() ? 1 : first.shape.front();
+  if (bundle_.inputs.empty() || bundle_.inputs.front().shape.empty())
+    return 1;
+  return bundle_.inputs.front().shape.front();
 }
 
 namespace {
@@ -28,10 +29,6 @@ std::string describeSlot(const TensorSlot &s) {
 
 std::map<std::string, HostTensor>
 InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
-  if (bundle_.inputs.empty())
-    throw InputError("the model has no inputs");
-  // Check every input and find the number of rows given.
-  int64_t rows = -1;
   for (const auto &[name, tensor] : inputs) {
     bool known = false;
     for (const TensorSlot &s : bundle_.inputs)
@@ -39,29 +36,46 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
     if (!known)
       throw InputError("input '" + name + "' is not an input of the model");
   }
+  // Either every input has exactly its compiled shape (one run), or every
+  // input is batched (first dimension = the compiled batch) and they all
+  // bring the same number of rows (micro-batches of the compiled batch).
+  bool exact = true, batched = !bundle_.inputs.empty();
+  int64_t batch = compiledBatch(), rows = -1;
   for (const TensorSlot &slot : bundle_.inputs) {
     auto it = inputs.find(slot.name);
     if (it == inputs.end())
       throw InputError("input '" + slot.name + "' is missing (expected " +
                        describeSlot(slot) + ")");
-    const HostTensor &t = it->second;
-    bool shapeOk = t.dtype == slot.dtype && t.shape.size() == slot.shape.size();
-    for (size_t i = 1; shapeOk && i < slot.shape.size(); ++i)
-      shapeOk = t.shape[i] == slot.shape[i];
-    if (shapeOk && slot.shape.empty())
-      shapeOk = t.shape.empty();
-    int64_t n = slot.shape.empty() ? 1 : t.shape.front();
-    if (!shapeOk || n <= 0 || (rows >= 0 && n != rows))
-      throw InputError("input '" + slot.name + "' is " + t.describe() +
-                       " but the model expects " + describeSlot(slot) +
-                       (slot.shape.empty() ? ""
-                                           : " (any number of rows, the same "
-                                             "for every input)"));
-    rows = n;
+    const std::vector<int64_t> &shape = it->second.shape;
+    DType dtype = it->second.dtype;
+    // NumPy has no bfloat16: uint16 bits stand for it.
+    if (slot.dtype == DType::BF16 && dtype == DType::U16)
+      dtype = DType::BF16;
+    bool sameTail = dtype == slot.dtype && shape.size() == slot.shape.size() &&
+                    !shape.empty();
+    for (size_t i = 1; sameTail && i < slot.shape.size(); ++i)
+      sameTail = shape[i] == slot.shape[i];
+    exact &= dtype == slot.dtype && shape == slot.shape;
+    batched &= sameTail && slot.shape.front() == batch && shape.front() > 0 &&
+               (rows < 0 || shape.front() == rows);
+    if (!shape.empty())
+      rows = shape.front();
+    if (dtype != slot.dtype || (!sameTail && shape != slot.shape))
+      throw InputError("input '" + slot.name + "' is " + it->second.describe() +
+                       " but the model expects " + describeSlot(slot));
   }
-  int64_t batch = compiledBatch();
-  int64_t chunks = (rows + batch - 1) / batch;
-  if (chunks > 1)
+  if (!exact && !batched)
+    throw InputError("the inputs' first dimensions differ from the compiled "
+                     "shapes and cannot be split into micro-batches of " +
+                     std::to_string(batch) + " rows (expected " +
+                     (bundle_.inputs.empty()
+                          ? std::string("no inputs")
+                          : describeSlot(bundle_.inputs.front())) +
+                     ", ...)");
+  if (exact)
+    rows = batch;
+  int64_t chunks = exact ? 1 : (rows + batch - 1) / batch;
+  if (!exact)
     for (const TensorSlot &slot : bundle_.outputs)
       if (slot.shape.empty() || slot.shape.front() != batch)
         throw InputError("the model was compiled for batch " +
@@ -73,36 +87,37 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
     HostTensor t;
     t.dtype = slot.dtype;
     t.shape = slot.shape;
-    if (chunks > 1 || rows != batch) {
-      if (!t.shape.empty())
-        t.shape.front() = rows;
-    }
+    if (!exact)
+      t.shape.front() = rows;
     t.data.resize(t.numElements() * dtypeSize(t.dtype));
     outputs[slot.name] = std::move(t);
   }
   for (int64_t c = 0; c < chunks; ++c) {
-    int64_t first = c * batch, count = std::min(batch, rows - first);
+    int64_t first = c * batch,
+            count = exact ? 1 : std::min(batch, rows - first);
     for (const TensorSlot &slot : bundle_.inputs) {
       const HostTensor &t = inputs.at(slot.name);
-      int64_t rowBytes = slot.byteSize() / std::max<int64_t>(batch, 1);
-      if (slot.shape.empty())
-        rowBytes = slot.byteSize();
       char *dst = stage->arena() + slot.offset;
-      std::memcpy(
-          dst, reinterpret_cast<const char *>(t.data.data()) + first * rowBytes,
-          count * rowBytes);
+      const char *src = reinterpret_cast<const char *>(t.data.data());
+      if (exact) {
+        std::memcpy(dst, src, slot.byteSize());
+        continue;
+      }
+      int64_t rowBytes = slot.byteSize() / batch;
+      std::memcpy(dst, src + first * rowBytes, count * rowBytes);
       std::memset(dst + count * rowBytes, 0, (batch - count) * rowBytes);
     }
     stage->run();
     for (const TensorSlot &slot : bundle_.outputs) {
       HostTensor &t = outputs[slot.name];
-      int64_t rowBytes = slot.shape.empty() || slot.shape.front() != batch
-                             ? slot.byteSize()
-                             : slot.byteSize() / batch;
-      int64_t copyRows =
-          slot.shape.empty() || slot.shape.front() != batch ? 1 : count;
-      std::memcpy(reinterpret_cast<char *>(t.data.data()) + first * rowBytes,
-                  stage->arena() + slot.offset, copyRows * rowBytes);
+      char *dst = reinterpret_cast<char *>(t.data.data());
+      if (exact) {
+        std::memcpy(dst, stage->arena() + slot.offset, slot.byteSize());
+        continue;
+      }
+      int64_t rowBytes = slot.byteSize() / batch;
+      std::memcpy(dst + first * rowBytes, stage->arena() + slot.offset,
+                  count * rowBytes);
     }
   }
   return outputs;

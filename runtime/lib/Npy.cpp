@@ -149,7 +149,8 @@ HostTensor readNpy(const std::string &path) {
 }
 
 std::string serializeNpy(const HostTensor &tensor) {
-  const char *descr = "<f4";
+  // NumPy has no bfloat16: such tensors are written as their uint16 bits.
+  const char *descr = "<u2";
   for (const DescrEntry &e : kDescrs)
     if (e.dtype == tensor.dtype)
       descr = e.descr;

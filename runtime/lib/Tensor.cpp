@@ -9,6 +9,7 @@ size_t dtypeSize(DType dtype) {
   case DType::Bool:
     return 1;
   case DType::F16:
+  case DType::BF16:
   case DType::I16:
   case DType::U16:
     return 2;
@@ -28,6 +29,8 @@ std::string dtypeName(DType dtype) {
   switch (dtype) {
   case DType::F16:
     return "float16";
+  case DType::BF16:
+    return "bfloat16";
   case DType::F32:
     return "float32";
   case DType::F64:

@@ -5,6 +5,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/RuntimeInfo.h"
+#include "gpipe/runtime/TensorProto.h"
 
 #include <CLI/CLI.hpp>
 
@@ -28,8 +29,8 @@ int runInference(const std::string &bundlePath,
     }
     std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
     try {
-      inputs[name] = readNpy(file);
-    } catch (const NpyError &e) {
+      inputs[name] = readTensorFile(file);
+    } catch (const std::runtime_error &e) {
       std::cerr << "gpipe-run: error: input '" << name << "': " << e.what()
                 << "\n";
       return 1;
@@ -78,10 +79,12 @@ int main(int argc, char **argv) {
   app.add_flag("--list-devices", listDevices,
                "Print the devices this runtime can use and exit");
   std::vector<std::string> inputSpecs;
-  app.add_option("--input", inputSpecs,
-                 "NAME=FILE: a graph input as a NumPy .npy file (--infer; "
-                 "repeat for each input; any number of rows: larger inputs "
-                 "run in micro-batches of the compiled batch)")
+  app.add_option(
+         "--input", inputSpecs,
+         "NAME=FILE: a graph input, a NumPy .npy or ONNX TensorProto .pb "
+         "file (--infer; "
+         "repeat for each input; any number of rows: larger inputs "
+         "run in micro-batches of the compiled batch)")
       ->type_name("NAME=FILE");
   std::string outputDir = ".";
   app.add_option("--output", outputDir,

@@ -211,8 +211,14 @@ Value DivOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
 
 Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Type type = resultElementType(*this);
-  if (!requireFloat(*this, type))
-    return {};
-  Value exponent = convertScalar(b, loc, operands[1], type);
-  return b.create<math::PowFOp>(loc, operands[0], exponent);
+  if (isa<FloatType>(type)) {
+    Value exponent = convertScalar(b, loc, operands[1], type);
+    return b.create<math::PowFOp>(loc, operands[0], exponent);
+  }
+  // Integer powers: computed in double, exact for the results integers hold.
+  Type f64 = b.getF64Type();
+  Value base = convertScalar(b, loc, operands[0], f64);
+  Value exponent = convertScalar(b, loc, operands[1], f64);
+  return convertScalar(b, loc, b.create<math::PowFOp>(loc, base, exponent),
+                       type);
 }

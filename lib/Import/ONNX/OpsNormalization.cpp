@@ -86,6 +86,9 @@ LogicalResult importRunningStatistics(GraphImporter &g, Value x, Value mean,
     auto sum = g.createValue<nn::AddOp>({*old, *fresh});
     if (failed(sum))
       return failure();
+    // Marks the update: inference compilation refuses graphs that use it.
+    sum->getDefiningOp()->setAttr("gpipe.running_statistic",
+                                  g.getBuilder().getUnitAttr());
     g.setOutput(k + 1, *sum);
   }
   return success();

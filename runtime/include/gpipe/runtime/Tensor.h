@@ -9,7 +9,21 @@
 
 namespace gpipe::runtime {
 
-enum class DType { F16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, Bool };
+enum class DType {
+  F16,
+  BF16,
+  F32,
+  F64,
+  I8,
+  I16,
+  I32,
+  I64,
+  U8,
+  U16,
+  U32,
+  U64,
+  Bool
+};
 
 /// Bytes of one element.
 size_t dtypeSize(DType dtype);

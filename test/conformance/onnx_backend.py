@@ -1,0 +1,149 @@
+"""ONNX conformance: compile and run the ONNX backend test cases of
+libonnx-testdata whose ops gpipe supports, and compare every output with
+the expected one (rtol 1e-3, atol 1e-5).
+
+A case is selected when all its nodes have supported op types. It is then
+  * compiled with `gpipe-opt model.onnx -o case.gpipe`, binding with
+    --const-input the graph inputs that must be static (a Reshape's shape,
+    Slice bounds, ...) to the case's first data set; a case gpipe cannot
+    compile must be refused with one clean error line ("rejected");
+  * run with `gpipe-run --infer` on every data set (inputs as .pb files);
+  * compared output by output.
+A compiled case that fails to run or differs fails the suite.
+
+usage: onnx_backend.py GPIPE_OPT GPIPE_RUN DATA_DIR WORK_DIR [--report FILE]
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+SUPPORTED = {
+    "Add", "AveragePool", "BatchNormalization", "Cast", "Concat", "Constant",
+    "ConstantOfShape", "Conv", "Div", "Dropout", "Erf", "Flatten", "Gather",
+    "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
+    "LeakyRelu", "LogSoftmax", "MatMul", "MaxPool", "Mul", "Pad", "Pow",
+    "Range", "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
+    "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose",
+    "Unsqueeze",
+}
+SUITES = ("node", "pytorch-converted", "pytorch-operator", "simple")
+NEEDS_CONSTANT = re.compile(r"\(input '([^']+)'\) must be known at compile time")
+RTOL, ATOL = 1e-3, 1e-5
+
+# Expected outputs drawn from the reference implementation's random stream
+# (training-mode Dropout with a ratio above 0): no other implementation can
+# reproduce them, and gpipe's inference bundles make Dropout the identity.
+# They are compiled and run, but not compared.
+# Test data that contradicts its own model: the CastLike input 'like' is
+# declared [3, 4] but stored with shape [1].
+BAD_TEST_DATA = {"test_castlike_FLOAT_to_BFLOAT16_expanded",
+                 "test_castlike_BFLOAT16_to_FLOAT_expanded"}
+
+RANDOM_OUTPUTS = {"test_training_dropout", "test_training_dropout_default",
+                  "test_training_dropout_default_mask", "test_training_dropout_mask"}
+
+
+def compile_case(gpipe_opt, case, model, bundle):
+    initializers = {t.name for t in model.graph.initializer}
+    runtime_inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    bindings = {}
+    while True:
+        args = [gpipe_opt, os.path.join(case, "model.onnx"), "-o", bundle]
+        args += [f"--const-input={n}={p}" for n, p in bindings.items()]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        match = NEEDS_CONSTANT.search(proc.stderr)
+        if proc.returncode == 0 or not match or match.group(1) not in runtime_inputs \
+                or match.group(1) in bindings:
+            return proc, bindings, runtime_inputs
+        index = runtime_inputs.index(match.group(1))
+        bindings[match.group(1)] = os.path.join(case, "test_data_set_0",
+                                                f"input_{index}.pb")
+
+
+def run_case(gpipe_opt, gpipe_run, case, work):
+    model = onnx.load(os.path.join(case, "model.onnx"))
+    name = os.path.basename(case)
+    bundle = os.path.join(work, name + ".gpipe")
+    proc, bindings, runtime_inputs = compile_case(gpipe_opt, case, model, bundle)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        if 1 <= proc.returncode <= 127 and len(lines) == 1 and "error:" in lines[0]:
+            return "rejected", lines[0].split("error: ", 1)[-1]
+        return "fail", f"compile crashed or gave no clean error: {proc.stderr.strip()}"
+    outputs = [o.name for o in model.graph.output]
+    compare = name not in RANDOM_OUTPUTS
+    for data in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
+        out_dir = os.path.join(work, name + "_" + os.path.basename(data))
+        args = [gpipe_run, bundle, "--infer", "--output", out_dir]
+        for i, input_name in enumerate(runtime_inputs):
+            if input_name not in bindings:
+                args.append(f"--input={input_name}={data}/input_{i}.pb")
+        run = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            return "fail", f"{os.path.basename(data)}: gpipe-run failed: {run.stderr.strip()}"
+        for i, output_name in enumerate(outputs if compare else []):
+            expected = numpy_helper.to_array(
+                onnx.load_tensor(os.path.join(data, f"output_{i}.pb")))
+            got = np.load(os.path.join(out_dir, output_name + ".npy"))
+            if got.shape != expected.shape:
+                return "fail", f"output '{output_name}': shape {got.shape} != {expected.shape}"
+            if not np.allclose(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True):
+                worst = float(np.max(np.abs(got.astype(np.float64) - expected)))
+                return "fail", f"output '{output_name}': max abs error {worst:.3g}"
+    return ("pass", "") if compare else ("random", "random reference output, not compared")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("gpipe_opt")
+    parser.add_argument("gpipe_run")
+    parser.add_argument("data")
+    parser.add_argument("work")
+    parser.add_argument("--report", help="write a Markdown table of every case")
+    parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--min-pass", type=int, default=0,
+                        help="fail unless at least this many cases pass")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    results = []
+    for suite in SUITES:
+        for case in sorted(glob.glob(os.path.join(args.data, suite, "*"))):
+            path = os.path.join(case, "model.onnx")
+            if args.filter not in case or not os.path.exists(path):
+                continue
+            if os.path.basename(case) in BAD_TEST_DATA:
+                continue
+            model = onnx.load(path)
+            ops = {n.op_type for n in model.graph.node}
+            if not ops or not ops <= SUPPORTED or any(
+                    n.domain not in ("", "ai.onnx") for n in model.graph.node):
+                continue
+            status, detail = run_case(args.gpipe_opt, args.gpipe_run, case, args.work)
+            results.append((suite, os.path.basename(case), status, detail))
+            if status == "fail":
+                print(f"FAIL {suite}/{os.path.basename(case)}: {detail}")
+    counts = {s: sum(r[2] == s for r in results)
+              for s in ("pass", "fail", "rejected", "random")}
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write("| suite | case | result | detail |\n| --- | --- | --- | --- |\n")
+            for suite, case, status, detail in results:
+                f.write(f"| {suite} | {case} | {status} | {detail.replace('|', '/')} |\n")
+    print(f"{len(results)} cases selected: {counts['pass']} passed, "
+          f"{counts['fail']} failed, {counts['rejected']} rejected at compile time, "
+          f"{counts['random']} run but not compared (random outputs)")
+    if counts["pass"] < args.min_pass:
+        print(f"FAIL: only {counts['pass']} cases passed, expected at least {args.min_pass}")
+    print(f"{counts['pass']} passed, {counts['fail']} failed")
+    return 1 if counts["fail"] or counts["pass"] < args.min_pass else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
