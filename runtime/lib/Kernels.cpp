@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <numeric>
+#include <optional>
 
 namespace gpipe::runtime {
 
@@ -160,6 +161,53 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   return std::make_unique<PrimitiveKernel>(dnnl::matmul(pd), args, epilogue);
 }
 
+/// A convolution in the layouts oneDNN prefers: activations are reordered
+/// from and to the arena's plain layout around it, weights once at load.
+class ConvKernel : public Kernel {
+public:
+  ConvKernel(dnnl::convolution_forward::primitive_desc pd, memory src,
+             memory weights, std::optional<memory> bias, memory dst,
+             dnnl::engine &engine, bool constantWeights)
+      : conv(pd), src(src), dst(dst), constantWeights(constantWeights) {
+    srcInner =
+        src.get_desc() == pd.src_desc() ? src : memory(pd.src_desc(), engine);
+    dstInner =
+        dst.get_desc() == pd.dst_desc() ? dst : memory(pd.dst_desc(), engine);
+    if (weights.get_desc() == pd.weights_desc()) {
+      weightsInner = weights;
+    } else {
+      weightsInner = memory(pd.weights_desc(), engine);
+      weightsPlain = weights;
+    }
+    args = {{DNNL_ARG_SRC, srcInner},
+            {DNNL_ARG_WEIGHTS, weightsInner},
+            {DNNL_ARG_DST, dstInner}};
+    if (bias)
+      args[DNNL_ARG_BIAS] = *bias;
+  }
+  void run(dnnl::stream &stream) override {
+    // Weights change between runs only when training.
+    if (weightsPlain && !(constantWeights && weightsReady)) {
+      dnnl::reorder(*weightsPlain, weightsInner)
+          .execute(stream, *weightsPlain, weightsInner);
+      weightsReady = true;
+    }
+    if (srcInner != src)
+      dnnl::reorder(src, srcInner).execute(stream, src, srcInner);
+    conv.execute(stream, args);
+    if (dstInner != dst)
+      dnnl::reorder(dstInner, dst).execute(stream, dstInner, dst);
+    stream.wait();
+  }
+
+private:
+  dnnl::convolution_forward conv;
+  memory src, dst, srcInner, dstInner, weightsInner;
+  std::optional<memory> weightsPlain;
+  std::unordered_map<int, memory> args;
+  bool constantWeights, weightsReady = false;
+};
+
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                                    const KernelMemory &mem,
                                    dnnl::engine &engine) {
@@ -181,28 +229,27 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   memory src = bindSlot(spec, x, mem, engine);
   memory weights = bindSlot(spec, w, mem, engine, wd);
   memory dst = bindSlot(spec, out, mem, engine);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  auto any = [](const memory &m) {
+    return memory::desc(m.get_desc().dims(), memory::data_type::f32,
+                        memory::format_tag::any);
+  };
   dims s(strides.begin(), strides.end());
-  if (spec.operands.size() > 2) {
-    memory bias = bindSlot(spec, spec.operands[2], mem, engine);
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        src.get_desc(), weights.get_desc(), bias.get_desc(), dst.get_desc(), s,
-        dil, padL, padR);
-    args[DNNL_ARG_BIAS] = bias;
-    return std::make_unique<PrimitiveKernel>(
-        dnnl::convolution_forward(
-            dnnl::convolution_forward::primitive_desc(desc, engine)),
-        args);
-  }
-  dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      src.get_desc(), weights.get_desc(), dst.get_desc(), s, dil, padL, padR);
-  return std::make_unique<PrimitiveKernel>(
-      dnnl::convolution_forward(
-          dnnl::convolution_forward::primitive_desc(desc, engine)),
-      args);
+  std::optional<memory> bias;
+  if (spec.operands.size() > 2)
+    bias = bindSlot(spec, spec.operands[2], mem, engine);
+  auto desc =
+      bias
+          ? dnnl::convolution_forward::desc(
+                dnnl::prop_kind::forward_inference,
+                dnnl::algorithm::convolution_direct, any(src), any(weights),
+                bias->get_desc(), any(dst), s, dil, padL, padR)
+          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                            dnnl::algorithm::convolution_direct,
+                                            any(src), any(weights), any(dst), s,
+                                            dil, padL, padR);
+  dnnl::convolution_forward::primitive_desc pd(desc, engine);
+  return std::make_unique<ConvKernel>(pd, src, weights, bias, dst, engine,
+                                      mem.constantParams);
 }
 
 std::unique_ptr<Kernel> createPool(const KernelSpec &spec,

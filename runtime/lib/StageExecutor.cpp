@@ -43,7 +43,7 @@ StageExecutor::StageExecutor(const Bundle &bundle, const StageSpec &spec)
     throw BundleError(bundle.path + ": " + spec.library + ": no entry point '" +
                       spec.entry + "'");
 
-  KernelMemory memory{arena_.get(), params_.get()};
+  KernelMemory memory{arena_.get(), params_.get(), bundle.mode == "infer"};
   for (const KernelSpec &k : spec.kernels) {
     if (k.id != static_cast<int64_t>(kernels.size()))
       throw BundleError(bundle.path + ": manifest.json: kernel ids are not "

@@ -22,6 +22,19 @@ int runInference(const std::string &bundlePath,
   std::map<std::string, HostTensor> inputs;
   for (const std::string &spec : inputSpecs) {
     auto eq = spec.find('=');
+    bool isNpz =
+        spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".npz") == 0;
+    if (eq == std::string::npos && isNpz) {
+      // Every array of the archive, by name.
+      try {
+        for (auto &[name, tensor] : readNpz(spec))
+          inputs[name] = std::move(tensor);
+      } catch (const std::runtime_error &e) {
+        std::cerr << "gpipe-run: error: " << e.what() << "\n";
+        return 1;
+      }
+      continue;
+    }
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
       std::cerr << "gpipe-run: error: --input expects NAME=FILE, got '" << spec
                 << "'\n";
@@ -29,7 +42,15 @@ int runInference(const std::string &bundlePath,
     }
     std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
     try {
-      inputs[name] = readTensorFile(file);
+      if (file.size() > 4 && file.compare(file.size() - 4, 4, ".npz") == 0) {
+        auto arrays = readNpz(file);
+        auto it = arrays.find(name);
+        if (it == arrays.end())
+          throw std::runtime_error(file + ": no array named '" + name + "'");
+        inputs[name] = std::move(it->second);
+      } else {
+        inputs[name] = readTensorFile(file);
+      }
     } catch (const std::runtime_error &e) {
       std::cerr << "gpipe-run: error: input '" << name << "': " << e.what()
                 << "\n";

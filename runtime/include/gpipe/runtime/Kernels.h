@@ -17,6 +17,9 @@ namespace gpipe::runtime {
 struct KernelMemory {
   char *arena = nullptr;
   char *params = nullptr;
+  /// Parameters never change (inference): kernels may keep them in their
+  /// own layouts, converted once.
+  bool constantParams = false;
 };
 
 class Kernel {

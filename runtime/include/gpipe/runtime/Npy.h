@@ -4,6 +4,7 @@
 
 #include "gpipe/runtime/Tensor.h"
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -24,6 +25,10 @@ HostTensor readNpy(const std::string &path);
 std::string serializeNpy(const HostTensor &tensor);
 /// Writes a .npy file atomically (temporary file, then rename).
 void writeNpy(const std::string &path, const HostTensor &tensor);
+
+/// Reads every array of a NumPy .npz archive (numpy.savez or
+/// numpy.savez_compressed), keyed by name without the ".npy".
+std::map<std::string, HostTensor> readNpz(const std::string &path);
 
 } // namespace gpipe::runtime
 

@@ -1,0 +1,164 @@
+"""Inference benchmark: gpipe bundles against PyTorch, side by side in one
+run, with the same thread count, and gpipe's MLP against the oneDNN f32
+matmul rate measured in the same run.
+
+usage: bench/run_benchmarks.py [--build build] [--out docs/benchmarks.md]
+       [--threads 1,2] [--quick]
+
+Each number is the median of many runs after warm-up; ratios compare
+medians taken in the same process setup (OMP_NUM_THREADS for gpipe's
+oneDNN, torch.set_num_threads for PyTorch).
+"""
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import reference_models  # noqa: E402
+from fashion_mnist_cnn import FashionMnistCnn  # noqa: E402
+
+
+def mlp4x1024():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+    return nn.Sequential(*layers), torch.randn(256, 1024)
+
+
+def fashion_cnn():
+    torch.manual_seed(0)
+    return FashionMnistCnn(), torch.randn(64, 1, 28, 28)
+
+
+def resnet18_b32():
+    model, _ = reference_models.resnet18()
+    return model, torch.randn(32, 3, 32, 32)
+
+
+def transformer_b32():
+    model, _ = reference_models.transformer()
+    return model, torch.randn(32, 16, 64)
+
+
+MODELS = {
+    "MLP 4x1024, batch 256": (mlp4x1024, 4 * 2 * 256 * 1024 * 1024),
+    "Fashion-MNIST CNN (examples/), batch 64": (fashion_cnn, None),
+    "ResNet-18 32x32, batch 32": (resnet18_b32, None),
+    "TransformerEncoder 2x64, batch 32": (transformer_b32, None),
+}
+
+
+def torch_median(model, x, threads, iterations):
+    torch.set_num_threads(threads)
+    model.eval()
+    times = []
+    with torch.no_grad():
+        for _ in range(max(3, iterations // 10)):
+            model(x)
+        for _ in range(iterations):
+            start = time.perf_counter()
+            model(x)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gpipe_median(bench, args, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([bench] + [str(a) for a in args], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().split("=")[1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    iterations = 10 if args.quick else 50
+    work = os.path.join(args.build, "bench")
+    os.makedirs(work, exist_ok=True)
+    gpipe_opt = os.path.join(args.build, "bin", "gpipe-opt")
+    bench = os.path.join(args.build, "bin", "gpipe-bench")
+
+    rows = []
+    for title, (build, flops) in MODELS.items():
+        model, x = build()
+        model.eval()
+        key = title.split(",")[0].split(" (")[0].replace(" ", "_").lower()
+        onnx_path = os.path.join(work, key + ".onnx")
+        bundle = os.path.join(work, key + ".gpipe")
+        torch.onnx.export(model, x, onnx_path, opset_version=17,
+                          input_names=["input"], output_names=["output"],
+                          do_constant_folding=False)
+        subprocess.run([gpipe_opt, onnx_path, "-o", bundle], check=True)
+        for t in threads:
+            g = gpipe_median(bench, ["infer", bundle, iterations], t)
+            p = torch_median(model, x, t, iterations)
+            rows.append((title, t, g, p, flops))
+            print(f"{title}, {t} thread(s): gpipe {g * 1e3:.2f} ms, "
+                  f"PyTorch {p * 1e3:.2f} ms", flush=True)
+
+    matmul = {t: gpipe_median(bench, ["matmul", 256, 1024, 1024, iterations * 2], t)
+              for t in threads}
+    matmul_flops = 2 * 256 * 1024 * 1024
+
+    lines = [
+        "# Benchmarks",
+        "",
+        "Produced by `bench/run_benchmarks.py` (one command, after "
+        "`scripts/build.sh`); every number is a median over "
+        f"{iterations} runs after warm-up, gpipe and PyTorch side by side in "
+        "the same run with the same thread count.",
+        "",
+        f"- date: {datetime.date.today()}; machine: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores; PyTorch {torch.__version__}",
+        "- gpipe: `gpipe-opt model.onnx -o model.gpipe` (inference bundle), "
+        "timed in process by `gpipe-bench infer` (input copy-in and output "
+        "copy-out included); threads: `OMP_NUM_THREADS`.",
+        "- PyTorch: `model.eval()` under `torch.no_grad()`, "
+        "`torch.set_num_threads`.",
+        "",
+        "## Inference",
+        "",
+        "| model | threads | gpipe ms | PyTorch ms | PyTorch / gpipe |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for title, t, g, p, _ in rows:
+        lines.append(f"| {title} | {t} | {g * 1e3:.2f} | {p * 1e3:.2f} | {p / g:.2f}x |")
+    lines += [
+        "",
+        "## MLP against the oneDNN matmul ceiling",
+        "",
+        "The rate of one oneDNN f32 matmul 256x1024 by 1024x1024 measured in "
+        "the same run is the ceiling for CPU kernels; the MLP's rate counts "
+        "its four layers' matmul FLOPs (bias and ReLU are extra work).",
+        "",
+        "| threads | oneDNN matmul GFLOP/s | gpipe MLP 4x1024 GFLOP/s | fraction |",
+        "| --- | --- | --- | --- |",
+    ]
+    for title, t, g, p, flops in rows:
+        if flops:
+            peak = matmul_flops / matmul[t] / 1e9
+            rate = flops / g / 1e9
+            lines.append(f"| {t} | {peak:.0f} | {rate:.0f} | {rate / peak:.0%} |")
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
