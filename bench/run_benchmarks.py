@@ -73,9 +73,29 @@ def torch_median(model, x, threads, iterations):
     return statistics.median(times)
 
 
+def thread_env(threads):
+    """Every thread pool PyTorch or oneDNN may use, limited to `threads`
+    (OpenBLAS keeps its own pool, which torch.set_num_threads does not
+    limit)."""
+    n = str(threads)
+    return dict(os.environ, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n,
+                MKL_NUM_THREADS=n)
+
+
+def torch_median_subprocess(title, threads, iterations):
+    """PyTorch timed in a fresh process whose thread pools are all sized
+    `threads` from the start."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--torch-worker", title,
+         str(threads), str(iterations)],
+        env=thread_env(threads), check=True, capture_output=True,
+        text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def gpipe_median(bench, args, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([bench] + [str(a) for a in args], env=env, check=True,
+    out = subprocess.run([bench] + [str(a) for a in args],
+                         env=thread_env(threads), check=True,
                          capture_output=True, text=True).stdout
     return float(out.strip().split("=")[1])
 
@@ -86,7 +106,14 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--torch-worker", nargs=3, metavar=("MODEL", "THREADS", "ITERATIONS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.torch_worker:
+        title, t, n = args.torch_worker
+        model, x = MODELS[title][0]()
+        print(torch_median(model, x, int(t), int(n)))
+        return
     threads = [int(t) for t in args.threads.split(",")]
     iterations = 10 if args.quick else 50
     work = os.path.join(args.build, "bench")
@@ -107,7 +134,7 @@ def main():
         subprocess.run([gpipe_opt, onnx_path, "-o", bundle], check=True)
         for t in threads:
             g = gpipe_median(bench, ["infer", bundle, iterations], t)
-            p = torch_median(model, x, t, iterations)
+            p = torch_median_subprocess(title, t, iterations)
             rows.append((title, t, g, p, flops))
             print(f"{title}, {t} thread(s): gpipe {g * 1e3:.2f} ms, "
                   f"PyTorch {p * 1e3:.2f} ms", flush=True)
@@ -129,8 +156,11 @@ def main():
         "- gpipe: `gpipe-opt model.onnx -o model.gpipe` (inference bundle), "
         "timed in process by `gpipe-bench infer` (input copy-in and output "
         "copy-out included); threads: `OMP_NUM_THREADS`.",
-        "- PyTorch: `model.eval()` under `torch.no_grad()`, "
-        "`torch.set_num_threads`.",
+        "- PyTorch: `model.eval()` under `torch.no_grad()`, in a process of "
+        "its own per thread count with `torch.set_num_threads` and "
+        "`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS` all set "
+        "to it (Debian's PyTorch calls OpenBLAS, `libopenblas0-pthread`, for "
+        "matrix products; its own thread pool ignores torch.set_num_threads).",
         "",
         "## Inference",
         "",
