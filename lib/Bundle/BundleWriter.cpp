@@ -224,6 +224,16 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
   if (failed(writeFile(module, manifestPath,
                        ArrayRef<char>(text.data(), text.size()))))
     return failure();
+  // The manifest's own checksum, in a file beside it.
+  std::string crc =
+      std::to_string(llvm::crc32(ArrayRef<uint8_t>(
+          reinterpret_cast<const uint8_t *>(text.data()), text.size()))) +
+      "\n";
+  llvm::SmallString<256> crcPath(tmp);
+  llvm::sys::path::append(crcPath, "manifest.crc32");
+  if (failed(
+          writeFile(module, crcPath, ArrayRef<char>(crc.data(), crc.size()))))
+    return failure();
 
   // Replace an existing bundle only once the new one is complete.
   llvm::SmallString<256> old(path);

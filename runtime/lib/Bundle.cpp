@@ -217,6 +217,18 @@ Bundle loadBundle(const std::string &path) {
       throw;
     fail(path, "manifest.json", e.what());
   }
+  // Version first (a bundle of another version may checksum differently),
+  // then the manifest's own checksum.
+  std::string crcText =
+      readFile(path, "manifest.crc32", path + "/manifest.crc32");
+  uint32_t recorded = 0;
+  try {
+    recorded = static_cast<uint32_t>(std::stoul(crcText));
+  } catch (const std::exception &) {
+    fail(path, "manifest.crc32", "not a checksum");
+  }
+  if (crc32Of(text.data(), text.size()) != recorded)
+    fail(path, "manifest.json", "checksum mismatch (the file is corrupt)");
   if (b.stages.size() != 1)
     fail(path, "manifest.json",
          "this runtime runs single-stage bundles; pipelines come with the "

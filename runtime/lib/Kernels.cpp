@@ -382,6 +382,39 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
       args);
 }
 
+/// Attribute arrays must match the operand ranks the kinds expect.
+void checkShapes(const KernelSpec &spec) {
+  auto need = [&](const std::string &key, size_t size) {
+    if (spec.ints(key).size() != size)
+      unsupported(spec, "attribute '" + key + "' must have " +
+                            std::to_string(size) + " entries");
+  };
+  const TensorSlot &x = spec.operands.front();
+  if (spec.kind == "conv" || spec.kind == "max_pool" ||
+      spec.kind == "avg_pool" || spec.kind == "global_avg_pool") {
+    if (x.shape.size() < 3 ||
+        spec.results.front().shape.size() != x.shape.size())
+      unsupported(spec, "operands must have rank >= 3");
+    size_t spatial = x.shape.size() - 2;
+    if (spec.kind != "global_avg_pool") {
+      need("strides", spatial);
+      need("pads", 2 * spatial);
+    }
+    if (spec.kind == "conv" || spec.kind == "max_pool")
+      need("dilations", spatial);
+    if (spec.kind == "max_pool" || spec.kind == "avg_pool")
+      need("kernel_shape", spatial);
+    if (spec.kind == "conv" &&
+        (spec.operands.size() < 2 ||
+         spec.operands[1].shape.size() != x.shape.size()))
+      unsupported(spec, "weights must have the input's rank");
+  }
+  if (spec.kind == "gemm" && (spec.operands.size() < 2 || x.shape.size() != 2 ||
+                              spec.operands[1].shape.size() != 2 ||
+                              spec.results.front().shape.size() != 2))
+    unsupported(spec, "operands must be 2-D");
+}
+
 } // namespace
 
 std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
@@ -403,6 +436,7 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
   };
   if (spec.operands.empty() || spec.results.empty())
     unsupported(spec, "has no operands or results");
+  checkShapes(spec);
   for (auto &[kind, factory] : factories) {
     if (spec.kind != kind)
       continue;

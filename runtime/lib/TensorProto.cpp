@@ -190,11 +190,13 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
     n *= d;
   }
   size_t width = dtypeSize(t.dtype);
-  t.data.resize(static_cast<size_t>(n) * width);
+  // Check the data against the dims before allocating anything.
   if (hasRaw) {
-    if (raw.size() != t.data.size())
+    if (raw.size() != static_cast<size_t>(n) * width)
       fail(name, "raw_data holds " + std::to_string(raw.size()) + " bytes, " +
-                     t.describe() + " needs " + std::to_string(t.data.size()));
+                     t.describe() + " needs " +
+                     std::to_string(static_cast<size_t>(n) * width));
+    t.data.resize(raw.size());
     std::memcpy(t.data.data(), raw.data(), raw.size());
     return t;
   }
@@ -204,6 +206,7 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
   if (have != static_cast<size_t>(n))
     fail(name, "holds " + std::to_string(have) + " values, " + t.describe() +
                    " needs " + std::to_string(n));
+  t.data.resize(static_cast<size_t>(n) * width);
   for (int64_t i = 0; i < n; ++i) {
     switch (t.dtype) {
     case DType::F32:

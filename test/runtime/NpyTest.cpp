@@ -113,3 +113,19 @@ TEST(Npy, RejectsBadFilesWithTheirName) {
   EXPECT_THROW(parseNpy(fortran, "f.npy"), NpyError);
   EXPECT_THROW(readNpy("/nonexistent/x.npy"), NpyError);
 }
+
+TEST(Npy, RandomBytesNeverCrash) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    std::string bytes(rng() % 300, '\0');
+    for (char &c : bytes)
+      c = static_cast<char>(rng());
+    if (i % 2)
+      bytes.replace(0, std::min<size_t>(bytes.size(), 8),
+                    std::string("\x93NUMPY\x01\x00", 8));
+    try {
+      parseNpy(bytes, "random.npy");
+    } catch (const NpyError &) {
+    }
+  }
+}

@@ -1,7 +1,9 @@
 """Makes a damaged copy of a bundle: corrupt_bundle.py SRC DST HOW.
 
-HOW: flip-params, flip-code, truncate-manifest, other-version, missing-code,
-too-many-cores.
+HOW: flip-params, flip-code, truncate-manifest, flip-manifest,
+other-version, missing-code, too-many-cores. The last two rewrite the
+manifest with a valid checksum, as a bundle of another version or for
+another machine would have.
 """
 import json
 import shutil
@@ -32,7 +34,13 @@ elif how in ("other-version", "too-many-cores"):
         manifest["version"] = 99
     else:
         manifest["devices"] = ["cpu:100000"]
-    json.dump(manifest, open(manifest_path, "w"))
+    text = json.dumps(manifest)
+    open(manifest_path, "w").write(text)
+    import zlib
+    open(dst + "/manifest.crc32", "w").write(f"{zlib.crc32(text.encode())}\n")
+elif how == "flip-manifest":
+    text = open(manifest_path).read()
+    open(manifest_path, "w").write(text.replace('"offset": 0', '"offset": 8', 1))
 elif how == "missing-code":
     import os
     os.remove(dst + "/stage0.so")
