@@ -2,6 +2,7 @@
 #ifndef GPIPE_TRANSFORMS_PASSES_H
 #define GPIPE_TRANSFORMS_PASSES_H
 
+#include "NN/IR/NNDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"

@@ -62,4 +62,34 @@ def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
+  let summary = "Append the training loss to @forward";
+  let description = [{
+    `cross-entropy`: @forward must return one [N, C] float tensor of logits;
+    an argument `labels` (tensor<N x i64>, class indices) is added and
+    @forward returns (loss, logits), loss the mean softmax cross-entropy.
+    `output:NAME`: the model computes its loss itself; the scalar output
+    NAME moves to the front of the results.
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", "\"cross-entropy\"",
+           "cross-entropy | mse | output:NAME">,
+  ];
+  let dependentDialects = ["::gpipe::nn::NNDialect"];
+}
+
+def Autodiff : Pass<"gpipe-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of @forward";
+  let description = [{
+    Replaces @forward (whose first result is the scalar loss) with
+    @forward_backward: the same computation followed by the reverse sweep,
+    built from each op's VJPOpInterface rule, last op first; gradients of
+    values used several times are summed. It takes one more argument,
+    `loss_grad` (the seed, e.g. 1/M for M micro-batches), and returns the
+    forward results followed by the gradient of every trainable parameter
+    (named "grad:<parameter>"), in module order.
+  }];
+  let dependentDialects = ["::gpipe::nn::NNDialect"];
+}
+
 #endif // GPIPE_TRANSFORMS_PASSES

@@ -100,6 +100,11 @@ int64_t GlobalAvgPoolOp::getFlops() {
 }
 
 int64_t ReduceMeanOp::getFlops() { return numElements(getInput().getType()); }
+int64_t BroadcastOp::getFlops() { return 0; }
+int64_t ReduceSumOp::getFlops() { return numElements(getInput().getType()); }
+int64_t SoftmaxCrossEntropyOp::getFlops() {
+  return 5 * numElements(getLogits().getType());
+}
 
 // Pure data movement: no arithmetic.
 int64_t PadOp::getFlops() { return 0; }

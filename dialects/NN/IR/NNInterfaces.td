@@ -53,4 +53,24 @@ def NN_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {
   ];
 }
 
+def NN_VJPOpInterface : OpInterface<"VJPOpInterface"> {
+  let description = [{
+    The reverse-mode derivative rule of a forward op: given the gradients of
+    its results (null where a result does not reach the loss), build the
+    gradients of its operands. gpipe-autodiff calls it on every op of the
+    forward function, last to first.
+  }];
+  let cppNamespace = "::gpipe::nn";
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/[{Builds operand gradients (one Value per operand; null for
+                 operands that get none, e.g. integer labels). Fails after
+                 emitting an error if the rule cannot handle this op.}],
+      /*retTy=*/"::mlir::LogicalResult", /*methodName=*/"buildVJP",
+      /*args=*/(ins "::mlir::OpBuilder &":$builder,
+                    "::mlir::ValueRange":$resultGrads,
+                    "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
 #endif // GPIPE_NN_INTERFACES

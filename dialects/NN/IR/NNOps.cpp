@@ -140,5 +140,12 @@ LogicalResult GeluGradOp::verify() {
                         "grad_output and input");
 }
 
+LogicalResult SoftmaxCrossEntropyGradOp::verify() {
+  if (rankedType(getGradLoss()).getRank() != 0)
+    return emitOpError("grad_loss must be a scalar");
+  return verifySameType(*this, getLogits(), getGradLogits(),
+                        "logits and grad_logits");
+}
+
 #define GET_OP_CLASSES
 #include "NN/IR/NNOps.cpp.inc"

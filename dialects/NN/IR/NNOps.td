@@ -64,7 +64,8 @@ class NN_UnaryOp<string mnemonic, int flopsPerElement = 1, list<Trait> traits = 
   }];
 }
 
-def NN_ReluOp : NN_UnaryOp<"relu"> {
+def NN_ReluOp : NN_UnaryOp<"relu", 1,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "max(x, 0)";
   let arguments = (ins NN_Tensor:$input);
 }
@@ -128,9 +129,12 @@ class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_AddOp : NN_BinaryOp<"add", [Commutative]> { let summary = "lhs + rhs"; }
-def NN_SubOp : NN_BinaryOp<"sub"> { let summary = "lhs - rhs"; }
-def NN_MulOp : NN_BinaryOp<"mul", [Commutative]> { let summary = "lhs * rhs"; }
+def NN_AddOp : NN_BinaryOp<"add", [Commutative,
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs + rhs"; }
+def NN_SubOp : NN_BinaryOp<"sub", [
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs - rhs"; }
+def NN_MulOp : NN_BinaryOp<"mul", [Commutative,
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs * rhs"; }
 def NN_DivOp : NN_BinaryOp<"div"> { let summary = "lhs / rhs"; }
 def NN_PowOp : NN_BinaryOp<"pow"> {
   let summary = "lhs ** rhs (the exponent may have another element type)";
@@ -140,7 +144,8 @@ def NN_PowOp : NN_BinaryOp<"pow"> {
 // Linear algebra and convolution
 //===----------------------------------------------------------------------===//
 
-def NN_GemmOp : NN_ForwardOp<"gemm"> {
+def NN_GemmOp : NN_ForwardOp<"gemm",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "alpha * op(a) * op(b) + beta * c, op = optional transpose";
   let arguments = (ins NN_Tensor:$a, NN_Tensor:$b, Optional<NN_Tensor>:$c,
                    DefaultValuedAttr<F32Attr, "1.0">:$alpha,
@@ -255,7 +260,8 @@ def NN_PadOp : NN_ForwardOp<"pad"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_ReshapeOp : NN_ForwardOp<"reshape"> {
+def NN_ReshapeOp : NN_ForwardOp<"reshape",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Same elements, new static shape";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$shape);
   let results = (outs NN_Tensor:$output);
@@ -267,11 +273,38 @@ def NN_TransposeOp : NN_ForwardOp<"transpose"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_ReduceMeanOp : NN_ForwardOp<"reduce_mean"> {
+def NN_ReduceMeanOp : NN_ForwardOp<"reduce_mean",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Mean over the given axes (sorted, non-negative)";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$axes,
                    DefaultValuedAttr<BoolAttr, "true">:$keepdims);
   let results = (outs NN_Tensor:$output);
+}
+
+def NN_BroadcastOp : NN_ForwardOp<"broadcast",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "Repeat a tensor to a larger shape (NumPy broadcasting)";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$shape);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_ReduceSumOp : NN_ForwardOp<"reduce_sum",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "Sum over the given axes (sorted, non-negative)";
+  let arguments = (ins NN_Tensor:$input, NN_IntArray:$axes,
+                   DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs NN_Tensor:$output);
+}
+
+def NN_SoftmaxCrossEntropyOp : NN_ForwardOp<"softmax_cross_entropy",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "Mean over the batch of -log(softmax(logits))[label]";
+  let description = [{
+    `logits` is [N, C], `labels` [N] integer class indices in [0, C); the
+    result is the scalar mean loss (PyTorch's CrossEntropyLoss).
+  }];
+  let arguments = (ins NN_Tensor:$logits, NN_Tensor:$labels);
+  let results = (outs NN_Tensor:$loss);
 }
 
 def NN_ConcatOp : NN_ForwardOp<"concat"> {
@@ -394,12 +427,21 @@ def NN_LogSoftmaxGradOp : NN_GradOp<"log_softmax_grad"> {
 }
 
 // Element-wise derivative of an activation, applied to the forward input.
-class NN_ActivationGradOp<string mnemonic> : NN_GradOp<mnemonic> {
+class NN_ActivationGradOp<string mnemonic, list<Trait> traits = []>
+    : NN_GradOp<mnemonic, traits> {
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input);
   let results = (outs NN_Tensor:$grad_input);
 }
-def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
+def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
   let summary = "grad * (input > 0)";
+}
+
+def NN_SoftmaxCrossEntropyGradOp : NN_GradOp<"softmax_cross_entropy_grad"> {
+  let summary = "grad_loss * (softmax(logits) - onehot(labels)) / N";
+  let arguments = (ins NN_Tensor:$grad_loss, NN_Tensor:$logits,
+                   NN_Tensor:$labels);
+  let results = (outs NN_Tensor:$grad_logits);
 }
 def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
   let summary = "grad * gelu'(input)";

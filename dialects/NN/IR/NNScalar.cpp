@@ -222,3 +222,17 @@ Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return convertScalar(b, loc, b.create<math::PowFOp>(loc, base, exponent),
                        type);
 }
+
+Value ReluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value zero = floatConstant(b, loc, type, 0.0);
+  Value positive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT,
+                                           operands[1], zero);
+  return b.create<arith::SelectOp>(loc, positive, operands[0], zero);
+}
+
+Value BroadcastOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
+  return operands[0];
+}

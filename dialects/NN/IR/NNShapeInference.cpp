@@ -462,27 +462,79 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
-                                             std::optional<Location> loc,
-                                             Adaptor adaptor,
-                                             SmallVectorImpl<Type> &results) {
-  RankedTensorType input = rankedType(adaptor.getInput());
-  ArrayRef<int64_t> axes = adaptor.getAxes();
+namespace {
+LogicalResult inferReduction(std::optional<Location> loc, StringRef opName,
+                             RankedTensorType input, ArrayRef<int64_t> axes,
+                             bool keepdims, SmallVectorImpl<Type> &results) {
   int64_t rank = input.getRank();
   for (size_t i = 0; i < axes.size(); ++i)
     if (axes[i] < 0 || axes[i] >= rank || (i > 0 && axes[i] <= axes[i - 1]))
-      return emitOptionalError(loc,
-                               "'nn.reduce_mean' axes must be sorted, "
-                               "unique and in [0, ",
+      return emitOptionalError(loc, "'nn.", opName,
+                               "' axes must be sorted, unique and in [0, ",
                                rank, ")");
   SmallVector<int64_t> shape;
   for (int64_t i = 0; i < rank; ++i) {
     if (!llvm::is_contained(axes, i))
       shape.push_back(input.getDimSize(i));
-    else if (adaptor.getKeepdims())
+    else if (keepdims)
       shape.push_back(1);
   }
   results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+} // namespace
+
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &results) {
+  return inferReduction(loc, "reduce_mean", rankedType(adaptor.getInput()),
+                        adaptor.getAxes(), adaptor.getKeepdims(), results);
+}
+
+LogicalResult BroadcastOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  RankedTensorType input = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> shape = adaptor.getShape();
+  if (failed(checkBounded(loc, "broadcast", "shape", shape)))
+    return failure();
+  SmallVector<int64_t> result;
+  if (!OpTrait::util::getBroadcastedShape(input.getShape(), shape, result) ||
+      ArrayRef<int64_t>(result) != shape)
+    return emitOptionalError(loc, "'nn.broadcast' cannot broadcast ", input,
+                             " to the shape [", shape, "]");
+  results.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  return inferReduction(loc, "reduce_sum", rankedType(adaptor.getInput()),
+                        adaptor.getAxes(), adaptor.getKeepdims(), results);
+}
+
+LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  RankedTensorType logits = rankedType(adaptor.getLogits());
+  RankedTensorType labels = rankedType(adaptor.getLabels());
+  if (logits.getRank() != 2 || !isa<FloatType>(logits.getElementType()))
+    return emitOptionalError(loc,
+                             "'nn.softmax_cross_entropy' logits must be "
+                             "a 2-D float tensor, got ",
+                             logits);
+  if (labels.getRank() != 1 || !isa<IntegerType>(labels.getElementType()) ||
+      labels.getDimSize(0) != logits.getDimSize(0))
+    return emitOptionalError(loc,
+                             "'nn.softmax_cross_entropy' labels must be "
+                             "1-D integers, one per row of the logits, "
+                             "got ",
+                             labels);
+  results.push_back(RankedTensorType::get({}, logits.getElementType()));
   return success();
 }
 

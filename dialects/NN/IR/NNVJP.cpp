@@ -1,0 +1,196 @@
+//===- NNVJP.cpp - Reverse-mode derivative rules of nn ops ----------------===//
+//
+// VJPOpInterface: for each differentiable forward op, the gradients of its
+// operands from the gradients of its results. Broadcast operands get their
+// gradient summed back to their own shape.
+//
+//===----------------------------------------------------------------------===//
+#include "NN/IR/NNOps.h"
+
+using namespace mlir;
+using namespace gpipe::nn;
+
+namespace {
+
+RankedTensorType rankedType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Sums `grad` over the axes that NumPy broadcasting added or expanded to
+/// reach it from `target`, and reshapes to `target`.
+Value unbroadcast(OpBuilder &b, Location loc, Value grad,
+                  RankedTensorType target) {
+  RankedTensorType type = rankedType(grad);
+  if (type.getShape() == target.getShape())
+    return grad;
+  int64_t offset = type.getRank() - target.getRank();
+  SmallVector<int64_t> axes;
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (i < offset ||
+        (target.getDimSize(i - offset) == 1 && type.getDimSize(i) != 1))
+      axes.push_back(i);
+  Value sum = grad;
+  if (!axes.empty())
+    sum = b.create<ReduceSumOp>(
+        loc, ValueRange{grad},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("axes", b.getDenseI64ArrayAttr(axes)),
+            b.getNamedAttr("keepdims", b.getBoolAttr(true))});
+  if (rankedType(sum).getShape() == target.getShape())
+    return sum;
+  return b.create<ReshapeOp>(
+      loc, ValueRange{sum},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(target.getShape()))});
+}
+
+Value scalarConstant(OpBuilder &b, Location loc, Type element, double value) {
+  auto type = RankedTensorType::get({}, element);
+  return b.create<ConstantOp>(
+      loc, ValueRange{},
+      ArrayRef<NamedAttribute>{b.getNamedAttr(
+          "value",
+          DenseElementsAttr::get(type, b.getFloatAttr(element, value)))});
+}
+
+template <typename OpTy>
+Value binary(OpBuilder &b, Location loc, Value lhs, Value rhs) {
+  return b.create<OpTy>(loc, ValueRange{lhs, rhs}, ArrayRef<NamedAttribute>{});
+}
+
+Value gemm(OpBuilder &b, Location loc, Value a, Value c, bool transA,
+           bool transB, double alpha) {
+  return b.create<GemmOp>(
+      loc, ValueRange{a, c},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("alpha", b.getF32FloatAttr(alpha)),
+          b.getNamedAttr("trans_a", b.getBoolAttr(transA)),
+          b.getNamedAttr("trans_b", b.getBoolAttr(transB))});
+}
+
+} // namespace
+
+LogicalResult ReluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      b.create<ReluGradOp>(getLoc(), getType(), resultGrads[0], getInput()));
+  return success();
+}
+
+LogicalResult AddOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  Value g = resultGrads[0];
+  operandGrads.push_back(unbroadcast(b, getLoc(), g, rankedType(getLhs())));
+  operandGrads.push_back(unbroadcast(b, getLoc(), g, rankedType(getRhs())));
+  return success();
+}
+
+LogicalResult SubOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  Value g = resultGrads[0];
+  Value minusOne =
+      scalarConstant(b, getLoc(), rankedType(g).getElementType(), -1.0);
+  operandGrads.push_back(unbroadcast(b, getLoc(), g, rankedType(getLhs())));
+  operandGrads.push_back(unbroadcast(b, getLoc(),
+                                     binary<MulOp>(b, getLoc(), g, minusOne),
+                                     rankedType(getRhs())));
+  return success();
+}
+
+LogicalResult MulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  Value g = resultGrads[0];
+  operandGrads.push_back(unbroadcast(b, getLoc(),
+                                     binary<MulOp>(b, getLoc(), g, getRhs()),
+                                     rankedType(getLhs())));
+  operandGrads.push_back(unbroadcast(b, getLoc(),
+                                     binary<MulOp>(b, getLoc(), g, getLhs()),
+                                     rankedType(getRhs())));
+  return success();
+}
+
+LogicalResult ReshapeOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<ReshapeOp>(
+      getLoc(), ValueRange{resultGrads[0]},
+      ArrayRef<NamedAttribute>{b.getNamedAttr(
+          "shape",
+          b.getDenseI64ArrayAttr(rankedType(getInput()).getShape()))}));
+  return success();
+}
+
+namespace {
+/// The gradient of a reduction over `axes` of `input`: the result gradient
+/// repeated over the reduced axes, times `scale`.
+Value expandReduction(OpBuilder &b, Location loc, Value g, Value input,
+                      ArrayRef<int64_t> axes, double scale) {
+  RankedTensorType inType = rankedType(input);
+  SmallVector<int64_t> kept(inType.getShape());
+  for (int64_t a : axes)
+    kept[a] = 1;
+  if (rankedType(g).getShape() != ArrayRef<int64_t>(kept))
+    g = b.create<ReshapeOp>(loc, ValueRange{g},
+                            ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                "shape", b.getDenseI64ArrayAttr(kept))});
+  if (scale != 1.0)
+    g = binary<MulOp>(b, loc, g,
+                      scalarConstant(b, loc, inType.getElementType(), scale));
+  return b.create<BroadcastOp>(
+      loc, ValueRange{g},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(inType.getShape()))});
+}
+} // namespace
+
+LogicalResult ReduceSumOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      expandReduction(b, getLoc(), resultGrads[0], getInput(), getAxes(), 1.0));
+  return success();
+}
+
+LogicalResult ReduceMeanOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  int64_t count = 1;
+  for (int64_t a : getAxes())
+    count *= rankedType(getInput()).getDimSize(a);
+  operandGrads.push_back(expandReduction(b, getLoc(), resultGrads[0],
+                                         getInput(), getAxes(),
+                                         1.0 / std::max<int64_t>(count, 1)));
+  return success();
+}
+
+LogicalResult GemmOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  // Y = alpha * op(A) op(B) + beta * C, op = optional transpose.
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  double alpha = getAlpha().convertToDouble();
+  bool ta = getTransA(), tb = getTransB();
+  // dop(A) = alpha dY op(B)^T; dA is its transpose when A is transposed.
+  operandGrads.push_back(ta ? gemm(b, loc, getB(), g, tb, true, alpha)
+                            : gemm(b, loc, g, getB(), false, !tb, alpha));
+  // dop(B) = alpha op(A)^T dY.
+  operandGrads.push_back(tb ? gemm(b, loc, g, getA(), true, ta, alpha)
+                            : gemm(b, loc, getA(), g, !ta, false, alpha));
+  if (Value c = getC()) {
+    Value dc = unbroadcast(b, loc, g, rankedType(c));
+    double beta = getBeta().convertToDouble();
+    if (beta != 1.0)
+      dc = binary<MulOp>(
+          b, loc, dc,
+          scalarConstant(b, loc, rankedType(c).getElementType(), beta));
+    operandGrads.push_back(dc);
+  }
+  return success();
+}
+
+LogicalResult
+SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<SoftmaxCrossEntropyGradOp>(
+      getLoc(), getLogits().getType(), resultGrads[0], getLogits(),
+      getLabels()));
+  operandGrads.push_back(Value()); // labels: not differentiable
+  return success();
+}

@@ -1,0 +1,109 @@
+//===- AppendLoss.cpp - The training loss at the end of @forward ----------===//
+#include "Transforms/Passes.h"
+
+#include "NN/IR/NNOps.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_APPENDLOSS
+#include "Transforms/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+
+namespace {
+
+struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
+  using AppendLossBase::AppendLossBase;
+
+  void runOnOperation() override {
+    auto forward = getOperation().lookupSymbol<func::FuncOp>("forward");
+    if (!forward) {
+      getOperation().emitError("no @forward function");
+      return signalPassFailure();
+    }
+    LogicalResult result = failure();
+    if (StringRef(loss).starts_with("output:"))
+      result = useOutput(forward, StringRef(loss).drop_front(7));
+    else if (loss == "cross-entropy")
+      result = appendCrossEntropy(forward);
+    else if (loss == "mse")
+      forward.emitError("--loss=mse is not implemented yet");
+    else
+      forward.emitError("--loss=")
+          << loss << " is not a loss: use cross-entropy, mse or output:NAME";
+    if (failed(result))
+      signalPassFailure();
+  }
+
+  LogicalResult appendCrossEntropy(func::FuncOp forward) {
+    auto ret = cast<func::ReturnOp>(forward.front().getTerminator());
+    if (ret.getNumOperands() != 1)
+      return forward.emitError("--loss=cross-entropy needs a model with one "
+                               "output (the logits), this one has ")
+             << ret.getNumOperands();
+    auto logits = dyn_cast<RankedTensorType>(ret.getOperand(0).getType());
+    if (!logits || logits.getRank() != 2 ||
+        !isa<FloatType>(logits.getElementType()))
+      return forward.emitError("--loss=cross-entropy needs [N, C] float "
+                               "logits, the model returns ")
+             << ret.getOperand(0).getType();
+    OpBuilder b(ret);
+    auto labelsType =
+        RankedTensorType::get({logits.getDimSize(0)}, b.getIntegerType(64));
+    unsigned index = forward.getNumArguments();
+    forward.insertArgument(index, labelsType,
+                           b.getDictionaryAttr(b.getNamedAttr(
+                               "gpipe.name", b.getStringAttr("labels"))),
+                           forward.getLoc());
+    Value lossValue = b.create<gpipe::nn::SoftmaxCrossEntropyOp>(
+        ret.getLoc(), ValueRange{ret.getOperand(0), forward.getArgument(index)},
+        ArrayRef<NamedAttribute>{});
+    return setResults(forward, ret, {lossValue, ret.getOperand(0)},
+                      {"loss", resultName(forward, 0)});
+  }
+
+  LogicalResult useOutput(func::FuncOp forward, StringRef name) {
+    auto ret = cast<func::ReturnOp>(forward.front().getTerminator());
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+      if (resultName(forward, i) != name)
+        continue;
+      auto type = cast<RankedTensorType>(ret.getOperand(i).getType());
+      if (type.getNumElements() != 1 || !isa<FloatType>(type.getElementType()))
+        return forward.emitError("--loss=output:")
+               << name << " needs a scalar float output, got " << type;
+      SmallVector<Value> values{ret.getOperand(i)};
+      SmallVector<std::string> names{name.str()};
+      for (unsigned j = 0; j < ret.getNumOperands(); ++j)
+        if (j != i) {
+          values.push_back(ret.getOperand(j));
+          names.push_back(resultName(forward, j));
+        }
+      return setResults(forward, ret, values, names);
+    }
+    return forward.emitError("--loss=output:")
+           << name << ": the model has no output of that name";
+  }
+
+  static std::string resultName(func::FuncOp f, unsigned i) {
+    auto name = f.getResultAttrOfType<StringAttr>(i, "gpipe.name");
+    return name ? name.str() : "output" + std::to_string(i);
+  }
+
+  LogicalResult setResults(func::FuncOp forward, func::ReturnOp ret,
+                           ArrayRef<Value> values,
+                           ArrayRef<std::string> names) {
+    OpBuilder b(ret);
+    b.create<func::ReturnOp>(ret.getLoc(), values);
+    ret.erase();
+    SmallVector<Type> types;
+    for (Value v : values)
+      types.push_back(v.getType());
+    forward.setType(b.getFunctionType(forward.getArgumentTypes(), types));
+    for (auto [i, n] : llvm::enumerate(names))
+      forward.setResultAttrs(i, b.getDictionaryAttr(b.getNamedAttr(
+                                    "gpipe.name", b.getStringAttr(n))));
+    return success();
+  }
+};
+
+} // namespace
