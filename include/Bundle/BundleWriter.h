@@ -16,10 +16,21 @@ namespace gpipe {
 
 constexpr int64_t kBundleFormatVersion = 1;
 
+/// How a training bundle trains (mode "train").
+struct TrainingOptions {
+  int64_t batchSize = 0;    // samples per optimizer step
+  int64_t microBatches = 1; // the step's split; the stage runs batchSize/M
+  std::string loss = "cross-entropy";
+  std::string optimizer = "sgd";
+  double lr = 0.01, momentum = 0.0, weightDecay = 0.0;
+  bool nesterov = false;
+};
+
 struct BundleOptions {
   std::string mode = "infer";
   std::string device = "cpu:0";
   std::string sourceName;
+  TrainingOptions training;
 };
 
 /// Compiles the module, which must have gone through gpipe-lower-stage, and

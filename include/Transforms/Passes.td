@@ -55,6 +55,9 @@ def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
   let options = [
     Option<"entryName", "entry", "std::string", "\"gpipe_stage0_forward\"",
            "Name of the generated stage function">,
+    Option<"functionName", "function", "std::string", "\"forward\"",
+           "The function to lower (forward, or forward_backward after "
+           "gpipe-autodiff)">,
   ];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::memref::MemRefDialect",

@@ -176,6 +176,26 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
                          params.size())))},
            {"tensors", std::move(tensors)}}},
   };
+  if (options.mode == "train") {
+    TrainingOptions t = options.training;
+    if (t.batchSize == 0) {
+      // The model's own batch: micro-batch rows times their number.
+      auto inputs = cast<ArrayAttr>(stage->getAttr("gpipe.inputs"));
+      auto shape =
+          cast<ArrayAttr>(cast<DictionaryAttr>(inputs[0]).get("shape"));
+      t.batchSize = (shape.empty() ? 1 : cast<IntegerAttr>(shape[0]).getInt()) *
+                    t.microBatches;
+    }
+    manifest["training"] = json::Object{
+        {"batch_size", t.batchSize},
+        {"micro_batches", t.microBatches},
+        {"loss", t.loss},
+        {"optimizer", json::Object{{"kind", t.optimizer},
+                                   {"lr", t.lr},
+                                   {"momentum", t.momentum},
+                                   {"nesterov", t.nesterov},
+                                   {"weight_decay", t.weightDecay}}}};
+  }
   json::Object stageJSON{
       {"index", 0},
       {"device", options.device},

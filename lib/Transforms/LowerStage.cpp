@@ -45,7 +45,8 @@ int64_t byteSize(RankedTensorType type) {
 bool isKernelOp(Operation *op) {
   return isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::MaxPoolOp, nn::AvgPoolOp,
              nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
-             nn::LogSoftmaxOp, nn::LayerNormOp>(op);
+             nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
+             nn::SoftmaxCrossEntropyGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.
@@ -227,8 +228,12 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
   // The runtime's oneDNN kernels compute in float32.
   SmallVector<Type> types(op->getOperandTypes());
   llvm::append_range(types, op->getResultTypes());
+  bool hasLabels =
+      isa<nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp>(op);
   for (Type t : types)
-    if (!cast<RankedTensorType>(t).getElementType().isF32())
+    if (!cast<RankedTensorType>(t).getElementType().isF32() &&
+        !(hasLabels &&
+          cast<RankedTensorType>(t).getElementType().isInteger(64)))
       return op->emitError("'")
              << op->getName() << "' on " << t
              << " is not supported by code generation yet (float32 only)";
@@ -371,7 +376,8 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
         }
         return true;
       })
-      .Case([&](nn::ReduceMeanOp r) -> FailureOr<bool> {
+      .Case<nn::ReduceMeanOp, nn::ReduceSumOp>([&](auto r) -> FailureOr<bool> {
+        bool mean = isa<nn::ReduceMeanOp>(r.getOperation());
         auto inType = cast<RankedTensorType>(r.getInput().getType());
         Type element = inType.getElementType();
         if (!isa<FloatType>(element))
@@ -402,6 +408,8 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
               nb.create<linalg::YieldOp>(
                   l, nb.create<arith::AddFOp>(l, args[1], args[0]).getResult());
             });
+        if (!mean)
+          return true;
         int64_t outRank = cast<MemRefType>(out.getType()).getRank();
         Value scale = b.create<arith::ConstantOp>(
             loc, b.getFloatAttr(element, 1.0 / std::max<int64_t>(count, 1)));
@@ -605,9 +613,9 @@ struct LowerStagePass : public gpipe::impl::LowerStageBase<LowerStagePass> {
   using LowerStageBase::LowerStageBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    auto forward = module.lookupSymbol<func::FuncOp>(functionName);
     if (!forward) {
-      module.emitError("no @forward function to lower");
+      module.emitError("no @") << functionName << " function to lower";
       return signalPassFailure();
     }
     if (failed(StageLowering(module, forward, entryName).run()))

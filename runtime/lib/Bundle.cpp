@@ -198,6 +198,20 @@ Bundle loadBundle(const std::string &path) {
       slot.space = "params";
       b.parameters.push_back(slot);
     }
+    if (b.mode == "train") {
+      const json &t = m.at("training");
+      b.training.batchSize = t.at("batch_size").get<int64_t>();
+      b.training.microBatches = t.at("micro_batches").get<int64_t>();
+      b.training.loss = t.at("loss").get<std::string>();
+      const json &o = t.at("optimizer");
+      b.training.optimizer = o.at("kind").get<std::string>();
+      b.training.lr = o.at("lr").get<double>();
+      b.training.momentum = o.at("momentum").get<double>();
+      b.training.nesterov = o.at("nesterov").get<bool>();
+      b.training.weightDecay = o.at("weight_decay").get<double>();
+      if (b.training.microBatches < 1 || b.training.batchSize < 1)
+        fail(path, "manifest.json", "invalid training batch sizes");
+    }
     for (const json &j : m.at("stages")) {
       StageSpec s;
       s.index = j.at("index").get<int64_t>();

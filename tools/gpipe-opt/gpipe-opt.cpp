@@ -69,7 +69,36 @@ cl::opt<Mode> modeOption(
                           "inference: forward only; dropout is the identity "
                           "and BatchNorm uses its running statistics"),
                clEnumValN(Mode::Train, "train",
-                          "training (not implemented yet)")));
+                          "training: forward, backward and the loss, run by "
+                          "gpipe-run --train")));
+
+cl::opt<std::string> lossOption(
+    "loss",
+    cl::desc("Training loss: cross-entropy (integer class labels, mean over "
+             "the batch), mse, or output:NAME (the model's scalar output "
+             "NAME) (--mode=train)"),
+    cl::init("cross-entropy"), cl::cat(gpipeCategory));
+
+cl::opt<int64_t> microBatchesOption(
+    "micro-batches",
+    cl::desc("Split each training batch into M micro-batches whose "
+             "gradients are accumulated before one optimizer step "
+             "(--mode=train; default 1)"),
+    cl::init(1), cl::cat(gpipeCategory));
+
+cl::opt<std::string>
+    optimizerOption("optimizer",
+                    cl::desc("sgd (adam, adamw: not implemented yet)"),
+                    cl::init("sgd"), cl::cat(gpipeCategory));
+cl::opt<double> lrOption("lr", cl::desc("Learning rate (default 0.01)"),
+                         cl::init(0.01), cl::cat(gpipeCategory));
+cl::opt<double> momentumOption("momentum", cl::desc("SGD momentum (default 0)"),
+                               cl::init(0.0), cl::cat(gpipeCategory));
+cl::opt<bool> nesterovOption("nesterov", cl::desc("Nesterov momentum"),
+                             cl::init(false), cl::cat(gpipeCategory));
+cl::opt<double> weightDecayOption("weight-decay",
+                                  cl::desc("L2 weight decay (default 0)"),
+                                  cl::init(0.0), cl::cat(gpipeCategory));
 
 cl::opt<int64_t> batchSizeOption(
     "batch-size",
@@ -124,6 +153,21 @@ void printDiagnostic(Diagnostic &diag) {
   os << message << "\n";
 }
 
+/// The training pipeline: loss, reverse sweep, then the same lowering.
+LogicalResult lowerForTraining(ModuleOp module) {
+  PassManager pm(module.getContext());
+  gpipe::AppendLossOptions loss;
+  loss.loss = lossOption;
+  pm.addPass(gpipe::createAppendLoss(loss));
+  pm.addPass(gpipe::createAutodiff());
+  pm.addPass(gpipe::createConvertElementwiseToLinalg());
+  pm.addPass(createLinalgElementwiseOpFusionPass());
+  gpipe::LowerStageOptions lower;
+  lower.functionName = "forward_backward";
+  pm.addPass(gpipe::createLowerStage(lower));
+  return pm.run(module);
+}
+
 /// The inference pipeline from the imported nn module to one lowered stage.
 LogicalResult lowerForInference(ModuleOp module) {
   PassManager pm(module.getContext());
@@ -156,8 +200,8 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     return notImplemented("--emit=schedule");
   case Emit::None:
   case Emit::LLVM:
-    if (modeOption == Mode::Train)
-      return notImplemented("--mode=train");
+    if (modeOption == Mode::Train && optimizerOption != "sgd")
+      return notImplemented("--optimizer=" + optimizerOption);
     if (emitOption == Emit::None && output == "-") {
       llvm::errs() << "gpipe-opt: error: name the bundle to write with "
                       "-o model.gpipe (or pass --emit=nn to print the IR)\n";
@@ -171,6 +215,26 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   gpipe::ONNXImportOptions options;
   if (batchSizeOption.getNumOccurrences())
     options.batchSize = batchSizeOption;
+  bool training = modeOption == Mode::Train &&
+                  (emitOption == Emit::None || emitOption == Emit::LLVM);
+  if (microBatchesOption < 1) {
+    llvm::errs() << "gpipe-opt: error: --micro-batches must be at least 1\n";
+    return 1;
+  }
+  if (training && microBatchesOption > 1) {
+    if (!batchSizeOption.getNumOccurrences()) {
+      llvm::errs() << "gpipe-opt: error: --micro-batches needs --batch-size "
+                      "(the samples of one optimizer step)\n";
+      return 1;
+    }
+    if (batchSizeOption % microBatchesOption != 0) {
+      llvm::errs() << "gpipe-opt: error: --batch-size=" << batchSizeOption
+                   << " does not split into " << microBatchesOption
+                   << " equal micro-batches\n";
+      return 1;
+    }
+    options.batchSize = batchSizeOption / microBatchesOption;
+  }
   for (const std::string &binding : constInputOption) {
     auto [name, file] = StringRef(binding).split('=');
     if (name.empty() || file.empty()) {
@@ -193,11 +257,26 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   if (!module)
     return 1;
   if (emitOption == Emit::None || emitOption == Emit::LLVM) {
-    if (failed(lowerForInference(*module)))
+    if (failed(training ? lowerForTraining(*module)
+                        : lowerForInference(*module)))
       return 1;
     if (emitOption == Emit::None) {
       gpipe::BundleOptions bundleOptions;
       bundleOptions.sourceName = llvm::sys::path::filename(input).str();
+      if (training) {
+        bundleOptions.mode = "train";
+        gpipe::TrainingOptions &t = bundleOptions.training;
+        t.microBatches = microBatchesOption;
+        t.loss = lossOption;
+        t.optimizer = optimizerOption;
+        t.lr = lrOption;
+        t.momentum = momentumOption;
+        t.nesterov = nesterovOption;
+        t.weightDecay = weightDecayOption;
+        t.batchSize = batchSizeOption.getNumOccurrences()
+                          ? static_cast<int64_t>(batchSizeOption)
+                          : 0; // filled from the model below
+      }
       return failed(gpipe::writeBundle(*module, output, bundleOptions)) ? 1 : 0;
     }
     if (failed(gpipe::lowerStageToLLVMDialect(*module)))

@@ -6,11 +6,17 @@
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TensorProto.h"
+#include "gpipe/runtime/TrainingSession.h"
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <numeric>
+#include <random>
 
 namespace {
 
@@ -79,6 +85,101 @@ int runInference(const std::string &bundlePath,
   return 0;
 }
 
+struct TrainOptions {
+  std::string data, lossLog, saveParams;
+  int64_t steps = 0, epochs = 0;
+  bool noShuffle = false;
+  unsigned seed = 0;
+  double lr = -1;
+};
+
+/// gpipe-run --train: SGD steps over the rows of an .npz data set.
+int runTraining(const std::string &bundlePath, const TrainOptions &o) {
+  using namespace gpipe::runtime;
+  try {
+    TrainingSession session(bundlePath);
+    if (o.lr >= 0)
+      session.setLearningRate(o.lr);
+    if (o.data.empty())
+      throw InputError("--train needs --data=FILE.npz");
+    std::map<std::string, HostTensor> data = readNpz(o.data);
+    int64_t samples = -1;
+    for (const TensorSlot *slot : session.dataInputs()) {
+      auto it = data.find(slot->name);
+      if (it == data.end())
+        throw InputError(o.data + ": no array '" + slot->name +
+                         "' (the model's inputs and 'labels')");
+      const HostTensor &t = it->second;
+      bool tailOk =
+          t.dtype == slot->dtype && t.shape.size() == slot->shape.size();
+      for (size_t i = 1; tailOk && i < t.shape.size(); ++i)
+        tailOk = t.shape[i] == slot->shape[i];
+      if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
+          (samples >= 0 && t.shape[0] != samples))
+        throw InputError(o.data + ": array '" + slot->name + "' is " +
+                         t.describe() + ", expected " + dtypeName(slot->dtype) +
+                         " rows shaped like the model's input, as many as "
+                         "the other arrays");
+      samples = t.shape[0];
+    }
+    int64_t batch = session.batchSize();
+    int64_t perEpoch = std::max<int64_t>(1, samples / batch);
+    int64_t steps =
+        o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
+    std::ofstream lossLog;
+    if (!o.lossLog.empty()) {
+      lossLog.open(o.lossLog);
+      if (!lossLog)
+        throw InputError("cannot write --loss-log file '" + o.lossLog + "'");
+      lossLog << "step,loss\n";
+    }
+    std::vector<int64_t> order(samples);
+    std::iota(order.begin(), order.end(), 0);
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < steps; ++step) {
+      int64_t first = step * batch;
+      if (!o.noShuffle && (first % samples) < batch && first / samples >= 0) {
+        std::mt19937 rng(o.seed + static_cast<unsigned>(first / samples));
+        std::shuffle(order.begin(), order.end(), rng);
+      }
+      std::map<std::string, HostTensor> mini;
+      for (const TensorSlot *slot : session.dataInputs()) {
+        const HostTensor &all = data.at(slot->name);
+        HostTensor t;
+        t.dtype = all.dtype;
+        t.shape = all.shape;
+        t.shape[0] = batch;
+        size_t row = all.data.size() / all.shape[0];
+        t.data.resize(row * batch);
+        for (int64_t r = 0; r < batch; ++r)
+          std::memcpy(t.data.data() + r * row,
+                      all.data.data() + order[(first + r) % samples] * row,
+                      row);
+        mini[slot->name] = std::move(t);
+      }
+      double loss = session.step(mini);
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+      std::cout << "step " << step + 1 << "/" << steps << "  loss " << loss
+                << "  " << static_cast<int64_t>((step + 1) * batch / seconds)
+                << " samples/s\n";
+      if (lossLog)
+        lossLog << step + 1 << "," << loss << "\n";
+    }
+    if (!o.saveParams.empty()) {
+      std::filesystem::create_directories(o.saveParams);
+      for (auto &[name, tensor] : session.parameters())
+        writeNpy(o.saveParams + "/" + name + ".npy", tensor);
+      std::cout << "wrote the parameters to " << o.saveParams << "\n";
+    }
+  } catch (const std::exception &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -111,6 +212,27 @@ int main(int argc, char **argv) {
   app.add_option("--output", outputDir,
                  "Directory for the outputs, written as <name>.npy "
                  "(--infer; default: the current directory)")
+      ->type_name("DIR");
+  TrainOptions trainOptions;
+  app.add_option("--data", trainOptions.data,
+                 "Training data (--train): a .npz with one array per model "
+                 "input and 'labels'")
+      ->type_name("FILE.npz");
+  app.add_option("--steps", trainOptions.steps,
+                 "Optimizer steps to run (--train)");
+  app.add_option("--epochs", trainOptions.epochs,
+                 "Passes over the data (--train; default 1 when --steps is "
+                 "not given)");
+  app.add_flag("--no-shuffle", trainOptions.noShuffle,
+               "Step i uses samples [i*B, (i+1)*B) in order, wrapping");
+  app.add_option("--seed", trainOptions.seed, "Shuffling seed (default 0)");
+  app.add_option("--lr", trainOptions.lr,
+                 "Learning rate, overriding the compiled one");
+  app.add_option("--loss-log", trainOptions.lossLog,
+                 "CSV with header step,loss: one row per optimizer step")
+      ->type_name("FILE.csv");
+  app.add_option("--save-params", trainOptions.saveParams,
+                 "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");
   std::string devices;
   app.add_option("--devices", devices,
@@ -145,7 +267,5 @@ int main(int argc, char **argv) {
   }
   if (infer)
     return runInference(bundle, inputSpecs, outputDir);
-  std::cerr << "gpipe-run: error: --train is not implemented yet; this "
-               "version runs inference bundles (--infer)\n";
-  return 2;
+  return runTraining(bundle, trainOptions);
 }

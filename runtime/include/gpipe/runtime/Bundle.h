@@ -57,6 +57,15 @@ struct StageSpec {
   std::vector<KernelSpec> kernels;
 };
 
+/// How a training bundle trains (manifest "training").
+struct TrainingSpec {
+  int64_t batchSize = 0, microBatches = 1;
+  std::string loss;
+  std::string optimizer = "sgd";
+  double lr = 0.01, momentum = 0, weightDecay = 0;
+  bool nesterov = false;
+};
+
 struct Bundle {
   std::string path;
   std::string model, mode, targetCpu;
@@ -67,6 +76,7 @@ struct Bundle {
   int64_t paramsSize = 0;
   uint32_t paramsCrc32 = 0;
   std::vector<StageSpec> stages;
+  TrainingSpec training; // mode "train" only
 
   std::string partPath(const std::string &file) const;
 };

@@ -24,6 +24,7 @@ public:
 
   char *arena() { return arena_.get(); }
   const char *params() const { return params_.get(); }
+  char *params() { return params_.get(); }
   /// Runs the stage's compiled code once on the arena's contents.
   void run();
 

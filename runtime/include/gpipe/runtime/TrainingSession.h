@@ -1,0 +1,54 @@
+// Training with a bundle compiled with --mode=train: micro-batches,
+// gradient accumulation and one optimizer step per mini-batch.
+#ifndef GPIPE_RUNTIME_TRAININGSESSION_H
+#define GPIPE_RUNTIME_TRAININGSESSION_H
+
+#include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/StageExecutor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpipe::runtime {
+
+class TrainingSession {
+public:
+  explicit TrainingSession(const std::string &bundlePath);
+
+  const Bundle &bundle() const { return bundle_; }
+  /// Samples per optimizer step.
+  int64_t batchSize() const { return bundle_.training.batchSize; }
+  /// The graph inputs a batch must provide (labels included, loss_grad not).
+  std::vector<const TensorSlot *> dataInputs() const;
+
+  /// One synchronous step: the batch (batchSize() rows of every data input)
+  /// runs as M micro-batches, each seeding its backward with 1/M, their
+  /// gradients summed, then the optimizer updates the parameters once.
+  /// Returns the mean loss over the batch.
+  double step(const std::map<std::string, HostTensor> &batch);
+
+  void setLearningRate(double value) { lr_ = value; }
+  double learningRate() const { return lr_; }
+
+  /// The trainable parameters' current values, by name.
+  std::map<std::string, HostTensor> parameters() const;
+
+private:
+  void optimizerStep();
+
+  Bundle bundle_;
+  std::unique_ptr<StageExecutor> stage;
+  const TensorSlot *loss = nullptr, *lossGrad = nullptr;
+  /// For each trainable parameter: its slot and its gradient output.
+  std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
+  std::vector<std::vector<float>> gradients, momentum;
+  double lr_ = 0;
+  int64_t steps = 0;
+};
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_TRAININGSESSION_H

@@ -1,0 +1,136 @@
+#include "gpipe/runtime/TrainingSession.h"
+
+#include <cstring>
+
+namespace gpipe::runtime {
+
+TrainingSession::TrainingSession(const std::string &bundlePath)
+    : bundle_(loadBundle(bundlePath)) {
+  if (bundle_.mode != "train")
+    throw BundleError(bundlePath + ": manifest.json: an '" + bundle_.mode +
+                      "' bundle cannot train (compile with --mode=train)");
+  if (bundle_.training.optimizer != "sgd")
+    throw BundleError(bundlePath + ": manifest.json: optimizer '" +
+                      bundle_.training.optimizer + "' is not implemented");
+  lr_ = bundle_.training.lr;
+  stage = std::make_unique<StageExecutor>(bundle_, bundle_.stages.front());
+  for (const TensorSlot &s : bundle_.inputs)
+    if (s.name == "loss_grad")
+      lossGrad = &s;
+  for (const TensorSlot &s : bundle_.outputs)
+    if (s.name == "loss")
+      loss = &s;
+  if (!loss || !lossGrad || loss->dtype != DType::F32 ||
+      lossGrad->dtype != DType::F32)
+    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
+                                   "a float32 'loss' output and 'loss_grad' "
+                                   "input");
+  for (const TensorSlot &p : bundle_.parameters) {
+    for (const TensorSlot &o : bundle_.outputs)
+      if (o.name == "grad:" + p.name) {
+        if (p.dtype != DType::F32 || o.byteSize() != p.byteSize())
+          throw BundleError(bundlePath + ": manifest.json: gradient of '" +
+                            p.name + "' does not match the parameter");
+        trained.emplace_back(&p, &o);
+      }
+  }
+  for (auto &[p, g] : trained) {
+    gradients.emplace_back(p->numElements(), 0.0f);
+    momentum.emplace_back();
+  }
+}
+
+std::vector<const TensorSlot *> TrainingSession::dataInputs() const {
+  std::vector<const TensorSlot *> inputs;
+  for (const TensorSlot &s : bundle_.inputs)
+    if (&s != lossGrad)
+      inputs.push_back(&s);
+  return inputs;
+}
+
+double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
+  int64_t m = bundle_.training.microBatches, n = batchSize();
+  for (const TensorSlot *slot : dataInputs()) {
+    auto it = batch.find(slot->name);
+    if (it == batch.end())
+      throw InputError("training data has no '" + slot->name + "'");
+    const HostTensor &t = it->second;
+    std::vector<int64_t> expected = slot->shape;
+    if (expected.empty() || t.dtype != slot->dtype ||
+        t.shape.size() != expected.size() || t.shape[0] != n ||
+        !std::equal(expected.begin() + 1, expected.end(), t.shape.begin() + 1))
+      throw InputError("training batch '" + slot->name + "' is " +
+                       t.describe() + "; each step needs " + std::to_string(n) +
+                       " rows of " + dtypeName(slot->dtype) +
+                       " with the model's other dimensions");
+  }
+  for (auto &g : gradients)
+    std::fill(g.begin(), g.end(), 0.0f);
+  float seed = 1.0f / static_cast<float>(m);
+  double lossSum = 0;
+  char *arena = stage->arena();
+  for (int64_t k = 0; k < m; ++k) {
+    for (const TensorSlot *slot : dataInputs()) {
+      const HostTensor &t = batch.at(slot->name);
+      int64_t bytes = slot->byteSize();
+      std::memcpy(arena + slot->offset,
+                  reinterpret_cast<const char *>(t.data.data()) + k * bytes,
+                  bytes);
+    }
+    std::memcpy(arena + lossGrad->offset, &seed, sizeof(float));
+    stage->run();
+    float microLoss;
+    std::memcpy(&microLoss, arena + loss->offset, sizeof(float));
+    lossSum += microLoss;
+    for (size_t i = 0; i < trained.size(); ++i) {
+      const float *g =
+          reinterpret_cast<const float *>(arena + trained[i].second->offset);
+      std::vector<float> &acc = gradients[i];
+      for (size_t j = 0; j < acc.size(); ++j)
+        acc[j] += g[j];
+    }
+  }
+  optimizerStep();
+  ++steps;
+  return lossSum / static_cast<double>(m);
+}
+
+void TrainingSession::optimizerStep() {
+  // torch.optim.SGD: d = g + wd p; buf = mu buf + d (buf = d at first);
+  // d = nesterov ? d + mu buf : buf; p -= lr d.
+  const TrainingSpec &t = bundle_.training;
+  float mu = static_cast<float>(t.momentum),
+        wd = static_cast<float>(t.weightDecay);
+  float rate = static_cast<float>(lr_);
+  for (size_t i = 0; i < trained.size(); ++i) {
+    float *p =
+        reinterpret_cast<float *>(stage->params() + trained[i].first->offset);
+    std::vector<float> &g = gradients[i];
+    std::vector<float> &buf = momentum[i];
+    if (mu != 0 && buf.empty())
+      buf.assign(g.size(), 0.0f);
+    for (size_t j = 0; j < g.size(); ++j) {
+      float d = g[j] + wd * p[j];
+      if (mu != 0) {
+        buf[j] = steps == 0 ? d : mu * buf[j] + d;
+        d = t.nesterov ? d + mu * buf[j] : buf[j];
+      }
+      p[j] -= rate * d;
+    }
+  }
+}
+
+std::map<std::string, HostTensor> TrainingSession::parameters() const {
+  std::map<std::string, HostTensor> out;
+  for (auto &[p, g] : trained) {
+    HostTensor t;
+    t.dtype = p->dtype;
+    t.shape = p->shape;
+    t.data.resize(p->byteSize());
+    std::memcpy(t.data.data(), stage->params() + p->offset, p->byteSize());
+    out[p->name] = std::move(t);
+  }
+  return out;
+}
+
+} // namespace gpipe::runtime
