@@ -46,7 +46,8 @@ bool isKernelOp(Operation *op) {
   return isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::MaxPoolOp, nn::AvgPoolOp,
              nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
              nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
-             nn::SoftmaxCrossEntropyGradOp>(op);
+             nn::SoftmaxCrossEntropyGradOp, nn::ConvGradInputOp,
+             nn::ConvGradWeightOp, nn::MaxPoolGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.

@@ -383,6 +383,132 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
       args);
 }
 
+/// Convolution geometry shared by the forward and backward kernels.
+struct ConvGeometry {
+  dims strides, dilations, padL, padR, weightDims;
+};
+
+ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
+                          const TensorSlot &weight) {
+  ConvGeometry g;
+  int64_t group = static_cast<int64_t>(spec.number("group", 1));
+  std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                       d = spec.ints("dilations");
+  size_t spatial = data.shape.size() - 2;
+  g.strides.assign(s.begin(), s.end());
+  g.padL.assign(p.begin(), p.begin() + spatial);
+  g.padR.assign(p.begin() + spatial, p.end());
+  for (int64_t v : d)
+    g.dilations.push_back(v - 1);
+  g.weightDims = weight.shape;
+  if (group > 1) {
+    g.weightDims.insert(g.weightDims.begin(), group);
+    g.weightDims[1] /= group;
+  }
+  return g;
+}
+
+/// Gradients of a convolution: with respect to its input (backward data)
+/// or its weights (backward weights), in plain layouts.
+std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
+                                       const KernelMemory &mem,
+                                       dnnl::engine &engine) {
+  bool wrtInput = spec.kind == "conv_grad_input";
+  const TensorSlot &gradOut = spec.operands.at(0);
+  const TensorSlot &other = spec.operands.at(1); // weight or input
+  const TensorSlot &result = spec.results.at(0);
+  const TensorSlot &data = wrtInput ? result : other;
+  const TensorSlot &weight = wrtInput ? other : result;
+  ConvGeometry g = convGeometry(spec, data, weight);
+  memory src = bindSlot(spec, data, mem, engine);
+  memory weights = bindSlot(spec, weight, mem, engine, g.weightDims);
+  memory dst = bindSlot(spec, gradOut, mem, engine);
+  dnnl::convolution_forward::desc fwd(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+      src.get_desc(), weights.get_desc(), dst.get_desc(), g.strides,
+      g.dilations, g.padL, g.padR);
+  dnnl::convolution_forward::primitive_desc hint(fwd, engine);
+  if (wrtInput) {
+    dnnl::convolution_backward_data::desc desc(
+        dnnl::algorithm::convolution_direct, src.get_desc(), weights.get_desc(),
+        dst.get_desc(), g.strides, g.dilations, g.padL, g.padR);
+    return std::make_unique<PrimitiveKernel>(
+        dnnl::convolution_backward_data(
+            dnnl::convolution_backward_data::primitive_desc(desc, engine,
+                                                            hint)),
+        std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dst},
+                                        {DNNL_ARG_WEIGHTS, weights},
+                                        {DNNL_ARG_DIFF_SRC, src}});
+  }
+  dnnl::convolution_backward_weights::desc desc(
+      dnnl::algorithm::convolution_direct, src.get_desc(), weights.get_desc(),
+      dst.get_desc(), g.strides, g.dilations, g.padL, g.padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::convolution_backward_weights(
+          dnnl::convolution_backward_weights::primitive_desc(desc, engine,
+                                                             hint)),
+      std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dst},
+                                      {DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_DIFF_WEIGHTS, weights}});
+}
+
+/// Max pooling backward: re-runs the forward in training mode for its
+/// workspace (the arg-max positions), then routes the gradient.
+class MaxPoolGradKernel : public Kernel {
+public:
+  MaxPoolGradKernel(dnnl::pooling_v2_forward::primitive_desc fwd,
+                    dnnl::pooling_v2_backward::primitive_desc bwd, memory src,
+                    memory gradOut, memory gradIn, dnnl::engine &engine)
+      : forward(fwd), backward(bwd), src(src), gradOut(gradOut), gradIn(gradIn),
+        scratch(fwd.dst_desc(), engine),
+        workspace(fwd.workspace_desc(), engine) {}
+  void run(dnnl::stream &stream) override {
+    forward.execute(stream, {{DNNL_ARG_SRC, src},
+                             {DNNL_ARG_DST, scratch},
+                             {DNNL_ARG_WORKSPACE, workspace}});
+    backward.execute(stream, {{DNNL_ARG_DIFF_DST, gradOut},
+                              {DNNL_ARG_WORKSPACE, workspace},
+                              {DNNL_ARG_DIFF_SRC, gradIn}});
+    stream.wait();
+  }
+
+private:
+  dnnl::pooling_v2_forward forward;
+  dnnl::pooling_v2_backward backward;
+  memory src, gradOut, gradIn, scratch, workspace;
+};
+
+std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
+                                          const KernelMemory &mem,
+                                          dnnl::engine &engine) {
+  const TensorSlot &gradOut = spec.operands.at(0), &x = spec.operands.at(1);
+  const TensorSlot &gradIn = spec.results.at(0);
+  size_t spatial = x.shape.size() - 2;
+  std::vector<int64_t> k = spec.ints("kernel_shape"), s = spec.ints("strides"),
+                       p = spec.ints("pads"), d = spec.ints("dilations");
+  dims kernel(k.begin(), k.end()), strides(s.begin(), s.end()),
+      padL(p.begin(), p.begin() + spatial), padR, dil;
+  for (size_t i = 0; i < spatial; ++i) {
+    dil.push_back(d[i] - 1);
+    int64_t extent = (k[i] - 1) * d[i] + 1;
+    padR.push_back((gradOut.shape[i + 2] - 1) * s[i] + extent - x.shape[i + 2] -
+                   p[i]);
+  }
+  memory src = bindSlot(spec, x, mem, engine);
+  memory dOut = bindSlot(spec, gradOut, mem, engine);
+  memory dIn = bindSlot(spec, gradIn, mem, engine);
+  dnnl::pooling_v2_forward::desc fwd(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
+      src.get_desc(), dOut.get_desc(), strides, kernel, dil, padL, padR);
+  dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, engine);
+  dnnl::pooling_v2_backward::desc bwd(dnnl::algorithm::pooling_max,
+                                      dIn.get_desc(), dOut.get_desc(), strides,
+                                      kernel, dil, padL, padR);
+  dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
+  return std::make_unique<MaxPoolGradKernel>(fwdPd, bwdPd, src, dOut, dIn,
+                                             engine);
+}
+
 /// Softmax cross-entropy over integer labels, and its gradient: plain loops
 /// (the work is tiny next to the layers that produce the logits).
 class CrossEntropyKernel : public Kernel {
@@ -457,8 +583,10 @@ void checkShapes(const KernelSpec &spec) {
                             std::to_string(size) + " entries");
   };
   const TensorSlot &x = spec.operands.front();
+  bool grad = spec.kind == "conv_grad_input" ||
+              spec.kind == "conv_grad_weight" || spec.kind == "max_pool_grad";
   if (spec.kind == "conv" || spec.kind == "max_pool" ||
-      spec.kind == "avg_pool" || spec.kind == "global_avg_pool") {
+      spec.kind == "avg_pool" || spec.kind == "global_avg_pool" || grad) {
     if (x.shape.size() < 3 ||
         spec.results.front().shape.size() != x.shape.size())
       unsupported(spec, "operands must have rank >= 3");
@@ -467,10 +595,14 @@ void checkShapes(const KernelSpec &spec) {
       need("strides", spatial);
       need("pads", 2 * spatial);
     }
-    if (spec.kind == "conv" || spec.kind == "max_pool")
+    if (spec.kind != "avg_pool" && spec.kind != "global_avg_pool")
       need("dilations", spatial);
-    if (spec.kind == "max_pool" || spec.kind == "avg_pool")
+    if (spec.kind == "max_pool" || spec.kind == "avg_pool" ||
+        spec.kind == "max_pool_grad")
       need("kernel_shape", spatial);
+    if (grad && (spec.operands.size() < 2 ||
+                 spec.operands[1].shape.size() != x.shape.size()))
+      unsupported(spec, "operands must have the same rank");
     if (spec.kind == "conv" &&
         (spec.operands.size() < 2 ||
          spec.operands[1].shape.size() != x.shape.size()))
@@ -501,6 +633,9 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
       {"log_softmax", createSoftmax},
       {"layer_norm", createLayerNorm},
       {"softmax_cross_entropy", createCrossEntropy},
+      {"conv_grad_input", createConvGrad},
+      {"conv_grad_weight", createConvGrad},
+      {"max_pool_grad", createMaxPoolGrad},
       {"softmax_cross_entropy_grad", createCrossEntropy},
   };
   if (spec.operands.empty() || spec.results.empty())

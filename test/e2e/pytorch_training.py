@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
 STEPS, BATCH, SAMPLES, LR, MOMENTUM = 20, 32, 96, 0.05, 0.9
-CASES = [("mlp", 1), ("mlp", 4)]
+CASES = [("mlp", 1), ("mlp", 4), ("cnn", 1), ("cnn", 4)]
 
 
 def torch_run(model, x, y, micro):

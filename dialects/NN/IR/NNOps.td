@@ -161,7 +161,8 @@ def NN_MatMulOp : NN_ForwardOp<"matmul"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_ConvOp : NN_ForwardOp<"conv"> {
+def NN_ConvOp : NN_ForwardOp<"conv",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "N-d grouped convolution (NCHW, OIHW)";
   let description = [{
     `pads` holds the begin paddings of every spatial axis, then the end
@@ -220,7 +221,8 @@ def NN_LogSoftmaxOp : NN_ForwardOp<"log_softmax"> {
 // Pooling
 //===----------------------------------------------------------------------===//
 
-def NN_MaxPoolOp : NN_ForwardOp<"max_pool"> {
+def NN_MaxPoolOp : NN_ForwardOp<"max_pool",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "N-d max pooling (NC + spatial)";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$kernel_shape,
                    NN_IntArray:$strides, NN_IntArray:$pads,

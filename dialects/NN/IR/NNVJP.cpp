@@ -194,3 +194,42 @@ SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   operandGrads.push_back(Value()); // labels: not differentiable
   return success();
 }
+
+LogicalResult ConvOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  SmallVector<NamedAttribute> attrs{
+      b.getNamedAttr("strides", getStridesAttr()),
+      b.getNamedAttr("pads", getPadsAttr()),
+      b.getNamedAttr("dilations", getDilationsAttr()),
+      b.getNamedAttr("group", b.getI64IntegerAttr(getGroup()))};
+  operandGrads.push_back(b.create<ConvGradInputOp>(
+      loc, getInput().getType(), ValueRange{g, getWeight()}, attrs));
+  operandGrads.push_back(b.create<ConvGradWeightOp>(
+      loc, getWeight().getType(), ValueRange{g, getInput()}, attrs));
+  if (getBias()) {
+    SmallVector<int64_t> axes{0};
+    for (int64_t i = 2; i < rankedType(g).getRank(); ++i)
+      axes.push_back(i);
+    operandGrads.push_back(b.create<ReduceSumOp>(
+        loc, ValueRange{g},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("axes", b.getDenseI64ArrayAttr(axes)),
+            b.getNamedAttr("keepdims", b.getBoolAttr(false))}));
+  }
+  return success();
+}
+
+LogicalResult MaxPoolOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<MaxPoolGradOp>(
+      getLoc(), getInput().getType(), ValueRange{resultGrads[0], getInput()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("kernel_shape", getKernelShapeAttr()),
+          b.getNamedAttr("strides", getStridesAttr()),
+          b.getNamedAttr("pads", getPadsAttr()),
+          b.getNamedAttr("dilations", getDilationsAttr()),
+          b.getNamedAttr("ceil_mode", b.getBoolAttr(getCeilMode()))}));
+  return success();
+}
