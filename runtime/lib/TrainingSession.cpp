@@ -17,9 +17,12 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   for (const TensorSlot &s : bundle_.inputs)
     if (s.name == "loss_grad")
       lossGrad = &s;
-  for (const TensorSlot &s : bundle_.outputs)
+  for (const TensorSlot &s : bundle_.outputs) {
     if (s.name == "loss")
       loss = &s;
+    else if (!modelOutput && s.name.rfind("grad:", 0) != 0)
+      modelOutput = &s;
+  }
   if (!loss || !lossGrad || loss->dtype != DType::F32 ||
       lossGrad->dtype != DType::F32)
     throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
@@ -118,6 +121,32 @@ void TrainingSession::optimizerStep() {
       p[j] -= rate * d;
     }
   }
+}
+
+HostTensor
+TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
+  if (!modelOutput)
+    throw InputError("the model has no output besides its loss");
+  char *arena = stage->arena();
+  for (const TensorSlot *slot : dataInputs()) {
+    auto it = microBatch.find(slot->name);
+    if (it == microBatch.end() ||
+        static_cast<int64_t>(it->second.data.size()) != slot->byteSize())
+      throw InputError("evaluation batch '" + slot->name +
+                       "' must have the compiled micro-batch shape " +
+                       std::to_string(slot->byteSize()) + " bytes");
+    std::memcpy(arena + slot->offset, it->second.data.data(), slot->byteSize());
+  }
+  float zero = 0.0f;
+  std::memcpy(arena + lossGrad->offset, &zero, sizeof(float));
+  stage->run();
+  HostTensor out;
+  out.dtype = modelOutput->dtype;
+  out.shape = modelOutput->shape;
+  out.data.resize(modelOutput->byteSize());
+  std::memcpy(out.data.data(), arena + modelOutput->offset,
+              modelOutput->byteSize());
+  return out;
 }
 
 std::map<std::string, HostTensor> TrainingSession::parameters() const {

@@ -2,6 +2,7 @@
 //
 // --infer runs inference bundles; --train arrives with the trainer.
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/Idx.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/RuntimeInfo.h"
@@ -17,6 +18,7 @@
 #include <iostream>
 #include <numeric>
 #include <random>
+#include <unistd.h>
 
 namespace {
 
@@ -86,14 +88,70 @@ int runInference(const std::string &bundlePath,
 }
 
 struct TrainOptions {
-  std::string data, lossLog, saveParams;
+  std::string data, evalData, lossLog, saveParams;
   int64_t steps = 0, epochs = 0;
   bool noShuffle = false;
   unsigned seed = 0;
   double lr = -1;
 };
 
-/// gpipe-run --train: SGD steps over the rows of an .npz data set.
+/// A data set by path: an .npz (arrays by input name and 'labels') or a
+/// directory of IDX files (Fashion-MNIST layout; `split` train or t10k),
+/// whose images feed the model's first input.
+std::map<std::string, gpipe::runtime::HostTensor>
+loadData(const std::string &path, const std::string &split,
+         gpipe::runtime::TrainingSession &session) {
+  using namespace gpipe::runtime;
+  if (!std::filesystem::is_directory(path))
+    return readNpz(path);
+  ImageDataset ds = readIdxDataset(path, split);
+  std::map<std::string, HostTensor> data;
+  for (const TensorSlot *slot : session.dataInputs())
+    if (slot->name != "labels") {
+      data[slot->name] = std::move(ds.images);
+      break;
+    }
+  data["labels"] = std::move(ds.labels);
+  return data;
+}
+
+/// Accuracy of the model's class predictions on a labelled data set, run in
+/// micro-batches (the last one padded).
+double accuracy(gpipe::runtime::TrainingSession &session,
+                const std::map<std::string, gpipe::runtime::HostTensor> &data) {
+  using namespace gpipe::runtime;
+  const HostTensor &labels = data.at("labels");
+  int64_t n = labels.shape.at(0), b = session.microBatchSize(), correct = 0;
+  const int64_t *label = reinterpret_cast<const int64_t *>(labels.data.data());
+  for (int64_t first = 0; first < n; first += b) {
+    std::map<std::string, HostTensor> batch;
+    for (const TensorSlot *slot : session.dataInputs()) {
+      const HostTensor &all = data.at(slot->name);
+      size_t row = all.data.size() / all.shape[0];
+      HostTensor t;
+      t.dtype = all.dtype;
+      t.shape = all.shape;
+      t.shape[0] = b;
+      t.data.resize(row * b);
+      for (int64_t r = 0; r < b; ++r)
+        std::memcpy(t.data.data() + r * row,
+                    all.data.data() + std::min(first + r, n - 1) * row, row);
+      batch[slot->name] = std::move(t);
+    }
+    HostTensor logits = session.evaluate(batch);
+    if (logits.dtype != DType::F32 || logits.shape.size() != 2)
+      throw InputError("accuracy needs [N, C] float32 logits");
+    int64_t classes = logits.shape[1];
+    const float *l = reinterpret_cast<const float *>(logits.data.data());
+    for (int64_t r = 0; r < b && first + r < n; ++r) {
+      const float *row = l + r * classes;
+      correct += std::max_element(row, row + classes) - row == label[first + r];
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+/// gpipe-run --train: SGD steps over the rows of a data set.
 int runTraining(const std::string &bundlePath, const TrainOptions &o) {
   using namespace gpipe::runtime;
   try {
@@ -101,8 +159,12 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
     if (o.lr >= 0)
       session.setLearningRate(o.lr);
     if (o.data.empty())
-      throw InputError("--train needs --data=FILE.npz");
-    std::map<std::string, HostTensor> data = readNpz(o.data);
+      throw InputError("--train needs --data=FILE.npz or a directory of IDX "
+                       "files");
+    std::map<std::string, HostTensor> data = loadData(o.data, "train", session);
+    std::map<std::string, HostTensor> evalData;
+    if (!o.evalData.empty())
+      evalData = loadData(o.evalData, "t10k", session);
     int64_t samples = -1;
     for (const TensorSlot *slot : session.dataInputs()) {
       auto it = data.find(slot->name);
@@ -135,6 +197,7 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
     }
     std::vector<int64_t> order(samples);
     std::iota(order.begin(), order.end(), 0);
+    bool terminal = isatty(STDOUT_FILENO);
     auto start = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < steps; ++step) {
       int64_t first = step * batch;
@@ -161,11 +224,29 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       double seconds = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - start)
                            .count();
-      std::cout << "step " << step + 1 << "/" << steps << "  loss " << loss
-                << "  " << static_cast<int64_t>((step + 1) * batch / seconds)
-                << " samples/s\n";
+      int64_t epoch = step / perEpoch + 1;
+      double rate = (step + 1) * batch / seconds;
+      double eta = (steps - step - 1) * batch / rate;
+      // A progress line redrawn in place on a terminal; otherwise about ten
+      // lines per epoch.
+      bool last = step + 1 == steps;
+      if (terminal || last ||
+          (step + 1) % std::max<int64_t>(1, perEpoch / 10) == 0) {
+        std::cout << (terminal ? "\r" : "") << "epoch " << epoch << "  step "
+                  << step + 1 << "/" << steps << "  loss " << loss << "  "
+                  << static_cast<int64_t>(rate) << " samples/s  ETA "
+                  << static_cast<int64_t>(eta) << " s"
+                  << (terminal && !last ? "   " : "\n") << std::flush;
+      }
       if (lossLog)
         lossLog << step + 1 << "," << loss << "\n";
+      bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
+      if (epochEnd && !evalData.empty())
+        std::cout << (terminal ? "\n" : "") << "epoch "
+                  << (step + 1 + perEpoch - 1) / perEpoch << ": test accuracy "
+                  << 100.0 * accuracy(session, evalData) << "% on "
+                  << evalData.at("labels").shape.at(0) << " samples\n"
+                  << std::flush;
     }
     if (!o.saveParams.empty()) {
       std::filesystem::create_directories(o.saveParams);
@@ -216,8 +297,13 @@ int main(int argc, char **argv) {
   TrainOptions trainOptions;
   app.add_option("--data", trainOptions.data,
                  "Training data (--train): a .npz with one array per model "
-                 "input and 'labels'")
-      ->type_name("FILE.npz");
+                 "input and 'labels', or a directory of IDX files as "
+                 "Debian's dataset-fashion-mnist installs them")
+      ->type_name("FILE.npz|DIR");
+  app.add_option("--eval-data", trainOptions.evalData,
+                 "Evaluation data (--train): .npz or IDX directory (its t10k "
+                 "split); accuracy is printed after each epoch")
+      ->type_name("FILE.npz|DIR");
   app.add_option("--steps", trainOptions.steps,
                  "Optimizer steps to run (--train)");
   app.add_option("--epochs", trainOptions.epochs,

@@ -31,6 +31,14 @@ public:
   double step(const std::map<std::string, HostTensor> &batch);
 
   void setLearningRate(double value) { lr_ = value; }
+
+  /// Forward only (no update) on one micro-batch of data inputs (compiled
+  /// micro-batch rows): returns the model's first output (the logits).
+  HostTensor evaluate(const std::map<std::string, HostTensor> &microBatch);
+  /// Rows of one micro-batch.
+  int64_t microBatchSize() const {
+    return batchSize() / bundle_.training.microBatches;
+  }
   double learningRate() const { return lr_; }
 
   /// The trainable parameters' current values, by name.
@@ -41,7 +49,7 @@ private:
 
   Bundle bundle_;
   std::unique_ptr<StageExecutor> stage;
-  const TensorSlot *loss = nullptr, *lossGrad = nullptr;
+  const TensorSlot *loss = nullptr, *lossGrad = nullptr, *modelOutput = nullptr;
   /// For each trainable parameter: its slot and its gradient output.
   std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
   std::vector<std::vector<float>> gradients, momentum;
