@@ -95,6 +95,18 @@ struct TrainOptions {
   double lr = -1;
 };
 
+/// An empty tensor shaped like `all` but with `rows` rows.
+gpipe::runtime::HostTensor withRows(const gpipe::runtime::HostTensor &all,
+                                    int64_t rows) {
+  gpipe::runtime::HostTensor t;
+  t.dtype = all.dtype;
+  t.shape.push_back(rows);
+  for (size_t i = 1; i < all.shape.size(); ++i)
+    t.shape.push_back(all.shape[i]);
+  t.data.resize(all.data.size() / all.shape[0] * rows);
+  return t;
+}
+
 /// A data set by path: an .npz (arrays by input name and 'labels') or a
 /// directory of IDX files (Fashion-MNIST layout; `split` train or t10k),
 /// whose images feed the model's first input.
@@ -128,11 +140,7 @@ double accuracy(gpipe::runtime::TrainingSession &session,
     for (const TensorSlot *slot : session.dataInputs()) {
       const HostTensor &all = data.at(slot->name);
       size_t row = all.data.size() / all.shape[0];
-      HostTensor t;
-      t.dtype = all.dtype;
-      t.shape = all.shape;
-      t.shape[0] = b;
-      t.data.resize(row * b);
+      HostTensor t = withRows(all, b);
       for (int64_t r = 0; r < b; ++r)
         std::memcpy(t.data.data() + r * row,
                     all.data.data() + std::min(first + r, n - 1) * row, row);
@@ -208,12 +216,8 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       std::map<std::string, HostTensor> mini;
       for (const TensorSlot *slot : session.dataInputs()) {
         const HostTensor &all = data.at(slot->name);
-        HostTensor t;
-        t.dtype = all.dtype;
-        t.shape = all.shape;
-        t.shape[0] = batch;
+        HostTensor t = withRows(all, batch);
         size_t row = all.data.size() / all.shape[0];
-        t.data.resize(row * batch);
         for (int64_t r = 0; r < batch; ++r)
           std::memcpy(t.data.data() + r * row,
                       all.data.data() + order[(first + r) % samples] * row,
