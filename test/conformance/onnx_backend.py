@@ -24,15 +24,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-SUPPORTED = {
-    "Add", "AveragePool", "BatchNormalization", "Cast", "Concat", "Constant",
-    "ConstantOfShape", "Conv", "Div", "Dropout", "Erf", "Flatten", "Gather",
-    "Gemm", "GlobalAveragePool", "Identity", "LayerNormalization",
-    "LeakyRelu", "LogSoftmax", "MatMul", "MaxPool", "Mul", "Pad", "Pow",
-    "Range", "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice",
-    "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose",
-    "Unsqueeze",
-}
+def supported_ops(gpipe_opt):
+    """The op types the importer accepts, as gpipe-opt lists them."""
+    out = subprocess.run([gpipe_opt, "--print-onnx-ops"], check=True,
+                         capture_output=True, text=True).stdout
+    return {line for line in out.splitlines() if "." not in line}
 SUITES = ("node", "pytorch-converted", "pytorch-operator", "simple")
 NEEDS_CONSTANT = re.compile(r"\(input '([^']+)'\) must be known at compile time")
 RTOL, ATOL = 1e-3, 1e-5
@@ -113,6 +109,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []
+    supported = supported_ops(args.gpipe_opt)
     for suite in SUITES:
         for case in sorted(glob.glob(os.path.join(args.data, suite, "*"))):
             path = os.path.join(case, "model.onnx")
@@ -122,7 +119,7 @@ def main():
                 continue
             model = onnx.load(path)
             ops = {n.op_type for n in model.graph.node}
-            if not ops or not ops <= SUPPORTED or any(
+            if not ops or not ops <= supported or any(
                     n.domain not in ("", "ai.onnx") for n in model.graph.node):
                 continue
             status, detail = run_case(args.gpipe_opt, args.gpipe_run, case, args.work)

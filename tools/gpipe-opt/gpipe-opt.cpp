@@ -115,6 +115,12 @@ cl::list<std::string> constInputOption(
              "input; repeatable)"),
     cl::value_desc("NAME=FILE"), cl::cat(gpipeCategory));
 
+cl::opt<bool> printOnnxOps(
+    "print-onnx-ops",
+    cl::desc("Print the ONNX op types the importer accepts, one per line "
+             "(domain-qualified outside the default domain), and exit"),
+    cl::init(false), cl::cat(gpipeCategory));
+
 bool isONNXFile(StringRef path) {
   return llvm::sys::path::extension(path).equals_insensitive(".onnx");
 }
@@ -325,6 +331,14 @@ int main(int argc, char **argv) {
       "      run passes on MLIR input, like mlir-opt\n",
       registry);
 
+  if (printOnnxOps) {
+    SmallVector<StringRef> ops;
+    std::string list = gpipe::supportedONNXOps();
+    StringRef(list).split(ops, ", ");
+    for (StringRef op : ops)
+      llvm::outs() << op << "\n";
+    return 0;
+  }
   if (isONNXFile(input))
     return compileONNX(input, output, registry);
   if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences() ||
