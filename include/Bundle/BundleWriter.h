@@ -24,6 +24,7 @@ struct TrainingOptions {
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0.0, weightDecay = 0.0;
   bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8; // Adam, AdamW
 };
 
 struct BundleOptions {

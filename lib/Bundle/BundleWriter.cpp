@@ -186,15 +186,18 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
       t.batchSize = (shape.empty() ? 1 : cast<IntegerAttr>(shape[0]).getInt()) *
                     t.microBatches;
     }
-    manifest["training"] = json::Object{
-        {"batch_size", t.batchSize},
-        {"micro_batches", t.microBatches},
-        {"loss", t.loss},
-        {"optimizer", json::Object{{"kind", t.optimizer},
-                                   {"lr", t.lr},
-                                   {"momentum", t.momentum},
-                                   {"nesterov", t.nesterov},
-                                   {"weight_decay", t.weightDecay}}}};
+    manifest["training"] =
+        json::Object{{"batch_size", t.batchSize},
+                     {"micro_batches", t.microBatches},
+                     {"loss", t.loss},
+                     {"optimizer", json::Object{{"kind", t.optimizer},
+                                                {"lr", t.lr},
+                                                {"momentum", t.momentum},
+                                                {"nesterov", t.nesterov},
+                                                {"weight_decay", t.weightDecay},
+                                                {"beta1", t.beta1},
+                                                {"beta2", t.beta2},
+                                                {"eps", t.eps}}}};
   }
   json::Object stageJSON{
       {"index", 0},

@@ -209,6 +209,9 @@ Bundle loadBundle(const std::string &path) {
       b.training.momentum = o.at("momentum").get<double>();
       b.training.nesterov = o.at("nesterov").get<bool>();
       b.training.weightDecay = o.at("weight_decay").get<double>();
+      b.training.beta1 = o.value("beta1", 0.9);
+      b.training.beta2 = o.value("beta2", 0.999);
+      b.training.eps = o.value("eps", 1e-8);
       if (b.training.microBatches < 1 || b.training.batchSize < 1)
         fail(path, "manifest.json", "invalid training batch sizes");
     }

@@ -1,5 +1,6 @@
 #include "gpipe/runtime/TrainingSession.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace gpipe::runtime {
@@ -9,9 +10,10 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   if (bundle_.mode != "train")
     throw BundleError(bundlePath + ": manifest.json: an '" + bundle_.mode +
                       "' bundle cannot train (compile with --mode=train)");
-  if (bundle_.training.optimizer != "sgd")
-    throw BundleError(bundlePath + ": manifest.json: optimizer '" +
-                      bundle_.training.optimizer + "' is not implemented");
+  const std::string &kind = bundle_.training.optimizer;
+  if (kind != "sgd" && kind != "adam" && kind != "adamw")
+    throw BundleError(bundlePath + ": manifest.json: unknown optimizer '" +
+                      kind + "'");
   lr_ = bundle_.training.lr;
   stage = std::make_unique<StageExecutor>(bundle_, bundle_.stages.front());
   for (const TensorSlot &s : bundle_.inputs)
@@ -40,6 +42,7 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   for (auto &[p, g] : trained) {
     gradients.emplace_back(p->numElements(), 0.0f);
     momentum.emplace_back();
+    secondMoment.emplace_back();
   }
 }
 
@@ -99,26 +102,56 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
 }
 
 void TrainingSession::optimizerStep() {
-  // torch.optim.SGD: d = g + wd p; buf = mu buf + d (buf = d at first);
-  // d = nesterov ? d + mu buf : buf; p -= lr d.
   const TrainingSpec &t = bundle_.training;
-  float mu = static_cast<float>(t.momentum),
-        wd = static_cast<float>(t.weightDecay);
-  float rate = static_cast<float>(lr_);
+  float rate = static_cast<float>(lr_), wd = static_cast<float>(t.weightDecay);
+  if (t.optimizer == "sgd") {
+    // torch.optim.SGD: d = g + wd p; buf = mu buf + d (buf = d at first);
+    // d = nesterov ? d + mu buf : buf; p -= lr d.
+    float mu = static_cast<float>(t.momentum);
+    for (size_t i = 0; i < trained.size(); ++i) {
+      float *p =
+          reinterpret_cast<float *>(stage->params() + trained[i].first->offset);
+      std::vector<float> &g = gradients[i], &buf = momentum[i];
+      if (mu != 0 && buf.empty())
+        buf.assign(g.size(), 0.0f);
+      for (size_t j = 0; j < g.size(); ++j) {
+        float d = g[j] + wd * p[j];
+        if (mu != 0) {
+          buf[j] = steps == 0 ? d : mu * buf[j] + d;
+          d = t.nesterov ? d + mu * buf[j] : buf[j];
+        }
+        p[j] -= rate * d;
+      }
+    }
+    return;
+  }
+  // torch.optim.Adam (weight decay added to the gradient) and AdamW
+  // (decoupled: p *= 1 - lr wd), with bias-corrected moments.
+  bool decoupled = t.optimizer == "adamw";
+  double c1 = 1 - std::pow(t.beta1, static_cast<double>(steps + 1));
+  double c2 = 1 - std::pow(t.beta2, static_cast<double>(steps + 1));
+  float stepSize = static_cast<float>(lr_ / c1);
+  float root2 = static_cast<float>(std::sqrt(c2));
+  float eps = static_cast<float>(t.eps);
+  float b1 = static_cast<float>(t.beta1), b2 = static_cast<float>(t.beta2);
   for (size_t i = 0; i < trained.size(); ++i) {
     float *p =
         reinterpret_cast<float *>(stage->params() + trained[i].first->offset);
-    std::vector<float> &g = gradients[i];
-    std::vector<float> &buf = momentum[i];
-    if (mu != 0 && buf.empty())
-      buf.assign(g.size(), 0.0f);
+    std::vector<float> &g = gradients[i], &m = momentum[i],
+                       &v = secondMoment[i];
+    if (m.empty()) {
+      m.assign(g.size(), 0.0f);
+      v.assign(g.size(), 0.0f);
+    }
     for (size_t j = 0; j < g.size(); ++j) {
-      float d = g[j] + wd * p[j];
-      if (mu != 0) {
-        buf[j] = steps == 0 ? d : mu * buf[j] + d;
-        d = t.nesterov ? d + mu * buf[j] : buf[j];
-      }
-      p[j] -= rate * d;
+      float grad = g[j];
+      if (decoupled)
+        p[j] *= 1 - rate * wd;
+      else
+        grad += wd * p[j];
+      m[j] = b1 * m[j] + (1 - b1) * grad;
+      v[j] = b2 * v[j] + (1 - b2) * grad * grad;
+      p[j] -= stepSize * m[j] / (std::sqrt(v[j]) / root2 + eps);
     }
   }
 }

@@ -3,9 +3,9 @@ read from the same PyTorch module), the same data, the same optimizer and
 the same micro-batch gradient accumulation give the same losses and final
 parameters.
 
-For each (model, micro-batches): export, compile with --mode=train, run
-20 steps of SGD with momentum with `gpipe-run --train --no-shuffle`, and
-replay them in PyTorch. Every step's loss must agree within 1e-4 relative
+For each (model, micro-batches, optimizer): export, compile with
+--mode=train, run 20 steps (SGD with momentum, or AdamW with weight decay)
+with `gpipe-run --train --no-shuffle`, and replay them in PyTorch. Every step's loss must agree within 1e-4 relative
 and the final parameters within 1e-3 relative L2.
 
 usage: pytorch_training.py GPIPE_OPT GPIPE_RUN WORK_DIR
@@ -21,12 +21,24 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
-STEPS, BATCH, SAMPLES, LR, MOMENTUM = 20, 32, 96, 0.05, 0.9
-CASES = [("mlp", 1), ("mlp", 4), ("cnn", 1), ("cnn", 4)]
+STEPS, BATCH, SAMPLES = 20, 32, 96
+# AdamW runs at lr 3e-4 (a usual Adam rate): at several times that, these
+# tiny models overfit 96 samples within 20 steps and float32 rounding
+# differences between any two implementations grow by an order of magnitude
+# every few steps, and Adam turns near-zero gradients into full steps of
+# either sign.
+OPTIMIZERS = {
+    "sgd": (["--optimizer=sgd", "--lr=0.05", "--momentum=0.9"],
+            lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)),
+    "adamw": (["--optimizer=adamw", "--lr=0.0003", "--weight-decay=0.01"],
+              lambda params: torch.optim.AdamW(params, lr=0.0003, weight_decay=0.01)),
+}
+CASES = [(m, micro, o) for o in ("sgd", "adamw") for m in ("mlp", "cnn")
+         for micro in (1, 4)]
 
 
-def torch_run(model, x, y, micro):
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+def torch_run(model, x, y, micro, optimizer):
+    opt = OPTIMIZERS[optimizer][1](model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
     losses = []
     for step in range(STEPS):
@@ -43,15 +55,15 @@ def torch_run(model, x, y, micro):
     return losses
 
 
-def check(name, micro, gpipe_opt, gpipe_run, work):
-    tag = f"{name}_m{micro}"
+def check(name, micro, optimizer, gpipe_opt, gpipe_run, work):
+    tag = f"{name}_m{micro}_{optimizer}"
     onnx_path = os.path.join(work, tag + ".onnx")
     bundle = os.path.join(work, tag + ".gpipe")
     model, example = reference_models.export(name, onnx_path)
     proc = subprocess.run(
         [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
-         f"--micro-batches={micro}", f"--lr={LR}", f"--momentum={MOMENTUM}",
-         "-o", bundle], capture_output=True, text=True)
+         f"--micro-batches={micro}"] + OPTIMIZERS[optimizer][0] + ["-o", bundle],
+        capture_output=True, text=True)
     if proc.returncode != 0:
         return [f"compile failed: {proc.stderr.strip()}"]
     rng = np.random.RandomState(5)
@@ -70,7 +82,8 @@ def check(name, micro, gpipe_opt, gpipe_run, work):
     with open(log) as f:
         got = [float(r["loss"]) for r in csv.DictReader(f)]
     model.train()
-    expected = torch_run(model, torch.from_numpy(x), torch.from_numpy(y), micro)
+    expected = torch_run(model, torch.from_numpy(x), torch.from_numpy(y), micro,
+                         optimizer)
     errors = []
     worst = max(abs(g - e) / abs(e) for g, e in zip(got, expected))
     if len(got) != STEPS or worst > 1e-4:
@@ -93,10 +106,10 @@ def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     failed = 0
-    for name, micro in CASES:
-        errors = check(name, micro, gpipe_opt, gpipe_run, work)
+    for name, micro, optimizer in CASES:
+        errors = check(name, micro, optimizer, gpipe_opt, gpipe_run, work)
         for e in errors:
-            print(f"FAIL {name} M={micro}: {e}")
+            print(f"FAIL {name} M={micro} {optimizer}: {e}")
         failed += bool(errors)
     print(f"{len(CASES) - failed} passed, {failed} failed")
     return 1 if failed else 0

@@ -88,8 +88,16 @@ cl::opt<int64_t> microBatchesOption(
 
 cl::opt<std::string>
     optimizerOption("optimizer",
-                    cl::desc("sgd (adam, adamw: not implemented yet)"),
+                    cl::desc("sgd (momentum, Nesterov, weight decay), adam "
+                             "(L2 weight decay) or adamw (decoupled weight "
+                             "decay) (--mode=train)"),
                     cl::init("sgd"), cl::cat(gpipeCategory));
+cl::opt<double> beta1Option("beta1", cl::desc("Adam beta1 (default 0.9)"),
+                            cl::init(0.9), cl::cat(gpipeCategory));
+cl::opt<double> beta2Option("beta2", cl::desc("Adam beta2 (default 0.999)"),
+                            cl::init(0.999), cl::cat(gpipeCategory));
+cl::opt<double> epsOption("eps", cl::desc("Adam epsilon (default 1e-8)"),
+                          cl::init(1e-8), cl::cat(gpipeCategory));
 cl::opt<double> lrOption("lr", cl::desc("Learning rate (default 0.01)"),
                          cl::init(0.01), cl::cat(gpipeCategory));
 cl::opt<double> momentumOption("momentum", cl::desc("SGD momentum (default 0)"),
@@ -206,8 +214,12 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     return notImplemented("--emit=schedule");
   case Emit::None:
   case Emit::LLVM:
-    if (modeOption == Mode::Train && optimizerOption != "sgd")
-      return notImplemented("--optimizer=" + optimizerOption);
+    if (modeOption == Mode::Train && optimizerOption != "sgd" &&
+        optimizerOption != "adam" && optimizerOption != "adamw") {
+      llvm::errs() << "gpipe-opt: error: --optimizer=" << optimizerOption
+                   << " is not an optimizer: use sgd, adam or adamw\n";
+      return 1;
+    }
     if (emitOption == Emit::None && output == "-") {
       llvm::errs() << "gpipe-opt: error: name the bundle to write with "
                       "-o model.gpipe (or pass --emit=nn to print the IR)\n";
@@ -279,6 +291,9 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
         t.momentum = momentumOption;
         t.nesterov = nesterovOption;
         t.weightDecay = weightDecayOption;
+        t.beta1 = beta1Option;
+        t.beta2 = beta2Option;
+        t.eps = epsOption;
         t.batchSize = batchSizeOption.getNumOccurrences()
                           ? static_cast<int64_t>(batchSizeOption)
                           : 0; // filled from the model below

@@ -64,6 +64,7 @@ struct TrainingSpec {
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
 
 struct Bundle {

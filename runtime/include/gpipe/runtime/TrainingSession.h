@@ -52,7 +52,7 @@ private:
   const TensorSlot *loss = nullptr, *lossGrad = nullptr, *modelOutput = nullptr;
   /// For each trainable parameter: its slot and its gradient output.
   std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
-  std::vector<std::vector<float>> gradients, momentum;
+  std::vector<std::vector<float>> gradients, momentum, secondMoment;
   double lr_ = 0;
   int64_t steps = 0;
 };
