@@ -1,7 +1,9 @@
 #include "gpipe/runtime/TrainingSession.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace gpipe::runtime {
 
@@ -193,6 +195,112 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
     out[p->name] = std::move(t);
   }
   return out;
+}
+
+} // namespace gpipe::runtime
+
+namespace gpipe::runtime {
+
+namespace {
+constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '1'};
+
+template <typename T> void put(std::string &out, const T &v) {
+  out.append(reinterpret_cast<const char *>(&v), sizeof(T));
+}
+void putFloats(std::string &out, const std::vector<float> &v) {
+  put<uint64_t>(out, v.size());
+  out.append(reinterpret_cast<const char *>(v.data()),
+             v.size() * sizeof(float));
+}
+} // namespace
+
+void TrainingSession::saveCheckpoint(const std::string &path,
+                                     uint64_t extra) const {
+  std::string out(kCheckpointMagic, sizeof(kCheckpointMagic));
+  put<uint32_t>(out, bundle_.paramsCrc32);
+  put<int64_t>(out, steps);
+  put<uint64_t>(out, extra);
+  put<uint64_t>(out, trained.size());
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const TensorSlot *p = trained[i].first;
+    put<uint64_t>(out, p->byteSize());
+    out.append(stage->params() + p->offset, p->byteSize());
+    putFloats(out, momentum[i]);
+    putFloats(out, secondMoment[i]);
+  }
+  put<uint32_t>(out, crc32Of(out.data(), out.size()));
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": cannot write the checkpoint");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot move the checkpoint into place");
+  }
+}
+
+uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    throw BundleError(path + ": cannot open the checkpoint");
+  std::string in((std::istreambuf_iterator<char>(f)),
+                 std::istreambuf_iterator<char>());
+  size_t at = 0;
+  auto fail = [&](const std::string &why) -> BundleError {
+    return BundleError(path + ": " + why);
+  };
+  auto take = [&](size_t n) {
+    if (n > in.size() - at)
+      throw fail("truncated checkpoint");
+    const char *p = in.data() + at;
+    at += n;
+    return p;
+  };
+  auto get = [&](auto &v) { std::memcpy(&v, take(sizeof(v)), sizeof(v)); };
+  if (in.size() < sizeof(kCheckpointMagic) + 4 ||
+      std::memcmp(in.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0)
+    throw fail("not a gpipe checkpoint");
+  uint32_t stored;
+  std::memcpy(&stored, in.data() + in.size() - 4, 4);
+  if (crc32Of(in.data(), in.size() - 4) != stored)
+    throw fail("checksum mismatch (the checkpoint is corrupt)");
+  in.resize(in.size() - 4);
+  take(sizeof(kCheckpointMagic));
+  uint32_t model;
+  int64_t stepCount;
+  uint64_t extra, count;
+  get(model);
+  get(stepCount);
+  get(extra);
+  get(count);
+  if (model != bundle_.paramsCrc32 || count != trained.size())
+    throw fail("the checkpoint belongs to another model or bundle");
+  auto getFloats = [&](std::vector<float> &v) {
+    uint64_t n;
+    get(n);
+    if (n > (in.size() - at) / sizeof(float))
+      throw fail("truncated checkpoint");
+    v.resize(n);
+    std::memcpy(v.data(), take(n * sizeof(float)), n * sizeof(float));
+  };
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const TensorSlot *p = trained[i].first;
+    uint64_t bytes;
+    get(bytes);
+    if (bytes != static_cast<uint64_t>(p->byteSize()))
+      throw fail("the checkpoint belongs to another model or bundle");
+    std::memcpy(stage->params() + p->offset, take(bytes), bytes);
+    getFloats(momentum[i]);
+    getFloats(secondMoment[i]);
+  }
+  steps = stepCount;
+  return extra;
 }
 
 } // namespace gpipe::runtime

@@ -88,9 +88,9 @@ int runInference(const std::string &bundlePath,
 }
 
 struct TrainOptions {
-  std::string data, evalData, lossLog, saveParams;
-  int64_t steps = 0, epochs = 0;
-  bool noShuffle = false;
+  std::string data, evalData, lossLog, saveParams, checkpointDir;
+  int64_t steps = 0, epochs = 0, checkpointEvery = 0;
+  bool noShuffle = false, resume = false;
   unsigned seed = 0;
   double lr = -1;
 };
@@ -196,23 +196,60 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
     int64_t perEpoch = std::max<int64_t>(1, samples / batch);
     int64_t steps =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
+    std::string checkpoint =
+        o.checkpointDir.empty() ? "" : o.checkpointDir + "/checkpoint.bin";
+    int64_t firstStep = 0;
+    if (o.resume) {
+      if (checkpoint.empty())
+        throw InputError("--resume needs --checkpoint-dir");
+      if (std::filesystem::exists(checkpoint)) {
+        uint64_t seed = session.loadCheckpoint(checkpoint);
+        if (seed != o.seed)
+          throw InputError("--seed differs from the checkpoint's (" +
+                           std::to_string(seed) + ")");
+        firstStep = session.stepsTaken();
+        std::cout << "resumed from " << checkpoint << " after step "
+                  << firstStep << "\n";
+      }
+    }
+    if (!checkpoint.empty())
+      std::filesystem::create_directories(o.checkpointDir);
     std::ofstream lossLog;
     if (!o.lossLog.empty()) {
-      lossLog.open(o.lossLog);
+      // A resumed run continues the log of the steps it keeps.
+      if (firstStep > 0 && std::filesystem::exists(o.lossLog)) {
+        std::ifstream old(o.lossLog);
+        std::string line, kept;
+        for (int64_t n = 0; n <= firstStep && std::getline(old, line); ++n)
+          kept += line + "\n";
+        old.close();
+        lossLog.open(o.lossLog, std::ios::trunc);
+        lossLog << kept;
+      } else {
+        lossLog.open(o.lossLog);
+        lossLog << "step,loss\n";
+      }
       if (!lossLog)
         throw InputError("cannot write --loss-log file '" + o.lossLog + "'");
-      lossLog << "step,loss\n";
     }
     std::vector<int64_t> order(samples);
     std::iota(order.begin(), order.end(), 0);
     bool terminal = isatty(STDOUT_FILENO);
     auto start = std::chrono::steady_clock::now();
-    for (int64_t step = 0; step < steps; ++step) {
+    auto shuffleFor = [&](int64_t epochIndex) {
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937 rng(o.seed + static_cast<unsigned>(epochIndex));
+      std::shuffle(order.begin(), order.end(), rng);
+    };
+    if (!o.noShuffle)
+      shuffleFor(firstStep * batch / samples);
+    for (int64_t step = firstStep; step < steps; ++step) {
       int64_t first = step * batch;
-      if (!o.noShuffle && (first % samples) < batch && first / samples >= 0) {
-        std::mt19937 rng(o.seed + static_cast<unsigned>(first / samples));
-        std::shuffle(order.begin(), order.end(), rng);
-      }
+      // A new pass over the data gets its own permutation (a function of
+      // the seed and the pass, so resumed runs see the same order).
+      if (!o.noShuffle && step > firstStep &&
+          first / samples != (first - batch) / samples)
+        shuffleFor(first / samples);
       std::map<std::string, HostTensor> mini;
       for (const TensorSlot *slot : session.dataInputs()) {
         const HostTensor &all = data.at(slot->name);
@@ -243,7 +280,11 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
                   << (terminal && !last ? "   " : "\n") << std::flush;
       }
       if (lossLog)
-        lossLog << step + 1 << "," << loss << "\n";
+        lossLog << step + 1 << "," << loss << std::endl;
+      if (!checkpoint.empty() &&
+          ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) ||
+           step + 1 == steps))
+        session.saveCheckpoint(checkpoint, o.seed);
       bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
       if (epochEnd && !evalData.empty())
         std::cout << (terminal ? "\n" : "") << "epoch "
@@ -321,6 +362,14 @@ int main(int argc, char **argv) {
   app.add_option("--loss-log", trainOptions.lossLog,
                  "CSV with header step,loss: one row per optimizer step")
       ->type_name("FILE.csv");
+  app.add_option("--checkpoint-dir", trainOptions.checkpointDir,
+                 "Directory of checkpoint.bin: parameters, optimizer state "
+                 "and step, written atomically")
+      ->type_name("DIR");
+  app.add_option("--checkpoint-every", trainOptions.checkpointEvery,
+                 "Write a checkpoint every N steps (and at the end)");
+  app.add_flag("--resume", trainOptions.resume,
+               "Continue from the checkpoint in --checkpoint-dir, if any");
   app.add_option("--save-params", trainOptions.saveParams,
                  "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");

@@ -41,6 +41,17 @@ public:
   }
   double learningRate() const { return lr_; }
 
+  /// Optimizer steps taken so far.
+  int64_t stepsTaken() const { return steps; }
+
+  /// Writes parameters, optimizer state and the step count to `path`
+  /// atomically (a temporary file renamed into place). `extra` is stored
+  /// as is (the trainer's own state, e.g. its shuffling seed).
+  void saveCheckpoint(const std::string &path, uint64_t extra) const;
+  /// Restores a checkpoint of this bundle; returns its `extra`. Throws
+  /// BundleError if the file is damaged or belongs to another model.
+  uint64_t loadCheckpoint(const std::string &path);
+
   /// The trainable parameters' current values, by name.
   std::map<std::string, HostTensor> parameters() const;
 
