@@ -27,7 +27,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     else if (loss == "cross-entropy")
       result = appendCrossEntropy(forward);
     else if (loss == "mse")
-      forward.emitError("--loss=mse is not implemented yet");
+      result = appendMeanSquaredError(forward);
     else
       forward.emitError("--loss=")
           << loss << " is not a loss: use cross-entropy, mse or output:NAME";
@@ -59,6 +59,43 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
         ret.getLoc(), ValueRange{ret.getOperand(0), forward.getArgument(index)},
         ArrayRef<NamedAttribute>{});
     return setResults(forward, ret, {lossValue, ret.getOperand(0)},
+                      {"loss", resultName(forward, 0)});
+  }
+
+  /// mean((output - labels)^2) over every element; labels have the
+  /// output's type.
+  LogicalResult appendMeanSquaredError(func::FuncOp forward) {
+    auto ret = cast<func::ReturnOp>(forward.front().getTerminator());
+    if (ret.getNumOperands() != 1)
+      return forward.emitError("--loss=mse needs a model with one output, "
+                               "this one has ")
+             << ret.getNumOperands();
+    Value out = ret.getOperand(0);
+    auto type = dyn_cast<RankedTensorType>(out.getType());
+    if (!type || !isa<FloatType>(type.getElementType()))
+      return forward.emitError("--loss=mse needs a float output, got ")
+             << out.getType();
+    OpBuilder b(ret);
+    unsigned index = forward.getNumArguments();
+    forward.insertArgument(index, type,
+                           b.getDictionaryAttr(b.getNamedAttr(
+                               "gpipe.name", b.getStringAttr("labels"))),
+                           forward.getLoc());
+    Location loc = ret.getLoc();
+    Value diff = b.create<gpipe::nn::SubOp>(
+        loc, ValueRange{out, forward.getArgument(index)},
+        ArrayRef<NamedAttribute>{});
+    Value square = b.create<gpipe::nn::MulOp>(loc, ValueRange{diff, diff},
+                                              ArrayRef<NamedAttribute>{});
+    SmallVector<int64_t> axes;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      axes.push_back(i);
+    Value mean = b.create<gpipe::nn::ReduceMeanOp>(
+        loc, ValueRange{square},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("axes", b.getDenseI64ArrayAttr(axes)),
+            b.getNamedAttr("keepdims", b.getBoolAttr(false))});
+    return setResults(forward, ret, {mean, out},
                       {"loss", resultName(forward, 0)});
   }
 

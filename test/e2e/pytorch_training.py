@@ -33,13 +33,14 @@ OPTIMIZERS = {
     "adamw": (["--optimizer=adamw", "--lr=0.0003", "--weight-decay=0.01"],
               lambda params: torch.optim.AdamW(params, lr=0.0003, weight_decay=0.01)),
 }
-CASES = [(m, micro, o) for o in ("sgd", "adamw") for m in ("mlp", "cnn")
-         for micro in (1, 4)]
+CASES = [(m, micro, o, "cross-entropy") for o in ("sgd", "adamw")
+         for m in ("mlp", "cnn") for micro in (1, 4)]
+CASES.append(("mlp", 2, "sgd", "mse"))
 
 
-def torch_run(model, x, y, micro, optimizer):
+def torch_run(model, x, y, micro, optimizer, loss="cross-entropy"):
     opt = OPTIMIZERS[optimizer][1](model.parameters())
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.MSELoss() if loss == "mse" else torch.nn.CrossEntropyLoss()
     losses = []
     for step in range(STEPS):
         rows = [(step * BATCH + r) % SAMPLES for r in range(BATCH)]
@@ -55,20 +56,22 @@ def torch_run(model, x, y, micro, optimizer):
     return losses
 
 
-def check(name, micro, optimizer, gpipe_opt, gpipe_run, work):
-    tag = f"{name}_m{micro}_{optimizer}"
+def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
+    tag = f"{name}_m{micro}_{optimizer}_{loss}"
     onnx_path = os.path.join(work, tag + ".onnx")
     bundle = os.path.join(work, tag + ".gpipe")
     model, example = reference_models.export(name, onnx_path)
     proc = subprocess.run(
         [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
-         f"--micro-batches={micro}"] + OPTIMIZERS[optimizer][0] + ["-o", bundle],
+         f"--micro-batches={micro}", f"--loss={loss}"] + OPTIMIZERS[optimizer][0]
+        + ["-o", bundle],
         capture_output=True, text=True)
     if proc.returncode != 0:
         return [f"compile failed: {proc.stderr.strip()}"]
     rng = np.random.RandomState(5)
     x = rng.randn(SAMPLES, *example.shape[1:]).astype(np.float32)
-    y = rng.randint(0, 10, size=SAMPLES).astype(np.int64)
+    y = (rng.randn(SAMPLES, 10).astype(np.float32) if loss == "mse"
+         else rng.randint(0, 10, size=SAMPLES).astype(np.int64))
     data = os.path.join(work, tag + ".npz")
     np.savez(data, input=x, labels=y)
     log = os.path.join(work, tag + ".csv")
@@ -83,7 +86,7 @@ def check(name, micro, optimizer, gpipe_opt, gpipe_run, work):
         got = [float(r["loss"]) for r in csv.DictReader(f)]
     model.train()
     expected = torch_run(model, torch.from_numpy(x), torch.from_numpy(y), micro,
-                         optimizer)
+                         optimizer, loss)
     errors = []
     worst = max(abs(g - e) / abs(e) for g, e in zip(got, expected))
     if len(got) != STEPS or worst > 1e-4:
@@ -106,10 +109,10 @@ def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
     failed = 0
-    for name, micro, optimizer in CASES:
-        errors = check(name, micro, optimizer, gpipe_opt, gpipe_run, work)
+    for name, micro, optimizer, loss in CASES:
+        errors = check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work)
         for e in errors:
-            print(f"FAIL {name} M={micro} {optimizer}: {e}")
+            print(f"FAIL {name} M={micro} {optimizer} {loss}: {e}")
         failed += bool(errors)
     print(f"{len(CASES) - failed} passed, {failed} failed")
     return 1 if failed else 0

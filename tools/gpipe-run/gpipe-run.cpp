@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,9 @@ int runInference(const std::string &bundlePath,
 
 struct TrainOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir;
+  std::string lrSchedule = "constant";
+  int64_t warmupSteps = 0, lrStepSize = 0;
+  double lrGamma = 0.1;
   int64_t steps = 0, epochs = 0, checkpointEvery = 0;
   bool noShuffle = false, resume = false;
   unsigned seed = 0;
@@ -127,6 +131,23 @@ loadData(const std::string &path, const std::string &split,
   return data;
 }
 
+/// Class labels must index the logits: checked before training starts.
+void checkLabels(gpipe::runtime::TrainingSession &session,
+                 const std::map<std::string, gpipe::runtime::HostTensor> &data,
+                 const std::string &source) {
+  using namespace gpipe::runtime;
+  auto it = data.find("labels");
+  int64_t classes = session.classCount();
+  if (it == data.end() || it->second.dtype != DType::I64 || classes <= 0)
+    return;
+  const int64_t *l = reinterpret_cast<const int64_t *>(it->second.data.data());
+  for (int64_t i = 0; i < it->second.numElements(); ++i)
+    if (l[i] < 0 || l[i] >= classes)
+      throw InputError(source + ": labels[" + std::to_string(i) +
+                       "] = " + std::to_string(l[i]) + " is outside [0, " +
+                       std::to_string(classes) + ")");
+}
+
 /// Accuracy of the model's class predictions on a labelled data set, run in
 /// micro-batches (the last one padded).
 double accuracy(gpipe::runtime::TrainingSession &session,
@@ -159,13 +180,38 @@ double accuracy(gpipe::runtime::TrainingSession &session,
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
-/// gpipe-run --train: SGD steps over the rows of a data set.
+/// The learning rate of `step` (0-based): linear warm-up over the first
+/// warmup steps, then constant, step decay (x gamma every N steps) or a
+/// cosine down to 0 at the last step.
+double learningRate(const TrainOptions &o, double base, int64_t step,
+                    int64_t steps) {
+  if (step < o.warmupSteps)
+    return base * static_cast<double>(step + 1) /
+           static_cast<double>(o.warmupSteps);
+  int64_t t = step - o.warmupSteps,
+          span = std::max<int64_t>(1, steps - o.warmupSteps);
+  if (o.lrSchedule == "step")
+    return base * std::pow(o.lrGamma, static_cast<double>(t / o.lrStepSize));
+  if (o.lrSchedule == "cosine")
+    return base * 0.5 *
+           (1 + std::cos(M_PI * static_cast<double>(t) /
+                         static_cast<double>(span)));
+  return base;
+}
+
+/// gpipe-run --train: optimizer steps over the rows of a data set.
 int runTraining(const std::string &bundlePath, const TrainOptions &o) {
   using namespace gpipe::runtime;
   try {
     TrainingSession session(bundlePath);
     if (o.lr >= 0)
       session.setLearningRate(o.lr);
+    double baseLr = session.learningRate();
+    if (o.lrSchedule != "constant" && o.lrSchedule != "step" &&
+        o.lrSchedule != "cosine")
+      throw InputError("--lr-schedule must be constant, step or cosine");
+    if (o.lrSchedule == "step" && o.lrStepSize <= 0)
+      throw InputError("--lr-schedule=step needs --lr-step-size=N");
     if (o.data.empty())
       throw InputError("--train needs --data=FILE.npz or a directory of IDX "
                        "files");
@@ -173,6 +219,9 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
     std::map<std::string, HostTensor> evalData;
     if (!o.evalData.empty())
       evalData = loadData(o.evalData, "t10k", session);
+    checkLabels(session, data, o.data);
+    if (!evalData.empty())
+      checkLabels(session, evalData, o.evalData);
     int64_t samples = -1;
     for (const TensorSlot *slot : session.dataInputs()) {
       auto it = data.find(slot->name);
@@ -250,6 +299,7 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       if (!o.noShuffle && step > firstStep &&
           first / samples != (first - batch) / samples)
         shuffleFor(first / samples);
+      session.setLearningRate(learningRate(o, baseLr, step, steps));
       std::map<std::string, HostTensor> mini;
       for (const TensorSlot *slot : session.dataInputs()) {
         const HostTensor &all = data.at(slot->name);
@@ -359,6 +409,15 @@ int main(int argc, char **argv) {
   app.add_option("--seed", trainOptions.seed, "Shuffling seed (default 0)");
   app.add_option("--lr", trainOptions.lr,
                  "Learning rate, overriding the compiled one");
+  app.add_option("--lr-schedule", trainOptions.lrSchedule,
+                 "constant (default), step (x --lr-gamma every "
+                 "--lr-step-size steps) or cosine (to 0 at the last step)");
+  app.add_option("--warmup-steps", trainOptions.warmupSteps,
+                 "Linear learning-rate warm-up over the first N steps");
+  app.add_option("--lr-step-size", trainOptions.lrStepSize,
+                 "Steps between decays of --lr-schedule=step");
+  app.add_option("--lr-gamma", trainOptions.lrGamma,
+                 "Decay factor of --lr-schedule=step (default 0.1)");
   app.add_option("--loss-log", trainOptions.lossLog,
                  "CSV with header step,loss: one row per optimizer step")
       ->type_name("FILE.csv");

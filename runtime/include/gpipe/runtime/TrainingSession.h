@@ -41,6 +41,12 @@ public:
   }
   double learningRate() const { return lr_; }
 
+  /// Classes of the model's [N, C] output (0 if it is not 2-D).
+  int64_t classCount() const {
+    return modelOutput && modelOutput->shape.size() == 2 ? modelOutput->shape[1]
+                                                         : 0;
+  }
+
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
