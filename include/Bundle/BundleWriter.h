@@ -31,6 +31,9 @@ struct BundleOptions {
   std::string mode = "infer";
   std::string device = "cpu:0";
   std::string sourceName;
+  /// Path of the source model; training bundles keep a copy (model.onnx)
+  /// so that gpipe-run can write the trained weights back into it.
+  std::string sourcePath;
   TrainingOptions training;
 };
 

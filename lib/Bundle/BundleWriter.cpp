@@ -221,6 +221,25 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
   llvm::sys::path::append(file, "params.bin");
   if (failed(writeFile(module, file, params)))
     return failure();
+  if (options.mode == "train" && !options.sourcePath.empty()) {
+    auto source = llvm::MemoryBuffer::getFile(options.sourcePath,
+                                              /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!source)
+      return module.emitError("cannot read ") << options.sourcePath;
+    llvm::SmallString<256> copy(tmp);
+    llvm::sys::path::append(copy, "model.onnx");
+    StringRef bytes = (*source)->getBuffer();
+    if (failed(writeFile(module, copy,
+                         ArrayRef<char>(bytes.data(), bytes.size()))))
+      return failure();
+    manifest["source_model"] = json::Object{
+        {"file", "model.onnx"},
+        {"size", static_cast<int64_t>(bytes.size())},
+        {"crc32",
+         static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
+             reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())))}};
+  }
 
   // Parameter values now live in params.bin; the stage code only needs
   // their offsets, already in it.

@@ -279,6 +279,16 @@ Bundle loadBundle(const std::string &path) {
   }
   for (const TensorSlot &t : b.parameters)
     checkFits(path, t, 0, b.paramsSize);
+  if (m.contains("source_model")) {
+    const json &src = m["source_model"];
+    std::string file = src.value("file", "");
+    if (file.empty() || file.find('/') != std::string::npos)
+      fail(path, "manifest.json", "invalid source model name");
+    std::string bytes = readFile(path, file, b.partPath(file));
+    if (crc32Of(bytes.data(), bytes.size()) != src.value("crc32", 0u))
+      fail(path, file, "checksum mismatch (the file is corrupt)");
+    b.sourceModel = file;
+  }
   checkDevices(b);
   return b;
 }

@@ -1,4 +1,5 @@
 #include "gpipe/runtime/TensorProto.h"
+#include "ProtoWire.h"
 #include "gpipe/runtime/Npy.h"
 
 #include <cstring>
@@ -11,63 +12,6 @@ namespace {
 [[noreturn]] void fail(const std::string &name, const std::string &reason) {
   throw TensorProtoError(name + ": " + reason);
 }
-
-/// A cursor over protobuf wire-format bytes.
-class Reader {
-public:
-  Reader(std::string_view bytes, const std::string &name)
-      : bytes(bytes), name(name) {}
-  bool done() const { return pos >= bytes.size(); }
-
-  uint64_t varint() {
-    uint64_t value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= bytes.size())
-        fail(name, "truncated TensorProto");
-      uint8_t b = static_cast<uint8_t>(bytes[pos++]);
-      value |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80))
-        return value;
-    }
-    fail(name, "malformed varint in TensorProto");
-  }
-  std::string_view take(uint64_t n) {
-    if (n > bytes.size() - pos)
-      fail(name, "truncated TensorProto");
-    std::string_view s = bytes.substr(pos, n);
-    pos += n;
-    return s;
-  }
-  template <typename T> T fixed() {
-    std::string_view s = take(sizeof(T));
-    T v;
-    std::memcpy(&v, s.data(), sizeof(T));
-    return v;
-  }
-  void skip(unsigned wireType) {
-    switch (wireType) {
-    case 0:
-      varint();
-      break;
-    case 1:
-      take(8);
-      break;
-    case 2:
-      take(varint());
-      break;
-    case 5:
-      take(4);
-      break;
-    default:
-      fail(name, "unsupported protobuf wire type " + std::to_string(wireType));
-    }
-  }
-
-private:
-  std::string_view bytes;
-  size_t pos = 0;
-  const std::string &name;
-};
 
 /// Reads a repeated scalar field, packed (wire type 2) or not.
 template <typename F>

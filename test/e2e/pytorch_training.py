@@ -16,7 +16,9 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import torch
+from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
@@ -78,7 +80,8 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
     params = os.path.join(work, tag + "_params")
     proc = subprocess.run(
         [gpipe_run, bundle, "--train", f"--data={data}", f"--steps={STEPS}",
-         "--no-shuffle", f"--loss-log={log}", f"--save-params={params}"],
+         "--no-shuffle", f"--loss-log={log}", f"--save-params={params}",
+         f"--save-onnx={os.path.join(work, tag + '_trained.onnx')}"],
         capture_output=True, text=True)
     if proc.returncode != 0:
         return [f"gpipe-run failed: {proc.stderr.strip()}"]
@@ -100,6 +103,13 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         worst_param = max(worst_param, rel)
     if worst_param > 1e-3:
         errors.append(f"final parameters differ: relative L2 {worst_param:.2e}")
+    # --save-onnx: a valid ONNX model holding the trained parameters.
+    trained = onnx.load(os.path.join(work, tag + "_trained.onnx"))
+    onnx.checker.check_model(trained)
+    inits = {t.name: numpy_helper.to_array(t) for t in trained.graph.initializer}
+    for pname, _ in model.named_parameters():
+        if not np.array_equal(inits.get(pname), np.load(os.path.join(params, pname + ".npy"))):
+            errors.append(f"--save-onnx: initializer {pname} is not the trained value")
     print(f"{tag}: {STEPS} steps, loss {got[0]:.4f} -> {got[-1]:.4f}, worst "
           f"loss error {worst:.2e}, worst parameter error {worst_param:.2e}")
     return errors

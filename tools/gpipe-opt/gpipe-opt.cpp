@@ -281,6 +281,7 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     if (emitOption == Emit::None) {
       gpipe::BundleOptions bundleOptions;
       bundleOptions.sourceName = llvm::sys::path::filename(input).str();
+      bundleOptions.sourcePath = input.str();
       if (training) {
         bundleOptions.mode = "train";
         gpipe::TrainingOptions &t = bundleOptions.training;

@@ -5,6 +5,7 @@
 #include "gpipe/runtime/Idx.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
+#include "gpipe/runtime/OnnxExport.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TensorProto.h"
 #include "gpipe/runtime/TrainingSession.h"
@@ -89,7 +90,7 @@ int runInference(const std::string &bundlePath,
 }
 
 struct TrainOptions {
-  std::string data, evalData, lossLog, saveParams, checkpointDir;
+  std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
   std::string lrSchedule = "constant";
   int64_t warmupSteps = 0, lrStepSize = 0;
   double lrGamma = 0.1;
@@ -343,6 +344,16 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
                   << evalData.at("labels").shape.at(0) << " samples\n"
                   << std::flush;
     }
+    if (!o.saveOnnx.empty()) {
+      const Bundle &b = session.bundle();
+      if (b.sourceModel.empty())
+        throw InputError("--save-onnx: the bundle keeps no ONNX model "
+                         "(recompile it with this gpipe-opt)");
+      size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel),
+                                         session.parameters(), o.saveOnnx);
+      std::cout << "wrote the trained model (" << n << " parameters) to "
+                << o.saveOnnx << "\n";
+    }
     if (!o.saveParams.empty()) {
       std::filesystem::create_directories(o.saveParams);
       for (auto &[name, tensor] : session.parameters())
@@ -429,6 +440,10 @@ int main(int argc, char **argv) {
                  "Write a checkpoint every N steps (and at the end)");
   app.add_flag("--resume", trainOptions.resume,
                "Continue from the checkpoint in --checkpoint-dir, if any");
+  app.add_option("--save-onnx", trainOptions.saveOnnx,
+                 "Write the trained model: the source ONNX model with the "
+                 "trained parameters")
+      ->type_name("FILE.onnx");
   app.add_option("--save-params", trainOptions.saveParams,
                  "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");

@@ -77,7 +77,8 @@ struct Bundle {
   int64_t paramsSize = 0;
   uint32_t paramsCrc32 = 0;
   std::vector<StageSpec> stages;
-  TrainingSpec training; // mode "train" only
+  TrainingSpec training;   // mode "train" only
+  std::string sourceModel; // the ONNX model kept by training bundles, or ""
 
   std::string partPath(const std::string &file) const;
 };

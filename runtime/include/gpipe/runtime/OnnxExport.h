@@ -1,0 +1,25 @@
+// Writing trained parameters back into an ONNX model.
+#ifndef GPIPE_RUNTIME_ONNXEXPORT_H
+#define GPIPE_RUNTIME_ONNXEXPORT_H
+
+#include "gpipe/runtime/Tensor.h"
+
+#include <map>
+#include <string>
+
+namespace gpipe::runtime {
+
+/// Copies the ONNX model at `modelPath` to `outPath` (atomically: a
+/// temporary file renamed into place), replacing the data of every
+/// initializer named in `parameters` with the given values (raw_data, same
+/// dims). Everything else is kept byte for byte. Returns how many
+/// initializers were replaced; throws if a parameter has no initializer of
+/// the same size.
+size_t
+writeOnnxWithParameters(const std::string &modelPath,
+                        const std::map<std::string, HostTensor> &parameters,
+                        const std::string &outPath);
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_ONNXEXPORT_H
