@@ -3,7 +3,7 @@
 # gpipe, exports the Fashion-MNIST CNN of examples/ to ONNX with PyTorch,
 # shows its imported IR summary, compiles it into a training bundle and
 # trains it for 3 epochs on Fashion-MNIST (Debian's dataset-fashion-mnist),
-# printing progress and test accuracy, then writes the trained parameters.
+# printing progress and test accuracy, then writes the trained model as ONNX.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${GPIPE_BUILD_DIR:-$root/build}"
@@ -31,5 +31,7 @@ echo
 echo "== gpipe-run fashion_mnist_cnn.gpipe --train ($epochs epochs) =="
 "$build/bin/gpipe-run" "$out/fashion_mnist_cnn.gpipe" --train \
   --data "$data" --eval-data "$data" --epochs "$epochs" \
-  --loss-log "$out/loss.csv" --save-params "$out/trained"
+  --loss-log "$out/loss.csv" --checkpoint-dir "$out/checkpoints" \
+  --save-onnx "$out/fashion_mnist_cnn.trained.onnx"
 echo "loss per step: $out/loss.csv"
+echo "trained model: $out/fashion_mnist_cnn.trained.onnx"
