@@ -1,12 +1,16 @@
 // gpipe-bench: timings for bench/run_benchmarks.py.
 //
 //   gpipe-bench infer BUNDLE ITERATIONS   median seconds of one inference run
+//   gpipe-bench train BUNDLE ITERATIONS   median seconds of one training
+//                                         step (all micro-batches and the
+//                                         optimizer update)
 //   gpipe-bench matmul M K N ITERATIONS   median seconds of one oneDNN f32
 //                                         matmul (M x K) * (K x N), the
 //                                         ceiling for CPU kernels
 //
 // Both print "median_s=<seconds>" and run warm-up iterations first.
 #include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/TrainingSession.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -59,6 +63,35 @@ int infer(const std::string &bundle, int iterations) {
   return 0;
 }
 
+int train(const std::string &bundle, int iterations) {
+  using namespace gpipe::runtime;
+  TrainingSession session(bundle);
+  std::map<std::string, HostTensor> batch;
+  std::mt19937 rng(0);
+  std::normal_distribution<float> normal;
+  int64_t classes = std::max<int64_t>(session.classCount(), 1);
+  for (const TensorSlot *slot : session.dataInputs()) {
+    HostTensor t;
+    t.dtype = slot->dtype;
+    t.shape = slot->shape;
+    t.shape[0] = session.batchSize();
+    t.data.resize(t.numElements() * dtypeSize(t.dtype));
+    if (t.dtype == DType::F32) {
+      auto *f = reinterpret_cast<float *>(t.data.data());
+      for (int64_t i = 0; i < t.numElements(); ++i)
+        f[i] = normal(rng);
+    } else if (t.dtype == DType::I64) {
+      auto *l = reinterpret_cast<int64_t *>(t.data.data());
+      for (int64_t i = 0; i < t.numElements(); ++i)
+        l[i] = static_cast<int64_t>(rng() % classes);
+    }
+    batch[slot->name] = std::move(t);
+  }
+  double s = medianSeconds(iterations, [&] { session.step(batch); });
+  std::cout << "median_s=" << s << "\n";
+  return 0;
+}
+
 int matmul(int64_t m, int64_t k, int64_t n, int iterations) {
   using namespace dnnl;
   engine eng(engine::kind::cpu, 0);
@@ -85,6 +118,8 @@ int main(int argc, char **argv) {
   try {
     if (argc == 4 && std::strcmp(argv[1], "infer") == 0)
       return infer(argv[2], std::atoi(argv[3]));
+    if (argc == 4 && std::strcmp(argv[1], "train") == 0)
+      return train(argv[2], std::atoi(argv[3]));
     if (argc == 6 && std::strcmp(argv[1], "matmul") == 0)
       return matmul(std::atoll(argv[2]), std::atoll(argv[3]),
                     std::atoll(argv[4]), std::atoi(argv[5]));
@@ -93,6 +128,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::cerr << "usage: gpipe-bench infer BUNDLE ITERATIONS\n"
+               "       gpipe-bench train BUNDLE ITERATIONS\n"
                "       gpipe-bench matmul M K N ITERATIONS\n";
   return 1;
 }

@@ -59,6 +59,36 @@ MODELS = {
 }
 
 
+TRAIN_MODELS = {
+    "MLP (test/e2e), batch 64": "mlp",
+    "CNN (test/e2e), batch 64": "cnn",
+}
+
+
+def torch_train_median(name, threads, iterations):
+    """One SGD-momentum step of a reference model in PyTorch."""
+    torch.set_num_threads(threads)
+    model, x = getattr(reference_models, name)()
+    x = torch.randn(64, *x.shape[1:])
+    y = torch.randint(0, 10, (64,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    times = []
+    for _ in range(max(3, iterations // 10)):
+        step()
+    for _ in range(iterations):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def torch_median(model, x, threads, iterations):
     torch.set_num_threads(threads)
     model.eval()
@@ -111,6 +141,9 @@ def main():
     args = parser.parse_args()
     if args.torch_worker:
         title, t, n = args.torch_worker
+        if title in TRAIN_MODELS:
+            print(torch_train_median(TRAIN_MODELS[title], int(t), int(n)))
+            return
         model, x = MODELS[title][0]()
         print(torch_median(model, x, int(t), int(n)))
         return
@@ -137,6 +170,21 @@ def main():
             p = torch_median_subprocess(title, t, iterations)
             rows.append((title, t, g, p, flops))
             print(f"{title}, {t} thread(s): gpipe {g * 1e3:.2f} ms, "
+                  f"PyTorch {p * 1e3:.2f} ms", flush=True)
+
+    train_rows = []
+    for title, name in TRAIN_MODELS.items():
+        onnx_path = os.path.join(work, name + "_train.onnx")
+        bundle = os.path.join(work, name + "_train.gpipe")
+        reference_models.export(name, onnx_path)
+        subprocess.run([gpipe_opt, onnx_path, "--mode=train", "--batch-size=64",
+                        "--optimizer=sgd", "--lr=0.01", "--momentum=0.9",
+                        "-o", bundle], check=True)
+        for t in threads:
+            g = gpipe_median(bench, ["train", bundle, iterations], t)
+            p = torch_median_subprocess(title, t, iterations)
+            train_rows.append((title, t, g, p))
+            print(f"train {title}, {t} thread(s): gpipe {g * 1e3:.2f} ms, "
                   f"PyTorch {p * 1e3:.2f} ms", flush=True)
 
     matmul = {t: gpipe_median(bench, ["matmul", 256, 1024, 1024, iterations * 2], t)
@@ -168,6 +216,20 @@ def main():
         "| --- | --- | --- | --- | --- |",
     ]
     for title, t, g, p, _ in rows:
+        lines.append(f"| {title} | {t} | {g * 1e3:.2f} | {p * 1e3:.2f} | {p / g:.2f}x |")
+    lines += [
+        "",
+        "## Training step",
+        "",
+        "One SGD-momentum step (forward, backward, update) on a batch of 64, "
+        "cross-entropy loss; the models are those of `test/e2e/"
+        "reference_models.py`. ResNet-18 and the TransformerEncoder do not "
+        "train yet (docs/training.md).",
+        "",
+        "| model | threads | gpipe ms | PyTorch ms | PyTorch / gpipe |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for title, t, g, p in train_rows:
         lines.append(f"| {title} | {t} | {g * 1e3:.2f} | {p * 1e3:.2f} | {p / g:.2f}x |")
     lines += [
         "",

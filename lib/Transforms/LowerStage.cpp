@@ -47,7 +47,7 @@ bool isKernelOp(Operation *op) {
              nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
              nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
              nn::SoftmaxCrossEntropyGradOp, nn::ConvGradInputOp,
-             nn::ConvGradWeightOp, nn::MaxPoolGradOp>(op);
+             nn::ConvGradWeightOp, nn::MaxPoolGradOp, nn::AvgPoolGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.

@@ -509,6 +509,39 @@ std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
                                              engine);
 }
 
+/// Average pooling backward: the gradient spread evenly over each window.
+std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
+                                          const KernelMemory &mem,
+                                          dnnl::engine &engine) {
+  const TensorSlot &gradOut = spec.operands.at(0);
+  const TensorSlot &gradIn = spec.results.at(0);
+  size_t spatial = gradIn.shape.size() - 2;
+  std::vector<int64_t> k = spec.ints("kernel_shape"), s = spec.ints("strides"),
+                       p = spec.ints("pads");
+  dims kernel(k.begin(), k.end()), strides(s.begin(), s.end()),
+      padL(p.begin(), p.begin() + spatial), padR, dil(spatial, 0);
+  for (size_t i = 0; i < spatial; ++i)
+    padR.push_back((gradOut.shape[i + 2] - 1) * s[i] + k[i] -
+                   gradIn.shape[i + 2] - p[i]);
+  auto algorithm = spec.number("count_include_pad", 0) != 0
+                       ? dnnl::algorithm::pooling_avg_include_padding
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
+  memory dOut = bindSlot(spec, gradOut, mem, engine);
+  memory dIn = bindSlot(spec, gradIn, mem, engine);
+  dnnl::pooling_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                     algorithm, dIn.get_desc(), dOut.get_desc(),
+                                     strides, kernel, dil, padL, padR);
+  dnnl::pooling_v2_forward::primitive_desc hint(fwd, engine);
+  dnnl::pooling_v2_backward::desc bwd(algorithm, dIn.get_desc(),
+                                      dOut.get_desc(), strides, kernel, dil,
+                                      padL, padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::pooling_v2_backward(
+          dnnl::pooling_v2_backward::primitive_desc(bwd, engine, hint)),
+      std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dOut},
+                                      {DNNL_ARG_DIFF_SRC, dIn}});
+}
+
 /// Softmax cross-entropy over integer labels, and its gradient: plain loops
 /// (the work is tiny next to the layers that produce the logits).
 class CrossEntropyKernel : public Kernel {
@@ -585,6 +618,15 @@ void checkShapes(const KernelSpec &spec) {
   const TensorSlot &x = spec.operands.front();
   bool grad = spec.kind == "conv_grad_input" ||
               spec.kind == "conv_grad_weight" || spec.kind == "max_pool_grad";
+  if (spec.kind == "avg_pool_grad") {
+    size_t spatial = spec.results.front().shape.size() - 2;
+    if (spec.results.front().shape.size() < 3 ||
+        x.shape.size() != spec.results.front().shape.size())
+      unsupported(spec, "operands must have rank >= 3");
+    need("strides", spatial);
+    need("pads", 2 * spatial);
+    need("kernel_shape", spatial);
+  }
   if (spec.kind == "conv" || spec.kind == "max_pool" ||
       spec.kind == "avg_pool" || spec.kind == "global_avg_pool" || grad) {
     if (x.shape.size() < 3 ||
@@ -636,6 +678,7 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
       {"conv_grad_input", createConvGrad},
       {"conv_grad_weight", createConvGrad},
       {"max_pool_grad", createMaxPoolGrad},
+      {"avg_pool_grad", createAvgPoolGrad},
       {"softmax_cross_entropy_grad", createCrossEntropy},
   };
   if (spec.operands.empty() || spec.results.empty())

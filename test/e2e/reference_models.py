@@ -25,6 +25,16 @@ def cnn():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def cnn_avgpool():
+    """Average pooling and a global average pool instead of max pooling."""
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(16, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def resnet18():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
@@ -49,8 +59,8 @@ def transformer():
     return TransformerClassifier(), torch.randn(4, 16, 64)
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "resnet18": resnet18,
-          "transformer": transformer}
+MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool,
+          "resnet18": resnet18, "transformer": transformer}
 
 
 def export(name, path):

@@ -231,7 +231,8 @@ def NN_MaxPoolOp : NN_ForwardOp<"max_pool",
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_AvgPoolOp : NN_ForwardOp<"avg_pool"> {
+def NN_AvgPoolOp : NN_ForwardOp<"avg_pool",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "N-d average pooling (NC + spatial)";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$kernel_shape,
                    NN_IntArray:$strides, NN_IntArray:$pads,
@@ -240,7 +241,8 @@ def NN_AvgPoolOp : NN_ForwardOp<"avg_pool"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool"> {
+def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Mean over all spatial axes, kept as size 1";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$output);
@@ -250,7 +252,8 @@ def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool"> {
 // Shape and data movement
 //===----------------------------------------------------------------------===//
 
-def NN_PadOp : NN_ForwardOp<"pad"> {
+def NN_PadOp : NN_ForwardOp<"pad",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Pad (or crop, with negative pads) every axis";
   let description = [{
     `pads` holds the begin amounts of every axis, then the end amounts.

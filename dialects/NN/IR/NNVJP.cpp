@@ -233,3 +233,56 @@ LogicalResult MaxPoolOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
           b.getNamedAttr("ceil_mode", b.getBoolAttr(getCeilMode()))}));
   return success();
 }
+
+LogicalResult AvgPoolOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<AvgPoolGradOp>(
+      getLoc(), getInput().getType(), ValueRange{resultGrads[0]},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("kernel_shape", getKernelShapeAttr()),
+          b.getNamedAttr("strides", getStridesAttr()),
+          b.getNamedAttr("pads", getPadsAttr()),
+          b.getNamedAttr("ceil_mode", b.getBoolAttr(getCeilMode())),
+          b.getNamedAttr("count_include_pad",
+                         b.getBoolAttr(getCountIncludePad()))}));
+  return success();
+}
+
+LogicalResult GlobalAvgPoolOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  // Every input element gets the gradient of its mean, 1 / (spatial size).
+  RankedTensorType in = rankedType(getInput());
+  int64_t spatial = 1;
+  for (int64_t d : in.getShape().drop_front(2))
+    spatial *= d;
+  Value scaled = binary<MulOp>(
+      b, getLoc(), resultGrads[0],
+      scalarConstant(b, getLoc(), in.getElementType(), 1.0 / spatial));
+  operandGrads.push_back(b.create<BroadcastOp>(
+      getLoc(), ValueRange{scaled},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(in.getShape()))}));
+  return success();
+}
+
+LogicalResult PadOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  // Constant padding: the input's gradient is the interior of the output's.
+  ArrayRef<int64_t> pads = getPads();
+  if (getMode() != "constant" ||
+      llvm::any_of(pads, [](int64_t p) { return p < 0; }))
+    return emitOpError("has a VJP rule only for non-negative constant "
+                       "padding yet");
+  RankedTensorType in = rankedType(getInput());
+  int64_t rank = in.getRank();
+  SmallVector<int64_t> starts(pads.take_front(rank)), ends, steps(rank, 1);
+  for (int64_t i = 0; i < rank; ++i)
+    ends.push_back(starts[i] + in.getDimSize(i));
+  operandGrads.push_back(b.create<SliceOp>(
+      getLoc(), ValueRange{resultGrads[0]},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("starts", b.getDenseI64ArrayAttr(starts)),
+          b.getNamedAttr("ends", b.getDenseI64ArrayAttr(ends)),
+          b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))}));
+  return success();
+}
