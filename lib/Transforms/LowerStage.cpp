@@ -47,7 +47,8 @@ bool isKernelOp(Operation *op) {
              nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
              nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
              nn::SoftmaxCrossEntropyGradOp, nn::ConvGradInputOp,
-             nn::ConvGradWeightOp, nn::MaxPoolGradOp, nn::AvgPoolGradOp>(op);
+             nn::ConvGradWeightOp, nn::MaxPoolGradOp, nn::AvgPoolGradOp,
+             nn::BatchNormGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.
@@ -238,9 +239,7 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
       return op->emitError("'")
              << op->getName() << "' on " << t
              << " is not supported by code generation yet (float32 only)";
-  if (auto bn = dyn_cast<nn::BatchNormOp>(op); bn && bn.getTraining())
-    return op->emitError("'nn.batch_norm' with batch statistics (training) "
-                         "is not supported in inference code generation");
+
   if (auto ln = dyn_cast<nn::LayerNormOp>(op)) {
     auto input = cast<RankedTensorType>(ln.getInput().getType());
     int64_t inner = 1;

@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -301,20 +302,79 @@ std::unique_ptr<Kernel> createPool(const KernelSpec &spec,
                                       {DNNL_ARG_DST, dst}});
 }
 
+/// BatchNorm with the statistics of the batch (training): oneDNN forward
+/// training, then the running statistics move towards the batch's
+/// (running = momentum * running + (1 - momentum) * batch, the variance
+/// unbiased as PyTorch keeps it) when the stage updates state.
+class BatchNormTrainingKernel : public Kernel {
+public:
+  BatchNormTrainingKernel(dnnl::batch_normalization_forward::primitive_desc pd,
+                          std::unordered_map<int, memory> args,
+                          float *runningMean, float *runningVar, float momentum,
+                          int64_t perChannel, const bool *update)
+      : primitive(pd), args(std::move(args)), runningMean(runningMean),
+        runningVar(runningVar), momentum(momentum), perChannel(perChannel),
+        update(update) {}
+  void run(dnnl::stream &stream) override {
+    primitive.execute(stream, args);
+    stream.wait();
+    if (!update || !*update)
+      return;
+    const float *mean =
+        static_cast<float *>(args[DNNL_ARG_MEAN].get_data_handle());
+    const float *var =
+        static_cast<float *>(args[DNNL_ARG_VARIANCE].get_data_handle());
+    size_t channels = args[DNNL_ARG_MEAN].get_desc().get_size() / sizeof(float);
+    float unbias = perChannel > 1 ? static_cast<float>(perChannel) /
+                                        static_cast<float>(perChannel - 1)
+                                  : 1.0f;
+    for (size_t c = 0; c < channels; ++c) {
+      runningMean[c] = momentum * runningMean[c] + (1 - momentum) * mean[c];
+      runningVar[c] =
+          momentum * runningVar[c] + (1 - momentum) * var[c] * unbias;
+    }
+  }
+
+private:
+  dnnl::batch_normalization_forward primitive;
+  std::unordered_map<int, memory> args;
+  float *runningMean, *runningVar;
+  float momentum;
+  int64_t perChannel;
+  const bool *update;
+};
+
 std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
                                         const KernelMemory &mem,
                                         dnnl::engine &engine) {
-  if (spec.number("training", 0) != 0)
-    unsupported(spec, "batch statistics (training mode) need the trainer; "
-                      "inference bundles use the running statistics");
   memory src = bindSlot(spec, spec.operands.at(0), mem, engine);
   memory dst = bindSlot(spec, spec.results.at(0), mem, engine);
+  float epsilon = static_cast<float>(spec.number("epsilon", 1e-5));
+  auto scaleShift = dnnl::normalization_flags::use_scale |
+                    dnnl::normalization_flags::use_shift;
+  if (spec.number("training", 0) != 0) {
+    dnnl::batch_normalization_forward::desc desc(
+        dnnl::prop_kind::forward_training, src.get_desc(), epsilon, scaleShift);
+    dnnl::batch_normalization_forward::primitive_desc pd(desc, engine);
+    int64_t perChannel = spec.operands[0].numElements() /
+                         std::max<int64_t>(spec.operands[0].shape.at(1), 1);
+    return std::make_unique<BatchNormTrainingKernel>(
+        pd,
+        std::unordered_map<int, memory>{
+            {DNNL_ARG_SRC, src},
+            {DNNL_ARG_SCALE, bindSlot(spec, spec.operands.at(1), mem, engine)},
+            {DNNL_ARG_SHIFT, bindSlot(spec, spec.operands.at(2), mem, engine)},
+            {DNNL_ARG_MEAN, memory(pd.mean_desc(), engine)},
+            {DNNL_ARG_VARIANCE, memory(pd.variance_desc(), engine)},
+            {DNNL_ARG_DST, dst}},
+        static_cast<float *>(address(spec.operands.at(3), mem)),
+        static_cast<float *>(address(spec.operands.at(4), mem)),
+        static_cast<float>(spec.number("momentum", 0.9)), perChannel,
+        mem.updateState);
+  }
   dnnl::batch_normalization_forward::desc desc(
-      dnnl::prop_kind::forward_inference, src.get_desc(),
-      static_cast<float>(spec.number("epsilon", 1e-5)),
-      dnnl::normalization_flags::use_global_stats |
-          dnnl::normalization_flags::use_scale |
-          dnnl::normalization_flags::use_shift);
+      dnnl::prop_kind::forward_inference, src.get_desc(), epsilon,
+      dnnl::normalization_flags::use_global_stats | scaleShift);
   return std::make_unique<PrimitiveKernel>(
       dnnl::batch_normalization_forward(
           dnnl::batch_normalization_forward::primitive_desc(desc, engine)),
@@ -325,6 +385,85 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
           {DNNL_ARG_MEAN, bindSlot(spec, spec.operands.at(3), mem, engine)},
           {DNNL_ARG_VARIANCE, bindSlot(spec, spec.operands.at(4), mem, engine)},
           {DNNL_ARG_DST, dst}});
+}
+
+/// BatchNorm backward: gradients for input, scale and shift. With batch
+/// statistics, the forward runs again first to produce them.
+class BatchNormGradKernel : public Kernel {
+public:
+  BatchNormGradKernel(std::optional<dnnl::batch_normalization_forward> forward,
+                      std::unordered_map<int, memory> forwardArgs,
+                      dnnl::batch_normalization_backward backward,
+                      std::unordered_map<int, memory> backwardArgs)
+      : forward(std::move(forward)), forwardArgs(std::move(forwardArgs)),
+        backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {}
+  void run(dnnl::stream &stream) override {
+    if (forward)
+      forward->execute(stream, forwardArgs);
+    backward.execute(stream, backwardArgs);
+    stream.wait();
+  }
+
+private:
+  std::optional<dnnl::batch_normalization_forward> forward;
+  std::unordered_map<int, memory> forwardArgs;
+  dnnl::batch_normalization_backward backward;
+  std::unordered_map<int, memory> backwardArgs;
+};
+
+std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
+                                            const KernelMemory &mem,
+                                            dnnl::engine &engine) {
+  memory gradOut = bindSlot(spec, spec.operands.at(0), mem, engine);
+  memory src = bindSlot(spec, spec.operands.at(1), mem, engine);
+  memory scale = bindSlot(spec, spec.operands.at(2), mem, engine);
+  memory gradIn = bindSlot(spec, spec.results.at(0), mem, engine);
+  memory gradScale = bindSlot(spec, spec.results.at(1), mem, engine);
+  memory gradShift = bindSlot(spec, spec.results.at(2), mem, engine);
+  float epsilon = static_cast<float>(spec.number("epsilon", 1e-5));
+  bool training = spec.number("training", 1) != 0;
+  auto flags = dnnl::normalization_flags::use_scale |
+               dnnl::normalization_flags::use_shift;
+  if (!training)
+    flags = flags | dnnl::normalization_flags::use_global_stats;
+  dnnl::batch_normalization_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                              src.get_desc(), epsilon, flags);
+  dnnl::batch_normalization_forward::primitive_desc fwdPd(fwd, engine);
+  dnnl::batch_normalization_backward::desc bwd(dnnl::prop_kind::backward,
+                                               gradOut.get_desc(),
+                                               src.get_desc(), epsilon, flags);
+  dnnl::batch_normalization_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
+  memory mean = training ? memory(fwdPd.mean_desc(), engine)
+                         : bindSlot(spec, spec.operands.at(3), mem, engine);
+  memory var = training ? memory(fwdPd.variance_desc(), engine)
+                        : bindSlot(spec, spec.operands.at(4), mem, engine);
+  std::optional<dnnl::batch_normalization_forward> forward;
+  std::unordered_map<int, memory> forwardArgs;
+  // The shift changes neither the statistics nor the gradients; zeros stand
+  // in for it where a primitive asks for one.
+  memory shift(fwdPd.weights_desc(), engine);
+  std::memset(shift.get_data_handle(), 0, fwdPd.weights_desc().get_size());
+  if (training) {
+    forward = dnnl::batch_normalization_forward(fwdPd);
+    forwardArgs = {{DNNL_ARG_SRC, src},
+                   {DNNL_ARG_SCALE, scale},
+                   {DNNL_ARG_SHIFT, shift},
+                   {DNNL_ARG_MEAN, mean},
+                   {DNNL_ARG_VARIANCE, var},
+                   {DNNL_ARG_DST, memory(fwdPd.dst_desc(), engine)}};
+  }
+  return std::make_unique<BatchNormGradKernel>(
+      std::move(forward), std::move(forwardArgs),
+      dnnl::batch_normalization_backward(bwdPd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_MEAN, mean},
+                                      {DNNL_ARG_VARIANCE, var},
+                                      {DNNL_ARG_DIFF_DST, gradOut},
+                                      {DNNL_ARG_SCALE, scale},
+                                      {DNNL_ARG_SHIFT, shift},
+                                      {DNNL_ARG_DIFF_SRC, gradIn},
+                                      {DNNL_ARG_DIFF_SCALE, gradScale},
+                                      {DNNL_ARG_DIFF_SHIFT, gradShift}});
 }
 
 std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
@@ -679,6 +818,7 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
       {"conv_grad_weight", createConvGrad},
       {"max_pool_grad", createMaxPoolGrad},
       {"avg_pool_grad", createAvgPoolGrad},
+      {"batch_norm_grad", createBatchNormGrad},
       {"softmax_cross_entropy_grad", createCrossEntropy},
   };
   if (spec.operands.empty() || spec.results.empty())

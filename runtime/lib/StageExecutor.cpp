@@ -43,7 +43,8 @@ StageExecutor::StageExecutor(const Bundle &bundle, const StageSpec &spec)
     throw BundleError(bundle.path + ": " + spec.library + ": no entry point '" +
                       spec.entry + "'");
 
-  KernelMemory memory{arena_.get(), params_.get(), bundle.mode == "infer"};
+  KernelMemory memory{arena_.get(), params_.get(), bundle.mode == "infer",
+                      &updateState};
   for (const KernelSpec &k : spec.kernels) {
     if (k.id != static_cast<int64_t>(kernels.size()))
       throw BundleError(bundle.path + ": manifest.json: kernel ids are not "

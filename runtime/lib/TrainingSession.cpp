@@ -174,7 +174,14 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   }
   float zero = 0.0f;
   std::memcpy(arena + lossGrad->offset, &zero, sizeof(float));
-  stage->run();
+  stage->setUpdateState(false);
+  try {
+    stage->run();
+  } catch (...) {
+    stage->setUpdateState(true);
+    throw;
+  }
+  stage->setUpdateState(true);
   HostTensor out;
   out.dtype = modelOutput->dtype;
   out.shape = modelOutput->shape;

@@ -39,6 +39,8 @@ CASES = [(m, micro, o, "cross-entropy") for o in ("sgd", "adamw")
          for m in ("mlp", "cnn") for micro in (1, 4)]
 CASES.append(("mlp", 2, "sgd", "mse"))
 CASES.append(("cnn_avgpool", 2, "sgd", "cross-entropy"))
+# A conv + BatchNorm (batch statistics) + ReLU + linear model.
+CASES.append(("cnn_bn", 2, "sgd", "cross-entropy"))
 
 
 def torch_run(model, x, y, micro, optimizer, loss="cross-entropy"):

@@ -35,6 +35,16 @@ def cnn_avgpool():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def cnn_bn():
+    """Convolutions with BatchNorm (trained with batch statistics)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16),
+        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def resnet18():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
@@ -59,7 +69,7 @@ def transformer():
     return TransformerClassifier(), torch.randn(4, 16, 64)
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool,
+MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
           "resnet18": resnet18, "transformer": transformer}
 
 

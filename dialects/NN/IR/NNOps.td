@@ -180,7 +180,8 @@ def NN_ConvOp : NN_ForwardOp<"conv",
 // Normalization and softmax
 //===----------------------------------------------------------------------===//
 
-def NN_BatchNormOp : NN_ForwardOp<"batch_norm"> {
+def NN_BatchNormOp : NN_ForwardOp<"batch_norm",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Batch normalization over axis 1";
   let description = [{
     With `training`, normalizes with the statistics of the current

@@ -286,3 +286,24 @@ LogicalResult PadOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
           b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))}));
   return success();
 }
+
+LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // One op yields the three gradients; with `training` the kernel uses the
+  // statistics of the batch (recomputed from the input), else mean and var.
+  auto grad = b.create<BatchNormGradOp>(
+      getLoc(),
+      TypeRange{getInput().getType(), getScale().getType(),
+                getBias().getType()},
+      ValueRange{resultGrads[0], getInput(), getScale(), getMean(), getVar()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("epsilon",
+                         b.getF32FloatAttr(getEpsilon().convertToDouble())),
+          b.getNamedAttr("training", b.getBoolAttr(getTraining()))});
+  operandGrads.push_back(grad.getGradInput());
+  operandGrads.push_back(grad.getGradScale());
+  operandGrads.push_back(grad.getGradBias());
+  operandGrads.push_back(Value()); // running statistics: state, not trained
+  operandGrads.push_back(Value());
+  return success();
+}

@@ -20,6 +20,9 @@ struct KernelMemory {
   /// Parameters never change (inference): kernels may keep them in their
   /// own layouts, converted once.
   bool constantParams = false;
+  /// Whether stateful kernels (BatchNorm's running statistics) update their
+  /// state on this run: true in training steps, false in evaluation.
+  const bool *updateState = nullptr;
 };
 
 class Kernel {

@@ -27,6 +27,8 @@ public:
   char *params() { return params_.get(); }
   /// Runs the stage's compiled code once on the arena's contents.
   void run();
+  /// Whether runs update kernel state (BatchNorm running statistics).
+  void setUpdateState(bool update) { updateState = update; }
 
   /// Called by the stage code through gpipe_kernel().
   void runKernel(int64_t id) noexcept;
@@ -47,6 +49,7 @@ private:
   std::unique_ptr<Engine> engine;
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::string kernelError;
+  bool updateState = true;
 };
 
 } // namespace gpipe::runtime
