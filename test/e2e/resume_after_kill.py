@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
-STEPS = 100
+STEPS = 300
 
 
 def train(gpipe_run, bundle, data, work, name, kill_at=None, resume=False):
