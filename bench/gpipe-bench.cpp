@@ -40,24 +40,38 @@ double medianSeconds(int iterations, const std::function<void()> &body) {
   return times[times.size() / 2];
 }
 
+/// A tensor shaped like `slot` with `rows` rows (when rows > 0): normal
+/// floats, or integers in [0, classes).
+gpipe::runtime::HostTensor randomTensor(const gpipe::runtime::TensorSlot &slot,
+                                        int64_t rows, int64_t classes,
+                                        std::mt19937 &rng) {
+  using namespace gpipe::runtime;
+  HostTensor t;
+  t.dtype = slot.dtype;
+  t.shape = slot.shape;
+  if (rows > 0 && !t.shape.empty())
+    t.shape[0] = rows;
+  t.data.resize(t.numElements() * dtypeSize(t.dtype));
+  std::normal_distribution<float> normal;
+  if (t.dtype == DType::F32) {
+    auto *f = reinterpret_cast<float *>(t.data.data());
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      f[i] = normal(rng);
+  } else if (t.dtype == DType::I64) {
+    auto *l = reinterpret_cast<int64_t *>(t.data.data());
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      l[i] = static_cast<int64_t>(rng() % std::max<int64_t>(classes, 1));
+  }
+  return t;
+}
+
 int infer(const std::string &bundle, int iterations) {
   using namespace gpipe::runtime;
   InferenceSession session(bundle);
   std::map<std::string, HostTensor> inputs;
   std::mt19937 rng(0);
-  std::normal_distribution<float> normal;
-  for (const TensorSlot &slot : session.bundle().inputs) {
-    HostTensor t;
-    t.dtype = slot.dtype;
-    t.shape = slot.shape;
-    t.data.resize(t.numElements() * dtypeSize(t.dtype));
-    if (t.dtype == DType::F32) {
-      auto *f = reinterpret_cast<float *>(t.data.data());
-      for (int64_t i = 0; i < t.numElements(); ++i)
-        f[i] = normal(rng);
-    }
-    inputs[slot.name] = std::move(t);
-  }
+  for (const TensorSlot &slot : session.bundle().inputs)
+    inputs[slot.name] = randomTensor(slot, 0, 1, rng);
   double s = medianSeconds(iterations, [&] { session.run(inputs); });
   std::cout << "median_s=" << s << "\n";
   return 0;
@@ -68,25 +82,9 @@ int train(const std::string &bundle, int iterations) {
   TrainingSession session(bundle);
   std::map<std::string, HostTensor> batch;
   std::mt19937 rng(0);
-  std::normal_distribution<float> normal;
-  int64_t classes = std::max<int64_t>(session.classCount(), 1);
-  for (const TensorSlot *slot : session.dataInputs()) {
-    HostTensor t;
-    t.dtype = slot->dtype;
-    t.shape = slot->shape;
-    t.shape[0] = session.batchSize();
-    t.data.resize(t.numElements() * dtypeSize(t.dtype));
-    if (t.dtype == DType::F32) {
-      auto *f = reinterpret_cast<float *>(t.data.data());
-      for (int64_t i = 0; i < t.numElements(); ++i)
-        f[i] = normal(rng);
-    } else if (t.dtype == DType::I64) {
-      auto *l = reinterpret_cast<int64_t *>(t.data.data());
-      for (int64_t i = 0; i < t.numElements(); ++i)
-        l[i] = static_cast<int64_t>(rng() % classes);
-    }
-    batch[slot->name] = std::move(t);
-  }
+  for (const TensorSlot *slot : session.dataInputs())
+    batch[slot->name] =
+        randomTensor(*slot, session.batchSize(), session.classCount(), rng);
   double s = medianSeconds(iterations, [&] { session.step(batch); });
   std::cout << "median_s=" << s << "\n";
   return 0;

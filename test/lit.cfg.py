@@ -7,7 +7,7 @@ config.name = "gpipe"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".textproto", ".test"]
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "CMakeLists.txt",
-                   "Inputs", "runtime", "malformed_models.py", "backend_node_tests.py", "pytorch_import.py", "pytorch_inference.py", "pytorch_training.py", "resume_after_kill.py", "reference_models.py", "onnx_backend.py"]
+                   "Inputs", "runtime"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.gpipe_obj_root, "test")
 

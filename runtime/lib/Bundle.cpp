@@ -262,6 +262,7 @@ Bundle loadBundle(const std::string &path) {
              " bytes, the manifest says " + std::to_string(b.paramsSize));
   if (crc32Of(params.data(), params.size()) != b.paramsCrc32)
     fail(path, b.paramsFile, "checksum mismatch (the file is corrupt)");
+  b.paramsData = std::move(params);
   for (const StageSpec &s : b.stages) {
     std::string lib = readFile(path, s.library, b.partPath(s.library));
     if (crc32Of(lib.data(), lib.size()) != s.crc32)

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
-#include <fstream>
 
 namespace gpipe::runtime {
 
@@ -24,14 +23,15 @@ StageExecutor::Buffer StageExecutor::allocate(int64_t size) {
   return Buffer(p);
 }
 
-StageExecutor::StageExecutor(const Bundle &bundle, const StageSpec &spec)
+StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
     : spec(spec), engine(std::make_unique<Engine>()) {
   arena_ = allocate(spec.arenaSize);
   params_ = allocate(bundle.paramsSize);
-  std::ifstream in(bundle.partPath(bundle.paramsFile), std::ios::binary);
-  if (!in.read(params_.get(), bundle.paramsSize))
+  if (static_cast<int64_t>(bundle.paramsData.size()) != bundle.paramsSize)
     throw BundleError(bundle.path + ": " + bundle.paramsFile +
-                      ": cannot read the parameters");
+                      ": the parameters were not loaded");
+  std::memcpy(params_.get(), bundle.paramsData.data(), bundle.paramsSize);
+  std::string().swap(bundle.paramsData);
 
   std::string libraryPath = bundle.partPath(spec.library);
   library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);

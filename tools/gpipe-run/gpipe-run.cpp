@@ -100,15 +100,19 @@ struct TrainOptions {
   double lr = -1;
 };
 
-/// An empty tensor shaped like `all` but with `rows` rows.
-gpipe::runtime::HostTensor withRows(const gpipe::runtime::HostTensor &all,
-                                    int64_t rows) {
+/// `rows` rows of `all`, row r taken from row rowOf(r).
+template <typename RowOf>
+gpipe::runtime::HostTensor gatherRows(const gpipe::runtime::HostTensor &all,
+                                      int64_t rows, RowOf rowOf) {
   gpipe::runtime::HostTensor t;
   t.dtype = all.dtype;
   t.shape.push_back(rows);
   for (size_t i = 1; i < all.shape.size(); ++i)
     t.shape.push_back(all.shape[i]);
-  t.data.resize(all.data.size() / all.shape[0] * rows);
+  size_t row = all.data.size() / all.shape[0];
+  t.data.resize(row * rows);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(t.data.data() + r * row, all.data.data() + rowOf(r) * row, row);
   return t;
 }
 
@@ -160,13 +164,9 @@ double accuracy(gpipe::runtime::TrainingSession &session,
   for (int64_t first = 0; first < n; first += b) {
     std::map<std::string, HostTensor> batch;
     for (const TensorSlot *slot : session.dataInputs()) {
-      const HostTensor &all = data.at(slot->name);
-      size_t row = all.data.size() / all.shape[0];
-      HostTensor t = withRows(all, b);
-      for (int64_t r = 0; r < b; ++r)
-        std::memcpy(t.data.data() + r * row,
-                    all.data.data() + std::min(first + r, n - 1) * row, row);
-      batch[slot->name] = std::move(t);
+      batch[slot->name] = gatherRows(data.at(slot->name), b, [&](int64_t r) {
+        return std::min(first + r, n - 1); // the last batch repeats a row
+      });
     }
     HostTensor logits = session.evaluate(batch);
     if (logits.dtype != DType::F32 || logits.shape.size() != 2)
@@ -303,14 +303,9 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       session.setLearningRate(learningRate(o, baseLr, step, steps));
       std::map<std::string, HostTensor> mini;
       for (const TensorSlot *slot : session.dataInputs()) {
-        const HostTensor &all = data.at(slot->name);
-        HostTensor t = withRows(all, batch);
-        size_t row = all.data.size() / all.shape[0];
-        for (int64_t r = 0; r < batch; ++r)
-          std::memcpy(t.data.data() + r * row,
-                      all.data.data() + order[(first + r) % samples] * row,
-                      row);
-        mini[slot->name] = std::move(t);
+        mini[slot->name] =
+            gatherRows(data.at(slot->name), batch,
+                       [&](int64_t r) { return order[(first + r) % samples]; });
       }
       double loss = session.step(mini);
       double seconds = std::chrono::duration<double>(

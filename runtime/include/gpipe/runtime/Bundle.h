@@ -75,6 +75,9 @@ struct Bundle {
   std::vector<TensorSlot> parameters;
   std::string paramsFile;
   int64_t paramsSize = 0;
+  /// The bytes of paramsFile, read (and checked) by loadBundle; the stage
+  /// executor takes them over.
+  std::string paramsData;
   uint32_t paramsCrc32 = 0;
   std::vector<StageSpec> stages;
   TrainingSpec training;   // mode "train" only

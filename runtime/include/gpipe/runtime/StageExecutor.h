@@ -12,12 +12,13 @@
 
 namespace gpipe::runtime {
 
-/// Loads a stage of a checked bundle: dlopens its library, reads the
-/// parameters into an aligned buffer, allocates the arena and creates every
-/// kernel's primitive. Nothing is created per run.
+/// Loads a stage of a checked bundle: dlopens its library, moves the
+/// parameters loadBundle read into an aligned buffer (the bundle's copy is
+/// released), allocates the arena and creates every kernel's primitive.
+/// Nothing is created per run.
 class StageExecutor {
 public:
-  StageExecutor(const Bundle &bundle, const StageSpec &spec);
+  StageExecutor(Bundle &bundle, const StageSpec &spec);
   ~StageExecutor();
   StageExecutor(const StageExecutor &) = delete;
   StageExecutor &operator=(const StageExecutor &) = delete;
