@@ -1,11 +1,11 @@
 #include "gpipe/runtime/Bundle.h"
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
-#include <fstream>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -113,11 +113,10 @@ KernelSpec parseKernel(const json &j) {
 
 std::string readFile(const std::string &bundle, const std::string &part,
                      const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::optional<std::string> bytes = readFileBytes(path);
+  if (!bytes)
     fail(bundle, part, "missing or unreadable (" + path + ")");
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+  return std::move(*bytes);
 }
 
 void checkFits(const std::string &bundle, const TensorSlot &slot,

@@ -1,8 +1,7 @@
 #include "gpipe/runtime/Npy.h"
+#include "gpipe/runtime/FileIO.h"
 
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -140,12 +139,10 @@ HostTensor parseNpy(std::string_view bytes, const std::string &name) {
 }
 
 HostTensor readNpy(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::optional<std::string> bytes = readFileBytes(path);
+  if (!bytes)
     throw NpyError(path + ": cannot open the file");
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  return parseNpy(bytes, path);
+  return parseNpy(*bytes, path);
 }
 
 std::string serializeNpy(const HostTensor &tensor) {
@@ -178,23 +175,7 @@ std::string serializeNpy(const HostTensor &tensor) {
 }
 
 void writeNpy(const std::string &path, const HostTensor &tensor) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw NpyError(path + ": cannot create the file");
-    std::string bytes = serializeNpy(tensor);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw NpyError(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw NpyError(path + ": cannot rename the temporary file into place");
-  }
+  writeFileAtomically(path, serializeNpy(tensor));
 }
 
 } // namespace gpipe::runtime

@@ -1,10 +1,10 @@
 // NumPy .npz archives: ZIP files of .npy members, stored or deflated.
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/Npy.h"
 
 #include <zlib.h>
 
 #include <cstring>
-#include <fstream>
 
 namespace gpipe::runtime {
 
@@ -46,11 +46,10 @@ std::string inflateRaw(const std::string &path, const char *data, size_t size,
 } // namespace
 
 std::map<std::string, HostTensor> readNpz(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::optional<std::string> file = readFileBytes(path);
+  if (!file)
     fail(path, "cannot open the file");
-  std::string b((std::istreambuf_iterator<char>(in)),
-                std::istreambuf_iterator<char>());
+  const std::string &b = *file;
   // The end-of-central-directory record: the last 22+ bytes.
   if (b.size() < 22)
     fail(path, "not a .npz (ZIP) file");

@@ -1,9 +1,8 @@
 #include "gpipe/runtime/OnnxExport.h"
+#include "gpipe/runtime/FileIO.h"
 
 #include "ProtoWire.h"
 
-#include <cstdio>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
@@ -57,11 +56,10 @@ size_t
 writeOnnxWithParameters(const std::string &modelPath,
                         const std::map<std::string, HostTensor> &parameters,
                         const std::string &outPath) {
-  std::ifstream in(modelPath, std::ios::binary);
-  if (!in)
+  std::optional<std::string> modelBytes = readFileBytes(modelPath);
+  if (!modelBytes)
     throw std::runtime_error(modelPath + ": cannot open the model");
-  std::string model((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
+  const std::string &model = *modelBytes;
   std::set<std::string> replaced;
   std::string out;
   Reader r(model, modelPath);
@@ -120,20 +118,7 @@ writeOnnxWithParameters(const std::string &modelPath,
     if (!replaced.count(name))
       throw std::runtime_error(modelPath + ": the model has no initializer '" +
                                name + "'");
-  std::string tmp = outPath + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(outPath + ": cannot write the model");
-    }
-  }
-  if (std::rename(tmp.c_str(), outPath.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(outPath + ": cannot move the model into place");
-  }
+  writeFileAtomically(outPath, out);
   return replaced.size();
 }
 

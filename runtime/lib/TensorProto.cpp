@@ -1,9 +1,9 @@
 #include "gpipe/runtime/TensorProto.h"
 #include "ProtoWire.h"
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/Npy.h"
 
 #include <cstring>
-#include <fstream>
 
 namespace gpipe::runtime {
 
@@ -190,12 +190,10 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
 }
 
 HostTensor readTensorProto(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::optional<std::string> bytes = readFileBytes(path);
+  if (!bytes)
     throw TensorProtoError(path + ": cannot open the file");
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
-  return parseTensorProto(bytes, path);
+  return parseTensorProto(*bytes, path);
 }
 
 HostTensor readTensorFile(const std::string &path) {

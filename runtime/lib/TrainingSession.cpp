@@ -1,9 +1,8 @@
 #include "gpipe/runtime/TrainingSession.h"
+#include "gpipe/runtime/FileIO.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 
 namespace gpipe::runtime {
 
@@ -236,28 +235,14 @@ void TrainingSession::saveCheckpoint(const std::string &path,
     putFloats(out, secondMoment[i]);
   }
   put<uint32_t>(out, crc32Of(out.data(), out.size()));
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(out.data(), static_cast<std::streamsize>(out.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error(path + ": cannot write the checkpoint");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": cannot move the checkpoint into place");
-  }
+  writeFileAtomically(path, out);
 }
 
 uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
+  std::optional<std::string> file = readFileBytes(path);
+  if (!file)
     throw BundleError(path + ": cannot open the checkpoint");
-  std::string in((std::istreambuf_iterator<char>(f)),
-                 std::istreambuf_iterator<char>());
+  std::string &in = *file;
   size_t at = 0;
   auto fail = [&](const std::string &why) -> BundleError {
     return BundleError(path + ": " + why);

@@ -134,14 +134,9 @@ def main():
     gpipe_opt, work = sys.argv[1], sys.argv[2]
     names = sys.argv[3:] or list(reference_models.MODELS)
     os.makedirs(work, exist_ok=True)
-    failed = 0
-    for name in names:
-        errors = check_model(name, gpipe_opt, work)
-        for e in errors:
-            print(f"FAIL {name}: {e}")
-        failed += bool(errors)
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return reference_models.run_checks(
+        [(name, name) for name in names],
+        lambda name: check_model(name, gpipe_opt, work))
 
 
 if __name__ == "__main__":

@@ -60,14 +60,9 @@ def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     names = sys.argv[4:] or list(reference_models.MODELS)
     os.makedirs(work, exist_ok=True)
-    failed = 0
-    for name in names:
-        errors = check(name, gpipe_opt, gpipe_run, work)
-        for e in errors:
-            print(f"FAIL {name}: {e}")
-        failed += bool(errors)
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return reference_models.run_checks(
+        [(name, name) for name in names],
+        lambda name: check(name, gpipe_opt, gpipe_run, work))
 
 
 if __name__ == "__main__":

@@ -121,14 +121,10 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
 def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
-    failed = 0
-    for name, micro, optimizer, loss in CASES:
-        errors = check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work)
-        for e in errors:
-            print(f"FAIL {name} M={micro} {optimizer} {loss}: {e}")
-        failed += bool(errors)
-    print(f"{len(CASES) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return reference_models.run_checks(
+        [(f"{name} M={micro} {optimizer} {loss}", case)
+         for case in CASES for name, micro, optimizer, loss in [case]],
+        lambda case: check(*case, gpipe_opt, gpipe_run, work))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,16 @@ def export(name, path):
                       do_constant_folding=False, input_names=["input"],
                       output_names=["logits"])
     return model, x
+
+
+def run_checks(cases, check):
+    """Runs check(case) -> [error, ...] for each (label, case); prints each
+    failure and a summary; returns the process exit status."""
+    failed = 0
+    for label, case in cases:
+        errors = check(case)
+        for e in errors:
+            print(f"FAIL {label}: {e}")
+        failed += bool(errors)
+    print(f"{len(cases) - failed} passed, {failed} failed")
+    return 1 if failed else 0
