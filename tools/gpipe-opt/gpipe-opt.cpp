@@ -86,6 +86,13 @@ cl::opt<int64_t> microBatchesOption(
              "(--mode=train; default 1)"),
     cl::init(1), cl::cat(gpipeCategory));
 
+cl::opt<std::string> devicesOption(
+    "devices",
+    cl::desc("Target devices, comma-separated (cpu:N, cuda:N). One device: "
+             "the whole model is one stage (the default). Partitioning "
+             "across several devices is not implemented yet"),
+    cl::value_desc("LIST"), cl::cat(gpipeCategory));
+
 cl::opt<std::string>
     optimizerOption("optimizer",
                     cl::desc("sgd (momentum, Nesterov, weight decay), adam "
@@ -167,28 +174,23 @@ void printDiagnostic(Diagnostic &diag) {
   os << message << "\n";
 }
 
-/// The training pipeline: loss, reverse sweep, then the same lowering.
-LogicalResult lowerForTraining(ModuleOp module) {
+/// The pipeline from the imported nn module to one lowered stage: for
+/// training, loss and reverse sweep first; for inference, inference mode.
+LogicalResult lowerToStage(ModuleOp module, bool training) {
   PassManager pm(module.getContext());
-  gpipe::AppendLossOptions loss;
-  loss.loss = lossOption;
-  pm.addPass(gpipe::createAppendLoss(loss));
-  pm.addPass(gpipe::createAutodiff());
-  pm.addPass(gpipe::createConvertElementwiseToLinalg());
-  pm.addPass(createLinalgElementwiseOpFusionPass());
   gpipe::LowerStageOptions lower;
-  lower.functionName = "forward_backward";
-  pm.addPass(gpipe::createLowerStage(lower));
-  return pm.run(module);
-}
-
-/// The inference pipeline from the imported nn module to one lowered stage.
-LogicalResult lowerForInference(ModuleOp module) {
-  PassManager pm(module.getContext());
-  pm.addPass(gpipe::createSetInferenceMode());
+  if (training) {
+    gpipe::AppendLossOptions loss;
+    loss.loss = lossOption;
+    pm.addPass(gpipe::createAppendLoss(loss));
+    pm.addPass(gpipe::createAutodiff());
+    lower.functionName = "forward_backward";
+  } else {
+    pm.addPass(gpipe::createSetInferenceMode());
+  }
   pm.addPass(gpipe::createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
-  pm.addPass(gpipe::createLowerStage());
+  pm.addPass(gpipe::createLowerStage(lower));
   return pm.run(module);
 }
 
@@ -239,6 +241,12 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     llvm::errs() << "gpipe-opt: error: --micro-batches must be at least 1\n";
     return 1;
   }
+  if (StringRef(devicesOption).contains(',')) {
+    llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
+                 << ": partitioning a model across several devices is not "
+                    "implemented yet; compile for one device\n";
+    return 2;
+  }
   if (training && microBatchesOption > 1) {
     if (!batchSizeOption.getNumOccurrences()) {
       llvm::errs() << "gpipe-opt: error: --micro-batches needs --batch-size "
@@ -275,8 +283,7 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   if (!module)
     return 1;
   if (emitOption == Emit::None || emitOption == Emit::LLVM) {
-    if (failed(training ? lowerForTraining(*module)
-                        : lowerForInference(*module)))
+    if (failed(lowerToStage(*module, training)))
       return 1;
     if (emitOption == Emit::None) {
       gpipe::BundleOptions bundleOptions;
@@ -341,7 +348,11 @@ int main(int argc, char **argv) {
       "      import an ONNX model (opsets 11-17) and print it in the nn "
       "dialect\n"
       "  gpipe-opt model.onnx -o model.gpipe [--mode=infer] [--batch-size=N]\n"
-      "      compile a bundle for gpipe-run (inference; training comes next)\n"
+      "      compile an inference bundle for gpipe-run --infer\n"
+      "  gpipe-opt model.onnx -o model.gpipe --mode=train --batch-size=B\n"
+      "      [--micro-batches=M] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
+      "      compile a training bundle for gpipe-run --train (one stage on "
+      "one\n      device; pipelining is not implemented yet)\n"
       "  gpipe-opt file.mlir [--pass...] [--split-input-file] "
       "[--verify-diagnostics]\n"
       "      run passes on MLIR input, like mlir-opt\n",
