@@ -40,19 +40,14 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
         trained.emplace_back(&p, &o);
       }
   }
+  for (const TensorSlot &s : bundle_.inputs)
+    if (&s != lossGrad)
+      dataInputs_.push_back(&s);
   for (auto &[p, g] : trained) {
     gradients.emplace_back(p->numElements(), 0.0f);
     momentum.emplace_back();
     secondMoment.emplace_back();
   }
-}
-
-std::vector<const TensorSlot *> TrainingSession::dataInputs() const {
-  std::vector<const TensorSlot *> inputs;
-  for (const TensorSlot &s : bundle_.inputs)
-    if (&s != lossGrad)
-      inputs.push_back(&s);
-  return inputs;
 }
 
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {

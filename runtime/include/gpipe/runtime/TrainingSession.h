@@ -22,7 +22,9 @@ public:
   /// Samples per optimizer step.
   int64_t batchSize() const { return bundle_.training.batchSize; }
   /// The graph inputs a batch must provide (labels included, loss_grad not).
-  std::vector<const TensorSlot *> dataInputs() const;
+  const std::vector<const TensorSlot *> &dataInputs() const {
+    return dataInputs_;
+  }
 
   /// One synchronous step: the batch (batchSize() rows of every data input)
   /// runs as M micro-batches, each seeding its backward with 1/M, their
@@ -67,6 +69,7 @@ private:
   Bundle bundle_;
   std::unique_ptr<StageExecutor> stage;
   const TensorSlot *loss = nullptr, *lossGrad = nullptr, *modelOutput = nullptr;
+  std::vector<const TensorSlot *> dataInputs_;
   /// For each trainable parameter: its slot and its gradient output.
   std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
   std::vector<std::vector<float>> gradients, momentum, secondMoment;
