@@ -69,6 +69,8 @@ private:
   const ONNXImportOptions &options;
   Location fileLoc;
   int64_t opset = 0;
+  /// Filled and checked for duplicates by sortNodes().
+  llvm::StringSet<> initializerNames, inputNames;
   std::vector<size_t> order;
   bool batchOverridden = false;
 };
@@ -107,12 +109,12 @@ LogicalResult ModelImporter::sortNodes() {
   for (const onnx::TensorProto &t : graph.initializer()) {
     if (t.name().empty())
       return error() << "an initializer has no name";
-    if (!available.insert(t.name()).second)
+    if (!initializerNames.insert(t.name()).second)
       return error() << "initializer '" << t.name() << "' is defined twice";
     if (llvm::Error err = checkTensor(t))
       return error() << "initializer: " << llvm::toString(std::move(err));
+    available.insert(t.name());
   }
-  llvm::StringSet<> inputNames;
   for (const onnx::ValueInfoProto &in : graph.input()) {
     if (in.name().empty())
       return error() << "a graph input has no name";
@@ -362,11 +364,6 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
                        b.getStringAttr(model.producer_name() + " " +
                                        model.producer_version()));
 
-  llvm::StringSet<> initializerNames, inputNames;
-  for (const onnx::TensorProto &t : graph.initializer())
-    initializerNames.insert(t.name());
-  for (const onnx::ValueInfoProto &in : graph.input())
-    inputNames.insert(in.name());
   SmallVector<Type> argTypes;
   SmallVector<std::string> argNames;
   llvm::StringMap<const std::string *> constantInputs;
