@@ -39,7 +39,9 @@ struct BundleOptions {
 
 /// Compiles the module, which must have gone through gpipe-lower-stage, and
 /// writes the bundle directory at `path`: built next to it and renamed into
-/// place, so that a failure leaves whatever was at `path` untouched.
+/// place, so that a failure leaves whatever was at `path` untouched. The
+/// module is consumed: its gpipe.parameter ops are erased once their bytes
+/// are in params.bin, and it is lowered to LLVM for the stage library.
 mlir::LogicalResult writeBundle(mlir::ModuleOp module, llvm::StringRef path,
                                 const BundleOptions &options);
 
