@@ -16,7 +16,6 @@ usage: onnx_backend.py GPIPE_OPT GPIPE_RUN DATA_DIR WORK_DIR [--report FILE]
 import argparse
 import glob
 import os
-import re
 import subprocess
 import sys
 
@@ -24,13 +23,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-def supported_ops(gpipe_opt):
-    """The op types the importer accepts, as gpipe-opt lists them."""
-    out = subprocess.run([gpipe_opt, "--print-onnx-ops"], check=True,
-                         capture_output=True, text=True).stdout
-    return {line for line in out.splitlines() if "." not in line}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import onnx_testdata  # noqa: E402
+
 SUITES = ("node", "pytorch-converted", "pytorch-operator", "simple")
-NEEDS_CONSTANT = re.compile(r"\(input '([^']+)'\) must be known at compile time")
 RTOL, ATOL = 1e-3, 1e-5
 
 # Expected outputs drawn from the reference implementation's random stream
@@ -46,28 +42,12 @@ RANDOM_OUTPUTS = {"test_training_dropout", "test_training_dropout_default",
                   "test_training_dropout_default_mask", "test_training_dropout_mask"}
 
 
-def compile_case(gpipe_opt, case, model, bundle):
-    initializers = {t.name for t in model.graph.initializer}
-    runtime_inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    bindings = {}
-    while True:
-        args = [gpipe_opt, os.path.join(case, "model.onnx"), "-o", bundle]
-        args += [f"--const-input={n}={p}" for n, p in bindings.items()]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-        match = NEEDS_CONSTANT.search(proc.stderr)
-        if proc.returncode == 0 or not match or match.group(1) not in runtime_inputs \
-                or match.group(1) in bindings:
-            return proc, bindings, runtime_inputs
-        index = runtime_inputs.index(match.group(1))
-        bindings[match.group(1)] = os.path.join(case, "test_data_set_0",
-                                                f"input_{index}.pb")
-
-
 def run_case(gpipe_opt, gpipe_run, case, work):
     model = onnx.load(os.path.join(case, "model.onnx"))
     name = os.path.basename(case)
     bundle = os.path.join(work, name + ".gpipe")
-    proc, bindings, runtime_inputs = compile_case(gpipe_opt, case, model, bundle)
+    proc, bindings, runtime_inputs = onnx_testdata.compile_with_bindings(
+        gpipe_opt, case, model, ["-o", bundle], 300)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         if 1 <= proc.returncode <= 127 and len(lines) == 1 and "error:" in lines[0]:
@@ -109,7 +89,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []
-    supported = supported_ops(args.gpipe_opt)
+    supported = onnx_testdata.supported_ops(args.gpipe_opt)
     for suite in SUITES:
         for case in sorted(glob.glob(os.path.join(args.data, suite, "*"))):
             path = os.path.join(case, "model.onnx")

@@ -12,17 +12,14 @@ reason, and must still be refused with a clean one-line error.
 usage: backend_node_tests.py GPIPE_OPT TESTDATA_DIR WORK_DIR
 """
 import os
-import re
 import subprocess
 import sys
 
 import onnx
 
-def supported_ops(gpipe_opt):
-    """The op types the importer accepts, as gpipe-opt lists them."""
-    out = subprocess.run([gpipe_opt, "--print-onnx-ops"], check=True,
-                         capture_output=True, text=True).stdout
-    return {line for line in out.splitlines() if "." not in line}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", ".."))
+import onnx_testdata  # noqa: E402
 
 # Tests of supported ops that use features gpipe refuses by design.
 EXPECTED_REJECTIONS = {
@@ -40,35 +37,13 @@ EXPECTED_REJECTIONS = {
     "test_training_dropout_mask": "random dropout mask as an output",
 }
 
-NEEDS_CONSTANT = re.compile(r"\(input '([^']+)'\) must be known at compile time")
-
-
-def compile_test(gpipe_opt, test_dir, out):
-    """Runs gpipe-opt, binding inputs it needs at compile time to the data."""
-    model = onnx.load(os.path.join(test_dir, "model.onnx"))
-    initializers = {t.name for t in model.graph.initializer}
-    runtime_inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    bindings = []
-    while True:
-        proc = subprocess.run([gpipe_opt, os.path.join(test_dir, "model.onnx"),
-                               "--emit=nn", "-o", out] + bindings,
-                              capture_output=True, text=True, timeout=120)
-        match = NEEDS_CONSTANT.search(proc.stderr)
-        if proc.returncode == 0 or not match or match.group(1) not in runtime_inputs:
-            return proc
-        index = runtime_inputs.index(match.group(1))
-        data = os.path.join(test_dir, "test_data_set_0", f"input_{index}.pb")
-        binding = f"--const-input={match.group(1)}={data}"
-        if binding in bindings:
-            return proc
-        bindings.append(binding)
 
 
 def main():
     gpipe_opt, data, work = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(work, exist_ok=True)
     selected, failures, rejected = 0, [], 0
-    supported = supported_ops(gpipe_opt)
+    supported = onnx_testdata.supported_ops(gpipe_opt)
     for name in sorted(os.listdir(data)):
         path = os.path.join(data, name, "model.onnx")
         if not os.path.exists(path):
@@ -78,8 +53,9 @@ def main():
         if not ops or not ops <= supported or any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
             continue
         selected += 1
-        proc = compile_test(gpipe_opt, os.path.join(data, name),
-                            os.path.join(work, name + ".mlir"))
+        proc, _, _ = onnx_testdata.compile_with_bindings(
+            gpipe_opt, os.path.join(data, name), model,
+            ["--emit=nn", "-o", os.path.join(work, name + ".mlir")], 120)
         if name in EXPECTED_REJECTIONS:
             rejected += 1
             if proc.returncode == 0 or len(proc.stderr.strip().splitlines()) != 1:
