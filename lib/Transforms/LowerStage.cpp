@@ -48,7 +48,8 @@ bool isKernelOp(Operation *op) {
              nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
              nn::SoftmaxCrossEntropyGradOp, nn::ConvGradInputOp,
              nn::ConvGradWeightOp, nn::MaxPoolGradOp, nn::AvgPoolGradOp,
-             nn::BatchNormGradOp>(op);
+             nn::BatchNormGradOp, nn::LayerNormGradOp, nn::SoftmaxGradOp,
+             nn::LogSoftmaxGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.

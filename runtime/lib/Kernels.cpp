@@ -387,30 +387,33 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
           {DNNL_ARG_DST, dst}});
 }
 
-/// BatchNorm backward: gradients for input, scale and shift. With batch
-/// statistics, the forward runs again first to produce them.
-class BatchNormGradKernel : public Kernel {
+/// A backward primitive that needs the batch statistics: with
+/// `statistics`, a forward-training primitive runs first to produce them.
+class StatisticsBackwardKernel : public Kernel {
 public:
-  BatchNormGradKernel(std::optional<dnnl::batch_normalization_forward> forward,
-                      std::unordered_map<int, memory> forwardArgs,
-                      dnnl::batch_normalization_backward backward,
-                      std::unordered_map<int, memory> backwardArgs)
-      : forward(std::move(forward)), forwardArgs(std::move(forwardArgs)),
+  StatisticsBackwardKernel(std::optional<dnnl::primitive> statistics,
+                           std::unordered_map<int, memory> statisticsArgs,
+                           dnnl::primitive backward,
+                           std::unordered_map<int, memory> backwardArgs)
+      : statistics(std::move(statistics)),
+        statisticsArgs(std::move(statisticsArgs)),
         backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {}
   void run(dnnl::stream &stream) override {
-    if (forward)
-      forward->execute(stream, forwardArgs);
+    if (statistics)
+      statistics->execute(stream, statisticsArgs);
     backward.execute(stream, backwardArgs);
     stream.wait();
   }
 
 private:
-  std::optional<dnnl::batch_normalization_forward> forward;
-  std::unordered_map<int, memory> forwardArgs;
-  dnnl::batch_normalization_backward backward;
+  std::optional<dnnl::primitive> statistics;
+  std::unordered_map<int, memory> statisticsArgs;
+  dnnl::primitive backward;
   std::unordered_map<int, memory> backwardArgs;
 };
 
+/// BatchNorm backward: gradients for input, scale and shift. With batch
+/// statistics, the forward runs again first to produce them.
 std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                                             const KernelMemory &mem,
                                             dnnl::engine &engine) {
@@ -437,7 +440,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                          : bindSlot(spec, spec.operands.at(3), mem, engine);
   memory var = training ? memory(fwdPd.variance_desc(), engine)
                         : bindSlot(spec, spec.operands.at(4), mem, engine);
-  std::optional<dnnl::batch_normalization_forward> forward;
+  std::optional<dnnl::primitive> forward;
   std::unordered_map<int, memory> forwardArgs;
   // The shift changes neither the statistics nor the gradients; zeros stand
   // in for it where a primitive asks for one.
@@ -452,7 +455,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                    {DNNL_ARG_VARIANCE, var},
                    {DNNL_ARG_DST, memory(fwdPd.dst_desc(), engine)}};
   }
-  return std::make_unique<BatchNormGradKernel>(
+  return std::make_unique<StatisticsBackwardKernel>(
       std::move(forward), std::move(forwardArgs),
       dnnl::batch_normalization_backward(bwdPd),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
@@ -520,6 +523,89 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
       dnnl::layer_normalization_forward(
           dnnl::layer_normalization_forward::primitive_desc(desc, engine)),
       args);
+}
+
+/// LayerNorm backward over [outer, inner] rows: the statistics of each row
+/// are recomputed by a forward-training primitive, then oneDNN's backward
+/// gives the input, scale and bias gradients.
+std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
+                                            const KernelMemory &mem,
+                                            dnnl::engine &engine) {
+  const TensorSlot &x = spec.operands.at(1);
+  int64_t axis = static_cast<int64_t>(spec.number("axis", -1));
+  if (axis < 0)
+    axis += static_cast<int64_t>(x.shape.size());
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x.shape.size(); ++i)
+    (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
+  if (spec.operands.at(2).numElements() != inner)
+    unsupported(spec, "scale must have one value per normalized element");
+  memory gradOut = bindSlot(spec, spec.operands[0], mem, engine, {outer, inner});
+  memory src = bindSlot(spec, x, mem, engine, {outer, inner});
+  memory scale = bindSlot(spec, spec.operands[2], mem, engine, {inner});
+  memory gradIn = bindSlot(spec, spec.results.at(0), mem, engine, {outer, inner});
+  memory gradScale = bindSlot(spec, spec.results.at(1), mem, engine, {inner});
+  memory gradShift = bindSlot(spec, spec.results.at(2), mem, engine, {inner});
+  float epsilon = static_cast<float>(spec.number("epsilon", 1e-5));
+  auto flags = dnnl::normalization_flags::use_scale |
+               dnnl::normalization_flags::use_shift;
+  dnnl::layer_normalization_forward::desc fwd(
+      dnnl::prop_kind::forward_training, src.get_desc(), epsilon, flags);
+  dnnl::layer_normalization_forward::primitive_desc fwdPd(fwd, engine);
+  dnnl::layer_normalization_backward::desc bwd(
+      dnnl::prop_kind::backward, gradOut.get_desc(), src.get_desc(), epsilon,
+      flags);
+  dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
+  memory mean(fwdPd.mean_desc(), engine), var(fwdPd.variance_desc(), engine);
+  // The shift changes neither the statistics nor the gradients.
+  memory shift(fwdPd.weights_desc(), engine);
+  std::memset(shift.get_data_handle(), 0, fwdPd.weights_desc().get_size());
+  return std::make_unique<StatisticsBackwardKernel>(
+      dnnl::layer_normalization_forward(fwdPd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_SCALE, scale},
+                                      {DNNL_ARG_SHIFT, shift},
+                                      {DNNL_ARG_MEAN, mean},
+                                      {DNNL_ARG_VARIANCE, var},
+                                      {DNNL_ARG_DST,
+                                       memory(fwdPd.dst_desc(), engine)}},
+      dnnl::layer_normalization_backward(bwdPd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_MEAN, mean},
+                                      {DNNL_ARG_VARIANCE, var},
+                                      {DNNL_ARG_DIFF_DST, gradOut},
+                                      {DNNL_ARG_SCALE, scale},
+                                      {DNNL_ARG_SHIFT, shift},
+                                      {DNNL_ARG_DIFF_SRC, gradIn},
+                                      {DNNL_ARG_DIFF_SCALE, gradScale},
+                                      {DNNL_ARG_DIFF_SHIFT, gradShift}});
+}
+
+/// Softmax / log-softmax backward from the forward's output.
+std::unique_ptr<Kernel> createSoftmaxGrad(const KernelSpec &spec,
+                                          const KernelMemory &mem,
+                                          dnnl::engine &engine) {
+  memory gradOut = bindSlot(spec, spec.operands.at(0), mem, engine);
+  memory dst = bindSlot(spec, spec.operands.at(1), mem, engine);
+  memory gradIn = bindSlot(spec, spec.results.at(0), mem, engine);
+  int axis = static_cast<int>(spec.number("axis", -1));
+  if (axis < 0)
+    axis += static_cast<int>(spec.operands[0].shape.size());
+  auto algorithm = spec.kind == "log_softmax_grad"
+                       ? dnnl::algorithm::softmax_log
+                       : dnnl::algorithm::softmax_accurate;
+  dnnl::softmax_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                     algorithm, dst.get_desc(), dst.get_desc(),
+                                     axis);
+  dnnl::softmax_v2_forward::primitive_desc fwdPd(fwd, engine);
+  dnnl::softmax_v2_backward::desc bwd(algorithm, gradIn.get_desc(),
+                                      gradOut.get_desc(), dst.get_desc(), axis);
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::softmax_v2_backward(
+          dnnl::softmax_v2_backward::primitive_desc(bwd, engine, fwdPd)),
+      std::unordered_map<int, memory>{{DNNL_ARG_DST, dst},
+                                      {DNNL_ARG_DIFF_DST, gradOut},
+                                      {DNNL_ARG_DIFF_SRC, gradIn}});
 }
 
 /// Convolution geometry shared by the forward and backward kernels.
@@ -820,6 +906,9 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
       {"avg_pool_grad", createAvgPoolGrad},
       {"batch_norm_grad", createBatchNormGrad},
       {"softmax_cross_entropy_grad", createCrossEntropy},
+      {"layer_norm_grad", createLayerNormGrad},
+      {"softmax_grad", createSoftmaxGrad},
+      {"log_softmax_grad", createSoftmaxGrad},
   };
   if (spec.operands.empty() || spec.results.empty())
     unsupported(spec, "has no operands or results");

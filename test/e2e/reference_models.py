@@ -52,10 +52,10 @@ def resnet18():
 
 
 class TransformerClassifier(nn.Module):
-    def __init__(self, d_model=64, nhead=4, layers=2, classes=10):
+    def __init__(self, d_model=64, nhead=4, layers=2, classes=10, dropout=0.1):
         super().__init__()
         layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=128,
-                                           dropout=0.1, activation="gelu",
+                                           dropout=dropout, activation="gelu",
                                            batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.head = nn.Linear(d_model, classes)
@@ -69,12 +69,24 @@ def transformer():
     return TransformerClassifier(), torch.randn(4, 16, 64)
 
 
+def transformer_no_dropout():
+    """The Transformer with dropout ratio 0: deterministic, so its training
+    can be compared step by step with PyTorch's."""
+    torch.manual_seed(0)
+    return TransformerClassifier(dropout=0.0), torch.randn(4, 16, 64)
+
+
 MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
-          "resnet18": resnet18, "transformer": transformer}
+          "resnet18": resnet18, "transformer": transformer,
+          "transformer_no_dropout": transformer_no_dropout}
 
 
-def export(name, path):
+def export(name, path, batch=None):
+    """Exports in training mode. `batch` sets the example's batch size, which
+    some exports (the Transformer's attention reshapes) fix in the graph."""
     model, x = MODELS[name]()
+    if batch is not None:
+        x = torch.randn(batch, *x.shape[1:])
     model.train()
     torch.onnx.export(model, x, path, opset_version=17,
                       training=torch.onnx.TrainingMode.TRAINING,

@@ -136,6 +136,13 @@ LogicalResult ReluGradOp::verify() {
 }
 
 LogicalResult GeluGradOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\"");
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
+LogicalResult ErfGradOp::verify() {
   return verifySameType(*this, getGradOutput(), getInput(),
                         "grad_output and input");
 }

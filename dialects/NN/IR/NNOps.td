@@ -73,23 +73,28 @@ def NN_LeakyReluOp : NN_UnaryOp<"leaky_relu", 2> {
   let summary = "x if x >= 0 else alpha * x";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<F32Attr, "0.01">:$alpha);
 }
-def NN_SigmoidOp : NN_UnaryOp<"sigmoid", 4> {
+def NN_SigmoidOp : NN_UnaryOp<"sigmoid", 4,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "1 / (1 + exp(-x))";
   let arguments = (ins NN_Tensor:$input);
 }
-def NN_TanhOp : NN_UnaryOp<"tanh", 4> {
+def NN_TanhOp : NN_UnaryOp<"tanh", 4,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "hyperbolic tangent";
   let arguments = (ins NN_Tensor:$input);
 }
-def NN_ErfOp : NN_UnaryOp<"erf", 8> {
+def NN_ErfOp : NN_UnaryOp<"erf", 8,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Gauss error function";
   let arguments = (ins NN_Tensor:$input);
 }
-def NN_SqrtOp : NN_UnaryOp<"sqrt", 2> {
+def NN_SqrtOp : NN_UnaryOp<"sqrt", 2,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "square root";
   let arguments = (ins NN_Tensor:$input);
 }
-def NN_GeluOp : NN_UnaryOp<"gelu", 10> {
+def NN_GeluOp : NN_UnaryOp<"gelu", 10,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate` is "none" (x * Phi(x), with erf) or "tanh" (the tanh
@@ -99,7 +104,8 @@ def NN_GeluOp : NN_UnaryOp<"gelu", 10> {
                    DefaultValuedStrAttr<StrAttr, "none">:$approximate);
   let hasVerifier = 1;
 }
-def NN_DropoutOp : NN_UnaryOp<"dropout", 2> {
+def NN_DropoutOp : NN_UnaryOp<"dropout", 2,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Random zeroing with scaling 1/(1-ratio) when training";
   let description = [{
     In training, each element is kept with probability 1 - ratio and scaled
@@ -135,8 +141,10 @@ def NN_SubOp : NN_BinaryOp<"sub", [
     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs - rhs"; }
 def NN_MulOp : NN_BinaryOp<"mul", [Commutative,
     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs * rhs"; }
-def NN_DivOp : NN_BinaryOp<"div"> { let summary = "lhs / rhs"; }
-def NN_PowOp : NN_BinaryOp<"pow"> {
+def NN_DivOp : NN_BinaryOp<"div", [
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs / rhs"; }
+def NN_PowOp : NN_BinaryOp<"pow", [
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "lhs ** rhs (the exponent may have another element type)";
 }
 
@@ -155,7 +163,8 @@ def NN_GemmOp : NN_ForwardOp<"gemm",
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_MatMulOp : NN_ForwardOp<"matmul"> {
+def NN_MatMulOp : NN_ForwardOp<"matmul",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "NumPy matmul with batch broadcasting";
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$output);
@@ -197,7 +206,8 @@ def NN_BatchNormOp : NN_ForwardOp<"batch_norm",
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_LayerNormOp : NN_ForwardOp<"layer_norm"> {
+def NN_LayerNormOp : NN_ForwardOp<"layer_norm",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Normalization over the axes [axis, rank)";
   let arguments = (ins NN_Tensor:$input, NN_Tensor:$scale,
                    Optional<NN_Tensor>:$bias,
@@ -206,13 +216,15 @@ def NN_LayerNormOp : NN_ForwardOp<"layer_norm"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_SoftmaxOp : NN_ForwardOp<"softmax"> {
+def NN_SoftmaxOp : NN_ForwardOp<"softmax",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "exp(x) / sum(exp(x)) along one axis";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_LogSoftmaxOp : NN_ForwardOp<"log_softmax"> {
+def NN_LogSoftmaxOp : NN_ForwardOp<"log_softmax",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "log(softmax(x)) along one axis";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs NN_Tensor:$output);
@@ -273,7 +285,8 @@ def NN_ReshapeOp : NN_ForwardOp<"reshape",
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_TransposeOp : NN_ForwardOp<"transpose"> {
+def NN_TransposeOp : NN_ForwardOp<"transpose",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Permute axes: output axis i is input axis perm[i]";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$perm);
   let results = (outs NN_Tensor:$output);
@@ -313,13 +326,15 @@ def NN_SoftmaxCrossEntropyOp : NN_ForwardOp<"softmax_cross_entropy",
   let results = (outs NN_Tensor:$loss);
 }
 
-def NN_ConcatOp : NN_ForwardOp<"concat"> {
+def NN_ConcatOp : NN_ForwardOp<"concat",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Join tensors along one axis";
   let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_SliceOp : NN_ForwardOp<"slice"> {
+def NN_SliceOp : NN_ForwardOp<"slice",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Strided slice; one start, end and step per axis";
   let description = [{
     `starts`, `ends` and `steps` have one entry per axis, already clamped
@@ -331,7 +346,8 @@ def NN_SliceOp : NN_ForwardOp<"slice"> {
   let results = (outs NN_Tensor:$output);
 }
 
-def NN_SplitOp : NN_ForwardOp<"split"> {
+def NN_SplitOp : NN_ForwardOp<"split",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Cut a tensor along one axis into pieces of given sizes";
   let arguments = (ins NN_Tensor:$input, I64Attr:$axis, NN_IntArray:$sizes);
   let results = (outs Variadic<NN_Tensor>:$outputs);
@@ -449,8 +465,16 @@ def NN_SoftmaxCrossEntropyGradOp : NN_GradOp<"softmax_cross_entropy_grad"> {
                    NN_Tensor:$labels);
   let results = (outs NN_Tensor:$grad_logits);
 }
-def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
-  let summary = "grad * gelu'(input)";
+def NN_GeluGradOp : NN_GradOp<"gelu_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "grad * gelu'(input), for either form of gelu";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs NN_Tensor:$grad_input);
+}
+def NN_ErfGradOp : NN_ActivationGradOp<"erf_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "grad * 2 / sqrt(pi) * exp(-input^2)";
 }
 
 #endif // GPIPE_NN_OPS

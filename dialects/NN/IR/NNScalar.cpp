@@ -165,10 +165,9 @@ Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
 }
 
 Value DropoutOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
-  if (getTraining()) {
-    emitOpError("training-mode dropout draws random numbers and is not "
-                "supported by inference code generation; compile with "
-                "--mode=infer, which turns it into the identity");
+  if (getTraining() && !getRatio().isZero()) {
+    emitOpError("training-mode dropout with ratio > 0 draws random numbers, "
+                "which element-wise code generation does not do");
     return {};
   }
   return operands[0];
@@ -235,4 +234,49 @@ Value ReluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
 
 Value BroadcastOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
   return operands[0];
+}
+
+Value ErfGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[1];
+  Value e = b.create<math::ExpOp>(
+      loc, b.create<arith::NegFOp>(loc, b.create<arith::MulFOp>(loc, x, x)));
+  Value slope = b.create<arith::MulFOp>(
+      loc, e, floatConstant(b, loc, type, 2.0 / std::sqrt(M_PI)));
+  return b.create<arith::MulFOp>(loc, operands[0], slope);
+}
+
+Value GeluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[1];
+  auto c = [&](double v) { return floatConstant(b, loc, type, v); };
+  auto mul = [&](Value l, Value r) {
+    return b.create<arith::MulFOp>(loc, l, r).getResult();
+  };
+  auto add = [&](Value l, Value r) {
+    return b.create<arith::AddFOp>(loc, l, r).getResult();
+  };
+  Value slope;
+  if (getApproximate() == "tanh") {
+    // d/dx 0.5 x (1 + t), t = tanh(k (x + a x^3)):
+    // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
+    double k = std::sqrt(2.0 / M_PI), a = 0.044715;
+    Value x2 = mul(x, x);
+    Value t = b.create<math::TanhOp>(loc, mul(c(k), add(x, mul(c(a), mul(x2, x)))));
+    Value dt = b.create<arith::SubFOp>(loc, c(1.0), mul(t, t));
+    slope = add(mul(c(0.5), add(c(1.0), t)),
+                mul(mul(c(0.5 * k), x), mul(dt, add(c(1.0), mul(c(3 * a), x2)))));
+  } else {
+    // Phi(x) + x phi(x).
+    Value phiCdf = mul(c(0.5), add(c(1.0), b.create<math::ErfOp>(
+                                              loc, mul(x, c(M_SQRT1_2)))));
+    Value density = mul(c(1.0 / std::sqrt(2.0 * M_PI)),
+                        b.create<math::ExpOp>(loc, mul(c(-0.5), mul(x, x))));
+    slope = add(phiCdf, mul(x, density));
+  }
+  return mul(operands[0], slope);
 }

@@ -307,3 +307,271 @@ LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   operandGrads.push_back(Value());
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Activations and arithmetic
+//===----------------------------------------------------------------------===//
+
+namespace {
+Value one(OpBuilder &b, Location loc, Value like) {
+  return scalarConstant(b, loc, rankedType(like).getElementType(), 1.0);
+}
+} // namespace
+
+LogicalResult SigmoidOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  // g * y * (1 - y)
+  Location loc = getLoc();
+  Value y = getOutput();
+  Value slope =
+      binary<MulOp>(b, loc, y, binary<SubOp>(b, loc, one(b, loc, y), y));
+  operandGrads.push_back(binary<MulOp>(b, loc, resultGrads[0], slope));
+  return success();
+}
+
+LogicalResult TanhOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  // g * (1 - y^2)
+  Location loc = getLoc();
+  Value y = getOutput();
+  Value slope = binary<SubOp>(b, loc, one(b, loc, y), binary<MulOp>(b, loc, y, y));
+  operandGrads.push_back(binary<MulOp>(b, loc, resultGrads[0], slope));
+  return success();
+}
+
+LogicalResult SqrtOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  // g * 0.5 / y
+  Location loc = getLoc();
+  Value half = scalarConstant(b, loc, getType().getElementType(), 0.5);
+  operandGrads.push_back(binary<DivOp>(
+      b, loc, binary<MulOp>(b, loc, resultGrads[0], half), getOutput()));
+  return success();
+}
+
+LogicalResult ErfOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      b.create<ErfGradOp>(getLoc(), getType(), resultGrads[0], getInput()));
+  return success();
+}
+
+LogicalResult GeluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<GeluGradOp>(
+      getLoc(), getType(), resultGrads[0], getInput(), getApproximateAttr()));
+  return success();
+}
+
+LogicalResult DropoutOp::buildVJP(OpBuilder &, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  if (getTraining() && !getRatio().isZero())
+    return emitOpError("the VJP of training-mode dropout with ratio > 0 is "
+                       "not implemented yet (use ratio 0 or --mode=infer)");
+  operandGrads.push_back(resultGrads[0]); // the identity
+  return success();
+}
+
+LogicalResult DivOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  // d lhs = g / rhs; d rhs = -g * y / rhs (y = lhs / rhs).
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  if (!isa<FloatType>(getType().getElementType()))
+    return emitOpError("has a VJP rule for floating-point types only");
+  operandGrads.push_back(unbroadcast(b, loc, binary<DivOp>(b, loc, g, getRhs()),
+                                     rankedType(getLhs())));
+  Value minusOne = scalarConstant(b, loc, getType().getElementType(), -1.0);
+  Value dr = binary<DivOp>(b, loc, binary<MulOp>(b, loc, g, getOutput()),
+                           getRhs());
+  operandGrads.push_back(unbroadcast(b, loc, binary<MulOp>(b, loc, dr, minusOne),
+                                     rankedType(getRhs())));
+  return success();
+}
+
+LogicalResult PowOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  // d lhs = g * rhs * lhs^(rhs - 1). The exponent must be a constant: its
+  // own gradient (g * y * log(lhs)) is not built.
+  Location loc = getLoc();
+  Type element = getType().getElementType();
+  if (!isa<FloatType>(element))
+    return emitOpError("has a VJP rule for floating-point types only");
+  if (!getRhs().getDefiningOp<ConstantOp>())
+    return emitOpError("has a VJP rule for constant exponents only");
+  Value exponent = getRhs();
+  if (rankedType(exponent).getElementType() != element)
+    exponent = b.create<CastOp>(
+        loc, RankedTensorType::get(rankedType(exponent).getShape(), element),
+        exponent);
+  Value lowered = binary<PowOp>(
+      b, loc, getLhs(),
+      binary<SubOp>(b, loc, exponent, scalarConstant(b, loc, element, 1.0)));
+  Value d = binary<MulOp>(b, loc, resultGrads[0],
+                          binary<MulOp>(b, loc, exponent, lowered));
+  operandGrads.push_back(unbroadcast(b, loc, d, rankedType(getLhs())));
+  operandGrads.push_back(Value());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix products, normalization, softmax
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// `v` with its last two axes swapped.
+Value transposeLastTwo(OpBuilder &b, Location loc, Value v) {
+  int64_t rank = rankedType(v).getRank();
+  SmallVector<int64_t> perm;
+  for (int64_t i = 0; i < rank; ++i)
+    perm.push_back(i);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return b.create<TransposeOp>(
+      loc, ValueRange{v},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
+}
+
+Value reshapeTo(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
+  if (rankedType(v).getShape() == shape)
+    return v;
+  return b.create<ReshapeOp>(
+      loc, ValueRange{v},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
+}
+} // namespace
+
+LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  Location loc = getLoc();
+  Value g = resultGrads[0], lhs = getLhs(), rhs = getRhs();
+  RankedTensorType lt = rankedType(lhs), rt = rankedType(rhs);
+  if (lt.getRank() < 2 || rt.getRank() < 2)
+    return emitOpError("has a VJP rule for operands of rank 2 or more only");
+  // dA = g B^T, summed over the batch axes A was broadcast along.
+  Value da = b.create<MatMulOp>(
+      loc, ValueRange{g, transposeLastTwo(b, loc, rhs)},
+      ArrayRef<NamedAttribute>{});
+  operandGrads.push_back(unbroadcast(b, loc, da, lt));
+  if (rt.getRank() == 2) {
+    // A shared weight: dB = A^T g with the batch axes folded into rows.
+    int64_t k = lt.getShape().back();
+    int64_t n = rt.getDimSize(1);
+    int64_t rows = lt.getNumElements() / k;
+    Value a2 = reshapeTo(b, loc, lhs, {rows, k});
+    Value g2 = reshapeTo(b, loc, g, {rows, n});
+    operandGrads.push_back(gemm(b, loc, a2, g2, true, false, 1.0));
+    return success();
+  }
+  Value db = b.create<MatMulOp>(
+      loc, ValueRange{transposeLastTwo(b, loc, lhs), g},
+      ArrayRef<NamedAttribute>{});
+  operandGrads.push_back(unbroadcast(b, loc, db, rt));
+  return success();
+}
+
+LogicalResult LayerNormOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Type scaleType = getScale().getType();
+  auto grad = b.create<LayerNormGradOp>(
+      getLoc(), TypeRange{getInput().getType(), scaleType, scaleType},
+      ValueRange{resultGrads[0], getInput(), getScale()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis())),
+          b.getNamedAttr("epsilon",
+                         b.getF32FloatAttr(getEpsilon().convertToDouble()))});
+  operandGrads.push_back(grad.getGradInput());
+  operandGrads.push_back(grad.getGradScale());
+  if (getBias()) {
+    if (getBias().getType() != scaleType)
+      return emitOpError("has a VJP rule only for a bias of the scale's shape");
+    operandGrads.push_back(grad.getGradBias());
+  }
+  return success();
+}
+
+LogicalResult SoftmaxOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                  SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<SoftmaxGradOp>(
+      getLoc(), getType(), ValueRange{resultGrads[0], getOutput()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
+  return success();
+}
+
+LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                     SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<LogSoftmaxGradOp>(
+      getLoc(), getType(), ValueRange{resultGrads[0], getOutput()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult TransposeOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  ArrayRef<int64_t> perm = getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = static_cast<int64_t>(i);
+  operandGrads.push_back(b.create<TransposeOp>(
+      getLoc(), ValueRange{resultGrads[0]},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("perm", b.getDenseI64ArrayAttr(inverse))}));
+  return success();
+}
+
+LogicalResult SliceOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  // Unit steps: the gradient is the result's, zero-padded back in place.
+  if (llvm::any_of(getSteps(), [](int64_t s) { return s != 1; }))
+    return emitOpError("has a VJP rule for unit steps only");
+  RankedTensorType in = rankedType(getInput());
+  SmallVector<int64_t> pads(getStarts());
+  for (auto [i, end] : llvm::enumerate(getEnds()))
+    pads.push_back(in.getDimSize(i) - end);
+  operandGrads.push_back(b.create<PadOp>(
+      getLoc(), ValueRange{resultGrads[0]},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
+          b.getNamedAttr("mode", b.getStringAttr("constant")),
+          b.getNamedAttr("value", b.getF64FloatAttr(0.0))}));
+  return success();
+}
+
+LogicalResult ConcatOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  RankedTensorType out = getType();
+  int64_t axis = getAxis(), offset = 0;
+  if (axis < 0)
+    axis += out.getRank();
+  for (Value input : getInputs()) {
+    RankedTensorType t = rankedType(input);
+    SmallVector<int64_t> starts(out.getRank(), 0), ends(out.getShape()),
+        steps(out.getRank(), 1);
+    starts[axis] = offset;
+    offset += t.getDimSize(axis);
+    ends[axis] = offset;
+    operandGrads.push_back(b.create<SliceOp>(
+        getLoc(), ValueRange{resultGrads[0]},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("starts", b.getDenseI64ArrayAttr(starts)),
+            b.getNamedAttr("ends", b.getDenseI64ArrayAttr(ends)),
+            b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))}));
+  }
+  return success();
+}
+
+LogicalResult SplitOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<ConcatOp>(
+      getLoc(), ValueRange(resultGrads),
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
+  return success();
+}
