@@ -540,21 +540,23 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
     (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
   if (spec.operands.at(2).numElements() != inner)
     unsupported(spec, "scale must have one value per normalized element");
-  memory gradOut = bindSlot(spec, spec.operands[0], mem, engine, {outer, inner});
+  memory gradOut =
+      bindSlot(spec, spec.operands[0], mem, engine, {outer, inner});
   memory src = bindSlot(spec, x, mem, engine, {outer, inner});
   memory scale = bindSlot(spec, spec.operands[2], mem, engine, {inner});
-  memory gradIn = bindSlot(spec, spec.results.at(0), mem, engine, {outer, inner});
+  memory gradIn =
+      bindSlot(spec, spec.results.at(0), mem, engine, {outer, inner});
   memory gradScale = bindSlot(spec, spec.results.at(1), mem, engine, {inner});
   memory gradShift = bindSlot(spec, spec.results.at(2), mem, engine, {inner});
   float epsilon = static_cast<float>(spec.number("epsilon", 1e-5));
   auto flags = dnnl::normalization_flags::use_scale |
                dnnl::normalization_flags::use_shift;
-  dnnl::layer_normalization_forward::desc fwd(
-      dnnl::prop_kind::forward_training, src.get_desc(), epsilon, flags);
+  dnnl::layer_normalization_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                              src.get_desc(), epsilon, flags);
   dnnl::layer_normalization_forward::primitive_desc fwdPd(fwd, engine);
-  dnnl::layer_normalization_backward::desc bwd(
-      dnnl::prop_kind::backward, gradOut.get_desc(), src.get_desc(), epsilon,
-      flags);
+  dnnl::layer_normalization_backward::desc bwd(dnnl::prop_kind::backward,
+                                               gradOut.get_desc(),
+                                               src.get_desc(), epsilon, flags);
   dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
   memory mean(fwdPd.mean_desc(), engine), var(fwdPd.variance_desc(), engine);
   // The shift changes neither the statistics nor the gradients.
@@ -562,13 +564,13 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
   std::memset(shift.get_data_handle(), 0, fwdPd.weights_desc().get_size());
   return std::make_unique<StatisticsBackwardKernel>(
       dnnl::layer_normalization_forward(fwdPd),
-      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
-                                      {DNNL_ARG_SCALE, scale},
-                                      {DNNL_ARG_SHIFT, shift},
-                                      {DNNL_ARG_MEAN, mean},
-                                      {DNNL_ARG_VARIANCE, var},
-                                      {DNNL_ARG_DST,
-                                       memory(fwdPd.dst_desc(), engine)}},
+      std::unordered_map<int, memory>{
+          {DNNL_ARG_SRC, src},
+          {DNNL_ARG_SCALE, scale},
+          {DNNL_ARG_SHIFT, shift},
+          {DNNL_ARG_MEAN, mean},
+          {DNNL_ARG_VARIANCE, var},
+          {DNNL_ARG_DST, memory(fwdPd.dst_desc(), engine)}},
       dnnl::layer_normalization_backward(bwdPd),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                       {DNNL_ARG_MEAN, mean},

@@ -53,8 +53,29 @@ func.func @forward() -> (tensor<f32> {gpipe.name = "loss"}) {
 gpipe.parameter @q trainable = dense<2.0> : tensor<3xf32>
 func.func @forward() -> tensor<f32> {
   %q = gpipe.get_parameter @q : tensor<3xf32>
-  // expected-error @+1 {{'nn.sigmoid' has no VJP rule yet (autodiff)}}
-  %s = nn.sigmoid %q : tensor<3xf32>
+  // expected-error @+1 {{'nn.leaky_relu' has no VJP rule yet (autodiff)}}
+  %s = nn.leaky_relu %q : tensor<3xf32>
   %m = nn.reduce_mean %s {axes = array<i64: 0>, keepdims = false} : (tensor<3xf32>) -> tensor<f32>
+  return %m : tensor<f32>
+}
+
+// -----
+
+// LayerNorm: one gradient op for input, scale and bias; a matmul with a
+// shared 2-D weight: the weight gradient is one gemm over the folded batch.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[W:.*]] = nn.gemm %{{.*}}, %{{.*}} {trans_a = true} : (tensor<6x4xf32>, tensor<6x4xf32>) -> tensor<4x4xf32>
+// CHECK: %[[GI:.*]], %[[GS:.*]], %[[GB:.*]] = nn.layer_norm_grad %{{.*}}, %arg0, %{{.*}} : (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<4xf32>) -> (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>)
+// CHECK: return %{{.*}}, %[[GS]], %[[GB]], %[[W]] : tensor<f32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>
+gpipe.parameter @ln.scale trainable = dense<1.0> : tensor<4xf32>
+gpipe.parameter @ln.bias trainable = dense<0.0> : tensor<4xf32>
+gpipe.parameter @w trainable = dense<0.5> : tensor<4x4xf32>
+func.func @forward(%x: tensor<2x3x4xf32>) -> tensor<f32> {
+  %s = gpipe.get_parameter @ln.scale : tensor<4xf32>
+  %b = gpipe.get_parameter @ln.bias : tensor<4xf32>
+  %w = gpipe.get_parameter @w : tensor<4x4xf32>
+  %n = nn.layer_norm %x, %s, %b : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x4xf32>
+  %y = nn.matmul %n, %w : (tensor<2x3x4xf32>, tensor<4x4xf32>) -> tensor<2x3x4xf32>
+  %m = nn.reduce_mean %y {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<f32>
   return %m : tensor<f32>
 }

@@ -25,7 +25,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
-STEPS, BATCH, SAMPLES = 20, 32, 640
+STEPS, BATCH, SAMPLES = 20, 32, 96
 # AdamW runs at lr 3e-4 (a usual Adam rate): at several times that, these
 # tiny models overfit 96 samples within 20 steps and float32 rounding
 # differences between any two implementations grow by an order of magnitude

@@ -266,14 +266,16 @@ Value GeluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
     // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
     double k = std::sqrt(2.0 / M_PI), a = 0.044715;
     Value x2 = mul(x, x);
-    Value t = b.create<math::TanhOp>(loc, mul(c(k), add(x, mul(c(a), mul(x2, x)))));
+    Value t =
+        b.create<math::TanhOp>(loc, mul(c(k), add(x, mul(c(a), mul(x2, x)))));
     Value dt = b.create<arith::SubFOp>(loc, c(1.0), mul(t, t));
-    slope = add(mul(c(0.5), add(c(1.0), t)),
-                mul(mul(c(0.5 * k), x), mul(dt, add(c(1.0), mul(c(3 * a), x2)))));
+    slope =
+        add(mul(c(0.5), add(c(1.0), t)),
+            mul(mul(c(0.5 * k), x), mul(dt, add(c(1.0), mul(c(3 * a), x2)))));
   } else {
     // Phi(x) + x phi(x).
-    Value phiCdf = mul(c(0.5), add(c(1.0), b.create<math::ErfOp>(
-                                              loc, mul(x, c(M_SQRT1_2)))));
+    Value phiCdf = mul(
+        c(0.5), add(c(1.0), b.create<math::ErfOp>(loc, mul(x, c(M_SQRT1_2)))));
     Value density = mul(c(1.0 / std::sqrt(2.0 * M_PI)),
                         b.create<math::ExpOp>(loc, mul(c(-0.5), mul(x, x))));
     slope = add(phiCdf, mul(x, density));

@@ -334,7 +334,8 @@ LogicalResult TanhOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   // g * (1 - y^2)
   Location loc = getLoc();
   Value y = getOutput();
-  Value slope = binary<SubOp>(b, loc, one(b, loc, y), binary<MulOp>(b, loc, y, y));
+  Value slope =
+      binary<SubOp>(b, loc, one(b, loc, y), binary<MulOp>(b, loc, y, y));
   operandGrads.push_back(binary<MulOp>(b, loc, resultGrads[0], slope));
   return success();
 }
@@ -382,10 +383,10 @@ LogicalResult DivOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   operandGrads.push_back(unbroadcast(b, loc, binary<DivOp>(b, loc, g, getRhs()),
                                      rankedType(getLhs())));
   Value minusOne = scalarConstant(b, loc, getType().getElementType(), -1.0);
-  Value dr = binary<DivOp>(b, loc, binary<MulOp>(b, loc, g, getOutput()),
-                           getRhs());
-  operandGrads.push_back(unbroadcast(b, loc, binary<MulOp>(b, loc, dr, minusOne),
-                                     rankedType(getRhs())));
+  Value dr =
+      binary<DivOp>(b, loc, binary<MulOp>(b, loc, g, getOutput()), getRhs());
+  operandGrads.push_back(unbroadcast(
+      b, loc, binary<MulOp>(b, loc, dr, minusOne), rankedType(getRhs())));
   return success();
 }
 
@@ -426,19 +427,17 @@ Value transposeLastTwo(OpBuilder &b, Location loc, Value v) {
   for (int64_t i = 0; i < rank; ++i)
     perm.push_back(i);
   std::swap(perm[rank - 1], perm[rank - 2]);
-  return b.create<TransposeOp>(
-      loc, ValueRange{v},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
+  return b.create<TransposeOp>(loc, ValueRange{v},
+                               ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                   "perm", b.getDenseI64ArrayAttr(perm))});
 }
 
 Value reshapeTo(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
   if (rankedType(v).getShape() == shape)
     return v;
-  return b.create<ReshapeOp>(
-      loc, ValueRange{v},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
+  return b.create<ReshapeOp>(loc, ValueRange{v},
+                             ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                 "shape", b.getDenseI64ArrayAttr(shape))});
 }
 } // namespace
 
@@ -450,9 +449,9 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   if (lt.getRank() < 2 || rt.getRank() < 2)
     return emitOpError("has a VJP rule for operands of rank 2 or more only");
   // dA = g B^T, summed over the batch axes A was broadcast along.
-  Value da = b.create<MatMulOp>(
-      loc, ValueRange{g, transposeLastTwo(b, loc, rhs)},
-      ArrayRef<NamedAttribute>{});
+  Value da =
+      b.create<MatMulOp>(loc, ValueRange{g, transposeLastTwo(b, loc, rhs)},
+                         ArrayRef<NamedAttribute>{});
   operandGrads.push_back(unbroadcast(b, loc, da, lt));
   if (rt.getRank() == 2) {
     // A shared weight: dB = A^T g with the batch axes folded into rows.
@@ -464,9 +463,9 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
     operandGrads.push_back(gemm(b, loc, a2, g2, true, false, 1.0));
     return success();
   }
-  Value db = b.create<MatMulOp>(
-      loc, ValueRange{transposeLastTwo(b, loc, lhs), g},
-      ArrayRef<NamedAttribute>{});
+  Value db =
+      b.create<MatMulOp>(loc, ValueRange{transposeLastTwo(b, loc, lhs), g},
+                         ArrayRef<NamedAttribute>{});
   operandGrads.push_back(unbroadcast(b, loc, db, rt));
   return success();
 }
@@ -519,10 +518,10 @@ LogicalResult TransposeOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   SmallVector<int64_t> inverse(perm.size());
   for (auto [i, p] : llvm::enumerate(perm))
     inverse[p] = static_cast<int64_t>(i);
-  operandGrads.push_back(b.create<TransposeOp>(
-      getLoc(), ValueRange{resultGrads[0]},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("perm", b.getDenseI64ArrayAttr(inverse))}));
+  operandGrads.push_back(
+      b.create<TransposeOp>(getLoc(), ValueRange{resultGrads[0]},
+                            ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                "perm", b.getDenseI64ArrayAttr(inverse))}));
   return success();
 }
 
@@ -535,12 +534,12 @@ LogicalResult SliceOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   SmallVector<int64_t> pads(getStarts());
   for (auto [i, end] : llvm::enumerate(getEnds()))
     pads.push_back(in.getDimSize(i) - end);
-  operandGrads.push_back(b.create<PadOp>(
-      getLoc(), ValueRange{resultGrads[0]},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
-          b.getNamedAttr("mode", b.getStringAttr("constant")),
-          b.getNamedAttr("value", b.getF64FloatAttr(0.0))}));
+  operandGrads.push_back(
+      b.create<PadOp>(getLoc(), ValueRange{resultGrads[0]},
+                      ArrayRef<NamedAttribute>{
+                          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
+                          b.getNamedAttr("mode", b.getStringAttr("constant")),
+                          b.getNamedAttr("value", b.getF64FloatAttr(0.0))}));
   return success();
 }
 
@@ -569,9 +568,9 @@ LogicalResult ConcatOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
 
 LogicalResult SplitOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                 SmallVectorImpl<Value> &operandGrads) {
-  operandGrads.push_back(b.create<ConcatOp>(
-      getLoc(), ValueRange(resultGrads),
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
+  operandGrads.push_back(
+      b.create<ConcatOp>(getLoc(), ValueRange(resultGrads),
+                         ArrayRef<NamedAttribute>{b.getNamedAttr(
+                             "axis", b.getI64IntegerAttr(getAxis()))}));
   return success();
 }
