@@ -64,6 +64,13 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
+    // Random dropouts get stream numbers, shared with their backward, so
+    // that both draw the same mask.
+    int64_t stream = 0;
+    for (Operation *op : ops)
+      if (auto dropout = dyn_cast<nn::DropoutOp>(op);
+          dropout && dropout.isRandom())
+        dropout.setStreamAttr(gb.getI64IntegerAttr(stream++));
     llvm::StringMap<Value> paramGrads;
     for (Operation *op : llvm::reverse(ops)) {
       SmallVector<Value> resultGrads;

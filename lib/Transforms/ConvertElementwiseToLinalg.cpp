@@ -75,7 +75,10 @@ struct ConvertElementwiseToLinalgPass
           ConvertElementwiseToLinalgPass> {
   void runOnOperation() override {
     SmallVector<ElementwiseOpInterface> ops;
-    getOperation()->walk([&](ElementwiseOpInterface op) { ops.push_back(op); });
+    getOperation()->walk([&](ElementwiseOpInterface op) {
+      if (op.hasScalarForm())
+        ops.push_back(op);
+    });
     IRRewriter rewriter(&getContext());
     bool failedAny = false;
     for (ElementwiseOpInterface op : ops)

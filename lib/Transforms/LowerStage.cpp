@@ -43,13 +43,15 @@ int64_t byteSize(RankedTensorType type) {
 
 /// Heavy ops run by oneDNN primitives in the runtime.
 bool isKernelOp(Operation *op) {
-  return isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::MaxPoolOp, nn::AvgPoolOp,
-             nn::GlobalAvgPoolOp, nn::BatchNormOp, nn::SoftmaxOp,
-             nn::LogSoftmaxOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyOp,
-             nn::SoftmaxCrossEntropyGradOp, nn::ConvGradInputOp,
-             nn::ConvGradWeightOp, nn::MaxPoolGradOp, nn::AvgPoolGradOp,
-             nn::BatchNormGradOp, nn::LayerNormGradOp, nn::SoftmaxGradOp,
-             nn::LogSoftmaxGradOp>(op);
+  if (auto dropout = dyn_cast<nn::DropoutOp>(op))
+    return dropout.isRandom();
+  return isa<nn::DropoutGradOp, nn::GemmOp, nn::MatMulOp, nn::ConvOp,
+             nn::MaxPoolOp, nn::AvgPoolOp, nn::GlobalAvgPoolOp, nn::BatchNormOp,
+             nn::SoftmaxOp, nn::LogSoftmaxOp, nn::LayerNormOp,
+             nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
+             nn::ConvGradInputOp, nn::ConvGradWeightOp, nn::MaxPoolGradOp,
+             nn::AvgPoolGradOp, nn::BatchNormGradOp, nn::LayerNormGradOp,
+             nn::SoftmaxGradOp, nn::LogSoftmaxGradOp>(op);
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.

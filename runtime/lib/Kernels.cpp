@@ -610,6 +610,55 @@ std::unique_ptr<Kernel> createSoftmaxGrad(const KernelSpec &spec,
                                       {DNNL_ARG_DIFF_SRC, gradIn}});
 }
 
+/// Dropout and its gradient: y = x * keep / (1 - ratio), keep drawn per
+/// element from the stream; the gradient applies the same mask. With state
+/// updates off (evaluation) dropout is the identity.
+class DropoutKernel : public Kernel {
+public:
+  DropoutKernel(const float *in, float *out, int64_t count, float ratio,
+                int64_t stream, const KernelMemory &mem, bool backward)
+      : in(in), out(out), count(count), ratio(ratio), stream(stream),
+        random(mem.random), updateState(mem.updateState), backward(backward) {}
+  void run(dnnl::stream &) override {
+    if (!backward && updateState && !*updateState) {
+      std::memmove(out, in, count * sizeof(float));
+      return;
+    }
+    float scale = 1.0f / (1.0f - ratio);
+    for (int64_t i = 0; i < count; ++i)
+      out[i] =
+          randomUniform(*random, stream, i) >= ratio ? in[i] * scale : 0.0f;
+  }
+
+private:
+  const float *in;
+  float *out;
+  int64_t count;
+  float ratio;
+  int64_t stream;
+  const RandomState *random;
+  const bool *updateState;
+  bool backward;
+};
+
+std::unique_ptr<Kernel> createDropout(const KernelSpec &spec,
+                                      const KernelMemory &mem,
+                                      dnnl::engine &engine) {
+  memory in = bindSlot(spec, spec.operands.at(0), mem, engine);
+  memory out = bindSlot(spec, spec.results.at(0), mem, engine);
+  float ratio = static_cast<float>(spec.number("ratio", 0.5));
+  if (!(ratio > 0.0f && ratio < 1.0f))
+    unsupported(spec, "ratio must be in (0, 1)");
+  if (!mem.random)
+    unsupported(spec, "the stage has no random state");
+  return std::make_unique<DropoutKernel>(
+      static_cast<const float *>(in.get_data_handle()),
+      static_cast<float *>(out.get_data_handle()),
+      spec.operands[0].numElements(), ratio,
+      static_cast<int64_t>(spec.number("stream", 0)), mem,
+      spec.kind == "dropout_grad");
+}
+
 /// Convolution geometry shared by the forward and backward kernels.
 struct ConvGeometry {
   dims strides, dilations, padL, padR, weightDims;
@@ -909,6 +958,8 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
       {"batch_norm_grad", createBatchNormGrad},
       {"softmax_cross_entropy_grad", createCrossEntropy},
       {"layer_norm_grad", createLayerNormGrad},
+      {"dropout", createDropout},
+      {"dropout_grad", createDropout},
       {"softmax_grad", createSoftmaxGrad},
       {"log_softmax_grad", createSoftmaxGrad},
   };
@@ -927,6 +978,22 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
     }
   }
   unsupported(spec, "unknown kernel kind");
+}
+
+float randomUniform(const RandomState &state, int64_t stream, int64_t element) {
+  // SplitMix64's finalizer over the key, one field at a time.
+  auto mix = [](uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  uint64_t h = mix(state.seed);
+  h = mix(h ^ static_cast<uint64_t>(state.step));
+  h = mix(h ^ static_cast<uint64_t>(state.microBatch));
+  h = mix(h ^ static_cast<uint64_t>(stream));
+  h = mix(h ^ static_cast<uint64_t>(element));
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
 }
 
 } // namespace gpipe::runtime

@@ -44,7 +44,7 @@ StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
                       spec.entry + "'");
 
   KernelMemory memory{arena_.get(), params_.get(), bundle.mode == "infer",
-                      &updateState};
+                      &updateState, &random};
   for (const KernelSpec &k : spec.kernels) {
     if (k.id != static_cast<int64_t>(kernels.size()))
       throw BundleError(bundle.path + ": manifest.json: kernel ids are not "

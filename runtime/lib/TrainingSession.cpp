@@ -80,6 +80,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                   bytes);
     }
     std::memcpy(arena + lossGrad->offset, &seed, sizeof(float));
+    stage->setRandomState({randomSeed, steps, k});
     stage->run();
     float microLoss;
     std::memcpy(&microLoss, arena + loss->offset, sizeof(float));

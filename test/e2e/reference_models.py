@@ -16,6 +16,15 @@ def mlp():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def mlp_dropout():
+    """The MLP with dropout between its layers (random in training)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                      nn.Dropout(0.2), nn.Linear(256, 128), nn.ReLU(),
+                      nn.Dropout(0.2), nn.Linear(128, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def cnn():
     torch.manual_seed(0)
     m = nn.Sequential(
@@ -76,7 +85,7 @@ def transformer_no_dropout():
     return TransformerClassifier(dropout=0.0), torch.randn(4, 16, 64)
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
+MODELS = {"mlp": mlp, "mlp_dropout": mlp_dropout, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
           "resnet18": resnet18, "transformer": transformer,
           "transformer_no_dropout": transformer_no_dropout}
 

@@ -1,5 +1,6 @@
 """A training run killed with SIGKILL and resumed with --resume ends with
-exactly the losses and parameters of an uninterrupted run.
+exactly the losses and parameters of an uninterrupted run. The model has
+dropout, so the resumed run must also draw the same masks.
 
 usage: resume_after_kill.py GPIPE_OPT GPIPE_RUN WORK_DIR
 """
@@ -41,9 +42,9 @@ def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    onnx_path = os.path.join(work, "mlp.onnx")
-    bundle = os.path.join(work, "mlp.gpipe")
-    _, example = reference_models.export("mlp", onnx_path)
+    onnx_path = os.path.join(work, "mlp_dropout.onnx")
+    bundle = os.path.join(work, "mlp_dropout.gpipe")
+    _, example = reference_models.export("mlp_dropout", onnx_path, batch=16)
     subprocess.run([gpipe_opt, onnx_path, "--mode=train", "--batch-size=32",
                     "--micro-batches=2", "--optimizer=adamw", "--lr=0.001",
                     "-o", bundle], check=True)

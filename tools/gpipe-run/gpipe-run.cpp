@@ -205,6 +205,7 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
   using namespace gpipe::runtime;
   try {
     TrainingSession session(bundlePath);
+    session.setRandomSeed(o.seed);
     if (o.lr >= 0)
       session.setLearningRate(o.lr);
     double baseLr = session.learningRate();
@@ -412,7 +413,8 @@ int main(int argc, char **argv) {
                  "not given)");
   app.add_flag("--no-shuffle", trainOptions.noShuffle,
                "Step i uses samples [i*B, (i+1)*B) in order, wrapping");
-  app.add_option("--seed", trainOptions.seed, "Shuffling seed (default 0)");
+  app.add_option("--seed", trainOptions.seed,
+                 "Seed of the data shuffling and of dropout (default 0)");
   app.add_option("--lr", trainOptions.lr,
                  "Learning rate, overriding the compiled one");
   app.add_option("--lr-schedule", trainOptions.lrSchedule,

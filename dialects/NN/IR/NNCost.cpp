@@ -115,3 +115,4 @@ int64_t SliceOp::getFlops() { return 0; }
 int64_t SplitOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
 int64_t ConstantOp::getFlops() { return 0; }
+int64_t DropoutOp::getFlops() { return 2 * numElements(getType()); }

@@ -50,6 +50,13 @@ def NN_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {
       /*retTy=*/"::mlir::Value", /*methodName=*/"buildScalar",
       /*args=*/(ins "::mlir::OpBuilder &":$builder, "::mlir::Location":$loc,
                     "::mlir::ValueRange":$operands)>,
+    InterfaceMethod<
+      /*desc=*/[{Whether this instance computes each element from the operand
+                 elements alone; false for instances that need more (random
+                 dropout draws from the step's random stream) and run as
+                 runtime kernels instead.}],
+      /*retTy=*/"bool", /*methodName=*/"hasScalarForm", /*args=*/(ins),
+      /*methodBody=*/"", /*defaultImplementation=*/"return true;">,
   ];
 }
 

@@ -142,6 +142,14 @@ LogicalResult GeluGradOp::verify() {
                         "grad_output and input");
 }
 
+LogicalResult DropoutGradOp::verify() {
+  float ratio = getRatio().convertToFloat();
+  if (!(ratio > 0.0f && ratio < 1.0f))
+    return emitOpError("ratio must be in (0, 1), got ") << ratio;
+  return verifySameType(*this, getGradOutput(), getGradInput(),
+                        "grad_output and result");
+}
+
 LogicalResult ErfGradOp::verify() {
   return verifySameType(*this, getGradOutput(), getInput(),
                         "grad_output and input");

@@ -104,17 +104,29 @@ def NN_GeluOp : NN_UnaryOp<"gelu", 10,
                    DefaultValuedStrAttr<StrAttr, "none">:$approximate);
   let hasVerifier = 1;
 }
-def NN_DropoutOp : NN_UnaryOp<"dropout", 2,
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>,
+    DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
+    DeclareOpInterfaceMethods<NN_ElementwiseOpInterface, ["hasScalarForm"]>,
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Random zeroing with scaling 1/(1-ratio) when training";
   let description = [{
     In training, each element is kept with probability 1 - ratio and scaled
-    by 1 / (1 - ratio); the random stream is seeded by (seed, step,
-    micro-batch). When `training` is false the op is the identity.
+    by 1 / (1 - ratio); the keep decision of element i is a function of
+    (seed, step, micro-batch, `stream`, i), so the backward regenerates the
+    forward's mask. gpipe-autodiff numbers the streams. When `training` is
+    false, or ratio is 0, the op is the identity.
   }];
   let arguments = (ins NN_Tensor:$input,
                    DefaultValuedAttr<F32Attr, "0.5">:$ratio,
-                   DefaultValuedAttr<BoolAttr, "false">:$training);
+                   DefaultValuedAttr<BoolAttr, "false">:$training,
+                   OptionalAttr<I64Attr>:$stream);
+  let results = (outs NN_Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDeclaration = [{
+    /// Training with a ratio above 0: draws random numbers.
+    bool isRandom() { return getTraining() && !getRatio().isZero(); }
+  }];
   let hasVerifier = 1;
 }
 
@@ -470,6 +482,11 @@ def NN_GeluGradOp : NN_GradOp<"gelu_grad",
   let summary = "grad * gelu'(input), for either form of gelu";
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
                    DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs NN_Tensor:$grad_input);
+}
+def NN_DropoutGradOp : NN_GradOp<"dropout_grad"> {
+  let summary = "grad * mask / (1 - ratio), the mask of the dropout of `stream`";
+  let arguments = (ins NN_Tensor:$grad_output, F32Attr:$ratio, I64Attr:$stream);
   let results = (outs NN_Tensor:$grad_input);
 }
 def NN_ErfGradOp : NN_ActivationGradOp<"erf_grad",

@@ -164,8 +164,10 @@ Value GeluOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
                                  b.create<arith::AddFOp>(loc, one, inner));
 }
 
+bool DropoutOp::hasScalarForm() { return !isRandom(); }
+
 Value DropoutOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
-  if (getTraining() && !getRatio().isZero()) {
+  if (isRandom()) {
     emitOpError("training-mode dropout with ratio > 0 draws random numbers, "
                 "which element-wise code generation does not do");
     return {};

@@ -364,12 +364,17 @@ LogicalResult GeluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
-LogicalResult DropoutOp::buildVJP(OpBuilder &, ValueRange resultGrads,
+LogicalResult DropoutOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
-  if (getTraining() && !getRatio().isZero())
-    return emitOpError("the VJP of training-mode dropout with ratio > 0 is "
-                       "not implemented yet (use ratio 0 or --mode=infer)");
-  operandGrads.push_back(resultGrads[0]); // the identity
+  if (!isRandom()) {
+    operandGrads.push_back(resultGrads[0]); // the identity
+    return success();
+  }
+  if (!getStreamAttr())
+    return emitOpError("random dropout needs a stream number (gpipe-autodiff "
+                       "assigns them)");
+  operandGrads.push_back(b.create<DropoutGradOp>(
+      getLoc(), getType(), resultGrads[0], getRatioAttr(), getStreamAttr()));
   return success();
 }
 

@@ -4,6 +4,7 @@
 
 #include "gpipe/runtime/Bundle.h"
 
+#include <cstdint>
 #include <memory>
 
 namespace dnnl {
@@ -12,6 +13,19 @@ struct stream;
 } // namespace dnnl
 
 namespace gpipe::runtime {
+
+/// What random kernels (dropout) draw from: element i of the op numbered
+/// `stream` is a function of (seed, step, microBatch, stream, i) alone, so
+/// a backward regenerates its forward's mask and a resumed run repeats the
+/// draws of an uninterrupted one.
+struct RandomState {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t microBatch = 0;
+};
+
+/// The uniform number in [0, 1) (24 bits) of one element of one stream.
+float randomUniform(const RandomState &state, int64_t stream, int64_t element);
 
 /// Where a stage's tensors live while it runs.
 struct KernelMemory {
@@ -23,6 +37,8 @@ struct KernelMemory {
   /// Whether stateful kernels (BatchNorm's running statistics) update their
   /// state on this run: true in training steps, false in evaluation.
   const bool *updateState = nullptr;
+  /// The current step's random state (dropout).
+  const RandomState *random = nullptr;
 };
 
 class Kernel {

@@ -30,6 +30,8 @@ public:
   void run();
   /// Whether runs update kernel state (BatchNorm running statistics).
   void setUpdateState(bool update) { updateState = update; }
+  /// The random state that the next runs draw from (dropout).
+  void setRandomState(const RandomState &state) { random = state; }
 
   /// Called by the stage code through gpipe_kernel().
   void runKernel(int64_t id) noexcept;
@@ -51,6 +53,7 @@ private:
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::string kernelError;
   bool updateState = true;
+  RandomState random;
 };
 
 } // namespace gpipe::runtime

@@ -49,6 +49,8 @@ public:
                                                          : 0;
   }
 
+  /// Seeds dropout: micro-batch k of step s draws from (seed, s, k).
+  void setRandomSeed(uint64_t seed) { randomSeed = seed; }
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
@@ -75,6 +77,7 @@ private:
   std::vector<std::vector<float>> gradients, momentum, secondMoment;
   double lr_ = 0;
   int64_t steps = 0;
+  uint64_t randomSeed = 0;
 };
 
 } // namespace gpipe::runtime
