@@ -14,7 +14,7 @@
 
 namespace gpipe {
 
-constexpr int64_t kBundleFormatVersion = 1;
+constexpr int64_t kBundleFormatVersion = 2;
 
 /// How a training bundle trains (mode "train").
 struct TrainingOptions {

@@ -95,4 +95,33 @@ def Autodiff : Pass<"gpipe-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::gpipe::nn::NNDialect"];
 }
 
+
+def SplitForwardBackward : Pass<"gpipe-split-forward-backward",
+                                "::mlir::ModuleOp"> {
+  let summary = "Split @forward_backward into @forward and @backward";
+  let description = [{
+    The forward phase of a stage runs for every micro-batch before its
+    backward phase (GPipe), so what the backward needs must be kept in
+    between. @forward takes the data inputs and returns the forward results
+    (the loss first), then what it keeps ("stash:<i>" results); @backward
+    takes the kept values and `loss_grad` and returns the parameter
+    gradients ("grad:<name>").
+
+    `recompute` decides what is kept:
+    - `never`: every forward value the backward reads (activations);
+    - `always`: only the stage's data inputs; @backward runs the forward
+      again first (those ops carry `gpipe.recompute`, so that BatchNorm does
+      not update its running statistics twice);
+    - `except-last`: `always` on every stage but the last, which runs its
+      backward right after its forward anyway; on a single stage, `never`.
+  }];
+  let options = [
+    Option<"recompute", "recompute", "std::string", "\"never\"",
+           "never, always or except-last">,
+    Option<"lastStage", "last-stage", "bool", "true",
+           "Whether this is the pipeline's last stage (for except-last)">,
+  ];
+  let dependentDialects = ["::gpipe::nn::NNDialect"];
+}
+
 #endif // GPIPE_TRANSFORMS_PASSES

@@ -127,17 +127,23 @@ LogicalResult writeFile(Operation *anchor, StringRef path,
 
 LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
                                  const BundleOptions &options) {
-  func::FuncOp stage;
+  // The lowered phases of the stage (forward only, or forward and
+  // backward), in the order they were lowered.
+  SmallVector<func::FuncOp> phases;
   for (auto f : module.getOps<func::FuncOp>())
     if (f->hasAttr("gpipe.kernels"))
-      stage = f;
-  if (!stage)
+      phases.push_back(f);
+  if (phases.empty())
     return module.emitError("no lowered stage function (run gpipe-lower-stage "
                             "first)");
+  func::FuncOp stage = phases.front();
 
-  // The part of the manifest that describes memory comes from the plan.
-  int64_t paramsSize =
-      cast<IntegerAttr>(stage->getAttr("gpipe.params_size")).getInt();
+  // The part of the manifest that describes memory comes from the plan;
+  // later phases may have added constants to the blob.
+  int64_t paramsSize = 0;
+  for (func::FuncOp f : phases)
+    paramsSize = std::max(
+        paramsSize, cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
   std::vector<char> params(paramsSize, 0);
   json::Array tensors;
   for (auto param : module.getOps<ParameterOp>()) {
@@ -207,6 +213,18 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
       {"arena_size", toJSON(stage->getAttr("gpipe.arena_size"))},
       {"kernels", toJSON(stage->getAttr("gpipe.kernels"))},
   };
+  if (phases.size() > 1) {
+    json::Array phaseJSON;
+    for (func::FuncOp f : phases)
+      phaseJSON.push_back(json::Object{
+          {"role", cast<StringAttr>(f->getAttr("gpipe.phase")).getValue()},
+          {"entry", f.getSymName()},
+          {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
+          {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
+          {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
+          {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
+    stageJSON["phases"] = std::move(phaseJSON);
+  }
 
   // Build in a sibling directory, then move into place.
   llvm::SmallString<256> tmp(path);

@@ -100,12 +100,23 @@ private:
 };
 
 LogicalResult StageLowering::placeParameters() {
-  // Constants become non-trainable parameters: one read-only blob.
+  // Constants become non-trainable parameters: one read-only blob. A stage
+  // with several phases is lowered one function at a time; parameters placed
+  // by an earlier phase keep their offsets, new ones go after them.
   int counter = 0;
+  Operation *lastParam = nullptr;
+  for (auto param : module.getOps<ParameterOp>()) {
+    lastParam = param;
+    if (param.getSymName().starts_with("__constant_"))
+      ++counter;
+  }
   SmallVector<nn::ConstantOp> constants;
   forward.walk([&](nn::ConstantOp c) { constants.push_back(c); });
   OpBuilder moduleBuilder(module.getBodyRegion());
-  moduleBuilder.setInsertionPointToStart(module.getBody());
+  if (lastParam)
+    moduleBuilder.setInsertionPointAfter(lastParam);
+  else
+    moduleBuilder.setInsertionPointToStart(module.getBody());
   for (nn::ConstantOp c : constants) {
     std::string name = "__constant_" + std::to_string(counter++);
     auto param = moduleBuilder.create<ParameterOp>(c.getLoc(), name,
@@ -117,10 +128,17 @@ LogicalResult StageLowering::placeParameters() {
     c.replaceAllUsesWith(get.getResult());
     c.erase();
   }
+  for (auto param : module.getOps<ParameterOp>())
+    if (auto placed = param->getAttrOfType<IntegerAttr>("gpipe.offset"))
+      paramsSize = std::max(paramsSize, alignUp(placed.getInt() +
+                                                byteSize(param.getType())));
   for (auto param : module.getOps<ParameterOp>()) {
-    paramOffsets[param.getSymName()] = paramsSize;
-    param->setAttr("gpipe.offset", builder.getI64IntegerAttr(paramsSize));
-    paramsSize = alignUp(paramsSize + byteSize(param.getType()));
+    if (!param->hasAttr("gpipe.offset")) {
+      param->setAttr("gpipe.offset", builder.getI64IntegerAttr(paramsSize));
+      paramsSize = alignUp(paramsSize + byteSize(param.getType()));
+    }
+    paramOffsets[param.getSymName()] =
+        param->getAttrOfType<IntegerAttr>("gpipe.offset").getInt();
   }
   return success();
 }
@@ -595,6 +613,7 @@ LogicalResult StageLowering::emit() {
     outputs.push_back(ioEntry(name ? name : builder.getStringAttr("output"),
                               type, outputClasses[i]));
   }
+  stage->setAttr("gpipe.phase", builder.getStringAttr(forward.getSymName()));
   stage->setAttr("gpipe.arena_size", builder.getI64IntegerAttr(plan.size));
   stage->setAttr("gpipe.params_size", builder.getI64IntegerAttr(paramsSize));
   stage->setAttr("gpipe.inputs", builder.getArrayAttr(inputs));

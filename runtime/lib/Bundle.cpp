@@ -159,6 +159,29 @@ void checkDevices(const Bundle &b) {
 
 } // namespace
 
+namespace {
+const TensorSlot *findSlot(const std::vector<TensorSlot> &slots,
+                           const std::string &name) {
+  for (const TensorSlot &s : slots)
+    if (s.name == name)
+      return &s;
+  return nullptr;
+}
+} // namespace
+
+const TensorSlot *PhaseSpec::input(const std::string &name) const {
+  return findSlot(inputs, name);
+}
+const TensorSlot *PhaseSpec::output(const std::string &name) const {
+  return findSlot(outputs, name);
+}
+const PhaseSpec *StageSpec::phase(const std::string &role) const {
+  for (const PhaseSpec &p : phases)
+    if (p.role == role)
+      return &p;
+  return nullptr;
+}
+
 Bundle loadBundle(const std::string &path) {
   Bundle b;
   b.path = path;
@@ -220,10 +243,32 @@ Bundle loadBundle(const std::string &path) {
       s.device = j.at("device").get<std::string>();
       s.library = j.at("library").get<std::string>();
       s.crc32 = j.at("crc32").get<uint32_t>();
-      s.entry = j.at("entry").get<std::string>();
-      s.arenaSize = j.at("arena_size").get<int64_t>();
-      for (const json &k : j.at("kernels"))
-        s.kernels.push_back(parseKernel(k));
+      auto parsePhase = [&](const json &pj, bool ownIO) {
+        PhaseSpec phase;
+        phase.role = pj.value("role", "forward");
+        phase.entry = pj.at("entry").get<std::string>();
+        phase.arenaSize = pj.at("arena_size").get<int64_t>();
+        for (const json &k : pj.at("kernels"))
+          phase.kernels.push_back(parseKernel(k));
+        if (ownIO) {
+          for (const json &io : pj.at("inputs"))
+            phase.inputs.push_back(parseSlot(io));
+          for (const json &io : pj.at("outputs"))
+            phase.outputs.push_back(parseSlot(io));
+        } else {
+          phase.inputs = b.inputs;
+          phase.outputs = b.outputs;
+        }
+        return phase;
+      };
+      if (j.contains("phases")) {
+        for (const json &pj : j.at("phases"))
+          s.phases.push_back(parsePhase(pj, true));
+      } else {
+        s.phases.push_back(parsePhase(j, false));
+      }
+      if (s.phases.empty())
+        fail(path, "manifest.json", "a stage without phases");
       b.stages.push_back(std::move(s));
     }
   } catch (const json::exception &e) {
@@ -266,15 +311,18 @@ Bundle loadBundle(const std::string &path) {
     std::string lib = readFile(path, s.library, b.partPath(s.library));
     if (crc32Of(lib.data(), lib.size()) != s.crc32)
       fail(path, s.library, "checksum mismatch (the file is corrupt)");
-    for (const TensorSlot &t : b.inputs)
-      checkFits(path, t, s.arenaSize, b.paramsSize);
-    for (const TensorSlot &t : b.outputs)
-      checkFits(path, t, s.arenaSize, b.paramsSize);
-    for (const KernelSpec &k : s.kernels) {
-      for (const TensorSlot &t : k.operands)
-        checkFits(path, t, s.arenaSize, b.paramsSize);
-      for (const TensorSlot &t : k.results)
-        checkFits(path, t, s.arenaSize, b.paramsSize);
+    for (const PhaseSpec &phase : s.phases) {
+      int64_t arena = phase.arenaSize;
+      for (const TensorSlot &t : phase.inputs)
+        checkFits(path, t, arena, b.paramsSize);
+      for (const TensorSlot &t : phase.outputs)
+        checkFits(path, t, arena, b.paramsSize);
+      for (const KernelSpec &k : phase.kernels) {
+        for (const TensorSlot &t : k.operands)
+          checkFits(path, t, arena, b.paramsSize);
+        for (const TensorSlot &t : k.results)
+          checkFits(path, t, arena, b.paramsSize);
+      }
     }
   }
   for (const TensorSlot &t : b.parameters)

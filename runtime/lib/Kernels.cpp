@@ -370,7 +370,9 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
         static_cast<float *>(address(spec.operands.at(3), mem)),
         static_cast<float *>(address(spec.operands.at(4), mem)),
         static_cast<float>(spec.number("momentum", 0.9)), perChannel,
-        mem.updateState);
+        // A forward recomputed by the backward phase (--recompute) has
+        // already updated the running statistics in the forward phase.
+        spec.strings.count("gpipe.recompute") ? nullptr : mem.updateState);
   }
   dnnl::batch_normalization_forward::desc desc(
       dnnl::prop_kind::forward_inference, src.get_desc(), epsilon,

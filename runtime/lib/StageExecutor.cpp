@@ -25,7 +25,6 @@ StageExecutor::Buffer StageExecutor::allocate(int64_t size) {
 
 StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
     : spec(spec), engine(std::make_unique<Engine>()) {
-  arena_ = allocate(spec.arenaSize);
   params_ = allocate(bundle.paramsSize);
   if (static_cast<int64_t>(bundle.paramsData.size()) != bundle.paramsSize)
     throw BundleError(bundle.path + ": " + bundle.paramsFile +
@@ -38,30 +37,44 @@ StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
   if (!library)
     throw BundleError(bundle.path + ": " + spec.library +
                       ": cannot load the stage library: " + dlerror());
-  entry = reinterpret_cast<Entry>(dlsym(library, spec.entry.c_str()));
-  if (!entry)
-    throw BundleError(bundle.path + ": " + spec.library + ": no entry point '" +
-                      spec.entry + "'");
-
-  KernelMemory memory{arena_.get(), params_.get(), bundle.mode == "infer",
-                      &updateState, &random};
-  for (const KernelSpec &k : spec.kernels) {
-    if (k.id != static_cast<int64_t>(kernels.size()))
-      throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
-                                      "consecutive");
-    kernels.push_back(createKernel(k, memory, engine->engine));
+  phases.resize(spec.phases.size());
+  for (size_t i = 0; i < spec.phases.size(); ++i) {
+    const PhaseSpec &ps = spec.phases[i];
+    Phase &phase = phases[i];
+    phase.arena = allocate(ps.arenaSize);
+    phase.entry = reinterpret_cast<Entry>(dlsym(library, ps.entry.c_str()));
+    if (!phase.entry)
+      throw BundleError(bundle.path + ": " + spec.library +
+                        ": no entry point '" + ps.entry + "'");
+    phase.context = std::make_unique<Context>(Context{this, i});
+    KernelMemory memory{phase.arena.get(), params_.get(),
+                        bundle.mode == "infer", &updateState, &random};
+    for (const KernelSpec &k : ps.kernels) {
+      if (k.id != static_cast<int64_t>(phase.kernels.size()))
+        throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
+                                        "consecutive");
+      phase.kernels.push_back(createKernel(k, memory, engine->engine));
+    }
   }
 }
 
 StageExecutor::~StageExecutor() {
-  kernels.clear();
+  phases.clear();
   if (library)
     dlclose(library);
 }
 
-void StageExecutor::runKernel(int64_t id) noexcept {
+size_t StageExecutor::phaseIndex(const std::string &role) const {
+  for (size_t i = 0; i < spec.phases.size(); ++i)
+    if (spec.phases[i].role == role)
+      return i;
+  throw BundleError("the stage has no " + role + " phase");
+}
+
+void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   if (!kernelError.empty())
     return;
+  std::vector<std::unique_ptr<Kernel>> &kernels = phases[phase].kernels;
   if (id < 0 || id >= static_cast<int64_t>(kernels.size())) {
     kernelError = "the stage code called unknown kernel " + std::to_string(id);
     return;
@@ -70,15 +83,22 @@ void StageExecutor::runKernel(int64_t id) noexcept {
     kernels[id]->run(engine->stream);
   } catch (const std::exception &e) {
     kernelError = "kernel " + std::to_string(id) + " (" +
-                  spec.kernels[id].kind + ") failed: " + e.what();
+                  spec.phases[phase].kernels[id].kind + ") failed: " + e.what();
   }
 }
 
-void StageExecutor::run() {
+void StageExecutor::run(size_t phase) {
   kernelError.clear();
-  entry(arena_.get(), params_.get(), reinterpret_cast<int64_t>(this));
+  Phase &p = phases.at(phase);
+  p.entry(p.arena.get(), params_.get(),
+          reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);
+}
+
+void gpipeKernel(int64_t ctx, int64_t id) {
+  auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
+  context->executor->runKernel(context->phase, id);
 }
 
 } // namespace gpipe::runtime
@@ -86,5 +106,5 @@ void StageExecutor::run() {
 /// The kernel entry point of generated stage code (docs/bundle.md).
 extern "C" __attribute__((visibility("default"))) void
 gpipe_kernel(int64_t ctx, int64_t id) {
-  reinterpret_cast<gpipe::runtime::StageExecutor *>(ctx)->runKernel(id);
+  gpipe::runtime::gpipeKernel(ctx, id);
 }

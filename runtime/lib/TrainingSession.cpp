@@ -17,32 +17,53 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
                       kind + "'");
   lr_ = bundle_.training.lr;
   stage = std::make_unique<StageExecutor>(bundle_, bundle_.stages.front());
-  for (const TensorSlot &s : bundle_.inputs)
-    if (s.name == "loss_grad")
-      lossGrad = &s;
-  for (const TensorSlot &s : bundle_.outputs) {
-    if (s.name == "loss")
-      loss = &s;
-    else if (!modelOutput && s.name.rfind("grad:", 0) != 0)
+  const StageSpec &spec = bundle_.stages.front();
+  const PhaseSpec *fwd = spec.phase("forward"), *bwd = spec.phase("backward");
+  if (!fwd || !bwd)
+    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
+                                   "forward and backward phases");
+  forwardPhase = stage->phaseIndex("forward");
+  backwardPhase = stage->phaseIndex("backward");
+  loss = fwd->output("loss");
+  lossGrad = bwd->input("loss_grad");
+  for (const TensorSlot &s : fwd->outputs)
+    if (!modelOutput && s.name != "loss" && s.name.rfind("stash:", 0) != 0)
       modelOutput = &s;
-  }
   if (!loss || !lossGrad || loss->dtype != DType::F32 ||
       lossGrad->dtype != DType::F32)
     throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
                                    "a float32 'loss' output and 'loss_grad' "
                                    "input");
   for (const TensorSlot &p : bundle_.parameters) {
-    for (const TensorSlot &o : bundle_.outputs)
-      if (o.name == "grad:" + p.name) {
-        if (p.dtype != DType::F32 || o.byteSize() != p.byteSize())
-          throw BundleError(bundlePath + ": manifest.json: gradient of '" +
-                            p.name + "' does not match the parameter");
-        trained.emplace_back(&p, &o);
-      }
+    if (const TensorSlot *g = bwd->output("grad:" + p.name)) {
+      if (p.dtype != DType::F32 || g->byteSize() != p.byteSize())
+        throw BundleError(bundlePath + ": manifest.json: gradient of '" +
+                          p.name + "' does not match the parameter");
+      trained.emplace_back(&p, g);
+    }
   }
-  for (const TensorSlot &s : bundle_.inputs)
-    if (&s != lossGrad)
-      dataInputs_.push_back(&s);
+  for (const TensorSlot &s : fwd->inputs)
+    dataInputs_.push_back(&s);
+  // What the backward reads besides loss_grad: values the forward kept
+  // (same name among its outputs) or, when it recomputes, the data inputs.
+  for (const TensorSlot &in : bwd->inputs) {
+    if (&in == lossGrad)
+      continue;
+    if (const TensorSlot *kept = fwd->output(in.name)) {
+      if (kept->byteSize() != in.byteSize())
+        throw BundleError(bundlePath + ": manifest.json: '" + in.name +
+                          "' differs between the phases");
+      carried.push_back({&in, kept, stashBytes_});
+      stashBytes_ += in.byteSize();
+    } else if (fwd->input(in.name)) {
+      carried.push_back({&in, nullptr, -1});
+    } else {
+      throw BundleError(bundlePath + ": manifest.json: the backward input '" +
+                        in.name + "' comes from nowhere");
+    }
+  }
+  stash.assign(static_cast<size_t>(bundle_.training.microBatches),
+               std::vector<char>(static_cast<size_t>(stashBytes_)));
   for (auto &[p, g] : trained) {
     gradients.emplace_back(p->numElements(), 0.0f);
     momentum.emplace_back();
@@ -68,26 +89,44 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   }
   for (auto &g : gradients)
     std::fill(g.begin(), g.end(), 0.0f);
-  float seed = 1.0f / static_cast<float>(m);
+  // Micro-batch k's rows of a data input.
+  auto rows = [&](const std::string &name, int64_t bytes, int64_t k) {
+    return reinterpret_cast<const char *>(batch.at(name).data.data()) +
+           k * bytes;
+  };
+
+  // GPipe on one stage: every micro-batch's forward, keeping what its
+  // backward needs, then the backwards in reverse order.
   double lossSum = 0;
-  char *arena = stage->arena();
+  char *fa = stage->arena(forwardPhase);
   for (int64_t k = 0; k < m; ++k) {
-    for (const TensorSlot *slot : dataInputs()) {
-      const HostTensor &t = batch.at(slot->name);
-      int64_t bytes = slot->byteSize();
-      std::memcpy(arena + slot->offset,
-                  reinterpret_cast<const char *>(t.data.data()) + k * bytes,
-                  bytes);
-    }
-    std::memcpy(arena + lossGrad->offset, &seed, sizeof(float));
+    for (const TensorSlot *slot : dataInputs())
+      std::memcpy(fa + slot->offset, rows(slot->name, slot->byteSize(), k),
+                  slot->byteSize());
     stage->setRandomState({randomSeed, steps, k});
-    stage->run();
+    stage->run(forwardPhase);
     float microLoss;
-    std::memcpy(&microLoss, arena + loss->offset, sizeof(float));
+    std::memcpy(&microLoss, fa + loss->offset, sizeof(float));
     lossSum += microLoss;
+    for (const Carried &c : carried)
+      if (c.kept)
+        std::memcpy(stash[k].data() + c.stashOffset, fa + c.kept->offset,
+                    c.kept->byteSize());
+  }
+  float seed = 1.0f / static_cast<float>(m);
+  char *ba = stage->arena(backwardPhase);
+  for (int64_t k = m - 1; k >= 0; --k) {
+    for (const Carried &c : carried)
+      std::memcpy(ba + c.input->offset,
+                  c.kept ? stash[k].data() + c.stashOffset
+                         : rows(c.input->name, c.input->byteSize(), k),
+                  c.input->byteSize());
+    std::memcpy(ba + lossGrad->offset, &seed, sizeof(float));
+    stage->setRandomState({randomSeed, steps, k});
+    stage->run(backwardPhase);
     for (size_t i = 0; i < trained.size(); ++i) {
       const float *g =
-          reinterpret_cast<const float *>(arena + trained[i].second->offset);
+          reinterpret_cast<const float *>(ba + trained[i].second->offset);
       std::vector<float> &acc = gradients[i];
       for (size_t j = 0; j < acc.size(); ++j)
         acc[j] += g[j];
@@ -157,7 +196,7 @@ HostTensor
 TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   if (!modelOutput)
     throw InputError("the model has no output besides its loss");
-  char *arena = stage->arena();
+  char *arena = stage->arena(forwardPhase);
   for (const TensorSlot *slot : dataInputs()) {
     auto it = microBatch.find(slot->name);
     if (it == microBatch.end() ||
@@ -167,11 +206,9 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
                        std::to_string(slot->byteSize()) + " bytes");
     std::memcpy(arena + slot->offset, it->second.data.data(), slot->byteSize());
   }
-  float zero = 0.0f;
-  std::memcpy(arena + lossGrad->offset, &zero, sizeof(float));
   stage->setUpdateState(false);
   try {
-    stage->run();
+    stage->run(forwardPhase);
   } catch (...) {
     stage->setUpdateState(true);
     throw;
@@ -188,7 +225,7 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
 
 std::map<std::string, HostTensor> TrainingSession::parameters() const {
   std::map<std::string, HostTensor> out;
-  for (auto &[p, g] : trained) {
+  for (const TensorSlot *p : modelState()) {
     HostTensor t;
     t.dtype = p->dtype;
     t.shape = p->shape;
@@ -199,12 +236,22 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
   return out;
 }
 
+std::vector<const TensorSlot *> TrainingSession::modelState() const {
+  // Every model tensor, trained or updated by its op (BatchNorm's running
+  // statistics); not the constants the compiler moved into the blob.
+  std::vector<const TensorSlot *> out;
+  for (const TensorSlot &p : bundle_.parameters)
+    if (p.name.rfind("__constant_", 0) != 0)
+      out.push_back(&p);
+  return out;
+}
+
 } // namespace gpipe::runtime
 
 namespace gpipe::runtime {
 
 namespace {
-constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '2'};
 
 template <typename T> void put(std::string &out, const T &v) {
   out.append(reinterpret_cast<const char *>(&v), sizeof(T));
@@ -222,11 +269,14 @@ void TrainingSession::saveCheckpoint(const std::string &path,
   put<uint32_t>(out, bundle_.paramsCrc32);
   put<int64_t>(out, steps);
   put<uint64_t>(out, extra);
-  put<uint64_t>(out, trained.size());
-  for (size_t i = 0; i < trained.size(); ++i) {
-    const TensorSlot *p = trained[i].first;
+  std::vector<const TensorSlot *> state = modelState();
+  put<uint64_t>(out, state.size());
+  for (const TensorSlot *p : state) {
     put<uint64_t>(out, p->byteSize());
     out.append(stage->params() + p->offset, p->byteSize());
+  }
+  put<uint64_t>(out, trained.size());
+  for (size_t i = 0; i < trained.size(); ++i) {
     putFloats(out, momentum[i]);
     putFloats(out, secondMoment[i]);
   }
@@ -267,8 +317,22 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
   get(stepCount);
   get(extra);
   get(count);
-  if (model != bundle_.paramsCrc32 || count != trained.size())
-    throw fail("the checkpoint belongs to another model or bundle");
+  std::vector<const TensorSlot *> state = modelState();
+  auto otherModel = [&] {
+    return fail("the checkpoint belongs to another model or bundle");
+  };
+  if (model != bundle_.paramsCrc32 || count != state.size())
+    throw otherModel();
+  for (const TensorSlot *p : state) {
+    uint64_t bytes;
+    get(bytes);
+    if (bytes != static_cast<uint64_t>(p->byteSize()))
+      throw otherModel();
+    std::memcpy(stage->params() + p->offset, take(bytes), bytes);
+  }
+  get(count);
+  if (count != trained.size())
+    throw otherModel();
   auto getFloats = [&](std::vector<float> &v) {
     uint64_t n;
     get(n);
@@ -278,12 +342,6 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
     std::memcpy(v.data(), take(n * sizeof(float)), n * sizeof(float));
   };
   for (size_t i = 0; i < trained.size(); ++i) {
-    const TensorSlot *p = trained[i].first;
-    uint64_t bytes;
-    get(bytes);
-    if (bytes != static_cast<uint64_t>(p->byteSize()))
-      throw fail("the checkpoint belongs to another model or bundle");
-    std::memcpy(stage->params() + p->offset, take(bytes), bytes);
     getFloats(momentum[i]);
     getFloats(secondMoment[i]);
   }

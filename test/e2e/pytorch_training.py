@@ -5,7 +5,9 @@ parameters.
 
 For each (model, micro-batches, optimizer): export, compile with
 --mode=train, run 20 steps (SGD with momentum, or AdamW with weight decay)
-with `gpipe-run --train --no-shuffle`, and replay them in PyTorch. Every step's loss must agree within 1e-4 relative
+with `gpipe-run --train --no-shuffle`, and replay them in PyTorch. The same
+bundle compiled with --recompute=always must give bit-identical losses and
+parameters. Every step's loss must agree within 1e-4 relative
 (1e-3 with BatchNorm) and the final parameters within 1e-3 relative L2;
 for chaotic models (HORIZON) over the steps float32 can follow.
 
@@ -135,13 +137,15 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
     model, example = reference_models.export(name, onnx_path,
                                              batch=BATCH // micro)
     initial = {n: t.detach().clone() for n, t in model.state_dict().items()}
-    proc = subprocess.run(
-        [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
-         f"--micro-batches={micro}", f"--loss={loss}"] + OPTIMIZERS[optimizer][0]
-        + ["-o", bundle],
-        capture_output=True, text=True)
-    if proc.returncode != 0:
-        return [f"compile failed: {proc.stderr.strip()}"]
+    for recompute, path in (("never", bundle), ("always", bundle + "-rc")):
+        proc = subprocess.run(
+            [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
+             f"--micro-batches={micro}", f"--loss={loss}",
+             f"--recompute={recompute}"] + OPTIMIZERS[optimizer][0]
+            + ["-o", path],
+            capture_output=True, text=True)
+        if proc.returncode != 0:
+            return [f"compile failed: {proc.stderr.strip()}"]
     rng = np.random.RandomState(5)
     x = rng.randn(SAMPLES, *example.shape[1:]).astype(np.float32)
     y = (rng.randn(SAMPLES, 10).astype(np.float32) if loss == "mse"
@@ -155,12 +159,24 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
                       [f"--save-onnx={trained_onnx}"])
     if got is None or len(got) != STEPS:
         return ["gpipe-run failed"]
+    # --recompute=always: the backward runs the forward again instead of
+    # keeping its activations; the run must be bit-identical.
+    got_rc = gpipe_train(gpipe_run, bundle + "-rc", data, STEPS, log + ".rc",
+                         params + "_rc")
+    if got_rc is None:
+        return ["gpipe-run failed (--recompute=always)"]
+    recompute_differs = open(log).read() != open(log + ".rc").read() or any(
+        not np.array_equal(np.load(os.path.join(params, f)),
+                           np.load(os.path.join(params + "_rc", f)))
+        for f in os.listdir(params))
     horizon = HORIZON.get(name, STEPS)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     model.train()
     expected, reference = torch_run(model, xt, yt, micro, optimizer, loss,
                                     snapshot_at=horizon)
     errors = []
+    if recompute_differs:
+        errors.append("--recompute=always differs from --recompute=never")
     # BatchNorm models: 1e-3 (batch statistics amplify rounding differences).
     tolerance = 1e-3 if name in ("cnn_bn", "resnet18") else 1e-4
     worst = worst_loss_error(got[:horizon], expected[:horizon])
@@ -184,11 +200,22 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         if worst_param > UPDATE_TOLERANCE:
             errors.append(f"parameter updates of the first {horizon} steps "
                           f"differ: relative L2 {worst_param:.2e}")
+    # BatchNorm running statistics, accumulated over every micro-batch.
+    if horizon == STEPS:
+        for bname, buf in model.named_buffers():
+            if "running" not in bname:
+                continue
+            mine = np.load(os.path.join(params, bname + ".npy"))
+            ref = buf.detach().numpy()
+            rel = float(np.linalg.norm(mine - ref) / np.linalg.norm(ref))
+            if rel > 1e-3:
+                errors.append(f"{bname} differs: relative L2 {rel:.2e}")
     # --save-onnx: a valid ONNX model holding the trained parameters.
     trained = onnx.load(trained_onnx)
     onnx.checker.check_model(trained)
     inits = {t.name: numpy_helper.to_array(t) for t in trained.graph.initializer}
-    for pname, _ in model.named_parameters():
+    for pname in [n for n, _ in model.named_parameters()] + [
+            n for n, _ in model.named_buffers() if "running" in n]:
         if not np.array_equal(inits.get(pname), np.load(os.path.join(params, pname + ".npy"))):
             errors.append(f"--save-onnx: initializer {pname} is not the trained value")
     print(f"{tag}: {STEPS} steps, loss {got[0]:.4f} -> {got[-1]:.4f}; over "

@@ -86,6 +86,16 @@ cl::opt<int64_t> microBatchesOption(
              "(--mode=train; default 1)"),
     cl::init(1), cl::cat(gpipeCategory));
 
+cl::opt<std::string> recomputeOption(
+    "recompute",
+    cl::desc("What each stage's forward keeps for its backward (--mode=train): "
+             "never (the activations; fastest, most memory), always (only the "
+             "stage input; the backward runs the forward again) or "
+             "except-last (always, but never on the last stage, whose "
+             "backward follows its forward at once; on one stage: never). "
+             "Default never"),
+    cl::init("never"), cl::cat(gpipeCategory));
+
 cl::opt<std::string> devicesOption(
     "devices",
     cl::desc("Target devices, comma-separated (cpu:N, cuda:N). One device: "
@@ -184,13 +194,21 @@ LogicalResult lowerToStage(ModuleOp module, bool training) {
     loss.loss = lossOption;
     pm.addPass(gpipe::createAppendLoss(loss));
     pm.addPass(gpipe::createAutodiff());
-    lower.functionName = "forward_backward";
+    gpipe::SplitForwardBackwardOptions split;
+    split.recompute = recomputeOption;
+    pm.addPass(gpipe::createSplitForwardBackward(split));
   } else {
     pm.addPass(gpipe::createSetInferenceMode());
   }
   pm.addPass(gpipe::createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
   pm.addPass(gpipe::createLowerStage(lower));
+  if (training) {
+    gpipe::LowerStageOptions backward;
+    backward.functionName = "backward";
+    backward.entryName = "gpipe_stage0_backward";
+    pm.addPass(gpipe::createLowerStage(backward));
+  }
   return pm.run(module);
 }
 
@@ -216,6 +234,13 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     return notImplemented("--emit=schedule");
   case Emit::None:
   case Emit::LLVM:
+    if (modeOption == Mode::Train && recomputeOption != "never" &&
+        recomputeOption != "always" && recomputeOption != "except-last") {
+      llvm::errs() << "gpipe-opt: error: --recompute=" << recomputeOption
+                   << " is not a recompute mode: use never, always or "
+                      "except-last\n";
+      return 1;
+    }
     if (modeOption == Mode::Train && optimizerOption != "sgd" &&
         optimizerOption != "adam" && optimizerOption != "adamw") {
       llvm::errs() << "gpipe-opt: error: --optimizer=" << optimizerOption

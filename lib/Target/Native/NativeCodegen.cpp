@@ -13,7 +13,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
-#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -23,6 +22,8 @@
 #include "lld/Common/Driver.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FileUtilities.h"
@@ -86,6 +87,40 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(std::string &error) {
 
 } // namespace
 
+namespace {
+/// LLVM's O3 pipeline for the host, with full unrolling capped at 16
+/// iterations: vectorized transposes of a Transformer's attention (strided
+/// gathers with static trip counts in the thousands) were otherwise unrolled
+/// into basic blocks of 100k instructions, and the SLP vectorizer and
+/// instruction selection, quadratic on them, took minutes.
+void optimizeModule(llvm::Module &module, llvm::TargetMachine &machine) {
+  // LLVM has this limit only as a command-line option of its own.
+  static std::once_flag capped;
+  std::call_once(capped, [] {
+    auto &options = llvm::cl::getRegisteredOptions();
+    if (llvm::cl::Option *o = options.lookup("unroll-full-max-count"))
+      o->addOccurrence(0, "unroll-full-max-count", "16");
+  });
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopUnrolling = true;
+  tuning.LoopInterleaving = true;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder builder(&machine, tuning);
+  builder.registerModuleAnalyses(modules);
+  builder.registerCGSCCAnalyses(cgscc);
+  builder.registerFunctionAnalyses(functions);
+  builder.registerLoopAnalyses(loops);
+  builder.crossRegisterProxies(loops, functions, cgscc, modules);
+  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
+      .run(module, modules);
+}
+} // namespace
+
 LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path) {
   if (failed(lowerStageToLLVMDialect(module)))
     return failure();
@@ -103,10 +138,7 @@ LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path) {
     return module.emitError("no LLVM target for this host: ") << error;
   llvmModule->setDataLayout(machine->createDataLayout());
   llvmModule->setTargetTriple(machine->getTargetTriple().getTriple());
-  auto optimize = makeOptimizingTransformer(3, 0, machine.get());
-  if (llvm::Error err = optimize(llvmModule.get()))
-    return module.emitError("LLVM optimization failed: ")
-           << llvm::toString(std::move(err));
+  optimizeModule(*llvmModule, *machine);
 
   // Object file, then a shared library linked by lld in process.
   llvm::SmallString<128> object;

@@ -13,7 +13,7 @@
 namespace gpipe::runtime {
 
 /// The bundle format version this runtime reads.
-constexpr int64_t kBundleFormatVersion = 1;
+constexpr int64_t kBundleFormatVersion = 2;
 
 /// A bundle that cannot be used; the message names the bundle and the part.
 class BundleError : public std::runtime_error {
@@ -47,14 +47,30 @@ struct KernelSpec {
   std::vector<int64_t> ints(const std::string &key) const;
 };
 
+/// One entry point of a stage's code with its own arena: the whole stage
+/// (inference), or its forward or backward phase (training).
+struct PhaseSpec {
+  std::string role; // "forward", "backward"
+  std::string entry;
+  int64_t arenaSize = 0;
+  std::vector<TensorSlot> inputs, outputs;
+  std::vector<KernelSpec> kernels;
+
+  /// The input or output named `name`, or null.
+  const TensorSlot *input(const std::string &name) const;
+  const TensorSlot *output(const std::string &name) const;
+};
+
 struct StageSpec {
   int64_t index = 0;
   std::string device;
   std::string library; // file name inside the bundle
   uint32_t crc32 = 0;
-  std::string entry;
-  int64_t arenaSize = 0;
-  std::vector<KernelSpec> kernels;
+  /// At least one; the first is the one inference runs.
+  std::vector<PhaseSpec> phases;
+
+  /// The phase with this role, or null.
+  const PhaseSpec *phase(const std::string &role) const;
 };
 
 /// How a training bundle trains (manifest "training").

@@ -12,10 +12,13 @@
 
 namespace gpipe::runtime {
 
+/// Dispatches a kernel call of generated code (gpipe_kernel's context).
+void gpipeKernel(int64_t ctx, int64_t id);
+
 /// Loads a stage of a checked bundle: dlopens its library, moves the
 /// parameters loadBundle read into an aligned buffer (the bundle's copy is
-/// released), allocates the arena and creates every kernel's primitive.
-/// Nothing is created per run.
+/// released), allocates one arena per phase and creates every kernel's
+/// primitive. Nothing is created per run.
 class StageExecutor {
 public:
   StageExecutor(Bundle &bundle, const StageSpec &spec);
@@ -23,18 +26,24 @@ public:
   StageExecutor(const StageExecutor &) = delete;
   StageExecutor &operator=(const StageExecutor &) = delete;
 
-  char *arena() { return arena_.get(); }
+  /// The phase index of `role` ("forward", "backward"); throws BundleError
+  /// if the stage has no such phase.
+  size_t phaseIndex(const std::string &role) const;
+  const PhaseSpec &phase(size_t index) const { return spec.phases[index]; }
+
+  char *arena(size_t phase = 0) { return phases[phase].arena.get(); }
   const char *params() const { return params_.get(); }
   char *params() { return params_.get(); }
-  /// Runs the stage's compiled code once on the arena's contents.
-  void run();
-  /// Whether runs update kernel state (BatchNorm running statistics).
+  /// Runs a phase's compiled code once on its arena's contents.
+  void run(size_t phase = 0);
+  /// Whether runs update kernel state (BatchNorm running statistics) and
+  /// apply dropout; false while evaluating.
   void setUpdateState(bool update) { updateState = update; }
   /// The random state that the next runs draw from (dropout).
   void setRandomState(const RandomState &state) { random = state; }
 
   /// Called by the stage code through gpipe_kernel().
-  void runKernel(int64_t id) noexcept;
+  void runKernel(size_t phase, int64_t id) noexcept;
 
 private:
   struct Aligned {
@@ -43,17 +52,31 @@ private:
   using Buffer = std::unique_ptr<char, Aligned>;
   static Buffer allocate(int64_t size);
 
-  const StageSpec &spec;
-  Buffer arena_, params_;
-  void *library = nullptr;
   using Entry = void (*)(char *, char *, int64_t);
-  Entry entry = nullptr;
+  struct Phase;
+  /// What gpipe_kernel's context argument points to.
+  struct Context {
+    StageExecutor *executor;
+    size_t phase;
+  };
+  struct Phase {
+    Buffer arena;
+    Entry entry = nullptr;
+    std::vector<std::unique_ptr<Kernel>> kernels;
+    std::unique_ptr<Context> context;
+  };
+
+  const StageSpec &spec;
+  Buffer params_;
+  void *library = nullptr;
   struct Engine;
   std::unique_ptr<Engine> engine;
-  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<Phase> phases;
   std::string kernelError;
   bool updateState = true;
   RandomState random;
+
+  friend void gpipeKernel(int64_t, int64_t);
 };
 
 } // namespace gpipe::runtime

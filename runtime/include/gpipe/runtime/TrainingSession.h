@@ -51,6 +51,9 @@ public:
 
   /// Seeds dropout: micro-batch k of step s draws from (seed, s, k).
   void setRandomSeed(uint64_t seed) { randomSeed = seed; }
+  /// Bytes kept between the forward and the backward of one micro-batch
+  /// (the activations, or nothing beyond the inputs with --recompute).
+  int64_t stashBytes() const { return stashBytes_; }
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
@@ -62,16 +65,29 @@ public:
   /// BundleError if the file is damaged or belongs to another model.
   uint64_t loadCheckpoint(const std::string &path);
 
-  /// The trainable parameters' current values, by name.
+  /// The model's tensors by name: trainable parameters and the state ops
+  /// update (BatchNorm running statistics).
   std::map<std::string, HostTensor> parameters() const;
 
 private:
   void optimizerStep();
+  std::vector<const TensorSlot *> modelState() const;
 
   Bundle bundle_;
   std::unique_ptr<StageExecutor> stage;
   const TensorSlot *loss = nullptr, *lossGrad = nullptr, *modelOutput = nullptr;
   std::vector<const TensorSlot *> dataInputs_;
+  size_t forwardPhase = 0, backwardPhase = 0;
+  /// A backward input: kept from the forward (at stashOffset of a
+  /// micro-batch's stash), or a data input (kept == null).
+  struct Carried {
+    const TensorSlot *input;
+    const TensorSlot *kept;
+    int64_t stashOffset;
+  };
+  std::vector<Carried> carried;
+  int64_t stashBytes_ = 0;
+  std::vector<std::vector<char>> stash;
   /// For each trainable parameter: its slot and its gradient output.
   std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
   std::vector<std::vector<float>> gradients, momentum, secondMoment;

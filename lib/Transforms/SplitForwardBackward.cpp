@@ -1,0 +1,214 @@
+//===- SplitForwardBackward.cpp - Forward and backward phases of a stage --===//
+//
+// @forward_backward (from gpipe-autodiff) becomes @forward and @backward.
+// The forward ops are those the forward results (loss, model outputs)
+// depend on; every other op belongs to the backward. With recompute, the
+// backward clones the forward ops it needs instead of receiving their
+// results.
+//
+//===----------------------------------------------------------------------===//
+#include "Transforms/Passes.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_SPLITFORWARDBACKWARD
+#include "Transforms/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+bool isGradientName(DictionaryAttr attrs) {
+  auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
+  return name && name.getValue().starts_with("grad:");
+}
+
+/// Values that are cheap to rebuild where they are used instead of kept.
+bool isRematerializable(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
+}
+
+struct SplitForwardBackwardPass
+    : public gpipe::impl::SplitForwardBackwardBase<SplitForwardBackwardPass> {
+  using SplitForwardBackwardBase::SplitForwardBackwardBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fb = module.lookupSymbol<func::FuncOp>("forward_backward");
+    if (!fb) {
+      module.emitError("no @forward_backward to split (run gpipe-autodiff)");
+      return signalPassFailure();
+    }
+    if (recompute != "never" && recompute != "always" &&
+        recompute != "except-last") {
+      module.emitError("recompute must be never, always or except-last, not '")
+          << recompute << "'";
+      return signalPassFailure();
+    }
+    bool recomputeAll =
+        recompute == "always" || (recompute == "except-last" && !lastStage);
+    if (failed(split(fb, recomputeAll)))
+      return signalPassFailure();
+    fb.erase();
+  }
+
+  LogicalResult split(func::FuncOp fb, bool recomputeAll) {
+    Block &body = fb.front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    unsigned lossGradIndex = fb.getNumArguments() - 1;
+    auto lossGradName =
+        fb.getArgAttrOfType<StringAttr>(lossGradIndex, "gpipe.name");
+    if (!lossGradName || lossGradName.getValue() != "loss_grad")
+      return fb.emitError("the last argument of @forward_backward must be "
+                          "loss_grad");
+
+    // Forward results come first, gradients after.
+    SmallVector<unsigned> forwardResults, gradResults;
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i)
+      (isGradientName(fb.getResultAttrDict(i)) ? gradResults : forwardResults)
+          .push_back(i);
+
+    // The forward ops: the backward slice of the forward results.
+    DenseSet<Operation *> forwardOps;
+    SmallVector<Value> worklist;
+    for (unsigned i : forwardResults)
+      worklist.push_back(ret.getOperand(i));
+    while (!worklist.empty()) {
+      Operation *def = worklist.pop_back_val().getDefiningOp();
+      if (!def || !forwardOps.insert(def).second)
+        continue;
+      llvm::append_range(worklist, def->getOperands());
+    }
+    if (llvm::any_of(body.getArgument(lossGradIndex).getUsers(),
+                     [&](Operation *u) { return forwardOps.contains(u); }))
+      return fb.emitError("the forward results depend on loss_grad");
+
+    OpBuilder b(fb);
+    // @forward: the forward ops, returning the forward results and, without
+    // recompute, every value the backward reads from them (or from the
+    // inputs).
+    SmallVector<Value> stash;
+    if (!recomputeAll) {
+      DenseSet<Value> seen;
+      auto keep = [&](Value v) {
+        bool fromForward = v.getDefiningOp()
+                               ? forwardOps.contains(v.getDefiningOp())
+                               : v != body.getArgument(lossGradIndex);
+        if (fromForward && !isRematerializable(v) && seen.insert(v).second)
+          stash.push_back(v);
+      };
+      for (Operation &op : body.without_terminator())
+        if (!forwardOps.contains(&op))
+          for (Value v : op.getOperands())
+            keep(v);
+      for (unsigned i : gradResults)
+        keep(ret.getOperand(i));
+    }
+    SmallVector<Type> dataTypes;
+    SmallVector<DictionaryAttr> dataAttrs;
+    for (unsigned i = 0; i < lossGradIndex; ++i) {
+      dataTypes.push_back(fb.getArgument(i).getType());
+      dataAttrs.push_back(fb.getArgAttrDict(i));
+    }
+    auto forward = b.create<func::FuncOp>(fb.getLoc(), "forward",
+                                          b.getFunctionType(dataTypes, {}));
+    {
+      Block *block = forward.addEntryBlock();
+      IRMapping map;
+      for (unsigned i = 0; i < lossGradIndex; ++i)
+        map.map(body.getArgument(i), block->getArgument(i));
+      OpBuilder fbuilder = OpBuilder::atBlockEnd(block);
+      for (Operation &op : body.without_terminator())
+        if (forwardOps.contains(&op))
+          fbuilder.clone(op, map);
+      SmallVector<Value> results;
+      SmallVector<Attribute> names;
+      for (unsigned i : forwardResults) {
+        results.push_back(map.lookup(ret.getOperand(i)));
+        names.push_back(fb.getResultAttrDict(i)
+                            ? Attribute(fb.getResultAttrDict(i))
+                            : b.getDictionaryAttr({}));
+      }
+      for (auto [i, v] : llvm::enumerate(stash)) {
+        results.push_back(map.lookupOrDefault(v));
+        names.push_back(b.getDictionaryAttr(b.getNamedAttr(
+            "gpipe.name", b.getStringAttr("stash:" + std::to_string(i)))));
+      }
+      fbuilder.create<func::ReturnOp>(fb.getLoc(), results);
+      SmallVector<Type> types;
+      for (Value v : results)
+        types.push_back(v.getType());
+      forward.setType(b.getFunctionType(dataTypes, types));
+      for (auto [i, attrs] : llvm::enumerate(dataAttrs))
+        if (attrs)
+          forward.setArgAttrs(i, attrs);
+      forward.setAllResultAttrs(names);
+    }
+
+    // @backward: (kept values or data inputs, loss_grad) -> gradients.
+    SmallVector<Type> inTypes;
+    SmallVector<Attribute> inNames;
+    if (recomputeAll) {
+      inTypes = dataTypes;
+      for (DictionaryAttr a : dataAttrs)
+        inNames.push_back(a ? Attribute(a) : b.getDictionaryAttr({}));
+    } else {
+      for (auto [i, v] : llvm::enumerate(stash)) {
+        inTypes.push_back(v.getType());
+        inNames.push_back(b.getDictionaryAttr(b.getNamedAttr(
+            "gpipe.name", b.getStringAttr("stash:" + std::to_string(i)))));
+      }
+    }
+    inTypes.push_back(body.getArgument(lossGradIndex).getType());
+    inNames.push_back(fb.getArgAttrDict(lossGradIndex));
+    auto backward = b.create<func::FuncOp>(fb.getLoc(), "backward",
+                                           b.getFunctionType(inTypes, {}));
+    Block *block = backward.addEntryBlock();
+    IRMapping map;
+    if (recomputeAll) {
+      for (unsigned i = 0; i < lossGradIndex; ++i)
+        map.map(body.getArgument(i), block->getArgument(i));
+    } else {
+      for (auto [i, v] : llvm::enumerate(stash))
+        map.map(v, block->getArgument(i));
+    }
+    map.map(body.getArgument(lossGradIndex), block->getArguments().back());
+    OpBuilder bb = OpBuilder::atBlockEnd(block);
+    for (Operation &op : body.without_terminator()) {
+      bool isForward = forwardOps.contains(&op);
+      if (isForward && !recomputeAll && !op.getResults().empty() &&
+          !llvm::all_of(op.getResults(), isRematerializable))
+        continue; // kept by the forward
+      Operation *copy = bb.clone(op, map);
+      if (isForward && recomputeAll)
+        copy->setAttr("gpipe.recompute", bb.getUnitAttr());
+    }
+    SmallVector<Value> grads;
+    SmallVector<Attribute> gradNames;
+    SmallVector<Type> gradTypes;
+    for (unsigned i : gradResults) {
+      grads.push_back(map.lookup(ret.getOperand(i)));
+      gradTypes.push_back(grads.back().getType());
+      gradNames.push_back(fb.getResultAttrDict(i));
+    }
+    bb.create<func::ReturnOp>(fb.getLoc(), grads);
+    backward.setType(b.getFunctionType(inTypes, gradTypes));
+    backward.setAllArgAttrs(inNames);
+    backward.setAllResultAttrs(gradNames);
+    // The forward results and recomputed values nobody reads are dead.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*block)))
+      if (isOpTriviallyDead(&op))
+        op.erase();
+    return success();
+  }
+};
+
+} // namespace
