@@ -33,7 +33,8 @@ bool isGradientName(DictionaryAttr attrs) {
 /// Values that are cheap to rebuild where they are used instead of kept.
 bool isRematerializable(Value v) {
   Operation *def = v.getDefiningOp();
-  return def && (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
+  return def &&
+         (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
 }
 
 struct SplitForwardBackwardPass

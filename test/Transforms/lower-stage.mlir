@@ -3,16 +3,17 @@
 // A gemm, an element-wise op and a reshape: the reshape aliases its input,
 // buffers whose live ranges do not overlap share memory, parameters and
 // constants live in the parameter blob.
-// CHECK: gpipe.parameter @__constant_0 = dense<1.000000e+00> : tensor<4xf32> {gpipe.offset = 0 : i64}
-// CHECK: gpipe.parameter @w = dense<5.000000e-01> : tensor<4x6xf32> {gpipe.offset = 64 : i64}
+// CHECK: gpipe.parameter @w = dense<5.000000e-01> : tensor<4x6xf32> {gpipe.offset = 0 : i64}
+// CHECK: gpipe.parameter @__constant_0 = dense<1.000000e+00> : tensor<4xf32> {gpipe.offset = 128 : i64}
 gpipe.parameter @w = dense<0.5> : tensor<4x6xf32>
 // CHECK-LABEL: func.func @gpipe_stage0_forward
 // CHECK-SAME: (%[[ARENA:.*]]: memref<128xi8>, %[[PARAMS:.*]]: memref<192xi8>, %[[CTX:.*]]: i64)
 // CHECK-SAME: gpipe.arena_size = 128 : i64
 // CHECK-SAME: gpipe.inputs = [{dtype = "f32", name = "x", offset = 0 : i64, shape = [2, 6]}]
-// CHECK-SAME: gpipe.kernels = [{attributes = {alpha = 1.000000e+00 : f32, beta = 1.000000e+00 : f32, trans_a = false, trans_b = true}, id = 0 : i64, kind = "gemm", operands = [{dtype = "f32", offset = 0 : i64, shape = [2, 6], space = "arena"}, {dtype = "f32", offset = 64 : i64, shape = [4, 6], space = "params"}], results = [{dtype = "f32", offset = 64 : i64, shape = [2, 4], space = "arena"}]}]
+// CHECK-SAME: gpipe.kernels = [{attributes = {alpha = 1.000000e+00 : f32, beta = 1.000000e+00 : f32, trans_a = false, trans_b = true}, id = 0 : i64, kind = "gemm", operands = [{dtype = "f32", offset = 0 : i64, shape = [2, 6], space = "arena"}, {dtype = "f32", offset = 0 : i64, shape = [4, 6], space = "params"}], results = [{dtype = "f32", offset = 64 : i64, shape = [2, 4], space = "arena"}]}]
 // CHECK-SAME: gpipe.outputs = [{dtype = "f32", name = "y", offset = 0 : i64, shape = [8]}]
 // CHECK-SAME: gpipe.params_size = 192 : i64
+// CHECK-SAME: gpipe.phase = "forward"
 // CHECK: %[[ID:.*]] = arith.constant 0 : i64
 // CHECK: call @gpipe_kernel(%[[CTX]], %[[ID]]) : (i64, i64) -> ()
 // CHECK: memref.view %[[ARENA]][%{{.*}}][] : memref<128xi8> to memref<2x4xf32>
