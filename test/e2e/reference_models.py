@@ -85,15 +85,17 @@ def transformer_no_dropout():
     return TransformerClassifier(dropout=0.0), torch.randn(4, 16, 64)
 
 
-MODELS = {"mlp": mlp, "mlp_dropout": mlp_dropout, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
-          "resnet18": resnet18, "transformer": transformer,
-          "transformer_no_dropout": transformer_no_dropout}
+MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
+          "resnet18": resnet18, "transformer": transformer}
+# Variants for the training tests (not in the import and inference suites).
+VARIANTS = {"mlp_dropout": mlp_dropout,
+            "transformer_no_dropout": transformer_no_dropout}
 
 
 def export(name, path, batch=None):
     """Exports in training mode. `batch` sets the example's batch size, which
     some exports (the Transformer's attention reshapes) fix in the graph."""
-    model, x = MODELS[name]()
+    model, x = {**MODELS, **VARIANTS}[name]()
     if batch is not None:
         x = torch.randn(batch, *x.shape[1:])
     model.train()
