@@ -121,7 +121,37 @@ def SplitForwardBackward : Pass<"gpipe-split-forward-backward",
     Option<"lastStage", "last-stage", "bool", "true",
            "Whether this is the pipeline's last stage (for except-last)">,
   ];
-  let dependentDialects = ["::gpipe::nn::NNDialect"];
+  let dependentDialects = ["::gpipe::nn::NNDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+
+def AppendOptimizer : Pass<"gpipe-append-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Add the @optimizer phase: one update of every parameter";
+  let description = [{
+    Builds `@optimizer(grad:<p>..., hyper:<name>...)`: for every trainable
+    parameter, its update from its accumulated gradient, as nn element-wise
+    ops, written back with gpipe.assign_parameter. The optimizer state
+    (SGD's momentum buffer, Adam's moments) becomes non-trainable
+    parameters `__opt.<kind>:<p>`, zero at the start. Hyper-parameters are
+    scalar inputs that the runtime sets every step (so they can be
+    overridden and scheduled): `hyper:lr` and `hyper:weight_decay`, for SGD
+    `hyper:momentum`, for Adam and AdamW `hyper:beta1`, `hyper:beta2`,
+    `hyper:eps`, `hyper:step_size` (lr / (1 - beta1^t)) and
+    `hyper:bias_correction2` (sqrt(1 - beta2^t)). Semantics are PyTorch's:
+    SGD adds weight decay to the gradient, keeps a momentum buffer (when
+    `momentum` is not 0) and optionally Nesterov; Adam adds weight decay to
+    the gradient, AdamW decays the parameter by lr * weight_decay.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"sgd\"",
+           "sgd, adam or adamw">,
+    Option<"momentum", "momentum", "bool", "false",
+           "SGD keeps a momentum buffer">,
+    Option<"nesterov", "nesterov", "bool", "false", "SGD with Nesterov momentum">,
+  ];
+  let dependentDialects = ["::gpipe::nn::NNDialect",
+                           "::mlir::func::FuncDialect"];
 }
 
 #endif // GPIPE_TRANSFORMS_PASSES

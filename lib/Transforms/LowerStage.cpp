@@ -130,8 +130,8 @@ LogicalResult StageLowering::placeParameters() {
   }
   for (auto param : module.getOps<ParameterOp>())
     if (auto placed = param->getAttrOfType<IntegerAttr>("gpipe.offset"))
-      paramsSize = std::max(paramsSize, alignUp(placed.getInt() +
-                                                byteSize(param.getType())));
+      paramsSize = std::max(
+          paramsSize, alignUp(placed.getInt() + byteSize(param.getType())));
   for (auto param : module.getOps<ParameterOp>()) {
     if (!param->hasAttr("gpipe.offset")) {
       param->setAttr("gpipe.offset", builder.getI64IntegerAttr(paramsSize));
@@ -561,6 +561,16 @@ LogicalResult StageLowering::emit() {
     if (isKernelOp(&op)) {
       if (failed(emitKernel(b, &op)))
         return failure();
+      continue;
+    }
+    if (auto assign = dyn_cast<AssignParameterOp>(op)) {
+      auto type = cast<RankedTensorType>(assign.getValue().getType());
+      Value shift = b.create<arith::ConstantIndexOp>(
+          op.getLoc(), paramOffsets.lookup(assign.getName()));
+      Value to = b.create<memref::ViewOp>(
+          op.getLoc(), MemRefType::get(type.getShape(), type.getElementType()),
+          params, shift, ValueRange{});
+      b.create<memref::CopyOp>(op.getLoc(), viewOf(b, assign.getValue()), to);
       continue;
     }
     FailureOr<bool> moved = emitDataMovement(b, &op);

@@ -34,14 +34,28 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
                                    "a float32 'loss' output and 'loss_grad' "
                                    "input");
+  const PhaseSpec *opt = spec.phase("optimizer");
+  if (!opt)
+    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
+                                   "an optimizer phase");
+  optimizerPhase = stage->phaseIndex("optimizer");
   for (const TensorSlot &p : bundle_.parameters) {
     if (const TensorSlot *g = bwd->output("grad:" + p.name)) {
-      if (p.dtype != DType::F32 || g->byteSize() != p.byteSize())
+      const TensorSlot *sum = opt->input("grad:" + p.name);
+      if (p.dtype != DType::F32 || g->byteSize() != p.byteSize() || !sum ||
+          sum->byteSize() != p.byteSize())
         throw BundleError(bundlePath + ": manifest.json: gradient of '" +
                           p.name + "' does not match the parameter");
-      trained.emplace_back(&p, g);
+      trained.push_back({&p, g, sum});
     }
   }
+  for (const TensorSlot &in : opt->inputs)
+    if (in.name.rfind("hyper:", 0) == 0) {
+      if (in.dtype != DType::F32 || in.numElements() != 1)
+        throw BundleError(bundlePath + ": manifest.json: '" + in.name +
+                          "' must be a float32 scalar");
+      hyper[in.name.substr(6)] = &in;
+    }
   for (const TensorSlot &s : fwd->inputs)
     dataInputs_.push_back(&s);
   // What the backward reads besides loss_grad: values the forward kept
@@ -64,11 +78,6 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   }
   stash.assign(static_cast<size_t>(bundle_.training.microBatches),
                std::vector<char>(static_cast<size_t>(stashBytes_)));
-  for (auto &[p, g] : trained) {
-    gradients.emplace_back(p->numElements(), 0.0f);
-    momentum.emplace_back();
-    secondMoment.emplace_back();
-  }
 }
 
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
@@ -87,8 +96,10 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " rows of " + dtypeName(slot->dtype) +
                        " with the model's other dimensions");
   }
-  for (auto &g : gradients)
-    std::fill(g.begin(), g.end(), 0.0f);
+  // Gradients accumulate where the optimizer phase reads them.
+  char *oa = stage->arena(optimizerPhase);
+  for (const Trained &t : trained)
+    std::memset(oa + t.sum->offset, 0, t.sum->byteSize());
   // Micro-batch k's rows of a data input.
   auto rows = [&](const std::string &name, int64_t bytes, int64_t k) {
     return reinterpret_cast<const char *>(batch.at(name).data.data()) +
@@ -124,11 +135,10 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     std::memcpy(ba + lossGrad->offset, &seed, sizeof(float));
     stage->setRandomState({randomSeed, steps, k});
     stage->run(backwardPhase);
-    for (size_t i = 0; i < trained.size(); ++i) {
-      const float *g =
-          reinterpret_cast<const float *>(ba + trained[i].second->offset);
-      std::vector<float> &acc = gradients[i];
-      for (size_t j = 0; j < acc.size(); ++j)
+    for (const Trained &t : trained) {
+      const float *g = reinterpret_cast<const float *>(ba + t.grad->offset);
+      float *acc = reinterpret_cast<float *>(oa + t.sum->offset);
+      for (int64_t j = 0, n = t.param->numElements(); j < n; ++j)
         acc[j] += g[j];
     }
   }
@@ -138,58 +148,29 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
 }
 
 void TrainingSession::optimizerStep() {
+  // The update itself is compiled into the stage (gpipe-append-optimizer);
+  // the runtime sets this step's hyper-parameters.
   const TrainingSpec &t = bundle_.training;
-  float rate = static_cast<float>(lr_), wd = static_cast<float>(t.weightDecay);
-  if (t.optimizer == "sgd") {
-    // torch.optim.SGD: d = g + wd p; buf = mu buf + d (buf = d at first);
-    // d = nesterov ? d + mu buf : buf; p -= lr d.
-    float mu = static_cast<float>(t.momentum);
-    for (size_t i = 0; i < trained.size(); ++i) {
-      float *p =
-          reinterpret_cast<float *>(stage->params() + trained[i].first->offset);
-      std::vector<float> &g = gradients[i], &buf = momentum[i];
-      if (mu != 0 && buf.empty())
-        buf.assign(g.size(), 0.0f);
-      for (size_t j = 0; j < g.size(); ++j) {
-        float d = g[j] + wd * p[j];
-        if (mu != 0) {
-          buf[j] = steps == 0 ? d : mu * buf[j] + d;
-          d = t.nesterov ? d + mu * buf[j] : buf[j];
-        }
-        p[j] -= rate * d;
-      }
-    }
-    return;
+  double step = static_cast<double>(steps + 1);
+  std::map<std::string, double> values{
+      {"lr", lr_},
+      {"weight_decay", t.weightDecay},
+      {"momentum", t.momentum},
+      {"beta1", t.beta1},
+      {"beta2", t.beta2},
+      {"eps", t.eps},
+      {"step_size", lr_ / (1 - std::pow(t.beta1, step))},
+      {"bias_correction2", std::sqrt(1 - std::pow(t.beta2, step))}};
+  char *oa = stage->arena(optimizerPhase);
+  for (auto &[name, slot] : hyper) {
+    auto it = values.find(name);
+    if (it == values.end())
+      throw BundleError("the optimizer asks for an unknown hyper-parameter '" +
+                        name + "'");
+    float v = static_cast<float>(it->second);
+    std::memcpy(oa + slot->offset, &v, sizeof(float));
   }
-  // torch.optim.Adam (weight decay added to the gradient) and AdamW
-  // (decoupled: p *= 1 - lr wd), with bias-corrected moments.
-  bool decoupled = t.optimizer == "adamw";
-  double c1 = 1 - std::pow(t.beta1, static_cast<double>(steps + 1));
-  double c2 = 1 - std::pow(t.beta2, static_cast<double>(steps + 1));
-  float stepSize = static_cast<float>(lr_ / c1);
-  float root2 = static_cast<float>(std::sqrt(c2));
-  float eps = static_cast<float>(t.eps);
-  float b1 = static_cast<float>(t.beta1), b2 = static_cast<float>(t.beta2);
-  for (size_t i = 0; i < trained.size(); ++i) {
-    float *p =
-        reinterpret_cast<float *>(stage->params() + trained[i].first->offset);
-    std::vector<float> &g = gradients[i], &m = momentum[i],
-                       &v = secondMoment[i];
-    if (m.empty()) {
-      m.assign(g.size(), 0.0f);
-      v.assign(g.size(), 0.0f);
-    }
-    for (size_t j = 0; j < g.size(); ++j) {
-      float grad = g[j];
-      if (decoupled)
-        p[j] *= 1 - rate * wd;
-      else
-        grad += wd * p[j];
-      m[j] = b1 * m[j] + (1 - b1) * grad;
-      v[j] = b2 * v[j] + (1 - b2) * grad * grad;
-      p[j] -= stepSize * m[j] / (std::sqrt(v[j]) / root2 + eps);
-    }
-  }
+  stage->run(optimizerPhase);
 }
 
 HostTensor
@@ -226,6 +207,8 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
 std::map<std::string, HostTensor> TrainingSession::parameters() const {
   std::map<std::string, HostTensor> out;
   for (const TensorSlot *p : modelState()) {
+    if (p->name.rfind("__", 0) == 0)
+      continue; // optimizer state
     HostTensor t;
     t.dtype = p->dtype;
     t.shape = p->shape;
@@ -237,8 +220,9 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
 }
 
 std::vector<const TensorSlot *> TrainingSession::modelState() const {
-  // Every model tensor, trained or updated by its op (BatchNorm's running
-  // statistics); not the constants the compiler moved into the blob.
+  // Every tensor that changes: trained, updated by its op (BatchNorm's
+  // running statistics) or optimizer state (`__opt.*`); not the constants
+  // the compiler moved into the blob.
   std::vector<const TensorSlot *> out;
   for (const TensorSlot &p : bundle_.parameters)
     if (p.name.rfind("__constant_", 0) != 0)
@@ -251,15 +235,10 @@ std::vector<const TensorSlot *> TrainingSession::modelState() const {
 namespace gpipe::runtime {
 
 namespace {
-constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '2'};
+constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '3'};
 
 template <typename T> void put(std::string &out, const T &v) {
   out.append(reinterpret_cast<const char *>(&v), sizeof(T));
-}
-void putFloats(std::string &out, const std::vector<float> &v) {
-  put<uint64_t>(out, v.size());
-  out.append(reinterpret_cast<const char *>(v.data()),
-             v.size() * sizeof(float));
 }
 } // namespace
 
@@ -274,11 +253,6 @@ void TrainingSession::saveCheckpoint(const std::string &path,
   for (const TensorSlot *p : state) {
     put<uint64_t>(out, p->byteSize());
     out.append(stage->params() + p->offset, p->byteSize());
-  }
-  put<uint64_t>(out, trained.size());
-  for (size_t i = 0; i < trained.size(); ++i) {
-    putFloats(out, momentum[i]);
-    putFloats(out, secondMoment[i]);
   }
   put<uint32_t>(out, crc32Of(out.data(), out.size()));
   writeFileAtomically(path, out);
@@ -330,21 +304,7 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
       throw otherModel();
     std::memcpy(stage->params() + p->offset, take(bytes), bytes);
   }
-  get(count);
-  if (count != trained.size())
-    throw otherModel();
-  auto getFloats = [&](std::vector<float> &v) {
-    uint64_t n;
-    get(n);
-    if (n > (in.size() - at) / sizeof(float))
-      throw fail("truncated checkpoint");
-    v.resize(n);
-    std::memcpy(v.data(), take(n * sizeof(float)), n * sizeof(float));
-  };
-  for (size_t i = 0; i < trained.size(); ++i) {
-    getFloats(momentum[i]);
-    getFloats(secondMoment[i]);
-  }
+
   steps = stepCount;
   return extra;
 }

@@ -38,6 +38,14 @@ OPTIMIZERS = {
             lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)),
     "sgd-lr0.01": (["--optimizer=sgd", "--lr=0.01", "--momentum=0.9"],
                    lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)),
+    "sgd-nesterov-wd": (["--optimizer=sgd", "--lr=0.05", "--momentum=0.9",
+                         "--nesterov", "--weight-decay=0.001"],
+                        lambda params: torch.optim.SGD(
+                            params, lr=0.05, momentum=0.9, nesterov=True,
+                            weight_decay=0.001)),
+    "adam-wd": (["--optimizer=adam", "--lr=0.0003", "--weight-decay=0.01"],
+                lambda params: torch.optim.Adam(params, lr=0.0003,
+                                                weight_decay=0.01)),
     "adamw": (["--optimizer=adamw", "--lr=0.0003", "--weight-decay=0.01"],
               lambda params: torch.optim.AdamW(params, lr=0.0003, weight_decay=0.01)),
     # Attention's key bias has a gradient of exactly zero (softmax ignores a
@@ -53,6 +61,8 @@ OPTIMIZERS = {
 CASES = [(m, micro, o, "cross-entropy") for o in ("sgd", "adamw")
          for m in ("mlp", "cnn") for micro in (1, 4)]
 CASES.append(("mlp", 2, "sgd", "mse"))
+CASES.append(("mlp", 2, "sgd-nesterov-wd", "cross-entropy"))
+CASES.append(("mlp", 2, "adam-wd", "cross-entropy"))
 CASES.append(("cnn_avgpool", 2, "sgd", "cross-entropy"))
 # A conv + BatchNorm (batch statistics) + ReLU + linear model.
 CASES.append(("cnn_bn", 2, "sgd", "cross-entropy"))

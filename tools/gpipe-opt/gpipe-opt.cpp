@@ -197,6 +197,11 @@ LogicalResult lowerToStage(ModuleOp module, bool training) {
     gpipe::SplitForwardBackwardOptions split;
     split.recompute = recomputeOption;
     pm.addPass(gpipe::createSplitForwardBackward(split));
+    gpipe::AppendOptimizerOptions optimizer;
+    optimizer.optimizer = optimizerOption;
+    optimizer.momentum = momentumOption != 0.0;
+    optimizer.nesterov = nesterovOption;
+    pm.addPass(gpipe::createAppendOptimizer(optimizer));
   } else {
     pm.addPass(gpipe::createSetInferenceMode());
   }
@@ -208,6 +213,10 @@ LogicalResult lowerToStage(ModuleOp module, bool training) {
     backward.functionName = "backward";
     backward.entryName = "gpipe_stage0_backward";
     pm.addPass(gpipe::createLowerStage(backward));
+    gpipe::LowerStageOptions update;
+    update.functionName = "optimizer";
+    update.entryName = "gpipe_stage0_optimizer";
+    pm.addPass(gpipe::createLowerStage(update));
   }
   return pm.run(module);
 }

@@ -25,6 +25,19 @@ GetParameterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return success();
 }
 
+LogicalResult
+AssignParameterOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param =
+      symbolTable.lookupNearestSymbolFrom<ParameterOp>(*this, getNameAttr());
+  if (!param)
+    return emitOpError("'") << getName() << "' does not name a gpipe.parameter";
+  if (param.getType() != getValue().getType())
+    return emitOpError("value type ")
+           << getValue().getType() << " differs from parameter '" << getName()
+           << "' of type " << param.getType();
+  return success();
+}
+
 LogicalResult StageOp::verify() {
   if (static_cast<int64_t>(getIndex()) < 0)
     return emitOpError("index must be non-negative, got ")

@@ -59,6 +59,18 @@ def GPipe_GetParameterOp : GPipe_Op<"get_parameter", [Pure,
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
+def GPipe_AssignParameterOp : GPipe_Op<"assign_parameter", [
+    MemoryEffects<[MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Overwrite a parameter (the optimizer's update)";
+  let description = [{
+    Later gpipe.get_parameter ops of the parameter, in this or any later
+    run, read `value`. Only the optimizer phase writes parameters.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name, AnyRankedTensor:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+}
+
 //===----------------------------------------------------------------------===//
 // Stages
 //===----------------------------------------------------------------------===//

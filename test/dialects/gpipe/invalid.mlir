@@ -22,6 +22,23 @@ func.func @parameter_type() {
 
 // -----
 
+gpipe.parameter @p = dense<1.0> : tensor<4xf32>
+func.func @assign_type(%v: tensor<2xf32>) {
+  // expected-error @+1 {{value type 'tensor<2xf32>' differs from parameter 'p' of type 'tensor<4xf32>'}}
+  gpipe.assign_parameter @p, %v : tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @assign_missing(%v: tensor<2xf32>) {
+  // expected-error @+1 {{'nope' does not name a gpipe.parameter}}
+  gpipe.assign_parameter @nope, %v : tensor<2xf32>
+  return
+}
+
+// -----
+
 func.func @stage_yield(%x: tensor<2xf32>) {
   // expected-error @+1 {{yielded types must match the result types}}
   %0 = gpipe.stage 0 on "cpu:0" (%x) : (tensor<2xf32>) -> tensor<3xf32> {

@@ -6,6 +6,13 @@ gpipe.parameter @w trainable = dense<1.0> : tensor<4x4xf32>
 // CHECK: gpipe.parameter @bn.running_mean = dense<0.000000e+00> : tensor<4xf32>
 gpipe.parameter @"bn.running_mean" = dense<0.0> : tensor<4xf32>
 
+// CHECK-LABEL: func @update
+func.func @update(%v: tensor<4x4xf32>) {
+  // CHECK: gpipe.assign_parameter @w, %{{.*}} : tensor<4x4xf32>
+  gpipe.assign_parameter @w, %v : tensor<4x4xf32>
+  return
+}
+
 // CHECK-LABEL: func @stages
 func.func @stages(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
   // CHECK: gpipe.stage 0 on "cpu:0" (%{{.*}}) : (tensor<2x4xf32>) -> tensor<2x4xf32> {

@@ -88,9 +88,16 @@ private:
   std::vector<Carried> carried;
   int64_t stashBytes_ = 0;
   std::vector<std::vector<char>> stash;
-  /// For each trainable parameter: its slot and its gradient output.
-  std::vector<std::pair<const TensorSlot *, const TensorSlot *>> trained;
-  std::vector<std::vector<float>> gradients, momentum, secondMoment;
+  /// For each trainable parameter: its slot, its gradient (a backward
+  /// output) and the optimizer input where the micro-batches' gradients
+  /// are summed.
+  struct Trained {
+    const TensorSlot *param, *grad, *sum;
+  };
+  std::vector<Trained> trained;
+  size_t optimizerPhase = 0;
+  /// The optimizer phase's hyper-parameter inputs, by name.
+  std::map<std::string, const TensorSlot *> hyper;
   double lr_ = 0;
   int64_t steps = 0;
   uint64_t randomSeed = 0;
