@@ -686,8 +686,45 @@ ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
   return g;
 }
 
+/// A primitive that works in the layouts it chose (blocked, for speed):
+/// plain tensors of the arena are reordered into them before it runs and
+/// its results back after.
+class ReorderedKernel : public Kernel {
+public:
+  ReorderedKernel(dnnl::primitive primitive, dnnl::engine &engine)
+      : primitive(std::move(primitive)), engine(engine) {}
+  /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
+  /// differs; `output` arguments are copied back to `plain` after a run.
+  void bind(int arg, const memory &plain, const memory::desc &chosen,
+            bool output) {
+    if (plain.get_desc() == chosen) {
+      args[arg] = plain;
+      return;
+    }
+    memory inner(chosen, engine);
+    args[arg] = inner;
+    (output ? after : before).push_back({output ? inner : plain,
+                                         output ? plain : inner});
+  }
+  void run(dnnl::stream &stream) override {
+    for (auto &[from, to] : before)
+      dnnl::reorder(from, to).execute(stream, from, to);
+    primitive.execute(stream, args);
+    for (auto &[from, to] : after)
+      dnnl::reorder(from, to).execute(stream, from, to);
+    stream.wait();
+  }
+
+private:
+  dnnl::primitive primitive;
+  dnnl::engine &engine;
+  std::unordered_map<int, memory> args;
+  std::vector<std::pair<memory, memory>> before, after;
+};
+
 /// Gradients of a convolution: with respect to its input (backward data)
-/// or its weights (backward weights), in plain layouts.
+/// or its weights (backward weights). oneDNN picks blocked layouts (its
+/// plain-layout backward is an im2col gemm, several times slower).
 std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
                                        const KernelMemory &mem,
                                        dnnl::engine &engine) {
@@ -701,33 +738,37 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   memory src = bindSlot(spec, data, mem, engine);
   memory weights = bindSlot(spec, weight, mem, engine, g.weightDims);
   memory dst = bindSlot(spec, gradOut, mem, engine);
+  auto any = [](const memory &m) {
+    return memory::desc(m.get_desc().dims(), memory::data_type::f32,
+                        memory::format_tag::any);
+  };
   dnnl::convolution_forward::desc fwd(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      src.get_desc(), weights.get_desc(), dst.get_desc(), g.strides,
-      g.dilations, g.padL, g.padR);
+      any(src), any(weights), any(dst), g.strides, g.dilations, g.padL,
+      g.padR);
   dnnl::convolution_forward::primitive_desc hint(fwd, engine);
   if (wrtInput) {
     dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, src.get_desc(), weights.get_desc(),
-        dst.get_desc(), g.strides, g.dilations, g.padL, g.padR);
-    return std::make_unique<PrimitiveKernel>(
-        dnnl::convolution_backward_data(
-            dnnl::convolution_backward_data::primitive_desc(desc, engine,
-                                                            hint)),
-        std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dst},
-                                        {DNNL_ARG_WEIGHTS, weights},
-                                        {DNNL_ARG_DIFF_SRC, src}});
+        dnnl::algorithm::convolution_direct, any(src), any(weights), any(dst),
+        g.strides, g.dilations, g.padL, g.padR);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
+    auto kernel = std::make_unique<ReorderedKernel>(
+        dnnl::convolution_backward_data(pd), engine);
+    kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
+    kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false);
+    kernel->bind(DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true);
+    return kernel;
   }
   dnnl::convolution_backward_weights::desc desc(
-      dnnl::algorithm::convolution_direct, src.get_desc(), weights.get_desc(),
-      dst.get_desc(), g.strides, g.dilations, g.padL, g.padR);
-  return std::make_unique<PrimitiveKernel>(
-      dnnl::convolution_backward_weights(
-          dnnl::convolution_backward_weights::primitive_desc(desc, engine,
-                                                             hint)),
-      std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dst},
-                                      {DNNL_ARG_SRC, src},
-                                      {DNNL_ARG_DIFF_WEIGHTS, weights}});
+      dnnl::algorithm::convolution_direct, any(src), any(weights), any(dst),
+      g.strides, g.dilations, g.padL, g.padR);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
+  auto kernel = std::make_unique<ReorderedKernel>(
+      dnnl::convolution_backward_weights(pd), engine);
+  kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
+  kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
+  kernel->bind(DNNL_ARG_DIFF_WEIGHTS, weights, pd.diff_weights_desc(), true);
+  return kernel;
 }
 
 /// Max pooling backward: re-runs the forward in training mode for its

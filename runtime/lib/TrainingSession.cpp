@@ -96,10 +96,9 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " rows of " + dtypeName(slot->dtype) +
                        " with the model's other dimensions");
   }
-  // Gradients accumulate where the optimizer phase reads them.
+  // Gradients accumulate where the optimizer phase reads them (the first
+  // backward's are copied there, the others added).
   char *oa = stage->arena(optimizerPhase);
-  for (const Trained &t : trained)
-    std::memset(oa + t.sum->offset, 0, t.sum->byteSize());
   // Micro-batch k's rows of a data input.
   auto rows = [&](const std::string &name, int64_t bytes, int64_t k) {
     return reinterpret_cast<const char *>(batch.at(name).data.data()) +
@@ -136,6 +135,10 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     stage->setRandomState({randomSeed, steps, k});
     stage->run(backwardPhase);
     for (const Trained &t : trained) {
+      if (k == m - 1) {
+        std::memcpy(oa + t.sum->offset, ba + t.grad->offset, t.sum->byteSize());
+        continue;
+      }
       const float *g = reinterpret_cast<const float *>(ba + t.grad->offset);
       float *acc = reinterpret_cast<float *>(oa + t.sum->offset);
       for (int64_t j = 0, n = t.param->numElements(); j < n; ++j)
