@@ -627,9 +627,9 @@ public:
       return;
     }
     float scale = 1.0f / (1.0f - ratio);
+    uint64_t key = randomStreamKey(*random, stream);
     for (int64_t i = 0; i < count; ++i)
-      out[i] =
-          randomUniform(*random, stream, i) >= ratio ? in[i] * scale : 0.0f;
+      out[i] = randomUniform(key, i) >= ratio ? in[i] * scale : 0.0f;
   }
 
 private:
@@ -703,8 +703,8 @@ public:
     }
     memory inner(chosen, engine);
     args[arg] = inner;
-    (output ? after : before).push_back({output ? inner : plain,
-                                         output ? plain : inner});
+    (output ? after : before)
+        .push_back({output ? inner : plain, output ? plain : inner});
   }
   void run(dnnl::stream &stream) override {
     for (auto &[from, to] : before)
@@ -744,8 +744,7 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   };
   dnnl::convolution_forward::desc fwd(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      any(src), any(weights), any(dst), g.strides, g.dilations, g.padL,
-      g.padR);
+      any(src), any(weights), any(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_forward::primitive_desc hint(fwd, engine);
   if (wrtInput) {
     dnnl::convolution_backward_data::desc desc(
@@ -1023,20 +1022,27 @@ std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
   unsupported(spec, "unknown kernel kind");
 }
 
-float randomUniform(const RandomState &state, int64_t stream, int64_t element) {
-  // SplitMix64's finalizer over the key, one field at a time.
-  auto mix = [](uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  uint64_t h = mix(state.seed);
+namespace {
+/// SplitMix64's output function.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+} // namespace
+
+uint64_t randomStreamKey(const RandomState &state, int64_t stream) {
+  uint64_t h = mix(state.seed + kGamma);
   h = mix(h ^ static_cast<uint64_t>(state.step));
   h = mix(h ^ static_cast<uint64_t>(state.microBatch));
-  h = mix(h ^ static_cast<uint64_t>(stream));
-  h = mix(h ^ static_cast<uint64_t>(element));
-  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+  return mix(h ^ static_cast<uint64_t>(stream));
+}
+
+float randomUniform(uint64_t key, int64_t element) {
+  // Element i of a stream is SplitMix64's i-th output from the stream's key.
+  uint64_t z = mix(key + static_cast<uint64_t>(element + 1) * kGamma);
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
 } // namespace gpipe::runtime

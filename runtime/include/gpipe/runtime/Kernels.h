@@ -24,8 +24,10 @@ struct RandomState {
   int64_t microBatch = 0;
 };
 
-/// The uniform number in [0, 1) (24 bits) of one element of one stream.
-float randomUniform(const RandomState &state, int64_t stream, int64_t element);
+/// The key of the stream numbered `stream` in this state.
+uint64_t randomStreamKey(const RandomState &state, int64_t stream);
+/// The uniform number in [0, 1) (24 bits) of one element of a stream.
+float randomUniform(uint64_t key, int64_t element);
 
 /// Where a stage's tensors live while it runs.
 struct KernelMemory {
