@@ -142,8 +142,9 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
   // later phases may have added constants to the blob.
   int64_t paramsSize = 0;
   for (func::FuncOp f : phases)
-    paramsSize = std::max(
-        paramsSize, cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+    paramsSize =
+        std::max(paramsSize,
+                 cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
   std::vector<char> params(paramsSize, 0);
   json::Array tensors;
   for (auto param : module.getOps<ParameterOp>()) {
