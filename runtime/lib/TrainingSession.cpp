@@ -1,8 +1,10 @@
 #include "gpipe/runtime/TrainingSession.h"
 #include "gpipe/runtime/FileIO.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 namespace gpipe::runtime {
 
@@ -148,6 +150,32 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   optimizerStep();
   ++steps;
   return lossSum / static_cast<double>(m);
+}
+
+void TrainingSession::setHyperParameter(const std::string &name, double value) {
+  TrainingSpec &t = bundle_.training;
+  std::map<std::string, double *> known{{"momentum", &t.momentum},
+                                        {"weight_decay", &t.weightDecay},
+                                        {"beta1", &t.beta1},
+                                        {"beta2", &t.beta2},
+                                        {"eps", &t.eps}};
+  std::string flag = "--" + name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  auto it = known.find(name);
+  if (it == known.end() || !hyper.count(name))
+    throw InputError(flag + ": the bundle's " + t.optimizer +
+                     " optimizer has no such hyper-parameter");
+  bool isBeta = name == "beta1" || name == "beta2";
+  if (!std::isfinite(value) || value < 0 || (isBeta && value >= 1)) {
+    std::ostringstream os;
+    os << flag << "=" << value << " is out of range ("
+       << (isBeta ? "[0, 1)" : ">= 0") << ")";
+    throw InputError(os.str());
+  }
+  if (name == "momentum" && value != 0 && t.momentum == 0)
+    throw InputError("--momentum: the bundle was compiled without momentum "
+                     "(no momentum buffer); recompile with --momentum");
+  *it->second = value;
 }
 
 void TrainingSession::optimizerStep() {

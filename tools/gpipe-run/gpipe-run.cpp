@@ -98,6 +98,8 @@ struct TrainOptions {
   bool noShuffle = false, resume = false;
   unsigned seed = 0;
   double lr = -1;
+  /// Optimizer hyper-parameters given on the command line, by name.
+  std::map<std::string, double> hyper;
 };
 
 /// `rows` rows of `all`, row r taken from row rowOf(r).
@@ -206,6 +208,8 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
   try {
     TrainingSession session(bundlePath);
     session.setRandomSeed(o.seed);
+    for (auto &[name, value] : o.hyper)
+      session.setHyperParameter(name, value);
     if (o.lr >= 0)
       session.setLearningRate(o.lr);
     double baseLr = session.learningRate();
@@ -417,6 +421,18 @@ int main(int argc, char **argv) {
                  "Seed of the data shuffling and of dropout (default 0)");
   app.add_option("--lr", trainOptions.lr,
                  "Learning rate, overriding the compiled one");
+  for (auto [flag, name, what] :
+       {std::tuple{"--momentum", "momentum", "SGD momentum"},
+        std::tuple{"--weight-decay", "weight_decay", "weight decay"},
+        std::tuple{"--beta1", "beta1", "Adam beta1"},
+        std::tuple{"--beta2", "beta2", "Adam beta2"},
+        std::tuple{"--eps", "eps", "Adam epsilon"}})
+    app.add_option_function<double>(
+        flag,
+        [&trainOptions, name = std::string(name)](double v) {
+          trainOptions.hyper[name] = v;
+        },
+        std::string(what) + ", overriding the compiled one");
   app.add_option("--lr-schedule", trainOptions.lrSchedule,
                  "constant (default), step (x --lr-gamma every "
                  "--lr-step-size steps) or cosine (to 0 at the last step)");

@@ -33,6 +33,10 @@ public:
   double step(const std::map<std::string, HostTensor> &batch);
 
   void setLearningRate(double value) { lr_ = value; }
+  /// Overrides a compiled optimizer hyper-parameter: "momentum",
+  /// "weight_decay", "beta1", "beta2" or "eps". Throws InputError for a
+  /// name this bundle's optimizer does not use or a value out of range.
+  void setHyperParameter(const std::string &name, double value);
 
   /// Forward only (no update) on one micro-batch of data inputs (compiled
   /// micro-batch rows): returns the model's first output (the logits).
