@@ -302,23 +302,34 @@ std::unique_ptr<Kernel> createPool(const KernelSpec &spec,
                                       {DNNL_ARG_DST, dst}});
 }
 
-/// BatchNorm with the statistics of the batch (training): oneDNN forward
-/// training, then the running statistics move towards the batch's
-/// (running = momentum * running + (1 - momentum) * batch, the variance
-/// unbiased as PyTorch keeps it) when the stage updates state.
+/// BatchNorm of a training bundle. On training steps: oneDNN forward
+/// training with the batch's statistics, then the running statistics move
+/// towards them (running = momentum * running + (1 - momentum) * batch, the
+/// variance unbiased as PyTorch keeps it). While evaluating (state updates
+/// off): the running statistics, as inference does. A forward recomputed by
+/// the backward phase (no update flag) uses the batch's statistics and
+/// leaves the running ones alone.
 class BatchNormTrainingKernel : public Kernel {
 public:
   BatchNormTrainingKernel(dnnl::batch_normalization_forward::primitive_desc pd,
                           std::unordered_map<int, memory> args,
+                          dnnl::batch_normalization_forward evaluation,
+                          std::unordered_map<int, memory> evaluationArgs,
                           float *runningMean, float *runningVar, float momentum,
                           int64_t perChannel, const bool *update)
-      : primitive(pd), args(std::move(args)), runningMean(runningMean),
+      : primitive(pd), args(std::move(args)), evaluation(std::move(evaluation)),
+        evaluationArgs(std::move(evaluationArgs)), runningMean(runningMean),
         runningVar(runningVar), momentum(momentum), perChannel(perChannel),
         update(update) {}
   void run(dnnl::stream &stream) override {
+    if (update && !*update) {
+      evaluation.execute(stream, evaluationArgs);
+      stream.wait();
+      return;
+    }
     primitive.execute(stream, args);
     stream.wait();
-    if (!update || !*update)
+    if (!update)
       return;
     const float *mean =
         static_cast<float *>(args[DNNL_ARG_MEAN].get_data_handle());
@@ -338,6 +349,8 @@ public:
 private:
   dnnl::batch_normalization_forward primitive;
   std::unordered_map<int, memory> args;
+  dnnl::batch_normalization_forward evaluation;
+  std::unordered_map<int, memory> evaluationArgs;
   float *runningMean, *runningVar;
   float momentum;
   int64_t perChannel;
@@ -358,14 +371,30 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
     dnnl::batch_normalization_forward::primitive_desc pd(desc, engine);
     int64_t perChannel = spec.operands[0].numElements() /
                          std::max<int64_t>(spec.operands[0].shape.at(1), 1);
+    memory scale = bindSlot(spec, spec.operands.at(1), mem, engine);
+    memory shift = bindSlot(spec, spec.operands.at(2), mem, engine);
+    dnnl::batch_normalization_forward::desc evalDesc(
+        dnnl::prop_kind::forward_inference, src.get_desc(), epsilon,
+        dnnl::normalization_flags::use_global_stats | scaleShift);
     return std::make_unique<BatchNormTrainingKernel>(
         pd,
         std::unordered_map<int, memory>{
             {DNNL_ARG_SRC, src},
-            {DNNL_ARG_SCALE, bindSlot(spec, spec.operands.at(1), mem, engine)},
-            {DNNL_ARG_SHIFT, bindSlot(spec, spec.operands.at(2), mem, engine)},
+            {DNNL_ARG_SCALE, scale},
+            {DNNL_ARG_SHIFT, shift},
             {DNNL_ARG_MEAN, memory(pd.mean_desc(), engine)},
             {DNNL_ARG_VARIANCE, memory(pd.variance_desc(), engine)},
+            {DNNL_ARG_DST, dst}},
+        dnnl::batch_normalization_forward(
+            dnnl::batch_normalization_forward::primitive_desc(evalDesc,
+                                                              engine)),
+        std::unordered_map<int, memory>{
+            {DNNL_ARG_SRC, src},
+            {DNNL_ARG_SCALE, scale},
+            {DNNL_ARG_SHIFT, shift},
+            {DNNL_ARG_MEAN, bindSlot(spec, spec.operands.at(3), mem, engine)},
+            {DNNL_ARG_VARIANCE,
+             bindSlot(spec, spec.operands.at(4), mem, engine)},
             {DNNL_ARG_DST, dst}},
         static_cast<float *>(address(spec.operands.at(3), mem)),
         static_cast<float *>(address(spec.operands.at(4), mem)),

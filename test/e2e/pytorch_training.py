@@ -210,6 +210,22 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         if worst_param > UPDATE_TOLERANCE:
             errors.append(f"parameter updates of the first {horizon} steps "
                           f"differ: relative L2 {worst_param:.2e}")
+    # Evaluation (--eval-data) uses the running statistics and no dropout,
+    # as PyTorch's eval mode: the same accuracy on the training data.
+    if loss == "cross-entropy" and horizon == STEPS:
+        proc = subprocess.run(
+            [gpipe_run, bundle, "--train", f"--data={data}", f"--steps={STEPS}",
+             "--no-shuffle", f"--eval-data={data}"],
+            capture_output=True, text=True)
+        line = [l for l in proc.stdout.splitlines() if "test accuracy" in l]
+        model.eval()
+        with torch.no_grad():
+            correct = int((model(xt).argmax(1) == yt).sum())
+        model.train()
+        expected_line = f"test accuracy {100.0 * correct / SAMPLES:g}%"
+        if proc.returncode != 0 or not line or expected_line not in line[-1]:
+            errors.append(f"evaluation: {line[-1] if line else proc.stderr.strip()}"
+                          f", PyTorch eval: {expected_line}")
     # BatchNorm running statistics, accumulated over every micro-batch.
     if horizon == STEPS:
         for bname, buf in model.named_buffers():
