@@ -72,6 +72,10 @@ public:
 private:
   LogicalResult placeParameters();
   LogicalResult assignBuffers();
+  /// The parameter offset `result` can be computed in place of (an
+  /// optimizer update), if any.
+  std::optional<int64_t>
+  inPlaceUpdate(Value result, const DenseMap<Operation *, int64_t> &position);
   LogicalResult emit();
   Value viewOf(OpBuilder &b, Value tensor);
   DictionaryAttr describe(Value tensor);
@@ -143,6 +147,36 @@ LogicalResult StageLowering::placeParameters() {
   return success();
 }
 
+std::optional<int64_t>
+StageLowering::inPlaceUpdate(Value result,
+                             const DenseMap<Operation *, int64_t> &position) {
+  // A new parameter value computed element-wise is written straight into
+  // the parameter, when nothing reads the old value after it is computed.
+  auto generic = result.getDefiningOp<linalg::GenericOp>();
+  if (!generic || result.getType() != generic.getResultTypes().front() ||
+      !llvm::all_of(generic.getIndexingMapsArray(),
+                    [](AffineMap m) { return m.isProjectedPermutation(); }) ||
+      !generic.getIndexingMapsArray().back().isIdentity())
+    return std::nullopt;
+  for (Operation *user : result.getUsers()) {
+    auto assign = dyn_cast<AssignParameterOp>(user);
+    if (!assign || assign.getValue().getType() != result.getType())
+      continue;
+    int64_t at = position.lookup(generic);
+    bool oldReadLater = false;
+    forward.walk([&](GetParameterOp get) {
+      if (get.getName() != assign.getName())
+        return;
+      for (Operation *reader : get.getResult().getUsers())
+        oldReadLater |=
+            reader != generic.getOperation() && position.lookup(reader) >= at;
+    });
+    if (!oldReadLater)
+      return paramOffsets.lookup(assign.getName());
+  }
+  return std::nullopt;
+}
+
 LogicalResult StageLowering::assignBuffers() {
   Block &body = forward.front();
   DenseMap<Operation *, int64_t> position;
@@ -184,8 +218,16 @@ LogicalResult StageLowering::assignBuffers() {
                !isa<ShapedType>(op.getResult(0).getType())) {
       continue; // scalars used inside linalg bodies: cloned, no buffer
     } else {
-      for (Value result : op.getResults())
+      for (Value result : op.getResults()) {
+        if (std::optional<int64_t> offset = inPlaceUpdate(result, position)) {
+          Location_ loc;
+          loc.inParams = true;
+          loc.paramOffset = *offset;
+          where[result] = loc;
+          continue;
+        }
         newClass(result, position[&op]);
+      }
     }
     // Uses extend the live range of the operand's class.
     for (Value operand : op.getOperands()) {
@@ -564,6 +606,10 @@ LogicalResult StageLowering::emit() {
       continue;
     }
     if (auto assign = dyn_cast<AssignParameterOp>(op)) {
+      Location_ from = where.lookup(assign.getValue());
+      if (from.inParams &&
+          from.paramOffset == paramOffsets.lookup(assign.getName()))
+        continue; // computed in place
       auto type = cast<RankedTensorType>(assign.getValue().getType());
       Value shift = b.create<arith::ConstantIndexOp>(
           op.getLoc(), paramOffsets.lookup(assign.getName()));

@@ -78,7 +78,8 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
                         in.name + "' comes from nowhere");
     }
   }
-  stash.assign(static_cast<size_t>(bundle_.training.microBatches),
+  // The last micro-batch needs no stash of its own.
+  stash.assign(static_cast<size_t>(bundle_.training.microBatches - 1),
                std::vector<char>(static_cast<size_t>(stashBytes_)));
 }
 
@@ -110,7 +111,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   // GPipe on one stage: every micro-batch's forward, keeping what its
   // backward needs, then the backwards in reverse order.
   double lossSum = 0;
-  char *fa = stage->arena(forwardPhase);
+  char *fa = stage->arena(forwardPhase), *ba = stage->arena(backwardPhase);
   for (int64_t k = 0; k < m; ++k) {
     for (const TensorSlot *slot : dataInputs())
       std::memcpy(fa + slot->offset, rows(slot->name, slot->byteSize(), k),
@@ -120,19 +121,22 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     float microLoss;
     std::memcpy(&microLoss, fa + loss->offset, sizeof(float));
     lossSum += microLoss;
+    // The last micro-batch's backward comes next: its kept values go
+    // straight to the backward's inputs.
     for (const Carried &c : carried)
       if (c.kept)
-        std::memcpy(stash[k].data() + c.stashOffset, fa + c.kept->offset,
-                    c.kept->byteSize());
+        std::memcpy(k == m - 1 ? ba + c.input->offset
+                               : stash[k].data() + c.stashOffset,
+                    fa + c.kept->offset, c.kept->byteSize());
   }
   float seed = 1.0f / static_cast<float>(m);
-  char *ba = stage->arena(backwardPhase);
   for (int64_t k = m - 1; k >= 0; --k) {
     for (const Carried &c : carried)
-      std::memcpy(ba + c.input->offset,
-                  c.kept ? stash[k].data() + c.stashOffset
-                         : rows(c.input->name, c.input->byteSize(), k),
-                  c.input->byteSize());
+      if (!c.kept || k != m - 1)
+        std::memcpy(ba + c.input->offset,
+                    c.kept ? stash[k].data() + c.stashOffset
+                           : rows(c.input->name, c.input->byteSize(), k),
+                    c.input->byteSize());
     std::memcpy(ba + lossGrad->offset, &seed, sizeof(float));
     stage->setRandomState({randomSeed, steps, k});
     stage->run(backwardPhase);
