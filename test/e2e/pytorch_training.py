@@ -80,8 +80,11 @@ CASES += [("transformer_no_dropout", micro, o, "cross-entropy")
 # run and their drift is printed beside PyTorch's own float32/float64
 # drift. The 1e-3 on parameters is NOT met there: at M = 1 a
 # BatchNorm bias of layer1 (zero at the start, so its value is its update)
-# differs by 2.8e-3 after one step (1.4e-5 at M = 4); PARAMETER_TOLERANCE
-# records what holds today (docs/training.md).
+# differs by 2.8e-3 after one step (1.4e-5 at M = 4). Max pooling makes
+# that gradient ill-conditioned: in float64 PyTorch, a 1e-6 relative change
+# of the stem's weights moves it by 9.8e-3 at batch 32 (near-ties in the
+# pooling windows flip). PARAMETER_TOLERANCE records what holds
+# (docs/training.md).
 HORIZON = {"resnet18": 1}
 PARAMETER_TOLERANCE = {"resnet18": 5e-3}
 
