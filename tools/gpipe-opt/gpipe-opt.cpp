@@ -243,6 +243,18 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     return notImplemented("--emit=schedule");
   case Emit::None:
   case Emit::LLVM:
+    if (modeOption != Mode::Train) {
+      for (llvm::cl::Option *o : std::initializer_list<llvm::cl::Option *>{
+               &lossOption, &microBatchesOption, &recomputeOption,
+               &optimizerOption, &lrOption, &momentumOption, &nesterovOption,
+               &weightDecayOption, &beta1Option, &beta2Option, &epsOption})
+        if (o->getNumOccurrences()) {
+          llvm::errs() << "gpipe-opt: error: --" << o->ArgStr
+                       << " applies to training bundles only (add "
+                          "--mode=train)\n";
+          return 1;
+        }
+    }
     if (modeOption == Mode::Train && recomputeOption != "never" &&
         recomputeOption != "always" && recomputeOption != "except-last") {
       llvm::errs() << "gpipe-opt: error: --recompute=" << recomputeOption
