@@ -311,8 +311,13 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
   };
   auto get = [&](auto &v) { std::memcpy(&v, take(sizeof(v)), sizeof(v)); };
   if (in.size() < sizeof(kCheckpointMagic) + 4 ||
-      std::memcmp(in.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0)
+      std::memcmp(in.data(), kCheckpointMagic, 6) != 0)
     throw fail("not a gpipe checkpoint");
+  if (std::memcmp(in.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0)
+    throw fail("checkpoint format " + in.substr(6, 2) +
+               " of another gpipe version; this one reads format " +
+               std::string(kCheckpointMagic + 6, 2) +
+               " (train again without --resume)");
   uint32_t stored;
   std::memcpy(&stored, in.data() + in.size() - 4, 4);
   if (crc32Of(in.data(), in.size() - 4) != stored)
