@@ -137,12 +137,11 @@ Window windowOf(ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
           at(dilations, 0, 1), at(dilations, 1, 1)};
 }
 
-/// Visits (n, c_out, oh, ow, c_in, kh, kw, ih, iw) of a grouped convolution
-/// for every in-bounds input position.
+/// Calls f(input index, weight index, output index) for every product of a
+/// grouped convolution whose input position is in bounds.
 void forEachConvTap(ArrayRef<int64_t> in, ArrayRef<int64_t> out,
                     ArrayRef<int64_t> weight, const Window &w, int64_t group,
-                    const std::function<void(int64_t, int64_t, int64_t, int64_t,
-                                             int64_t, int64_t, int64_t)> &f) {
+                    const std::function<void(int64_t, int64_t, int64_t)> &f) {
   int64_t perGroupOut = out[1] / group, perGroupIn = weight[1];
   for (int64_t n = 0; n < out[0]; ++n)
     for (int64_t co = 0; co < out[1]; ++co)
@@ -160,7 +159,7 @@ void forEachConvTap(ArrayRef<int64_t> in, ArrayRef<int64_t> out,
                 int64_t wIdx = ((co * perGroupIn + ci) * w.kh + kh) * w.kw + kw;
                 int64_t outIdx =
                     ((n * out[1] + co) * out[2] + oh) * out[3] + ow;
-                f(inIdx, wIdx, outIdx, n, co, kh, kw);
+                f(inIdx, wIdx, outIdx);
               }
 }
 
@@ -202,6 +201,51 @@ int64_t windowCount(ArrayRef<int64_t> in, int64_t oh, int64_t ow,
 //===----------------------------------------------------------------------===//
 
 /// Per-channel (axis 1) batch mean and biased variance.
+void channelStats(const RefTensor &x, std::vector<double> &mean,
+                  std::vector<double> &var);
+
+/// The statistics a batch_norm(_grad) normalizes with: the batch's when
+/// training, else its running mean and variance.
+void normalizationStats(bool training, const RefTensor &x,
+                        const RefTensor &runningMean,
+                        const RefTensor &runningVar, std::vector<double> &mean,
+                        std::vector<double> &var) {
+  if (training) {
+    channelStats(x, mean, var);
+  } else {
+    mean = runningMean.data;
+    var = runningVar.data;
+  }
+}
+
+/// Mean and biased variance of a row of `cols` values.
+std::pair<double, double> rowStats(const double *row, int64_t cols) {
+  double mean = 0, var = 0;
+  for (int64_t c = 0; c < cols; ++c)
+    mean += row[c] / cols;
+  for (int64_t c = 0; c < cols; ++c)
+    var += (row[c] - mean) * (row[c] - mean) / cols;
+  return {mean, var};
+}
+
+/// log(sum(exp(v))) over `size` values at stride `stride` (the maximum
+/// subtracted first, for range).
+double logSumExp(const double *v, int64_t size, int64_t stride) {
+  double mx = -INFINITY, sum = 0;
+  for (int64_t k = 0; k < size; ++k)
+    mx = std::max(mx, v[k * stride]);
+  for (int64_t k = 0; k < size; ++k)
+    sum += std::exp(v[k * stride] - mx);
+  return mx + std::log(sum);
+}
+
+/// Rows of a layer_norm(_grad): the product of the axes before `axis`.
+int64_t layerNormRows(const RefTensor &x, int64_t axis) {
+  int64_t rows = 1;
+  for (int64_t i = 0; i < axis; ++i)
+    rows *= x.shape[i];
+  return rows;
+}
 void channelStats(const RefTensor &x, std::vector<double> &mean,
                   std::vector<double> &var) {
   int64_t outer, channels, inner;
@@ -429,10 +473,10 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         RefTensor out = RefTensor::zeros(shapeOf(o.getResult()));
         Window win = windowOf({w.shape[2], w.shape[3]}, o.getStrides(),
                               o.getPads(), o.getDilations());
-        forEachConvTap(
-            x.shape, out.shape, w.shape, win, o.getGroup(),
-            [&](int64_t i, int64_t wi, int64_t oi, int64_t, int64_t, int64_t,
-                int64_t) { out.data[oi] += x.data[i] * w.data[wi]; });
+        forEachConvTap(x.shape, out.shape, w.shape, win, o.getGroup(),
+                       [&](int64_t i, int64_t wi, int64_t oi) {
+                         out.data[oi] += x.data[i] * w.data[wi];
+                       });
         if (o.getBias()) {
           const RefTensor &b = in(o.getBias());
           int64_t spatial = out.shape[2] * out.shape[3];
@@ -447,10 +491,10 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         RefTensor out = RefTensor::zeros(shapeOf(o.getGradInput()));
         Window win = windowOf({w.shape[2], w.shape[3]}, o.getStrides(),
                               o.getPads(), o.getDilations());
-        forEachConvTap(
-            out.shape, g.shape, w.shape, win, o.getGroup(),
-            [&](int64_t i, int64_t wi, int64_t oi, int64_t, int64_t, int64_t,
-                int64_t) { out.data[i] += g.data[oi] * w.data[wi]; });
+        forEachConvTap(out.shape, g.shape, w.shape, win, o.getGroup(),
+                       [&](int64_t i, int64_t wi, int64_t oi) {
+                         out.data[i] += g.data[oi] * w.data[wi];
+                       });
         set(o.getGradInput(), std::move(out));
         return success();
       })
@@ -459,10 +503,10 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         RefTensor out = RefTensor::zeros(shapeOf(o.getGradWeight()));
         Window win = windowOf({out.shape[2], out.shape[3]}, o.getStrides(),
                               o.getPads(), o.getDilations());
-        forEachConvTap(
-            x.shape, g.shape, out.shape, win, o.getGroup(),
-            [&](int64_t i, int64_t wi, int64_t oi, int64_t, int64_t, int64_t,
-                int64_t) { out.data[wi] += g.data[oi] * x.data[i]; });
+        forEachConvTap(x.shape, g.shape, out.shape, win, o.getGroup(),
+                       [&](int64_t i, int64_t wi, int64_t oi) {
+                         out.data[wi] += g.data[oi] * x.data[i];
+                       });
         set(o.getGradWeight(), std::move(out));
         return success();
       })
@@ -550,12 +594,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         const RefTensor &x = in(o.getInput()), &s = in(o.getScale()),
                         &b = in(o.getBias());
         std::vector<double> mean, var;
-        if (o.getTraining()) {
-          channelStats(x, mean, var);
-        } else {
-          mean = in(o.getMean()).data;
-          var = in(o.getVar()).data;
-        }
+        normalizationStats(o.getTraining(), x, in(o.getMean()), in(o.getVar()),
+                           mean, var);
         int64_t outer, channels, inner;
         around(x.shape, 1, outer, channels, inner);
         RefTensor out = RefTensor::zeros(x.shape);
@@ -573,12 +613,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         const RefTensor &g = in(o.getGradOutput()), &x = in(o.getInput()),
                         &s = in(o.getScale());
         std::vector<double> mean, var;
-        if (o.getTraining()) {
-          channelStats(x, mean, var);
-        } else {
-          mean = in(o.getMean()).data;
-          var = in(o.getVar()).data;
-        }
+        normalizationStats(o.getTraining(), x, in(o.getMean()), in(o.getVar()),
+                           mean, var);
         int64_t outer, channels, inner;
         around(x.shape, 1, outer, channels, inner);
         double eps = o.getEpsilon().convertToDouble();
@@ -611,20 +647,14 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       })
       .Case([&](LayerNormOp o) -> LogicalResult {
         const RefTensor &x = in(o.getInput()), &s = in(o.getScale());
-        int64_t axis = normalizedAxis(o.getAxis(), x.shape.size());
-        int64_t rows = 1;
-        for (int64_t i = 0; i < axis; ++i)
-          rows *= x.shape[i];
+        int64_t rows =
+            layerNormRows(x, normalizedAxis(o.getAxis(), x.shape.size()));
         int64_t cols = x.numElements() / rows;
         double eps = o.getEpsilon().convertToDouble();
         RefTensor out = RefTensor::zeros(x.shape);
         for (int64_t r = 0; r < rows; ++r) {
           const double *row = &x.data[r * cols];
-          double mean = 0, var = 0;
-          for (int64_t c = 0; c < cols; ++c)
-            mean += row[c] / cols;
-          for (int64_t c = 0; c < cols; ++c)
-            var += (row[c] - mean) * (row[c] - mean) / cols;
+          auto [mean, var] = rowStats(row, cols);
           for (int64_t c = 0; c < cols; ++c)
             out.data[r * cols + c] =
                 (row[c] - mean) / std::sqrt(var + eps) * s.data[c] +
@@ -636,10 +666,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       .Case([&](LayerNormGradOp o) -> LogicalResult {
         const RefTensor &g = in(o.getGradOutput()), &x = in(o.getInput()),
                         &s = in(o.getScale());
-        int64_t axis = normalizedAxis(o.getAxis(), x.shape.size());
-        int64_t rows = 1;
-        for (int64_t i = 0; i < axis; ++i)
-          rows *= x.shape[i];
+        int64_t rows =
+            layerNormRows(x, normalizedAxis(o.getAxis(), x.shape.size()));
         int64_t cols = x.numElements() / rows;
         double eps = o.getEpsilon().convertToDouble();
         RefTensor dx = RefTensor::zeros(x.shape);
@@ -647,11 +675,7 @@ LogicalResult Evaluator::evaluate(Operation *op) {
                   db = RefTensor::zeros(s.shape);
         for (int64_t r = 0; r < rows; ++r) {
           const double *row = &x.data[r * cols], *gr = &g.data[r * cols];
-          double mean = 0, var = 0;
-          for (int64_t c = 0; c < cols; ++c)
-            mean += row[c] / cols;
-          for (int64_t c = 0; c < cols; ++c)
-            var += (row[c] - mean) * (row[c] - mean) / cols;
+          auto [mean, var] = rowStats(row, cols);
           double inv = 1.0 / std::sqrt(var + eps);
           // With h = g * scale: dx = inv * (h - mean(h) - xhat * mean(h xhat)).
           double meanH = 0, meanHX = 0;
@@ -683,14 +707,10 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         for (int64_t a = 0; a < outer; ++a)
           for (int64_t b = 0; b < inner; ++b) {
             auto at = [&](int64_t k) { return (a * size + k) * inner + b; };
-            double mx = -INFINITY, sum = 0;
+            double lse = logSumExp(&x.data[at(0)], size, inner);
             for (int64_t k = 0; k < size; ++k)
-              mx = std::max(mx, x.data[at(k)]);
-            for (int64_t k = 0; k < size; ++k)
-              sum += std::exp(x.data[at(k)] - mx);
-            for (int64_t k = 0; k < size; ++k)
-              out.data[at(k)] = log ? x.data[at(k)] - mx - std::log(sum)
-                                    : std::exp(x.data[at(k)] - mx) / sum;
+              out.data[at(k)] =
+                  log ? x.data[at(k)] - lse : std::exp(x.data[at(k)] - lse);
           }
         set(o.getResult(), std::move(out));
         return success();
@@ -721,13 +741,9 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         int64_t n = x.shape[0], c = x.shape[1];
         double loss = 0;
         for (int64_t i = 0; i < n; ++i) {
-          double mx = -INFINITY, sum = 0;
-          for (int64_t k = 0; k < c; ++k)
-            mx = std::max(mx, x.data[i * c + k]);
-          for (int64_t k = 0; k < c; ++k)
-            sum += std::exp(x.data[i * c + k] - mx);
+          double lse = logSumExp(&x.data[i * c], c, 1);
           int64_t label = static_cast<int64_t>(l.data[i]);
-          loss += -(x.data[i * c + label] - mx - std::log(sum)) / n;
+          loss += -(x.data[i * c + label] - lse) / n;
         }
         RefTensor out = RefTensor::zeros({});
         out.data[0] = loss;
@@ -740,15 +756,11 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         int64_t n = x.shape[0], c = x.shape[1];
         RefTensor dx = RefTensor::zeros(x.shape);
         for (int64_t i = 0; i < n; ++i) {
-          double mx = -INFINITY, sum = 0;
-          for (int64_t k = 0; k < c; ++k)
-            mx = std::max(mx, x.data[i * c + k]);
-          for (int64_t k = 0; k < c; ++k)
-            sum += std::exp(x.data[i * c + k] - mx);
+          double lse = logSumExp(&x.data[i * c], c, 1);
           for (int64_t k = 0; k < c; ++k)
             dx.data[i * c + k] =
                 gl.data[0] *
-                (std::exp(x.data[i * c + k] - mx) / sum -
+                (std::exp(x.data[i * c + k] - lse) -
                  (k == static_cast<int64_t>(l.data[i]) ? 1.0 : 0.0)) /
                 n;
         }
