@@ -48,6 +48,21 @@ memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
   return memory(plainDesc(d), engine, address(slot, mem));
 }
 
+/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones).
+memory::desc anyLayout(const memory &m) {
+  return memory::desc(m.get_desc().dims(), memory::data_type::f32,
+                      memory::format_tag::any);
+}
+
+/// Zeros in the layout of a normalization's scale/shift: the shift changes
+/// neither the statistics nor the gradients, and stands in for the one a
+/// backward primitive asks for.
+memory zeroShift(const memory::desc &desc, dnnl::engine &engine) {
+  memory shift(desc, engine);
+  std::memset(shift.get_data_handle(), 0, desc.get_size());
+  return shift;
+}
+
 /// A primitive with its arguments, run as is.
 class PrimitiveKernel : public Kernel {
 public:
@@ -231,24 +246,21 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   memory src = bindSlot(spec, x, mem, engine);
   memory weights = bindSlot(spec, w, mem, engine, wd);
   memory dst = bindSlot(spec, out, mem, engine);
-  auto any = [](const memory &m) {
-    return memory::desc(m.get_desc().dims(), memory::data_type::f32,
-                        memory::format_tag::any);
-  };
   dims s(strides.begin(), strides.end());
   std::optional<memory> bias;
   if (spec.operands.size() > 2)
     bias = bindSlot(spec, spec.operands[2], mem, engine);
   auto desc =
       bias
-          ? dnnl::convolution_forward::desc(
-                dnnl::prop_kind::forward_inference,
-                dnnl::algorithm::convolution_direct, any(src), any(weights),
-                bias->get_desc(), any(dst), s, dil, padL, padR)
+          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                            dnnl::algorithm::convolution_direct,
+                                            anyLayout(src), anyLayout(weights),
+                                            bias->get_desc(), anyLayout(dst), s,
+                                            dil, padL, padR)
           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                             dnnl::algorithm::convolution_direct,
-                                            any(src), any(weights), any(dst), s,
-                                            dil, padL, padR);
+                                            anyLayout(src), anyLayout(weights),
+                                            anyLayout(dst), s, dil, padL, padR);
   dnnl::convolution_forward::primitive_desc pd(desc, engine);
   return std::make_unique<ConvKernel>(pd, src, weights, bias, dst, engine,
                                       mem.constantParams);
@@ -473,10 +485,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                         : bindSlot(spec, spec.operands.at(4), mem, engine);
   std::optional<dnnl::primitive> forward;
   std::unordered_map<int, memory> forwardArgs;
-  // The shift changes neither the statistics nor the gradients; zeros stand
-  // in for it where a primitive asks for one.
-  memory shift(fwdPd.weights_desc(), engine);
-  std::memset(shift.get_data_handle(), 0, fwdPd.weights_desc().get_size());
+  memory shift = zeroShift(fwdPd.weights_desc(), engine);
   if (training) {
     forward = dnnl::batch_normalization_forward(fwdPd);
     forwardArgs = {{DNNL_ARG_SRC, src},
@@ -520,16 +529,24 @@ std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
                                       {DNNL_ARG_DST, dst}});
 }
 
-std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
-                                        const KernelMemory &mem,
-                                        dnnl::engine &engine) {
-  const TensorSlot &x = spec.operands.at(0);
+/// A layer norm's input as [rows, normalized elements]: the axes before
+/// `axis`, then the rest.
+std::pair<int64_t, int64_t> layerNormRows(const KernelSpec &spec,
+                                          const TensorSlot &x) {
   int64_t axis = static_cast<int64_t>(spec.number("axis", -1));
   if (axis < 0)
     axis += static_cast<int64_t>(x.shape.size());
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < x.shape.size(); ++i)
     (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
+  return {outer, inner};
+}
+
+std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
+                                        const KernelMemory &mem,
+                                        dnnl::engine &engine) {
+  const TensorSlot &x = spec.operands.at(0);
+  auto [outer, inner] = layerNormRows(spec, x);
   for (size_t i = 1; i < spec.operands.size(); ++i)
     if (spec.operands[i].numElements() != inner)
       unsupported(spec, "scale and bias must have one value per normalized "
@@ -563,12 +580,7 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
                                             const KernelMemory &mem,
                                             dnnl::engine &engine) {
   const TensorSlot &x = spec.operands.at(1);
-  int64_t axis = static_cast<int64_t>(spec.number("axis", -1));
-  if (axis < 0)
-    axis += static_cast<int64_t>(x.shape.size());
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < x.shape.size(); ++i)
-    (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
+  auto [outer, inner] = layerNormRows(spec, x);
   if (spec.operands.at(2).numElements() != inner)
     unsupported(spec, "scale must have one value per normalized element");
   memory gradOut =
@@ -590,9 +602,7 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
                                                src.get_desc(), epsilon, flags);
   dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
   memory mean(fwdPd.mean_desc(), engine), var(fwdPd.variance_desc(), engine);
-  // The shift changes neither the statistics nor the gradients.
-  memory shift(fwdPd.weights_desc(), engine);
-  std::memset(shift.get_data_handle(), 0, fwdPd.weights_desc().get_size());
+  memory shift = zeroShift(fwdPd.weights_desc(), engine);
   return std::make_unique<StatisticsBackwardKernel>(
       dnnl::layer_normalization_forward(fwdPd),
       std::unordered_map<int, memory>{
@@ -767,18 +777,15 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   memory src = bindSlot(spec, data, mem, engine);
   memory weights = bindSlot(spec, weight, mem, engine, g.weightDims);
   memory dst = bindSlot(spec, gradOut, mem, engine);
-  auto any = [](const memory &m) {
-    return memory::desc(m.get_desc().dims(), memory::data_type::f32,
-                        memory::format_tag::any);
-  };
   dnnl::convolution_forward::desc fwd(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      any(src), any(weights), any(dst), g.strides, g.dilations, g.padL, g.padR);
+      anyLayout(src), anyLayout(weights), anyLayout(dst), g.strides,
+      g.dilations, g.padL, g.padR);
   dnnl::convolution_forward::primitive_desc hint(fwd, engine);
   if (wrtInput) {
     dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, any(src), any(weights), any(dst),
-        g.strides, g.dilations, g.padL, g.padR);
+        dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
+        anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
     dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
     auto kernel = std::make_unique<ReorderedKernel>(
         dnnl::convolution_backward_data(pd), engine);
@@ -788,8 +795,8 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     return kernel;
   }
   dnnl::convolution_backward_weights::desc desc(
-      dnnl::algorithm::convolution_direct, any(src), any(weights), any(dst),
-      g.strides, g.dilations, g.padL, g.padR);
+      dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
+      anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
   auto kernel = std::make_unique<ReorderedKernel>(
       dnnl::convolution_backward_weights(pd), engine);
