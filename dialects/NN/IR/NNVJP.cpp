@@ -16,6 +16,27 @@ RankedTensorType rankedType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
+/// `v` reshaped to `shape` (itself if it has that shape).
+Value reshapeTo(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
+  if (rankedType(v).getShape() == shape)
+    return v;
+  return b.create<ReshapeOp>(loc, ValueRange{v},
+                             ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                 "shape", b.getDenseI64ArrayAttr(shape))});
+}
+
+/// The slice [starts, ends) of `v` with unit steps.
+Value unitSlice(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> starts,
+                ArrayRef<int64_t> ends) {
+  SmallVector<int64_t> steps(starts.size(), 1);
+  return b.create<SliceOp>(
+      loc, ValueRange{v},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("starts", b.getDenseI64ArrayAttr(starts)),
+          b.getNamedAttr("ends", b.getDenseI64ArrayAttr(ends)),
+          b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))});
+}
+
 /// Sums `grad` over the axes that NumPy broadcasting added or expanded to
 /// reach it from `target`, and reshapes to `target`.
 Value unbroadcast(OpBuilder &b, Location loc, Value grad,
@@ -36,12 +57,7 @@ Value unbroadcast(OpBuilder &b, Location loc, Value grad,
         ArrayRef<NamedAttribute>{
             b.getNamedAttr("axes", b.getDenseI64ArrayAttr(axes)),
             b.getNamedAttr("keepdims", b.getBoolAttr(true))});
-  if (rankedType(sum).getShape() == target.getShape())
-    return sum;
-  return b.create<ReshapeOp>(
-      loc, ValueRange{sum},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("shape", b.getDenseI64ArrayAttr(target.getShape()))});
+  return reshapeTo(b, loc, sum, target.getShape());
 }
 
 Value scalarConstant(OpBuilder &b, Location loc, Type element, double value) {
@@ -111,11 +127,8 @@ LogicalResult MulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
 
 LogicalResult ReshapeOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
-  operandGrads.push_back(b.create<ReshapeOp>(
-      getLoc(), ValueRange{resultGrads[0]},
-      ArrayRef<NamedAttribute>{b.getNamedAttr(
-          "shape",
-          b.getDenseI64ArrayAttr(rankedType(getInput()).getShape()))}));
+  operandGrads.push_back(reshapeTo(b, getLoc(), resultGrads[0],
+                                   rankedType(getInput()).getShape()));
   return success();
 }
 
@@ -128,10 +141,7 @@ Value expandReduction(OpBuilder &b, Location loc, Value g, Value input,
   SmallVector<int64_t> kept(inType.getShape());
   for (int64_t a : axes)
     kept[a] = 1;
-  if (rankedType(g).getShape() != ArrayRef<int64_t>(kept))
-    g = b.create<ReshapeOp>(loc, ValueRange{g},
-                            ArrayRef<NamedAttribute>{b.getNamedAttr(
-                                "shape", b.getDenseI64ArrayAttr(kept))});
+  g = reshapeTo(b, loc, g, kept);
   if (scale != 1.0)
     g = binary<MulOp>(b, loc, g,
                       scalarConstant(b, loc, inType.getElementType(), scale));
@@ -275,15 +285,10 @@ LogicalResult PadOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                        "padding yet");
   RankedTensorType in = rankedType(getInput());
   int64_t rank = in.getRank();
-  SmallVector<int64_t> starts(pads.take_front(rank)), ends, steps(rank, 1);
+  SmallVector<int64_t> starts(pads.take_front(rank)), ends;
   for (int64_t i = 0; i < rank; ++i)
     ends.push_back(starts[i] + in.getDimSize(i));
-  operandGrads.push_back(b.create<SliceOp>(
-      getLoc(), ValueRange{resultGrads[0]},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("starts", b.getDenseI64ArrayAttr(starts)),
-          b.getNamedAttr("ends", b.getDenseI64ArrayAttr(ends)),
-          b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))}));
+  operandGrads.push_back(unitSlice(b, getLoc(), resultGrads[0], starts, ends));
   return success();
 }
 
@@ -437,13 +442,6 @@ Value transposeLastTwo(OpBuilder &b, Location loc, Value v) {
                                    "perm", b.getDenseI64ArrayAttr(perm))});
 }
 
-Value reshapeTo(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
-  if (rankedType(v).getShape() == shape)
-    return v;
-  return b.create<ReshapeOp>(loc, ValueRange{v},
-                             ArrayRef<NamedAttribute>{b.getNamedAttr(
-                                 "shape", b.getDenseI64ArrayAttr(shape))});
-}
 } // namespace
 
 LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
@@ -495,22 +493,27 @@ LogicalResult LayerNormOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+namespace {
+/// Softmax and log-softmax: one gradient op from the forward's output.
+template <typename GradOp, typename ForwardOp>
+LogicalResult softmaxVJP(ForwardOp op, OpBuilder &b, ValueRange resultGrads,
+                         SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<GradOp>(
+      op.getLoc(), op.getType(), ValueRange{resultGrads[0], op.getOutput()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(op.getAxis()))}));
+  return success();
+}
+} // namespace
+
 LogicalResult SoftmaxOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                   SmallVectorImpl<Value> &operandGrads) {
-  operandGrads.push_back(b.create<SoftmaxGradOp>(
-      getLoc(), getType(), ValueRange{resultGrads[0], getOutput()},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
-  return success();
+  return softmaxVJP<SoftmaxGradOp>(*this, b, resultGrads, operandGrads);
 }
 
 LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                      SmallVectorImpl<Value> &operandGrads) {
-  operandGrads.push_back(b.create<LogSoftmaxGradOp>(
-      getLoc(), getType(), ValueRange{resultGrads[0], getOutput()},
-      ArrayRef<NamedAttribute>{
-          b.getNamedAttr("axis", b.getI64IntegerAttr(getAxis()))}));
-  return success();
+  return softmaxVJP<LogSoftmaxGradOp>(*this, b, resultGrads, operandGrads);
 }
 
 //===----------------------------------------------------------------------===//
@@ -556,17 +559,12 @@ LogicalResult ConcatOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
     axis += out.getRank();
   for (Value input : getInputs()) {
     RankedTensorType t = rankedType(input);
-    SmallVector<int64_t> starts(out.getRank(), 0), ends(out.getShape()),
-        steps(out.getRank(), 1);
+    SmallVector<int64_t> starts(out.getRank(), 0), ends(out.getShape());
     starts[axis] = offset;
     offset += t.getDimSize(axis);
     ends[axis] = offset;
-    operandGrads.push_back(b.create<SliceOp>(
-        getLoc(), ValueRange{resultGrads[0]},
-        ArrayRef<NamedAttribute>{
-            b.getNamedAttr("starts", b.getDenseI64ArrayAttr(starts)),
-            b.getNamedAttr("ends", b.getDenseI64ArrayAttr(ends)),
-            b.getNamedAttr("steps", b.getDenseI64ArrayAttr(steps))}));
+    operandGrads.push_back(
+        unitSlice(b, getLoc(), resultGrads[0], starts, ends));
   }
   return success();
 }
