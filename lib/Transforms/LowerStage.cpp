@@ -261,15 +261,21 @@ LogicalResult StageLowering::assignBuffers() {
   return success();
 }
 
-Value StageLowering::viewOf(OpBuilder &b, Value tensor) {
-  auto type = cast<RankedTensorType>(tensor.getType());
-  Location_ loc = where.lookup(tensor);
-  int64_t offset = loc.inParams ? loc.paramOffset : plan.offsets[loc.cls];
-  Value base = loc.inParams ? params : arena;
-  Value shift = b.create<arith::ConstantIndexOp>(tensor.getLoc(), offset);
+/// A memref of `type`'s shape at byte `offset` of `base` (arena or params).
+static Value viewAt(OpBuilder &b, Location loc, Value base, int64_t offset,
+                    Type type) {
+  auto t = cast<RankedTensorType>(type);
+  Value shift = b.create<arith::ConstantIndexOp>(loc, offset);
   return b.create<memref::ViewOp>(
-      tensor.getLoc(), MemRefType::get(type.getShape(), type.getElementType()),
-      base, shift, ValueRange{});
+      loc, MemRefType::get(t.getShape(), t.getElementType()), base, shift,
+      ValueRange{});
+}
+
+Value StageLowering::viewOf(OpBuilder &b, Value tensor) {
+  Location_ loc = where.lookup(tensor);
+  return viewAt(b, tensor.getLoc(), loc.inParams ? params : arena,
+                loc.inParams ? loc.paramOffset : plan.offsets[loc.cls],
+                tensor.getType());
 }
 
 DictionaryAttr StageLowering::describe(Value tensor) {
@@ -610,13 +616,10 @@ LogicalResult StageLowering::emit() {
       if (from.inParams &&
           from.paramOffset == paramOffsets.lookup(assign.getName()))
         continue; // computed in place
-      auto type = cast<RankedTensorType>(assign.getValue().getType());
-      Value shift = b.create<arith::ConstantIndexOp>(
-          op.getLoc(), paramOffsets.lookup(assign.getName()));
-      Value to = b.create<memref::ViewOp>(
-          op.getLoc(), MemRefType::get(type.getShape(), type.getElementType()),
-          params, shift, ValueRange{});
-      b.create<memref::CopyOp>(op.getLoc(), viewOf(b, assign.getValue()), to);
+      b.create<memref::CopyOp>(op.getLoc(), viewOf(b, assign.getValue()),
+                               viewAt(b, op.getLoc(), params,
+                                      paramOffsets.lookup(assign.getName()),
+                                      assign.getValue().getType()));
       continue;
     }
     FailureOr<bool> moved = emitDataMovement(b, &op);
@@ -626,15 +629,9 @@ LogicalResult StageLowering::emit() {
       continue;
     if (isa<func::ReturnOp>(op)) {
       for (auto [value, cls] : outputCopies) {
-        Value from = viewOf(b, value);
-        auto type = cast<RankedTensorType>(value.getType());
-        Value shift =
-            b.create<arith::ConstantIndexOp>(op.getLoc(), plan.offsets[cls]);
-        Value to = b.create<memref::ViewOp>(
-            op.getLoc(),
-            MemRefType::get(type.getShape(), type.getElementType()), arena,
-            shift, ValueRange{});
-        b.create<memref::CopyOp>(op.getLoc(), from, to);
+        b.create<memref::CopyOp>(
+            op.getLoc(), viewOf(b, value),
+            viewAt(b, op.getLoc(), arena, plan.offsets[cls], value.getType()));
       }
       b.create<func::ReturnOp>(op.getLoc());
       continue;
