@@ -178,92 +178,106 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   return std::make_unique<PrimitiveKernel>(dnnl::matmul(pd), args, epilogue);
 }
 
-/// A convolution in the layouts oneDNN prefers: activations are reordered
-/// from and to the arena's plain layout around it, weights once at load.
-class ConvKernel : public Kernel {
+/// A primitive that works in the layouts it chose (blocked, for speed):
+/// plain tensors of the arena are reordered into them before it runs and
+/// its results back after.
+class ReorderedKernel : public Kernel {
 public:
-  ConvKernel(dnnl::convolution_forward::primitive_desc pd, memory src,
-             memory weights, std::optional<memory> bias, memory dst,
-             dnnl::engine &engine, bool constantWeights)
-      : conv(pd), src(src), dst(dst), constantWeights(constantWeights) {
-    srcInner =
-        src.get_desc() == pd.src_desc() ? src : memory(pd.src_desc(), engine);
-    dstInner =
-        dst.get_desc() == pd.dst_desc() ? dst : memory(pd.dst_desc(), engine);
-    if (weights.get_desc() == pd.weights_desc()) {
-      weightsInner = weights;
-    } else {
-      weightsInner = memory(pd.weights_desc(), engine);
-      weightsPlain = weights;
+  ReorderedKernel(dnnl::primitive primitive, dnnl::engine &engine)
+      : primitive(std::move(primitive)), engine(engine) {}
+  /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
+  /// differs; `output` arguments are copied back to `plain` after a run. A
+  /// `constant` input (inference weights) is reordered on the first run
+  /// only.
+  void bind(int arg, const memory &plain, const memory::desc &chosen,
+            bool output, bool constant = false) {
+    if (plain.get_desc() == chosen) {
+      args[arg] = plain;
+      return;
     }
-    args = {{DNNL_ARG_SRC, srcInner},
-            {DNNL_ARG_WEIGHTS, weightsInner},
-            {DNNL_ARG_DST, dstInner}};
-    if (bias)
-      args[DNNL_ARG_BIAS] = *bias;
+    memory inner(chosen, engine);
+    args[arg] = inner;
+    if (output)
+      after.push_back({inner, plain});
+    else
+      (constant ? once : before).push_back({plain, inner});
   }
   void run(dnnl::stream &stream) override {
-    // Weights change between runs only when training.
-    if (weightsPlain && !(constantWeights && weightsReady)) {
-      dnnl::reorder(*weightsPlain, weightsInner)
-          .execute(stream, *weightsPlain, weightsInner);
-      weightsReady = true;
-    }
-    if (srcInner != src)
-      dnnl::reorder(src, srcInner).execute(stream, src, srcInner);
-    conv.execute(stream, args);
-    if (dstInner != dst)
-      dnnl::reorder(dstInner, dst).execute(stream, dstInner, dst);
+    for (auto &[from, to] : once)
+      dnnl::reorder(from, to).execute(stream, from, to);
+    once.clear();
+    for (auto &[from, to] : before)
+      dnnl::reorder(from, to).execute(stream, from, to);
+    primitive.execute(stream, args);
+    for (auto &[from, to] : after)
+      dnnl::reorder(from, to).execute(stream, from, to);
     stream.wait();
   }
 
 private:
-  dnnl::convolution_forward conv;
-  memory src, dst, srcInner, dstInner, weightsInner;
-  std::optional<memory> weightsPlain;
+  dnnl::primitive primitive;
+  dnnl::engine &engine;
   std::unordered_map<int, memory> args;
-  bool constantWeights, weightsReady = false;
+  std::vector<std::pair<memory, memory>> once, before, after;
 };
+
+/// Convolution geometry shared by the forward and backward kernels.
+struct ConvGeometry {
+  dims strides, dilations, padL, padR, weightDims;
+};
+
+ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
+                          const TensorSlot &weight) {
+  ConvGeometry g;
+  int64_t group = static_cast<int64_t>(spec.number("group", 1));
+  std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                       d = spec.ints("dilations");
+  size_t spatial = data.shape.size() - 2;
+  g.strides.assign(s.begin(), s.end());
+  g.padL.assign(p.begin(), p.begin() + spatial);
+  g.padR.assign(p.begin() + spatial, p.end());
+  for (int64_t v : d)
+    g.dilations.push_back(v - 1);
+  g.weightDims = weight.shape;
+  if (group > 1) {
+    g.weightDims.insert(g.weightDims.begin(), group);
+    g.weightDims[1] /= group;
+  }
+  return g;
+}
 
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                                    const KernelMemory &mem,
                                    dnnl::engine &engine) {
   const TensorSlot &x = spec.operands.at(0), &w = spec.operands.at(1);
-  const TensorSlot &out = spec.results.at(0);
-  int64_t group = static_cast<int64_t>(spec.number("group", 1));
-  std::vector<int64_t> strides = spec.ints("strides"), pads = spec.ints("pads"),
-                       dilations = spec.ints("dilations");
-  size_t spatial = x.shape.size() - 2;
-  dims padL(pads.begin(), pads.begin() + spatial),
-      padR(pads.begin() + spatial, pads.end()), dil;
-  for (int64_t d : dilations)
-    dil.push_back(d - 1);
-  dims wd = w.shape;
-  if (group > 1) {
-    wd.insert(wd.begin(), group);
-    wd[1] /= group;
-  }
+  ConvGeometry g = convGeometry(spec, x, w);
   memory src = bindSlot(spec, x, mem, engine);
-  memory weights = bindSlot(spec, w, mem, engine, wd);
-  memory dst = bindSlot(spec, out, mem, engine);
-  dims s(strides.begin(), strides.end());
+  memory weights = bindSlot(spec, w, mem, engine, g.weightDims);
+  memory dst = bindSlot(spec, spec.results.at(0), mem, engine);
   std::optional<memory> bias;
   if (spec.operands.size() > 2)
     bias = bindSlot(spec, spec.operands[2], mem, engine);
-  auto desc =
-      bias
-          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                            dnnl::algorithm::convolution_direct,
-                                            anyLayout(src), anyLayout(weights),
-                                            bias->get_desc(), anyLayout(dst), s,
-                                            dil, padL, padR)
-          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                            dnnl::algorithm::convolution_direct,
-                                            anyLayout(src), anyLayout(weights),
-                                            anyLayout(dst), s, dil, padL, padR);
+  auto desc = bias ? dnnl::convolution_forward::desc(
+                         dnnl::prop_kind::forward_inference,
+                         dnnl::algorithm::convolution_direct, anyLayout(src),
+                         anyLayout(weights), bias->get_desc(), anyLayout(dst),
+                         g.strides, g.dilations, g.padL, g.padR)
+                   : dnnl::convolution_forward::desc(
+                         dnnl::prop_kind::forward_inference,
+                         dnnl::algorithm::convolution_direct, anyLayout(src),
+                         anyLayout(weights), anyLayout(dst), g.strides,
+                         g.dilations, g.padL, g.padR);
   dnnl::convolution_forward::primitive_desc pd(desc, engine);
-  return std::make_unique<ConvKernel>(pd, src, weights, bias, dst, engine,
-                                      mem.constantParams);
+  auto kernel =
+      std::make_unique<ReorderedKernel>(dnnl::convolution_forward(pd), engine);
+  kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
+  // Weights change between runs only when training.
+  kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false,
+               mem.constantParams);
+  if (bias)
+    kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
+  kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
+  return kernel;
 }
 
 std::unique_ptr<Kernel> createPool(const KernelSpec &spec,
@@ -699,67 +713,6 @@ std::unique_ptr<Kernel> createDropout(const KernelSpec &spec,
       static_cast<int64_t>(spec.number("stream", 0)), mem,
       spec.kind == "dropout_grad");
 }
-
-/// Convolution geometry shared by the forward and backward kernels.
-struct ConvGeometry {
-  dims strides, dilations, padL, padR, weightDims;
-};
-
-ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
-                          const TensorSlot &weight) {
-  ConvGeometry g;
-  int64_t group = static_cast<int64_t>(spec.number("group", 1));
-  std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
-                       d = spec.ints("dilations");
-  size_t spatial = data.shape.size() - 2;
-  g.strides.assign(s.begin(), s.end());
-  g.padL.assign(p.begin(), p.begin() + spatial);
-  g.padR.assign(p.begin() + spatial, p.end());
-  for (int64_t v : d)
-    g.dilations.push_back(v - 1);
-  g.weightDims = weight.shape;
-  if (group > 1) {
-    g.weightDims.insert(g.weightDims.begin(), group);
-    g.weightDims[1] /= group;
-  }
-  return g;
-}
-
-/// A primitive that works in the layouts it chose (blocked, for speed):
-/// plain tensors of the arena are reordered into them before it runs and
-/// its results back after.
-class ReorderedKernel : public Kernel {
-public:
-  ReorderedKernel(dnnl::primitive primitive, dnnl::engine &engine)
-      : primitive(std::move(primitive)), engine(engine) {}
-  /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
-  /// differs; `output` arguments are copied back to `plain` after a run.
-  void bind(int arg, const memory &plain, const memory::desc &chosen,
-            bool output) {
-    if (plain.get_desc() == chosen) {
-      args[arg] = plain;
-      return;
-    }
-    memory inner(chosen, engine);
-    args[arg] = inner;
-    (output ? after : before)
-        .push_back({output ? inner : plain, output ? plain : inner});
-  }
-  void run(dnnl::stream &stream) override {
-    for (auto &[from, to] : before)
-      dnnl::reorder(from, to).execute(stream, from, to);
-    primitive.execute(stream, args);
-    for (auto &[from, to] : after)
-      dnnl::reorder(from, to).execute(stream, from, to);
-    stream.wait();
-  }
-
-private:
-  dnnl::primitive primitive;
-  dnnl::engine &engine;
-  std::unordered_map<int, memory> args;
-  std::vector<std::pair<memory, memory>> before, after;
-};
 
 /// Gradients of a convolution: with respect to its input (backward data)
 /// or its weights (backward weights). oneDNN picks blocked layouts (its

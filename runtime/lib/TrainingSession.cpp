@@ -8,6 +8,20 @@
 
 namespace gpipe::runtime {
 
+namespace {
+/// The optimizer phase's `hyper:<name>` inputs, in TrainingSession::Hyper
+/// order.
+constexpr std::pair<const char *, TrainingSession::Hyper> kHyperParameters[] = {
+    {"lr", TrainingSession::Hyper::LR},
+    {"weight_decay", TrainingSession::Hyper::WeightDecay},
+    {"momentum", TrainingSession::Hyper::Momentum},
+    {"beta1", TrainingSession::Hyper::Beta1},
+    {"beta2", TrainingSession::Hyper::Beta2},
+    {"eps", TrainingSession::Hyper::Eps},
+    {"step_size", TrainingSession::Hyper::StepSize},
+    {"bias_correction2", TrainingSession::Hyper::BiasCorrection2}};
+} // namespace
+
 TrainingSession::TrainingSession(const std::string &bundlePath)
     : bundle_(loadBundle(bundlePath)) {
   if (bundle_.mode != "train")
@@ -56,7 +70,16 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
       if (in.dtype != DType::F32 || in.numElements() != 1)
         throw BundleError(bundlePath + ": manifest.json: '" + in.name +
                           "' must be a float32 scalar");
-      hyper[in.name.substr(6)] = &in;
+      std::string name = in.name.substr(6);
+      auto known =
+          std::find_if(std::begin(kHyperParameters), std::end(kHyperParameters),
+                       [&](const auto &h) { return name == h.first; });
+      if (known == std::end(kHyperParameters))
+        throw BundleError(bundlePath +
+                          ": manifest.json: the optimizer asks "
+                          "for an unknown hyper-parameter '" +
+                          name + "'");
+      hyper.push_back({known->second, &in});
     }
   for (const TensorSlot &s : fwd->inputs)
     dataInputs_.push_back(&s);
@@ -166,7 +189,10 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
   std::string flag = "--" + name;
   std::replace(flag.begin(), flag.end(), '_', '-');
   auto it = known.find(name);
-  if (it == known.end() || !hyper.count(name))
+  bool used = std::any_of(hyper.begin(), hyper.end(), [&](const auto &h) {
+    return kHyperParameters[static_cast<int>(h.first)].first == name;
+  });
+  if (it == known.end() || !used)
     throw InputError(flag + ": the bundle's " + t.optimizer +
                      " optimizer has no such hyper-parameter");
   bool isBeta = name == "beta1" || name == "beta2";
@@ -187,22 +213,36 @@ void TrainingSession::optimizerStep() {
   // the runtime sets this step's hyper-parameters.
   const TrainingSpec &t = bundle_.training;
   double step = static_cast<double>(steps + 1);
-  std::map<std::string, double> values{
-      {"lr", lr_},
-      {"weight_decay", t.weightDecay},
-      {"momentum", t.momentum},
-      {"beta1", t.beta1},
-      {"beta2", t.beta2},
-      {"eps", t.eps},
-      {"step_size", lr_ / (1 - std::pow(t.beta1, step))},
-      {"bias_correction2", std::sqrt(1 - std::pow(t.beta2, step))}};
   char *oa = stage->arena(optimizerPhase);
-  for (auto &[name, slot] : hyper) {
-    auto it = values.find(name);
-    if (it == values.end())
-      throw BundleError("the optimizer asks for an unknown hyper-parameter '" +
-                        name + "'");
-    float v = static_cast<float>(it->second);
+  for (auto &[kind, slot] : hyper) {
+    double value = 0;
+    switch (kind) {
+    case Hyper::LR:
+      value = lr_;
+      break;
+    case Hyper::WeightDecay:
+      value = t.weightDecay;
+      break;
+    case Hyper::Momentum:
+      value = t.momentum;
+      break;
+    case Hyper::Beta1:
+      value = t.beta1;
+      break;
+    case Hyper::Beta2:
+      value = t.beta2;
+      break;
+    case Hyper::Eps:
+      value = t.eps;
+      break;
+    case Hyper::StepSize:
+      value = lr_ / (1 - std::pow(t.beta1, step));
+      break;
+    case Hyper::BiasCorrection2:
+      value = std::sqrt(1 - std::pow(t.beta2, step));
+      break;
+    }
+    float v = static_cast<float>(value);
     std::memcpy(oa + slot->offset, &v, sizeof(float));
   }
   stage->run(optimizerPhase);

@@ -16,6 +16,18 @@ namespace gpipe::runtime {
 
 class TrainingSession {
 public:
+  /// Hyper-parameters the compiled optimizer reads each step.
+  enum class Hyper {
+    LR,
+    WeightDecay,
+    Momentum,
+    Beta1,
+    Beta2,
+    Eps,
+    StepSize,
+    BiasCorrection2
+  };
+
   explicit TrainingSession(const std::string &bundlePath);
 
   const Bundle &bundle() const { return bundle_; }
@@ -100,8 +112,8 @@ private:
   };
   std::vector<Trained> trained;
   size_t optimizerPhase = 0;
-  /// The optimizer phase's hyper-parameter inputs, by name.
-  std::map<std::string, const TensorSlot *> hyper;
+  /// The optimizer phase's hyper-parameter inputs, resolved at load.
+  std::vector<std::pair<Hyper, const TensorSlot *>> hyper;
   double lr_ = 0;
   int64_t steps = 0;
   uint64_t randomSeed = 0;
