@@ -8,13 +8,17 @@
 #define GPIPE_BUNDLE_BUNDLEWRITER_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
+
+#include <optional>
 
 #include <string>
 
 namespace gpipe {
 
-constexpr int64_t kBundleFormatVersion = 2;
+constexpr int64_t kBundleFormatVersion = 3;
 
 /// How a training bundle trains (mode "train").
 struct TrainingOptions {
@@ -29,20 +33,26 @@ struct TrainingOptions {
 
 struct BundleOptions {
   std::string mode = "infer";
-  std::string device = "cpu:0";
+  /// One per stage; "cpu" is the whole host, unpinned.
+  std::vector<std::string> devices{"cpu"};
   std::string sourceName;
   /// Path of the source model; training bundles keep a copy (model.onnx)
   /// so that gpipe-run can write the trained weights back into it.
   std::string sourcePath;
   TrainingOptions training;
+  /// The static schedule of a training bundle (docs/bundle.md).
+  std::optional<llvm::json::Value> schedule;
 };
 
-/// Compiles the module, which must have gone through gpipe-lower-stage, and
-/// writes the bundle directory at `path`: built next to it and renamed into
-/// place, so that a failure leaves whatever was at `path` untouched. The
-/// module is consumed: its gpipe.parameter ops are erased once their bytes
-/// are in params.bin, and it is lowered to LLVM for the stage library.
-mlir::LogicalResult writeBundle(mlir::ModuleOp module, llvm::StringRef path,
+/// Compiles the stage modules (one per stage, in order; each must have gone
+/// through gpipe-lower-stage, their parameters at disjoint offsets of one
+/// blob) and writes the bundle directory at `path`: built next to it and
+/// renamed into place, so that a failure leaves whatever was at `path`
+/// untouched. The modules are consumed: their gpipe.parameter ops are
+/// erased once their bytes are in params.bin, and they are lowered to LLVM
+/// for the stage libraries.
+mlir::LogicalResult writeBundle(llvm::ArrayRef<mlir::ModuleOp> stages,
+                                llvm::StringRef path,
                                 const BundleOptions &options);
 
 } // namespace gpipe

@@ -154,4 +154,83 @@ def AppendOptimizer : Pass<"gpipe-append-optimizer", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+
+def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
+  let summary = "Cut @forward into one gpipe.stage per device";
+  let description = [{
+    The ops of @forward (after gpipe-append-loss), in their order, are cut
+    into K contiguous stages, one per device of `devices`. Automatic
+    partitioning is a dynamic program over the cut positions that minimizes
+    the slowest stage's predicted time per micro-batch (forward + backward,
+    plus the forward again under recompute, plus sending and receiving what
+    crosses its cuts), subject to each device's memory: parameters,
+    gradients, optimizer state and the activations the schedule keeps alive.
+    `stages=manual:i,j,...` puts the cuts before layers i, j, ... instead
+    (layers are the ops of @forward other than parameters and constants,
+    numbered from 0).
+
+    @forward then holds K gpipe.stage ops. Every tensor that crosses a cut
+    is a stage result named "act:<n>" and an input of the next stage, passed
+    on by the stages in between when its user is further on; graph inputs
+    go straight to the stages that use them. Each stage carries its
+    predicted time, FLOPs, parameter bytes and memory as attributes, and
+    random dropouts are numbered across the whole model first, so that
+    their streams do not depend on the cuts.
+  }];
+  let options = [
+    Option<"deviceList", "devices", "std::string", "\"cpu:0\"",
+           "Comma-separated devices, one stage each">,
+    Option<"stages", "stages", "std::string", "\"auto\"",
+           "auto, or manual:i,j,... (first layer of stages 1..K-1)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step (activations alive under the schedule)">,
+    Option<"schedule", "schedule", "std::string", "\"gpipe\"",
+           "gpipe or 1f1b (activations alive per stage)">,
+    Option<"recompute", "recompute", "std::string", "\"never\"",
+           "never, always or except-last">,
+    Option<"optimizerSlots", "optimizer-slots", "int64_t", "0",
+           "Optimizer state tensors per parameter (1 for momentum, 2 for "
+           "Adam)">,
+    Option<"profile", "device-profile", "std::string", "\"\"",
+           "JSON device profile (gpipe-opt --calibrate) for CPU devices">,
+    Option<"costTable", "cost-table", "std::string", "\"\"",
+           "CSV of measured per-op forward times (op,seconds)">,
+  ];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+}
+
+def Schedule : Pass<"gpipe-schedule", "::mlir::ModuleOp"> {
+  let summary = "Build the static per-device schedule of a training step";
+  let description = [{
+    For the K gpipe.stage ops of @forward, appends a gpipe.schedule with one
+    gpipe.stream per stage: `gpipe` runs every micro-batch's forward, then
+    the backwards in reverse order (fill, drain); `1f1b` runs K-1-k warm-up
+    forwards on stage k, then alternates one forward and one backward, then
+    drains. Transfers come right after the forward or backward that
+    produces them and right before the one that consumes them; recompute
+    comes before the backward of the stages that recompute; every stream
+    ends with the optimizer step. Memory attributes of the stages
+    (gpipe.static_bytes, gpipe.stash_bytes, gpipe.memory_limit) are copied
+    to the streams so that the verifier can bound each device's memory.
+  }];
+  let options = [
+    Option<"kind", "kind", "std::string", "\"gpipe\"", "gpipe or 1f1b">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step">,
+    Option<"recompute", "recompute", "std::string", "\"never\"",
+           "never, always or except-last">,
+  ];
+}
+
+def VerifySchedule : Pass<"gpipe-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Prove a schedule correct and report each device's peak";
+  let description = [{
+    Runs the gpipe.schedule verifier (matching transfers, no deadlock,
+    structure, memory within each stream's limit) and annotates every
+    stream with `peak_bytes`: its static bytes plus its stash bytes times
+    the most micro-batches whose activations are alive at once in its
+    instruction order. Emits one remark per stream.
+  }];
+}
+
 #endif // GPIPE_TRANSFORMS_PASSES

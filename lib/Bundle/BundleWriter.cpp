@@ -8,6 +8,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CRC.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -125,44 +126,86 @@ LogicalResult writeFile(Operation *anchor, StringRef path,
 
 } // namespace
 
-LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
-                                 const BundleOptions &options) {
-  // The lowered phases of the stage (forward only, or forward and
-  // backward), in the order they were lowered.
-  SmallVector<func::FuncOp> phases;
-  for (auto f : module.getOps<func::FuncOp>())
-    if (f->hasAttr("gpipe.kernels"))
-      phases.push_back(f);
-  if (phases.empty())
-    return module.emitError("no lowered stage function (run gpipe-lower-stage "
-                            "first)");
-  func::FuncOp stage = phases.front();
+/// An ArrayAttr of tensor dictionaries without the entries whose name
+/// starts with one of `prefixes`, as JSON.
+json::Array slotsWithout(Attribute list, ArrayRef<StringRef> prefixes,
+                         llvm::StringSet<> *seen = nullptr) {
+  json::Array out;
+  for (Attribute a : cast<ArrayAttr>(list)) {
+    auto dict = cast<DictionaryAttr>(a);
+    auto name = dict.getAs<StringAttr>("name");
+    StringRef n = name ? name.getValue() : "";
+    if (llvm::any_of(prefixes, [&](StringRef p) { return n.starts_with(p); }))
+      continue;
+    if (seen && !seen->insert(n).second)
+      continue;
+    out.push_back(toJSON(dict));
+  }
+  return out;
+}
 
-  // The part of the manifest that describes memory comes from the plan;
-  // later phases may have added constants to the blob.
+LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
+                                 StringRef path, const BundleOptions &options) {
+  ModuleOp module = stageModules.front();
+  if (options.devices.size() != stageModules.size())
+    return module.emitError("the bundle has ")
+           << stageModules.size() << " stages but " << options.devices.size()
+           << " devices";
+  // The lowered phases of each stage (forward only, or forward, backward
+  // and optimizer), in the order they were lowered.
+  SmallVector<SmallVector<func::FuncOp>> phases;
   int64_t paramsSize = 0;
-  for (func::FuncOp f : phases)
-    paramsSize =
-        std::max(paramsSize,
-                 cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+  for (ModuleOp m : stageModules) {
+    SmallVector<func::FuncOp> stagePhases;
+    for (auto f : m.getOps<func::FuncOp>())
+      if (f->hasAttr("gpipe.kernels"))
+        stagePhases.push_back(f);
+    if (stagePhases.empty())
+      return m.emitError("no lowered stage function (run gpipe-lower-stage "
+                         "first)");
+    // Later phases may have added constants to the blob.
+    for (func::FuncOp f : stagePhases)
+      paramsSize = std::max(
+          paramsSize,
+          cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+    phases.push_back(std::move(stagePhases));
+  }
+  func::FuncOp first = phases.front().front(), last = phases.back().front();
+
   std::vector<char> params(paramsSize, 0);
   json::Array tensors;
-  for (auto param : module.getOps<ParameterOp>()) {
-    auto bytes = valueBytes(param);
-    if (failed(bytes))
-      return failure();
-    int64_t offset = cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
-    if (offset + static_cast<int64_t>(bytes->size()) > paramsSize)
-      return param.emitError("parameter does not fit the planned blob");
-    std::copy(bytes->begin(), bytes->end(), params.begin() + offset);
-    tensors.push_back(
-        json::Object{{"name", param.getSymName()},
-                     {"dtype", typeName(param.getType().getElementType())},
-                     {"shape", json::Array(param.getType().getShape())},
-                     {"offset", offset},
-                     {"trainable", param.getTrainable()}});
-  }
+  llvm::StringSet<> names;
+  for (ModuleOp m : stageModules)
+    for (auto param : m.getOps<ParameterOp>()) {
+      if (!names.insert(param.getSymName()).second)
+        return param.emitError("parameter '")
+               << param.getSymName() << "' is placed by two stages";
+      auto bytes = valueBytes(param);
+      if (failed(bytes))
+        return failure();
+      int64_t offset =
+          cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
+      if (offset + static_cast<int64_t>(bytes->size()) > paramsSize)
+        return param.emitError("parameter does not fit the planned blob");
+      std::copy(bytes->begin(), bytes->end(), params.begin() + offset);
+      tensors.push_back(
+          json::Object{{"name", param.getSymName()},
+                       {"dtype", typeName(param.getType().getElementType())},
+                       {"shape", json::Array(param.getType().getShape())},
+                       {"offset", offset},
+                       {"trainable", param.getTrainable()}});
+    }
 
+  // The graph inputs of every stage (a pipeline's stages receive the
+  // tensors that cross the cuts, "act:<n>", from each other) and the last
+  // stage's results.
+  json::Array inputs;
+  llvm::StringSet<> seenInputs;
+  for (auto &stagePhases : phases)
+    for (json::Value &v :
+         slotsWithout(stagePhases.front()->getAttr("gpipe.inputs"), {"act:"},
+                      &seenInputs))
+      inputs.push_back(std::move(v));
   auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
   json::Object manifest{
       {"format", "gpipe-bundle"},
@@ -171,9 +214,10 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
       {"source", options.sourceName},
       {"mode", options.mode},
       {"target_cpu", nativeTargetCPU()},
-      {"devices", json::Array{options.device}},
-      {"inputs", toJSON(stage->getAttr("gpipe.inputs"))},
-      {"outputs", toJSON(stage->getAttr("gpipe.outputs"))},
+      {"devices", json::Array(options.devices)},
+      {"inputs", std::move(inputs)},
+      {"outputs", slotsWithout(last->getAttr("gpipe.outputs"),
+                               {"stash:", "act:"})},
       {"parameters",
        json::Object{
            {"file", "params.bin"},
@@ -187,7 +231,7 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
     TrainingOptions t = options.training;
     if (t.batchSize == 0) {
       // The model's own batch: micro-batch rows times their number.
-      auto inputs = cast<ArrayAttr>(stage->getAttr("gpipe.inputs"));
+      auto inputs = cast<ArrayAttr>(first->getAttr("gpipe.inputs"));
       auto shape =
           cast<ArrayAttr>(cast<DictionaryAttr>(inputs[0]).get("shape"));
       t.batchSize = (shape.empty() ? 1 : cast<IntegerAttr>(shape[0]).getInt()) *
@@ -206,25 +250,36 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
                                                 {"beta2", t.beta2},
                                                 {"eps", t.eps}}}};
   }
-  json::Object stageJSON{
-      {"index", 0},
-      {"device", options.device},
-      {"library", "stage0.so"},
-      {"entry", stage.getSymName()},
-      {"arena_size", toJSON(stage->getAttr("gpipe.arena_size"))},
-      {"kernels", toJSON(stage->getAttr("gpipe.kernels"))},
-  };
-  if (phases.size() > 1) {
-    json::Array phaseJSON;
-    for (func::FuncOp f : phases)
-      phaseJSON.push_back(json::Object{
-          {"role", cast<StringAttr>(f->getAttr("gpipe.phase")).getValue()},
-          {"entry", f.getSymName()},
-          {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
-          {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
-          {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
-          {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
-    stageJSON["phases"] = std::move(phaseJSON);
+  if (options.schedule)
+    manifest["schedule"] = *options.schedule;
+  SmallVector<json::Object> stageJSONs;
+  for (auto [k, stagePhases] : llvm::enumerate(phases)) {
+    func::FuncOp stage = stagePhases.front();
+    json::Object stageJSON{
+        {"index", static_cast<int64_t>(k)},
+        {"device", options.devices[k]},
+        {"library", "stage" + std::to_string(k) + ".so"},
+        {"entry", stage.getSymName()},
+        {"arena_size", toJSON(stage->getAttr("gpipe.arena_size"))},
+        {"kernels", toJSON(stage->getAttr("gpipe.kernels"))},
+    };
+    if (stagePhases.size() > 1 || stageModules.size() > 1) {
+      json::Array phaseJSON;
+      for (func::FuncOp f : stagePhases)
+        phaseJSON.push_back(json::Object{
+            {"role", f->hasAttr("gpipe.phase")
+                         ? cast<StringAttr>(f->getAttr("gpipe.phase"))
+                               .getValue()
+                               .str()
+                         : std::string("forward")},
+            {"entry", f.getSymName()},
+            {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
+            {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
+            {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
+            {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
+      stageJSON["phases"] = std::move(phaseJSON);
+    }
+    stageJSONs.push_back(std::move(stageJSON));
   }
 
   // Build in a sibling directory, then move into place.
@@ -262,20 +317,26 @@ LogicalResult gpipe::writeBundle(ModuleOp module, StringRef path,
 
   // Parameter values now live in params.bin; the stage code only needs
   // their offsets, already in it.
-  for (auto param : llvm::make_early_inc_range(module.getOps<ParameterOp>()))
-    param.erase();
-  llvm::SmallString<256> library(tmp);
-  llvm::sys::path::append(library, "stage0.so");
-  if (failed(emitStageLibrary(module, library)))
-    return failure();
-  auto libBytes = llvm::MemoryBuffer::getFile(library, /*IsText=*/false,
-                                              /*RequiresNullTerminator=*/false);
-  if (!libBytes)
-    return module.emitError("cannot read back ") << library;
-  stageJSON["crc32"] = static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
-      reinterpret_cast<const uint8_t *>((*libBytes)->getBufferStart()),
-      (*libBytes)->getBufferSize())));
-  manifest["stages"] = json::Array{std::move(stageJSON)};
+  json::Array stagesJSON;
+  for (auto [k, stageModule] : llvm::enumerate(stageModules)) {
+    ModuleOp m = stageModule;
+    for (auto param : llvm::make_early_inc_range(m.getOps<ParameterOp>()))
+      param.erase();
+    llvm::SmallString<256> library(tmp);
+    llvm::sys::path::append(library, "stage" + std::to_string(k) + ".so");
+    if (failed(emitStageLibrary(m, library)))
+      return failure();
+    auto libBytes = llvm::MemoryBuffer::getFile(
+        library, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+    if (!libBytes)
+      return m.emitError("cannot read back ") << library;
+    stageJSONs[k]["crc32"] = static_cast<int64_t>(llvm::crc32(
+        ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(
+                              (*libBytes)->getBufferStart()),
+                          (*libBytes)->getBufferSize())));
+    stagesJSON.push_back(std::move(stageJSONs[k]));
+  }
+  manifest["stages"] = std::move(stagesJSON);
 
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -30,10 +30,31 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     forward.erase();
   }
 
+  static StringRef nameOf(DictionaryAttr attrs) {
+    auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
+    return name ? name.getValue() : StringRef();
+  }
+
+  static bool isFloatTensor(Type t) {
+    auto type = dyn_cast<RankedTensorType>(t);
+    return type && isa<FloatType>(type.getElementType());
+  }
+
   LogicalResult differentiate(ModuleOp module, func::FuncOp forward) {
     auto ret = cast<func::ReturnOp>(forward.front().getTerminator());
-    if (ret.getNumOperands() == 0 ||
-        cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0)
+    // The seeds: the loss (result 0 when it is a scalar that is not a
+    // stage output), and the stage outputs "act:<n>" of a pipeline stage,
+    // whose gradients come from the next stage.
+    SmallVector<unsigned> actResults;
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i)
+      if (nameOf(forward.getResultAttrDict(i)).starts_with("act:") &&
+          isFloatTensor(ret.getOperand(i).getType()))
+        actResults.push_back(i);
+    bool hasLoss =
+        ret.getNumOperands() > 0 &&
+        cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() == 0 &&
+        !nameOf(forward.getResultAttrDict(0)).starts_with("act:");
+    if (!hasLoss && actResults.empty())
       return forward.emitError("the first result of @forward must be the "
                                "scalar loss (run gpipe-append-loss first)");
     OpBuilder b(forward);
@@ -41,12 +62,24 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     fb.setSymName("forward_backward");
     Block &body = fb.front();
     auto fbRet = cast<func::ReturnOp>(body.getTerminator());
-    Type lossType = fbRet.getOperand(0).getType();
-    unsigned seedIndex = fb.getNumArguments();
-    fb.insertArgument(seedIndex, lossType,
-                      b.getDictionaryAttr(b.getNamedAttr(
-                          "gpipe.name", b.getStringAttr("loss_grad"))),
-                      fb.getLoc());
+    unsigned dataArgs = fb.getNumArguments();
+    auto addSeed = [&](Type type, StringRef name) {
+      unsigned index = fb.getNumArguments();
+      fb.insertArgument(index, type,
+                        b.getDictionaryAttr(b.getNamedAttr(
+                            "gpipe.name", b.getStringAttr(name))),
+                        fb.getLoc());
+      return fb.getArgument(index);
+    };
+    SmallVector<std::pair<Value, Value>> seeds;
+    if (hasLoss)
+      seeds.push_back({fbRet.getOperand(0),
+                       addSeed(fbRet.getOperand(0).getType(), "loss_grad")});
+    for (unsigned i : actResults)
+      seeds.push_back(
+          {fbRet.getOperand(i),
+           addSeed(fbRet.getOperand(i).getType(),
+                   ("output_grad:" + nameOf(fb.getResultAttrDict(i))).str())});
 
     DenseMap<Value, Value> grads;
     OpBuilder gb(fbRet);
@@ -59,17 +92,19 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
       it->second = gb.create<nn::AddOp>(g.getLoc(), ValueRange{it->second, g},
                                         ArrayRef<NamedAttribute>{});
     };
-    grads[fbRet.getOperand(0)] = fb.getArgument(seedIndex);
+    for (auto [value, seed] : seeds)
+      accumulate(value, seed);
 
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
     // Random dropouts get stream numbers, shared with their backward, so
-    // that both draw the same mask.
+    // that both draw the same mask (gpipe-partition numbers them across
+    // the whole model first).
     int64_t stream = 0;
     for (Operation *op : ops)
       if (auto dropout = dyn_cast<nn::DropoutOp>(op);
-          dropout && dropout.isRandom())
+          dropout && dropout.isRandom() && !dropout.getStreamAttr())
         dropout.setStreamAttr(gb.getI64IntegerAttr(stream++));
     llvm::StringMap<Value> paramGrads;
     for (Operation *op : llvm::reverse(ops)) {
@@ -129,6 +164,25 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
       results.push_back(g);
       names.push_back(gb.getDictionaryAttr(gb.getNamedAttr(
           "gpipe.name", gb.getStringAttr("grad:" + param.getSymName().str()))));
+    }
+    // A stage's input gradients, sent back to the stage before it.
+    for (unsigned i = 0; i < dataArgs; ++i) {
+      StringRef name = nameOf(fb.getArgAttrDict(i));
+      BlockArgument arg = fb.getArgument(i);
+      if (!name.starts_with("act:") || !isFloatTensor(arg.getType()))
+        continue;
+      Value g = grads.lookup(arg);
+      if (!g) {
+        auto type = cast<RankedTensorType>(arg.getType());
+        g = gb.create<nn::ConstantOp>(
+            fb.getLoc(), ValueRange{},
+            ArrayRef<NamedAttribute>{gb.getNamedAttr(
+                "value", DenseElementsAttr::get(
+                             type, gb.getZeroAttr(type.getElementType())))});
+      }
+      results.push_back(g);
+      names.push_back(gb.getDictionaryAttr(gb.getNamedAttr(
+          "gpipe.name", gb.getStringAttr(("input_grad:" + name).str()))));
     }
     gb.create<func::ReturnOp>(fbRet.getLoc(), results);
     fbRet.erase();

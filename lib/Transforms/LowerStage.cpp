@@ -109,6 +109,14 @@ LogicalResult StageLowering::placeParameters() {
   // by an earlier phase keep their offsets, new ones go after them.
   int counter = 0;
   Operation *lastParam = nullptr;
+  std::string stagePrefix;
+  auto stageIndex = module->getAttrOfType<IntegerAttr>("gpipe.stage_index");
+  auto numStages = module->getAttrOfType<IntegerAttr>("gpipe.num_stages");
+  if (stageIndex && numStages && numStages.getInt() > 1)
+    stagePrefix = "s" + std::to_string(stageIndex.getInt()) + "_";
+  // A pipeline stage's parameters start where the previous stage's end.
+  if (auto base = module->getAttrOfType<IntegerAttr>("gpipe.params_base"))
+    paramsSize = std::max(paramsSize, base.getInt());
   for (auto param : module.getOps<ParameterOp>()) {
     lastParam = param;
     if (param.getSymName().starts_with("__constant_"))
@@ -122,7 +130,8 @@ LogicalResult StageLowering::placeParameters() {
   else
     moduleBuilder.setInsertionPointToStart(module.getBody());
   for (nn::ConstantOp c : constants) {
-    std::string name = "__constant_" + std::to_string(counter++);
+    // Stages of a pipeline share one blob: their constants are named apart.
+    std::string name = "__constant_" + stagePrefix + std::to_string(counter++);
     auto param = moduleBuilder.create<ParameterOp>(c.getLoc(), name,
                                                    c.getValue(), false);
     OpBuilder b(c);

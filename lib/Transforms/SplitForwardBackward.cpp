@@ -25,9 +25,21 @@ using namespace gpipe;
 
 namespace {
 
-bool isGradientName(DictionaryAttr attrs) {
+StringRef nameOf(DictionaryAttr attrs) {
   auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
-  return name && name.getValue().starts_with("grad:");
+  return name ? name.getValue() : StringRef();
+}
+
+/// Parameter gradients and, on a pipeline stage, input gradients.
+bool isGradientName(DictionaryAttr attrs) {
+  StringRef name = nameOf(attrs);
+  return name.starts_with("grad:") || name.starts_with("input_grad:");
+}
+
+/// The backward's seeds: loss_grad, and output_grad:<act> on a stage.
+bool isSeedName(DictionaryAttr attrs) {
+  StringRef name = nameOf(attrs);
+  return name == "loss_grad" || name.starts_with("output_grad:");
 }
 
 /// Values that are cheap to rebuild where they are used instead of kept.
@@ -64,12 +76,16 @@ struct SplitForwardBackwardPass
   LogicalResult split(func::FuncOp fb, bool recomputeAll) {
     Block &body = fb.front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    unsigned lossGradIndex = fb.getNumArguments() - 1;
-    auto lossGradName =
-        fb.getArgAttrOfType<StringAttr>(lossGradIndex, "gpipe.name");
-    if (!lossGradName || lossGradName.getValue() != "loss_grad")
-      return fb.emitError("the last argument of @forward_backward must be "
-                          "loss_grad");
+    // The seeds trail the data inputs.
+    unsigned firstSeed = fb.getNumArguments();
+    while (firstSeed > 0 && isSeedName(fb.getArgAttrDict(firstSeed - 1)))
+      --firstSeed;
+    if (firstSeed == fb.getNumArguments())
+      return fb.emitError("@forward_backward must end with its seeds "
+                          "(loss_grad or output_grad:<act>)");
+    DenseSet<Value> seeds;
+    for (unsigned i = firstSeed; i < fb.getNumArguments(); ++i)
+      seeds.insert(body.getArgument(i));
 
     // Forward results come first, gradients after.
     SmallVector<unsigned> forwardResults, gradResults;
@@ -88,9 +104,10 @@ struct SplitForwardBackwardPass
         continue;
       llvm::append_range(worklist, def->getOperands());
     }
-    if (llvm::any_of(body.getArgument(lossGradIndex).getUsers(),
-                     [&](Operation *u) { return forwardOps.contains(u); }))
-      return fb.emitError("the forward results depend on loss_grad");
+    for (Value seed : seeds)
+      if (llvm::any_of(seed.getUsers(),
+                       [&](Operation *u) { return forwardOps.contains(u); }))
+        return fb.emitError("the forward results depend on a seed gradient");
 
     OpBuilder b(fb);
     // @forward: the forward ops, returning the forward results and, without
@@ -102,7 +119,7 @@ struct SplitForwardBackwardPass
       auto keep = [&](Value v) {
         bool fromForward = v.getDefiningOp()
                                ? forwardOps.contains(v.getDefiningOp())
-                               : v != body.getArgument(lossGradIndex);
+                               : !seeds.contains(v);
         if (fromForward && !isRematerializable(v) && seen.insert(v).second)
           stash.push_back(v);
       };
@@ -115,7 +132,7 @@ struct SplitForwardBackwardPass
     }
     SmallVector<Type> dataTypes;
     SmallVector<DictionaryAttr> dataAttrs;
-    for (unsigned i = 0; i < lossGradIndex; ++i) {
+    for (unsigned i = 0; i < firstSeed; ++i) {
       dataTypes.push_back(fb.getArgument(i).getType());
       dataAttrs.push_back(fb.getArgAttrDict(i));
     }
@@ -124,7 +141,7 @@ struct SplitForwardBackwardPass
     {
       Block *block = forward.addEntryBlock();
       IRMapping map;
-      for (unsigned i = 0; i < lossGradIndex; ++i)
+      for (unsigned i = 0; i < firstSeed; ++i)
         map.map(body.getArgument(i), block->getArgument(i));
       OpBuilder fbuilder = OpBuilder::atBlockEnd(block);
       for (Operation &op : body.without_terminator())
@@ -168,20 +185,25 @@ struct SplitForwardBackwardPass
             "gpipe.name", b.getStringAttr("stash:" + std::to_string(i)))));
       }
     }
-    inTypes.push_back(body.getArgument(lossGradIndex).getType());
-    inNames.push_back(fb.getArgAttrDict(lossGradIndex));
+    for (unsigned i = firstSeed; i < fb.getNumArguments(); ++i) {
+      inTypes.push_back(body.getArgument(i).getType());
+      inNames.push_back(fb.getArgAttrDict(i));
+    }
     auto backward = b.create<func::FuncOp>(fb.getLoc(), "backward",
                                            b.getFunctionType(inTypes, {}));
     Block *block = backward.addEntryBlock();
     IRMapping map;
     if (recomputeAll) {
-      for (unsigned i = 0; i < lossGradIndex; ++i)
+      for (unsigned i = 0; i < firstSeed; ++i)
         map.map(body.getArgument(i), block->getArgument(i));
     } else {
       for (auto [i, v] : llvm::enumerate(stash))
         map.map(v, block->getArgument(i));
     }
-    map.map(body.getArgument(lossGradIndex), block->getArguments().back());
+    unsigned numSeeds = fb.getNumArguments() - firstSeed;
+    for (unsigned i = 0; i < numSeeds; ++i)
+      map.map(body.getArgument(firstSeed + i),
+              block->getArgument(block->getNumArguments() - numSeeds + i));
     OpBuilder bb = OpBuilder::atBlockEnd(block);
     for (Operation &op : body.without_terminator()) {
       bool isForward = forwardOps.contains(&op);

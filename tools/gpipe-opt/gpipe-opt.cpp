@@ -7,7 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Analysis/ModelSummary.h"
+#include "Analysis/CostModel.h"
 #include "Bundle/BundleWriter.h"
+#include "Calibrate.h"
+#include "Driver/TrainingPipeline.h"
 #include "GPipe/IR/GPipeDialect.h"
 #include "Import/ONNX/ModelImporter.h"
 #include "NN/IR/NNDialect.h"
@@ -98,10 +101,50 @@ cl::opt<std::string> recomputeOption(
 
 cl::opt<std::string> devicesOption(
     "devices",
-    cl::desc("Target devices, comma-separated (cpu:N, cuda:N). One device: "
-             "the whole model is one stage (the default). Partitioning "
-             "across several devices is not implemented yet"),
+    cl::desc("Pipeline devices, comma-separated, one stage each: cpu:N (one "
+             "core), cpu:A-B (cores A..B), cuda:N; may repeat "
+             "(cpu:0,cpu:1,cpu:0). Without it the model is one stage on the "
+             "whole host, unpinned (--mode=train for more than one device)"),
     cl::value_desc("LIST"), cl::cat(gpipeCategory));
+
+cl::opt<std::string> scheduleOption(
+    "schedule",
+    cl::desc("Micro-batch order (--mode=train): gpipe (all forwards, then "
+             "all backwards; default) or 1f1b (one forward, one backward "
+             "after a warm-up: at most K micro-batches alive per stage)"),
+    cl::init("gpipe"), cl::cat(gpipeCategory));
+
+cl::opt<std::string> stagesOption(
+    "stages",
+    cl::desc("auto (the partitioner balances the stages; default) or "
+             "manual:i,j,... (stage 1 starts at layer i, stage 2 at j, ...; "
+             "layers as --emit=stages numbers them) (--mode=train)"),
+    cl::init("auto"), cl::cat(gpipeCategory));
+
+cl::opt<std::string> deviceProfileOption(
+    "device-profile",
+    cl::desc("JSON profile of the CPU cores (written by --calibrate) for the "
+             "cost model; default: built-in figures (--mode=train)"),
+    cl::value_desc("FILE"), cl::cat(gpipeCategory));
+
+cl::opt<std::string> costTableOption(
+    "cost-table",
+    cl::desc("CSV of measured per-op forward seconds (op,seconds), used "
+             "instead of the roofline for the ops it names (--mode=train)"),
+    cl::value_desc("FILE"), cl::cat(gpipeCategory));
+
+cl::opt<std::string> reportOption(
+    "report",
+    cl::desc("Also write an HTML report: the per-stage table and an SVG "
+             "timeline of the predicted schedule (--mode=train)"),
+    cl::value_desc("FILE.html"), cl::cat(gpipeCategory));
+
+cl::opt<bool> calibrateOption(
+    "calibrate",
+    cl::desc("Measure this machine's cores (oneDNN sgemm, memory copies) and "
+             "write a device profile for --device-profile to -o (no model "
+             "input)"),
+    cl::init(false), cl::cat(gpipeCategory));
 
 cl::opt<std::string>
     optimizerOption("optimizer",
@@ -184,48 +227,30 @@ void printDiagnostic(Diagnostic &diag) {
   os << message << "\n";
 }
 
-/// The pipeline from the imported nn module to one lowered stage: for
-/// training, loss and reverse sweep first; for inference, inference mode.
-LogicalResult lowerToStage(ModuleOp module, bool training) {
+/// Inference: the imported nn module lowered to one stage.
+LogicalResult lowerToStage(ModuleOp module) {
   PassManager pm(module.getContext());
-  gpipe::LowerStageOptions lower;
-  if (training) {
-    gpipe::AppendLossOptions loss;
-    loss.loss = lossOption;
-    pm.addPass(gpipe::createAppendLoss(loss));
-    pm.addPass(gpipe::createAutodiff());
-    gpipe::SplitForwardBackwardOptions split;
-    split.recompute = recomputeOption;
-    pm.addPass(gpipe::createSplitForwardBackward(split));
-    gpipe::AppendOptimizerOptions optimizer;
-    optimizer.optimizer = optimizerOption;
-    optimizer.momentum = momentumOption != 0.0;
-    optimizer.nesterov = nesterovOption;
-    pm.addPass(gpipe::createAppendOptimizer(optimizer));
-  } else {
-    pm.addPass(gpipe::createSetInferenceMode());
-  }
+  pm.addPass(gpipe::createSetInferenceMode());
   pm.addPass(gpipe::createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
-  pm.addPass(gpipe::createLowerStage(lower));
-  if (training) {
-    gpipe::LowerStageOptions backward;
-    backward.functionName = "backward";
-    backward.entryName = "gpipe_stage0_backward";
-    pm.addPass(gpipe::createLowerStage(backward));
-    gpipe::LowerStageOptions update;
-    update.functionName = "optimizer";
-    update.entryName = "gpipe_stage0_optimizer";
-    pm.addPass(gpipe::createLowerStage(update));
-  }
+  pm.addPass(gpipe::createLowerStage());
   return pm.run(module);
 }
 
-int notImplemented(StringRef what) {
-  llvm::errs() << "gpipe-opt: error: " << what
-               << " is not implemented yet; this version can import ONNX "
-                  "models (--emit=nn) and run passes on .mlir files\n";
-  return 2;
+/// Writes `output` ("-" is stdout) through a temporary file renamed into
+/// place: a failed run leaves no partial output behind.
+int writeText(StringRef output,
+              llvm::function_ref<void(llvm::raw_ostream &)> write) {
+  llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
+    write(os);
+    return llvm::Error::success();
+  });
+  if (err) {
+    llvm::errs() << "gpipe-opt: error: cannot write '" << output
+                 << "': " << llvm::toString(std::move(err)) << "\n";
+    return 1;
+  }
+  return 0;
 }
 
 int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
@@ -234,20 +259,31 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     printDiagnostic(diag);
     return success();
   });
+  bool pipelinePhase = emitOption == Emit::Stages ||
+                       emitOption == Emit::Autodiff ||
+                       emitOption == Emit::Schedule;
+  if (pipelinePhase && modeOption != Mode::Train) {
+    llvm::errs() << "gpipe-opt: error: --emit="
+                 << (emitOption == Emit::Stages     ? "stages"
+                     : emitOption == Emit::Autodiff ? "autodiff"
+                                                    : "schedule")
+                 << " shows a phase of the training pipeline (add "
+                    "--mode=train)\n";
+    return 1;
+  }
   switch (emitOption) {
   case Emit::Stages:
-    return notImplemented("--emit=stages");
   case Emit::Autodiff:
-    return notImplemented("--emit=autodiff");
   case Emit::Schedule:
-    return notImplemented("--emit=schedule");
   case Emit::None:
   case Emit::LLVM:
     if (modeOption != Mode::Train) {
       for (llvm::cl::Option *o : std::initializer_list<llvm::cl::Option *>{
                &lossOption, &microBatchesOption, &recomputeOption,
                &optimizerOption, &lrOption, &momentumOption, &nesterovOption,
-               &weightDecayOption, &beta1Option, &beta2Option, &epsOption})
+               &weightDecayOption, &beta1Option, &beta2Option, &epsOption,
+               &scheduleOption, &stagesOption, &deviceProfileOption,
+               &costTableOption, &reportOption})
         if (o->getNumOccurrences()) {
           llvm::errs() << "gpipe-opt: error: --" << o->ArgStr
                        << " applies to training bundles only (add "
@@ -260,6 +296,12 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
       llvm::errs() << "gpipe-opt: error: --recompute=" << recomputeOption
                    << " is not a recompute mode: use never, always or "
                       "except-last\n";
+      return 1;
+    }
+    if (modeOption == Mode::Train && scheduleOption != "gpipe" &&
+        scheduleOption != "1f1b") {
+      llvm::errs() << "gpipe-opt: error: --schedule=" << scheduleOption
+                   << " is not a schedule: use gpipe or 1f1b\n";
       return 1;
     }
     if (modeOption == Mode::Train && optimizerOption != "sgd" &&
@@ -282,16 +324,38 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   if (batchSizeOption.getNumOccurrences())
     options.batchSize = batchSizeOption;
   bool training = modeOption == Mode::Train &&
-                  (emitOption == Emit::None || emitOption == Emit::LLVM);
+                  (emitOption == Emit::None || emitOption == Emit::LLVM ||
+                   pipelinePhase);
   if (microBatchesOption < 1) {
     llvm::errs() << "gpipe-opt: error: --micro-batches must be at least 1\n";
     return 1;
   }
-  if (StringRef(devicesOption).contains(',')) {
-    llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
-                 << ": partitioning a model across several devices is not "
-                    "implemented yet; compile for one device\n";
-    return 2;
+  std::vector<std::string> devices{"cpu"};
+  if (devicesOption.getNumOccurrences()) {
+    llvm::Expected<SmallVector<gpipe::DeviceSpec>> parsed =
+        gpipe::parseDeviceSpecs(devicesOption);
+    if (!parsed) {
+      llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
+                   << llvm::toString(parsed.takeError()) << "\n";
+      return 1;
+    }
+    devices.clear();
+    for (const gpipe::DeviceSpec &d : *parsed)
+      devices.push_back(d.name);
+    if (devices.size() > 1 && modeOption != Mode::Train) {
+      llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
+                   << ": pipelined inference is not implemented; compile "
+                      "inference for one device, or add --mode=train\n";
+      return 2;
+    }
+    for (const gpipe::DeviceSpec &d : *parsed)
+      if (d.kind == gpipe::DeviceSpec::Kind::Cuda) {
+        llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
+                     << ": " << d.name
+                     << ": CUDA stages are not implemented yet; use cpu "
+                        "devices\n";
+        return 2;
+      }
   }
   if (training && microBatchesOption > 1) {
     if (!batchSizeOption.getNumOccurrences()) {
@@ -328,50 +392,102 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
       gpipe::importONNXFile(input, &context, options);
   if (!module)
     return 1;
+  if (training) {
+    gpipe::TrainingPipelineOptions t;
+    t.loss = lossOption;
+    t.devices = devicesOption.getNumOccurrences() ? devicesOption.getValue()
+                                                  : std::string("cpu:0");
+    t.bundleDevices = devices;
+    t.stages = stagesOption;
+    t.schedule = scheduleOption;
+    t.recompute = recomputeOption;
+    t.microBatches = microBatchesOption;
+    t.optimizer = optimizerOption;
+    t.momentum = momentumOption != 0.0;
+    t.nesterov = nesterovOption;
+    t.deviceProfile = deviceProfileOption;
+    t.costTable = costTableOption;
+    gpipe::TrainingStop stop = gpipe::TrainingStop::Lowered;
+    if (emitOption == Emit::Stages)
+      stop = gpipe::TrainingStop::Stages;
+    else if (emitOption == Emit::Autodiff)
+      stop = gpipe::TrainingStop::Autodiff;
+    else if (emitOption == Emit::Schedule)
+      stop = gpipe::TrainingStop::Schedule;
+    std::string text;
+    llvm::raw_string_ostream phaseOS(text);
+    FailureOr<gpipe::TrainingPipelineResult> result =
+        gpipe::compileTrainingPipeline(*module, t, stop, phaseOS);
+    if (failed(result))
+      return 1;
+    if (stop != gpipe::TrainingStop::Lowered)
+      return writeText(output, [&](llvm::raw_ostream &os) { os << text; });
+    if (emitOption == Emit::LLVM) {
+      return writeText(output, [&](llvm::raw_ostream &os) {
+        for (auto &stage : result->stages) {
+          if (failed(gpipe::lowerStageToLLVMDialect(*stage)))
+            return;
+          stage->print(os, OpPrintingFlags());
+          os << "\n";
+        }
+      });
+    }
+    gpipe::BundleOptions bundleOptions;
+    bundleOptions.sourceName = llvm::sys::path::filename(input).str();
+    bundleOptions.sourcePath = input.str();
+    bundleOptions.devices = devices;
+    bundleOptions.mode = "train";
+    bundleOptions.schedule = std::move(result->schedule);
+    gpipe::TrainingOptions &to = bundleOptions.training;
+    to.microBatches = microBatchesOption;
+    to.loss = lossOption;
+    to.optimizer = optimizerOption;
+    to.lr = lrOption;
+    to.momentum = momentumOption;
+    to.nesterov = nesterovOption;
+    to.weightDecay = weightDecayOption;
+    to.beta1 = beta1Option;
+    to.beta2 = beta2Option;
+    to.eps = epsOption;
+    to.batchSize = batchSizeOption.getNumOccurrences()
+                       ? static_cast<int64_t>(batchSizeOption)
+                       : 0; // filled from the model
+    SmallVector<ModuleOp> stages;
+    for (auto &stage : result->stages)
+      stages.push_back(*stage);
+    if (failed(gpipe::writeBundle(stages, output, bundleOptions)))
+      return 1;
+    gpipe::printStageReport(*result, llvm::outs());
+    if (!reportOption.empty()) {
+      auto name = (*module)->getAttrOfType<StringAttr>("gpipe.model_name");
+      std::string html = gpipe::stageReportHTML(
+          *result, name ? name.getValue() : StringRef("model"));
+      if (int rc = writeText(reportOption,
+                             [&](llvm::raw_ostream &os) { os << html; }))
+        return rc;
+    }
+    return 0;
+  }
   if (emitOption == Emit::None || emitOption == Emit::LLVM) {
-    if (failed(lowerToStage(*module, training)))
+    if (failed(lowerToStage(*module)))
       return 1;
     if (emitOption == Emit::None) {
       gpipe::BundleOptions bundleOptions;
       bundleOptions.sourceName = llvm::sys::path::filename(input).str();
       bundleOptions.sourcePath = input.str();
-      if (training) {
-        bundleOptions.mode = "train";
-        gpipe::TrainingOptions &t = bundleOptions.training;
-        t.microBatches = microBatchesOption;
-        t.loss = lossOption;
-        t.optimizer = optimizerOption;
-        t.lr = lrOption;
-        t.momentum = momentumOption;
-        t.nesterov = nesterovOption;
-        t.weightDecay = weightDecayOption;
-        t.beta1 = beta1Option;
-        t.beta2 = beta2Option;
-        t.eps = epsOption;
-        t.batchSize = batchSizeOption.getNumOccurrences()
-                          ? static_cast<int64_t>(batchSizeOption)
-                          : 0; // filled from the model below
-      }
-      return failed(gpipe::writeBundle(*module, output, bundleOptions)) ? 1 : 0;
+      bundleOptions.devices = devices;
+      ModuleOp stage = *module;
+      return failed(gpipe::writeBundle(stage, output, bundleOptions)) ? 1 : 0;
     }
     if (failed(gpipe::lowerStageToLLVMDialect(*module)))
       return 1;
   }
-  // Written to a temporary file and renamed: a failed run leaves no
-  // partial output behind.
-  llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
+  return writeText(output, [&](llvm::raw_ostream &os) {
     if (emitOption == Emit::Summary)
       gpipe::printModelSummary(*module, os);
     else
       module->print(os, OpPrintingFlags());
-    return llvm::Error::success();
   });
-  if (err) {
-    llvm::errs() << "gpipe-opt: error: cannot write '" << output
-                 << "': " << llvm::toString(std::move(err)) << "\n";
-    return 1;
-  }
-  return 0;
 }
 
 } // namespace
@@ -397,8 +513,12 @@ int main(int argc, char **argv) {
       "      compile an inference bundle for gpipe-run --infer\n"
       "  gpipe-opt model.onnx -o model.gpipe --mode=train --batch-size=B\n"
       "      [--micro-batches=M] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
-      "      compile a training bundle for gpipe-run --train (one stage on "
-      "one\n      device; pipelining is not implemented yet)\n"
+      "      [--devices=cpu:0,cpu:1 --schedule=gpipe|1f1b --recompute=...]\n"
+      "      compile a training bundle for gpipe-run --train, pipelined "
+      "across\n      the devices; prints the per-stage table and the "
+      "predicted step\n"
+      "  gpipe-opt --calibrate -o profile.json\n"
+      "      measure this machine's cores for --device-profile\n"
       "  gpipe-opt file.mlir [--pass...] [--split-input-file] "
       "[--verify-diagnostics]\n"
       "      run passes on MLIR input, like mlir-opt\n",
@@ -411,6 +531,15 @@ int main(int argc, char **argv) {
     for (StringRef op : ops)
       llvm::outs() << op << "\n";
     return 0;
+  }
+  if (calibrateOption) {
+    if (output == "-") {
+      llvm::errs() << "gpipe-opt: error: --calibrate writes a profile: name "
+                      "it with -o profile.json\n";
+      return 1;
+    }
+    std::string profile = gpipe::calibrateCpu(llvm::errs());
+    return writeText(output, [&](llvm::raw_ostream &os) { os << profile; });
   }
   if (isONNXFile(input))
     return compileONNX(input, output, registry);

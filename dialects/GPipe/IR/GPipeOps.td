@@ -165,7 +165,26 @@ def GPipe_ScheduleOp : GPipe_Op<"schedule", [NoTerminator, SingleBlock,
 def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
     NoRegionArguments, HasParent<"ScheduleOp">]> {
   let summary = "The ordered instructions of one stage's device";
-  let arguments = (ins I64Attr:$stage, StrAttr:$device);
+  let description = [{
+    Optional memory figures: `static_bytes` (parameters, gradients,
+    optimizer state, phase arenas, transfer buffers), `stash_bytes` (what one
+    micro-batch keeps from its forward to its backward) and `memory_limit`
+    (the device's capacity). The schedule verifier computes the stream's
+    exact peak, static_bytes + stash_bytes times the most micro-batches
+    alive at once in this order, and rejects a peak over the limit.
+  }];
+  let arguments = (ins I64Attr:$stage, StrAttr:$device,
+                       OptionalAttr<I64Attr>:$static_bytes,
+                       OptionalAttr<I64Attr>:$stash_bytes,
+                       OptionalAttr<I64Attr>:$memory_limit);
+  let extraClassDeclaration = [{
+    /// The most micro-batches whose forward has run and backward has not,
+    /// and the first instruction after which that many are alive.
+    std::pair<int64_t, ::mlir::Operation *> maxAliveMicroBatches();
+    /// static_bytes + stash_bytes * maxAliveMicroBatches() (absent
+    /// figures count as 0).
+    int64_t peakBytes();
+  }];
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$stage `on` $device attr-dict-with-keyword $body";
 }

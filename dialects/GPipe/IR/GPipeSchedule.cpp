@@ -199,6 +199,26 @@ LogicalResult verifyCommunication(ScheduleOp schedule,
 
 } // namespace
 
+std::pair<int64_t, Operation *> StreamOp::maxAliveMicroBatches() {
+  int64_t alive = 0, most = 0;
+  Operation *at = nullptr;
+  for (Operation &op : getBody().front()) {
+    if (isa<ForwardInstr>(op) && ++alive > most) {
+      most = alive;
+      at = &op;
+    }
+    if (isa<BackwardInstr>(op))
+      --alive;
+  }
+  return {most, at};
+}
+
+int64_t StreamOp::peakBytes() {
+  return static_cast<int64_t>(getStaticBytes().value_or(0)) +
+         static_cast<int64_t>(getStashBytes().value_or(0)) *
+             maxAliveMicroBatches().first;
+}
+
 LogicalResult ScheduleOp::verifyRegions() {
   int64_t numStages = getNumStages(), microBatches = getMicroBatches();
   if (numStages <= 0 || microBatches <= 0)
@@ -221,6 +241,24 @@ LogicalResult ScheduleOp::verifyRegions() {
       return emitOpError("stage ") << s << " has no stream";
     if (failed(verifyStream(streams[s], numStages, microBatches)))
       return failure();
+    std::optional<uint64_t> limit = streams[s].getMemoryLimit();
+    if (!limit)
+      continue;
+    auto [alive, at] = streams[s].maxAliveMicroBatches();
+    int64_t peak = streams[s].peakBytes();
+    if (peak > static_cast<int64_t>(*limit)) {
+      InFlightDiagnostic diag =
+          streams[s].emitOpError("stage ")
+          << s << " on " << streams[s].getDevice() << " needs " << peak
+          << " bytes at its peak (" << streams[s].getStaticBytes().value_or(0)
+          << " static + " << alive << " micro-batches of "
+          << streams[s].getStashBytes().value_or(0) << " bytes), "
+          << peak - static_cast<int64_t>(*limit)
+          << " more than its memory limit of " << *limit;
+      if (at)
+        diag.attachNote(at->getLoc()) << "the peak is reached here";
+      return diag;
+    }
   }
   return verifyCommunication(*this, streams);
 }

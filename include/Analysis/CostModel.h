@@ -1,0 +1,81 @@
+//===- CostModel.h - Devices, device profiles and op times ------*- C++ -*-===//
+//
+// The partitioner's view of the hardware: a device list (cpu:N, cpu:A-B,
+// cuda:N), a profile per device (peak FLOP/s, memory bandwidth and
+// capacity, link bandwidth) and the time of one op on a device, from a
+// roofline over the op's FLOPs and bytes (CostOpInterface) or from a table
+// of measured times.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_COSTMODEL_H
+#define GPIPE_ANALYSIS_COSTMODEL_H
+
+#include "mlir/IR/Operation.h"
+#include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace gpipe {
+
+/// One pipeline device as written on the command line.
+struct DeviceSpec {
+  enum class Kind { Cpu, Cuda } kind = Kind::Cpu;
+  /// "cpu:0", "cpu:2-3", "cuda:0".
+  std::string name;
+  /// CPU: the cores; CUDA: one entry, the ordinal.
+  llvm::SmallVector<int> ids;
+};
+
+/// Parses "cpu:0,cpu:1-3,cuda:0" (devices may repeat). On error returns a
+/// message naming the offending item.
+llvm::Expected<llvm::SmallVector<DeviceSpec>>
+parseDeviceSpecs(llvm::StringRef text);
+
+/// What the cost model knows of a device. Rates are per second.
+struct DeviceProfile {
+  std::string name;            // the device it describes ("cpu", "cuda")
+  double peakFlops = 0;        // FLOP/s of the whole device
+  double memoryBandwidth = 0;  // bytes/s
+  double memoryCapacity = 0;   // bytes
+  double linkBandwidth = 0;    // bytes/s to a neighbouring stage
+  std::string source;          // "built-in" or the file it came from
+};
+
+/// The built-in profile of `device`: per-core figures times its cores for
+/// a CPU (docs/pipeline.md gives the numbers).
+DeviceProfile defaultProfile(const DeviceSpec &device);
+
+/// Reads a JSON profile written by gpipe-opt --calibrate:
+/// {"peak_gflops_per_core":..., "memory_gbps_per_core":...,
+///  "memory_gib":..., "link_gbps":...}; returns the profile of `device`.
+llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
+                                          const DeviceSpec &device);
+
+/// Writes a CPU profile in the format readProfile reads.
+std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
+                        double memoryGiB, double linkGbps);
+
+/// Measured seconds per op, keyed by the op's name (its NameLoc, the ONNX
+/// node name) as written by gpipe-run --profile-ops: one "name,seconds" row
+/// per op after a header line.
+using CostTable = llvm::StringMap<double>;
+llvm::Expected<CostTable> readCostTable(llvm::StringRef path);
+
+/// The name that a cost table uses for `op` ("" if it has none).
+std::string costTableKey(mlir::Operation *op);
+
+/// Seconds one forward execution of `op` takes on `profile`: the table's
+/// entry if there is one, else max(FLOPs / peak, bytes / bandwidth).
+double forwardTime(mlir::Operation *op, const DeviceProfile &profile,
+                   const CostTable *table = nullptr);
+
+/// Bytes of a value of ranked tensor type (0 otherwise).
+int64_t valueBytes(mlir::Value value);
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_COSTMODEL_H

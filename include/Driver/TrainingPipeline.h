@@ -1,0 +1,84 @@
+//===- TrainingPipeline.h - From an nn module to compiled stages -*- C++ -*-===//
+//
+// The compiler's training flow, shared by gpipe-opt's phases: loss,
+// partition, one module per stage (autodiff, forward/backward split,
+// optimizer, lowering), the static schedule with its memory figures and
+// its predicted timing.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_DRIVER_TRAININGPIPELINE_H
+#define GPIPE_DRIVER_TRAININGPIPELINE_H
+
+#include "Transforms/Schedule.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+struct TrainingPipelineOptions {
+  std::string loss = "cross-entropy";
+  /// Devices as the partitioner sees them; bundleDevices as the runtime
+  /// pins them ("cpu" for the unpinned host when none were given).
+  std::string devices = "cpu:0";
+  std::vector<std::string> bundleDevices{"cpu"};
+  std::string stages = "auto";
+  std::string schedule = "gpipe";
+  std::string recompute = "never";
+  int64_t microBatches = 1;
+  std::string optimizer = "sgd";
+  bool momentum = false, nesterov = false;
+  std::string deviceProfile, costTable;
+};
+
+/// Where to stop and what to print (gpipe-opt --emit).
+enum class TrainingStop { Stages, Autodiff, Schedule, Lowered };
+
+/// One row of the per-stage report.
+struct StageReport {
+  int64_t index = 0;
+  std::string device;
+  int64_t firstLayer = 0, endLayer = 0, ops = 0;
+  int64_t parameters = 0;   // trainable elements
+  int64_t flops = 0;        // forward, per micro-batch
+  double forwardSeconds = 0, backwardSeconds = 0, transferSeconds = 0;
+  int64_t peakBytes = 0;    // from the verified schedule
+  int64_t maxAlive = 0;
+};
+
+struct TrainingPipelineResult {
+  /// Lowered stage modules, in order (TrainingStop::Lowered).
+  std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
+  /// The manifest's "schedule" object.
+  llvm::json::Value schedule = nullptr;
+  std::vector<StageReport> report;
+  SchedulePrediction prediction;
+  std::string scheduleKind;
+  int64_t microBatches = 1;
+};
+
+/// Runs the flow on the imported module up to `stop`; for the earlier
+/// stops prints the IR of that phase to `os` and returns an empty result.
+mlir::FailureOr<TrainingPipelineResult>
+compileTrainingPipeline(mlir::ModuleOp module,
+                        const TrainingPipelineOptions &options,
+                        TrainingStop stop, llvm::raw_ostream &os);
+
+/// The per-stage table and the predicted step and bubble.
+void printStageReport(const TrainingPipelineResult &result,
+                      llvm::raw_ostream &os);
+
+/// A self-contained HTML page: the table and an SVG timeline of the
+/// predicted schedule (one row per device, forward and backward boxes per
+/// micro-batch).
+std::string stageReportHTML(const TrainingPipelineResult &result,
+                            llvm::StringRef modelName);
+
+} // namespace gpipe
+
+#endif // GPIPE_DRIVER_TRAININGPIPELINE_H

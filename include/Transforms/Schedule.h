@@ -1,0 +1,58 @@
+//===- Schedule.h - Building and timing static schedules --------*- C++ -*-===//
+#ifndef GPIPE_TRANSFORMS_SCHEDULE_H
+#define GPIPE_TRANSFORMS_SCHEDULE_H
+
+#include "GPipe/IR/GPipeOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+#include <string>
+
+namespace gpipe {
+
+/// What a schedule is built for: one entry per stage in the vectors.
+struct ScheduleRequest {
+  std::string kind = "gpipe"; // gpipe or 1f1b
+  int64_t microBatches = 1;
+  llvm::SmallVector<std::string> devices;
+  llvm::SmallVector<bool> recompute;
+  /// Optional memory figures of each stage (see gpipe.stream).
+  struct Memory {
+    std::optional<int64_t> staticBytes, stashBytes, limit;
+  };
+  llvm::SmallVector<Memory> memory;
+};
+
+/// Builds the gpipe.schedule for `request` at the builder's insertion
+/// point. The caller verifies it.
+ScheduleOp buildSchedule(mlir::OpBuilder &builder, mlir::Location loc,
+                         const ScheduleRequest &request);
+
+/// Seconds per micro-batch of each stage's instructions.
+struct StageTimes {
+  double forward = 0, backward = 0, transfer = 0, optimizer = 0;
+};
+
+/// The schedule played with these durations: sends take the transfer time
+/// of their stage, a receive waits for its send, instructions of a stream
+/// run one after the other.
+struct SchedulePrediction {
+  double stepTime = 0;
+  /// Idle fraction of the devices over the step.
+  double bubble = 0;
+  /// Start and end of every instruction, per stream in order.
+  struct Span {
+    std::string what; // "forward", "backward", ...
+    int64_t microBatch = -1;
+    double begin = 0, end = 0;
+  };
+  llvm::SmallVector<llvm::SmallVector<Span>> spans;
+};
+SchedulePrediction predictSchedule(ScheduleOp schedule,
+                                   llvm::ArrayRef<StageTimes> times);
+
+} // namespace gpipe
+
+#endif // GPIPE_TRANSFORMS_SCHEDULE_H

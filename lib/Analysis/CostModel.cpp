@@ -1,0 +1,214 @@
+//===- CostModel.cpp - Devices, device profiles and op times --------------===//
+#include "Analysis/CostModel.h"
+
+#include "NN/IR/NNOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+using namespace mlir;
+
+namespace {
+
+llvm::Error deviceError(StringRef item, const Twine &why) {
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "invalid device '" + item + "': " + why +
+          " (expected cpu:N, cpu:A-B or cuda:N)");
+}
+
+bool parseIndex(StringRef text, int &value) {
+  unsigned v;
+  if (text.empty() || text.size() > 9 || text.getAsInteger(10, v))
+    return false;
+  value = static_cast<int>(v);
+  return true;
+}
+
+// Built-in per-core CPU figures: a conservative share of what oneDNN
+// reaches on one AVX-512 core (docs/pipeline.md).
+constexpr double kCpuGflopsPerCore = 100;
+constexpr double kCpuGbpsPerCore = 10;
+constexpr double kCpuMemoryGiB = 16;
+constexpr double kCpuLinkGbps = 10;
+
+} // namespace
+
+llvm::Expected<SmallVector<gpipe::DeviceSpec>>
+gpipe::parseDeviceSpecs(StringRef text) {
+  SmallVector<DeviceSpec> devices;
+  if (text.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the device list is empty");
+  SmallVector<StringRef> items;
+  text.split(items, ',');
+  for (StringRef item : items) {
+    if (item.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the device list '" + text +
+                                         "' has an empty item");
+    auto [kind, spec] = item.split(':');
+    if (!item.contains(':'))
+      return deviceError(item, "missing ':'");
+    DeviceSpec d;
+    d.name = item.str();
+    if (kind == "cpu") {
+      auto [a, b] = spec.split('-');
+      int first, last;
+      if (!parseIndex(a, first) || (!b.empty() && !parseIndex(b, last)) ||
+          (spec.contains('-') && b.empty()))
+        return deviceError(item, "the cores must be N or A-B, non-negative");
+      if (b.empty())
+        last = first;
+      if (last < first)
+        return deviceError(item, "the core range is reversed");
+      if (last - first >= 4096)
+        return deviceError(item, "the core range is too large");
+      for (int c = first; c <= last; ++c)
+        d.ids.push_back(c);
+    } else if (kind == "cuda") {
+      d.kind = DeviceSpec::Kind::Cuda;
+      int ordinal;
+      if (!parseIndex(spec, ordinal))
+        return deviceError(item, "the GPU must be a non-negative integer");
+      d.ids.push_back(ordinal);
+    } else {
+      return deviceError(item, "unknown device kind '" + kind + "'");
+    }
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+gpipe::DeviceProfile gpipe::defaultProfile(const DeviceSpec &device) {
+  DeviceProfile p;
+  p.source = "built-in";
+  if (device.kind == DeviceSpec::Kind::Cuda) {
+    p.name = "cuda";
+    p.peakFlops = 50e12;
+    p.memoryBandwidth = 2e12;
+    p.memoryCapacity = 80.0 * (1ull << 30);
+    p.linkBandwidth = 25e9;
+    return p;
+  }
+  double cores = static_cast<double>(device.ids.size());
+  p.name = "cpu";
+  p.peakFlops = kCpuGflopsPerCore * 1e9 * cores;
+  p.memoryBandwidth = kCpuGbpsPerCore * 1e9 * cores;
+  p.memoryCapacity = kCpuMemoryGiB * (1ull << 30);
+  p.linkBandwidth = kCpuLinkGbps * 1e9;
+  return p;
+}
+
+llvm::Expected<gpipe::DeviceProfile>
+gpipe::readProfile(StringRef path, const DeviceSpec &device) {
+  auto fail = [&](const Twine &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   path + ": " + why);
+  };
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return fail("cannot read the device profile: " +
+                buffer.getError().message());
+  llvm::Expected<llvm::json::Value> parsed =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    return fail("not JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *o = parsed->getAsObject();
+  if (!o)
+    return fail("a device profile is a JSON object");
+  if (device.kind != DeviceSpec::Kind::Cpu)
+    return fail("profiles describe CPU cores; " + device.name +
+                " uses the built-in profile");
+  DeviceProfile p = defaultProfile(device);
+  double cores = static_cast<double>(device.ids.size());
+  struct Field {
+    const char *key;
+    double *target;
+    double scale;
+  } fields[] = {{"peak_gflops_per_core", &p.peakFlops, 1e9 * cores},
+                {"memory_gbps_per_core", &p.memoryBandwidth, 1e9 * cores},
+                {"memory_gib", &p.memoryCapacity, double(1ull << 30)},
+                {"link_gbps", &p.linkBandwidth, 1e9}};
+  for (Field &f : fields) {
+    std::optional<double> v = o->getNumber(f.key);
+    if (!v)
+      return fail(Twine("missing number '") + f.key + "'");
+    if (!(*v > 0))
+      return fail(Twine("'") + f.key + "' must be positive");
+    *f.target = *v * f.scale;
+  }
+  p.source = path.str();
+  return p;
+}
+
+std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
+                               double memoryGiB, double linkGbps) {
+  llvm::json::Object o{{"peak_gflops_per_core", gflopsPerCore},
+                       {"memory_gbps_per_core", gbpsPerCore},
+                       {"memory_gib", memoryGiB},
+                       {"link_gbps", linkGbps}};
+  return llvm::formatv("{0:2}", llvm::json::Value(std::move(o))).str() + "\n";
+}
+
+llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   path + ": cannot read the cost table: " +
+                                       buffer.getError().message());
+  CostTable table;
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n', -1, false);
+  for (auto [i, line] : llvm::enumerate(lines)) {
+    line = line.trim();
+    if (i == 0 || line.empty())
+      continue; // header
+    auto [name, seconds] = line.rsplit(',');
+    double value;
+    if (name.empty() || seconds.trim().getAsDouble(value) || value < 0)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          path + ":" + Twine(i + 1) + ": expected 'op,seconds', got '" + line +
+              "'");
+    table[name] = value;
+  }
+  return table;
+}
+
+std::string gpipe::costTableKey(Operation *op) {
+  std::string key;
+  op->getLoc()->walk([&](Location loc) {
+    if (auto n = dyn_cast<NameLoc>(loc)) {
+      key = n.getName().str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return key;
+}
+
+double gpipe::forwardTime(Operation *op, const DeviceProfile &profile,
+                          const CostTable *table) {
+  if (table) {
+    auto it = table->find(costTableKey(op));
+    if (it != table->end())
+      return it->second;
+  }
+  auto cost = dyn_cast<nn::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  double flops = static_cast<double>(cost.getFlops());
+  double bytes = static_cast<double>(cost.getBytesMoved());
+  return std::max(flops / profile.peakFlops, bytes / profile.memoryBandwidth);
+}
+
+int64_t gpipe::valueBytes(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!type || !type.hasStaticShape())
+    return 0;
+  unsigned bits = type.getElementType().getIntOrFloatBitWidth();
+  return type.getNumElements() * ((bits + 7) / 8);
+}

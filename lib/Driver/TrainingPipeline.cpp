@@ -1,0 +1,328 @@
+//===- TrainingPipeline.cpp - From an nn module to compiled stages --------===//
+#include "Driver/TrainingPipeline.h"
+
+#include "Analysis/CostModel.h"
+#include "GPipe/IR/GPipeOps.h"
+#include "Transforms/OutlineStages.h"
+#include "Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+StringRef nameOf(DictionaryAttr attrs) {
+  auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
+  return name ? name.getValue() : StringRef();
+}
+
+int64_t alignUp(int64_t v) { return (v + 63) / 64 * 64; }
+
+/// Byte sizes of a function's arguments (or results) whose names start with
+/// one of `prefixes`.
+int64_t namedBytes(func::FuncOp f, bool results,
+                   ArrayRef<StringRef> prefixes) {
+  int64_t bytes = 0;
+  unsigned n = results ? f.getNumResults() : f.getNumArguments();
+  for (unsigned i = 0; i < n; ++i) {
+    StringRef name =
+        nameOf(results ? f.getResultAttrDict(i) : f.getArgAttrDict(i));
+    Type type =
+        results ? f.getResultTypes()[i] : f.getArgumentTypes()[i];
+    if (llvm::any_of(prefixes, [&](StringRef p) { return name.starts_with(p); }))
+      if (auto t = dyn_cast<RankedTensorType>(type))
+        bytes += t.getNumElements() *
+                 ((t.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+  }
+  return bytes;
+}
+
+std::string formatBytes(double bytes) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (bytes >= (1 << 20))
+    os << llvm::format("%.1f MiB", bytes / (1 << 20));
+  else
+    os << llvm::format("%.1f KiB", bytes / 1024);
+  return s;
+}
+
+} // namespace
+
+FailureOr<TrainingPipelineResult>
+gpipe::compileTrainingPipeline(ModuleOp module,
+                               const TrainingPipelineOptions &o,
+                               TrainingStop stop, llvm::raw_ostream &os) {
+  MLIRContext *context = module.getContext();
+  {
+    PassManager pm(context);
+    AppendLossOptions loss;
+    loss.loss = o.loss;
+    pm.addPass(createAppendLoss(loss));
+    PartitionOptions partition;
+    partition.deviceList = o.devices;
+    partition.stages = o.stages;
+    partition.microBatches = o.microBatches;
+    partition.schedule = o.schedule;
+    partition.recompute = o.recompute;
+    partition.optimizerSlots =
+        o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
+    partition.profile = o.deviceProfile;
+    partition.costTable = o.costTable;
+    pm.addPass(createPartition(partition));
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  if (stop == TrainingStop::Stages) {
+    module.print(os);
+    return TrainingPipelineResult{};
+  }
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  SmallVector<StageOp> stageOps(forward.front().getOps<StageOp>());
+  int64_t k = stageOps.size();
+  if (static_cast<int64_t>(o.bundleDevices.size()) != k)
+    return module.emitError("internal: ")
+           << k << " stages for " << o.bundleDevices.size() << " devices";
+  FailureOr<SmallVector<OwningOpRef<ModuleOp>>> outlined = outlineStages(module);
+  if (failed(outlined))
+    return failure();
+
+  TrainingPipelineResult result;
+  result.scheduleKind = o.schedule;
+  result.microBatches = o.microBatches;
+  ScheduleRequest request;
+  request.kind = o.schedule;
+  request.microBatches = o.microBatches;
+  int64_t paramsBase = 0;
+  for (int64_t s = 0; s < k; ++s) {
+    ModuleOp stage = *(*outlined)[s];
+    bool last = s + 1 == k;
+    bool recompute = o.recompute == "always" ||
+                     (o.recompute == "except-last" && !last);
+    stage->setAttr("gpipe.params_base",
+                   Builder(context).getI64IntegerAttr(paramsBase));
+    {
+      PassManager pm(context);
+      pm.addPass(createAutodiff());
+      SplitForwardBackwardOptions split;
+      split.recompute = o.recompute;
+      split.lastStage = last;
+      pm.addPass(createSplitForwardBackward(split));
+      AppendOptimizerOptions optimizer;
+      optimizer.optimizer = o.optimizer;
+      optimizer.momentum = o.momentum;
+      optimizer.nesterov = o.nesterov;
+      pm.addPass(createAppendOptimizer(optimizer));
+      if (failed(pm.run(stage)))
+        return failure();
+    }
+    if (stop == TrainingStop::Autodiff) {
+      stage.print(os);
+      os << "\n";
+      continue;
+    }
+    auto fwd = stage.lookupSymbol<func::FuncOp>("forward");
+    auto bwd = stage.lookupSymbol<func::FuncOp>("backward");
+    // Kept per micro-batch: the forward's stash, or (recompute) the
+    // received stage input; the data inputs are read again from the batch.
+    int64_t stashBytes = namedBytes(bwd, false, {"stash:", "act:"});
+    // One received and one sent message each way.
+    int64_t messageBytes = 2 * (namedBytes(fwd, false, {"act:"}) +
+                                namedBytes(fwd, true, {"act:"}));
+    int64_t entryIndex = s;
+    {
+      PassManager pm(context);
+      pm.addPass(createConvertElementwiseToLinalg());
+      pm.addPass(createLinalgElementwiseOpFusionPass());
+      for (StringRef phase : {"forward", "backward", "optimizer"}) {
+        LowerStageOptions lower;
+        lower.functionName = phase.str();
+        lower.entryName = ("gpipe_stage" + Twine(entryIndex) + "_" + phase).str();
+        pm.addPass(createLowerStage(lower));
+      }
+      if (failed(pm.run(stage)))
+        return failure();
+    }
+    int64_t arenas = 0, paramsEnd = paramsBase;
+    for (auto f : stage.getOps<func::FuncOp>())
+      if (auto size = f->getAttrOfType<IntegerAttr>("gpipe.arena_size")) {
+        arenas += size.getInt();
+        paramsEnd = std::max(
+            paramsEnd,
+            f->getAttrOfType<IntegerAttr>("gpipe.params_size").getInt());
+      }
+    StageOp op = stageOps[s];
+    auto limit = op->getAttrOfType<IntegerAttr>("gpipe.memory_limit");
+    request.devices.push_back(o.bundleDevices[s]);
+    request.recompute.push_back(recompute);
+    request.memory.push_back(
+        {arenas + (paramsEnd - paramsBase) + messageBytes, stashBytes,
+         limit ? std::optional<int64_t>(limit.getInt()) : std::nullopt});
+    paramsBase = alignUp(paramsEnd);
+
+    StageReport row;
+    row.index = s;
+    row.device = o.bundleDevices[s];
+    auto layers = op->getAttrOfType<DenseI64ArrayAttr>("gpipe.layers");
+    row.firstLayer = layers[0];
+    row.endLayer = layers[1];
+    row.ops = layers[1] - layers[0];
+    row.flops = op->getAttrOfType<IntegerAttr>("gpipe.flops").getInt();
+    row.forwardSeconds =
+        op->getAttrOfType<FloatAttr>("gpipe.forward_time").getValueAsDouble();
+    row.backwardSeconds =
+        op->getAttrOfType<FloatAttr>("gpipe.backward_time").getValueAsDouble();
+    row.transferSeconds =
+        op->getAttrOfType<FloatAttr>("gpipe.transfer_time").getValueAsDouble();
+    for (auto p : stage.getOps<ParameterOp>())
+      if (p.getTrainable())
+        row.parameters += p.getType().getNumElements();
+    result.report.push_back(row);
+  }
+  if (stop == TrainingStop::Autodiff)
+    return TrainingPipelineResult{};
+
+  // The schedule, proved by its verifier, with each device's exact peak.
+  OwningOpRef<ModuleOp> holder = ModuleOp::create(module.getLoc());
+  OpBuilder b = OpBuilder::atBlockEnd(holder->getBody());
+  ScheduleOp schedule = buildSchedule(b, module.getLoc(), request);
+  if (failed(verify(schedule)))
+    return failure();
+  if (stop == TrainingStop::Schedule) {
+    holder->print(os);
+    return TrainingPipelineResult{};
+  }
+  SmallVector<StageTimes> times;
+  for (const StageReport &r : result.report) {
+    // The optimizer reads parameters, gradients and state once.
+    times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
+                     0.0});
+  }
+  result.prediction = predictSchedule(schedule, times);
+
+  llvm::json::Array streams;
+  for (auto stream : schedule.getBody().front().getOps<StreamOp>()) {
+    llvm::json::Array instructions;
+    for (Operation &op : stream.getBody().front()) {
+      llvm::json::Array instr{op.getName().stripDialect().str()};
+      if (auto mb = op.getAttrOfType<IntegerAttr>("micro_batch"))
+        instr.push_back(mb.getInt());
+      if (auto peer = op.getAttrOfType<IntegerAttr>("peer"))
+        instr.push_back(peer.getInt());
+      instructions.push_back(std::move(instr));
+    }
+    auto [alive, at] = stream.maxAliveMicroBatches();
+    int64_t s = stream.getStage();
+    result.report[s].peakBytes = stream.peakBytes();
+    result.report[s].maxAlive = alive;
+    streams.push_back(llvm::json::Object{
+        {"stage", s},
+        {"device", stream.getDevice()},
+        {"recompute", static_cast<bool>(request.recompute[s])},
+        {"max_alive_micro_batches", alive},
+        {"predicted_peak_bytes", stream.peakBytes()},
+        {"instructions", std::move(instructions)}});
+  }
+  result.schedule = llvm::json::Object{
+      {"kind", o.schedule},
+      {"micro_batches", o.microBatches},
+      {"predicted_step_seconds", result.prediction.stepTime},
+      {"predicted_bubble", result.prediction.bubble},
+      {"streams", std::move(streams)}};
+  for (auto &m : *outlined)
+    result.stages.push_back(std::move(m));
+  return result;
+}
+
+void gpipe::printStageReport(const TrainingPipelineResult &r,
+                             llvm::raw_ostream &os) {
+  os << "stage device   layers        ops      params  MFLOP/mb    fwd ms "
+        "   bwd ms  peak memory\n";
+  for (const StageReport &s : r.report) {
+    std::string layers = "[" + std::to_string(s.firstLayer) + ", " +
+                         std::to_string(s.endLayer) + ")";
+    os << llvm::format("%-5lld %-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
+                       static_cast<long long>(s.index), s.device.c_str(),
+                       layers.c_str(), static_cast<long long>(s.ops),
+                       static_cast<long long>(s.parameters),
+                       static_cast<double>(s.flops) / 1e6,
+                       s.forwardSeconds * 1e3, s.backwardSeconds * 1e3,
+                       formatBytes(static_cast<double>(s.peakBytes)).c_str());
+  }
+  double k = static_cast<double>(r.report.size());
+  double m = static_cast<double>(r.microBatches);
+  os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
+                     "ms, bubble %.1f%% (fill-drain (K-1)/(M+K-1) = %.1f%%)\n",
+                     r.scheduleKind.c_str(),
+                     static_cast<long long>(r.microBatches),
+                     r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
+                     (k - 1) / (m + k - 1) * 100);
+}
+
+std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
+                                   StringRef modelName) {
+  std::string table;
+  llvm::raw_string_ostream ts(table);
+  printStageReport(r, ts);
+  auto escape = [](StringRef text) {
+    std::string out;
+    for (char c : text) {
+      if (c == '<')
+        out += "&lt;";
+      else if (c == '>')
+        out += "&gt;";
+      else if (c == '&')
+        out += "&amp;";
+      else
+        out += c;
+    }
+    return out;
+  };
+  double width = 1000, rowHeight = 36, left = 80;
+  double scale = r.prediction.stepTime > 0
+                     ? (width - left - 10) / r.prediction.stepTime
+                     : 0;
+  std::string svg;
+  llvm::raw_string_ostream ss(svg);
+  double height = rowHeight * (r.prediction.spans.size() + 1);
+  ss << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width
+     << "' height='" << height << "' font-family='sans-serif' "
+     << "font-size='11'>\n";
+  for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
+    double y = 10 + rowHeight * s;
+    ss << "<text x='4' y='" << y + 18 << "'>"
+       << escape(r.report[s].device) << " (" << s << ")</text>\n";
+    for (const SchedulePrediction::Span &span : spans) {
+      bool fwd = span.what == "forward", bwd = span.what == "backward";
+      if (!fwd && !bwd)
+        continue;
+      double x = left + span.begin * scale, w = (span.end - span.begin) * scale;
+      ss << llvm::format("<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' "
+                         "fill='%s' stroke='white'><title>%s %lld</title>"
+                         "</rect>\n",
+                         x, y, std::max(w, 0.5), rowHeight - 8,
+                         static_cast<const char *>(fwd ? "#4c8bf5" : "#f5a742"), span.what.c_str(),
+                         static_cast<long long>(span.microBatch));
+      if (w > 14)
+        ss << llvm::format("<text x='%.1f' y='%.1f' fill='white'>%lld</text>\n",
+                           x + 3, y + 18,
+                           static_cast<long long>(span.microBatch));
+    }
+  }
+  ss << "<text x='" << left << "' y='" << height - 6
+     << "'>time (predicted step "
+     << llvm::format("%.3f", r.prediction.stepTime * 1e3)
+     << " ms); blue: forward, orange: backward (with recompute)</text>\n";
+  ss << "</svg>\n";
+  return "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>gpipe: " +
+         escape(modelName) + "</title></head><body>\n<h1>" +
+         escape(modelName) + ": " + std::to_string(r.report.size()) +
+         " stages</h1>\n<pre>" + escape(table) + "</pre>\n" + svg +
+         "</body></html>\n";
+}

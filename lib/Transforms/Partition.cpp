@@ -1,0 +1,424 @@
+//===- Partition.cpp - Cutting @forward into pipeline stages --------------===//
+//
+// The layers of @forward (its ops other than parameters and constants, in
+// order) are cut into one contiguous range per device, by a dynamic program
+// over the cut positions (or by hand), and each range becomes a gpipe.stage.
+// docs/pipeline.md describes the cost model.
+//
+//===----------------------------------------------------------------------===//
+#include "Transforms/Passes.h"
+
+#include "Analysis/CostModel.h"
+#include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_PARTITION
+#include "Transforms/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+bool isLayer(Operation &op) {
+  return !isa<GetParameterOp, func::ReturnOp>(op) &&
+         !op.hasTrait<OpTrait::ConstantLike>();
+}
+
+std::string mib(double bytes) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.1f MiB", bytes / (1 << 20));
+  return s;
+}
+
+/// What the dynamic program knows of a candidate stage.
+struct StageCost {
+  double forward = 0; // seconds per micro-batch
+  double backward = 0;
+  double transfer = 0;
+  double memory = 0; // bytes
+  double time() const { return forward + backward + transfer; }
+};
+
+struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
+  using PartitionBase::PartitionBase;
+
+  // Per layer.
+  SmallVector<Operation *> layers;
+  SmallVector<SmallVector<double>> time; // [device][layer], forward seconds
+  SmallVector<double> activationBytes, paramBytes;
+  SmallVector<int64_t> flops;
+  // Per cut position c in [0, n]: bytes of the tensors crossing it.
+  SmallVector<double> crossBytes;
+  SmallVector<DeviceSpec> devices;
+  SmallVector<DeviceProfile> profiles;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>("forward");
+    if (!forward) {
+      module.emitError("no @forward function to partition");
+      return signalPassFailure();
+    }
+    if (failed(setUp(module, forward)))
+      return signalPassFailure();
+    FailureOr<SmallVector<int64_t>> cuts = choose(forward);
+    if (failed(cuts) || failed(rewrite(forward, *cuts)))
+      return signalPassFailure();
+  }
+
+  bool recomputes(int64_t stage) const {
+    return recompute == "always" ||
+           (recompute == "except-last" &&
+            stage + 1 != static_cast<int64_t>(devices.size()));
+  }
+
+  /// Micro-batches whose activations a stage keeps at once.
+  int64_t alive(int64_t stage) const {
+    int64_t k = devices.size();
+    return schedule == "1f1b" ? std::min<int64_t>(microBatches, k - stage)
+                              : static_cast<int64_t>(microBatches);
+  }
+
+  LogicalResult setUp(ModuleOp module, func::FuncOp forward) {
+    llvm::Expected<SmallVector<DeviceSpec>> parsed = parseDeviceSpecs(deviceList);
+    if (!parsed)
+      return module.emitError("--devices: ")
+             << llvm::toString(parsed.takeError());
+    this->devices = std::move(*parsed);
+    if (schedule != "gpipe" && schedule != "1f1b")
+      return module.emitError("schedule must be gpipe or 1f1b, not '")
+             << schedule << "'";
+    if (recompute != "never" && recompute != "always" &&
+        recompute != "except-last")
+      return module.emitError("recompute must be never, always or "
+                              "except-last, not '")
+             << recompute << "'";
+    if (microBatches < 1)
+      return module.emitError("micro-batches must be at least 1");
+    for (const DeviceSpec &d : this->devices) {
+      if (profile.empty() || d.kind != DeviceSpec::Kind::Cpu) {
+        profiles.push_back(defaultProfile(d));
+        continue;
+      }
+      llvm::Expected<DeviceProfile> p = readProfile(profile, d);
+      if (!p)
+        return module.emitError(llvm::toString(p.takeError()));
+      profiles.push_back(*p);
+    }
+    std::optional<CostTable> table;
+    if (!costTable.empty()) {
+      llvm::Expected<CostTable> t = readCostTable(costTable);
+      if (!t)
+        return module.emitError(llvm::toString(t.takeError()));
+      table = std::move(*t);
+    }
+
+    // Random dropouts get model-wide stream numbers before the cuts.
+    int64_t stream = 0;
+    Builder b(module.getContext());
+    forward.walk([&](nn::DropoutOp d) {
+      if (d.isRandom() && !d.getStreamAttr())
+        d.setStreamAttr(b.getI64IntegerAttr(stream++));
+    });
+
+    Block &body = forward.front();
+    for (Operation &op : body)
+      if (isLayer(op))
+        layers.push_back(&op);
+    int64_t n = layers.size();
+    if (n < static_cast<int64_t>(this->devices.size()))
+      return forward.emitError("the model has ")
+             << n << " layers, fewer than the " << this->devices.size()
+             << " devices to cut it across";
+    DenseMap<Operation *, int64_t> position;
+    for (auto [i, op] : llvm::enumerate(layers))
+      position[op] = i;
+    time.assign(this->devices.size(), SmallVector<double>(n, 0));
+    activationBytes.assign(n, 0);
+    paramBytes.assign(n, 0);
+    flops.assign(n, 0);
+    crossBytes.assign(n + 1, 0);
+    llvm::StringSet<> counted;
+    for (auto [i, op] : llvm::enumerate(layers)) {
+      for (auto [d, p] : llvm::enumerate(profiles))
+        time[d][i] = forwardTime(op, p, table ? &*table : nullptr);
+      if (auto cost = dyn_cast<nn::CostOpInterface>(op))
+        flops[i] = cost.getFlops();
+      for (Value r : op->getResults()) {
+        activationBytes[i] += valueBytes(r);
+        int64_t last = i;
+        for (Operation *user : r.getUsers())
+          last = std::max(last, isa<func::ReturnOp>(user)
+                                    ? n
+                                    : position.lookup(user));
+        for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
+          crossBytes[c] += valueBytes(r);
+      }
+      for (Value operand : op->getOperands()) {
+        auto get = operand.getDefiningOp<GetParameterOp>();
+        if (!get || !counted.insert(get.getName()).second)
+          continue;
+        auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
+        double bytes = valueBytes(get.getResult());
+        paramBytes[i] += param && param.getTrainable()
+                             ? bytes * (2 + optimizerSlots)
+                             : bytes;
+      }
+    }
+    return success();
+  }
+
+  StageCost cost(int64_t stage, int64_t begin, int64_t end) const {
+    StageCost c;
+    double params = 0, activations = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      c.forward += time[stage][i];
+      params += paramBytes[i];
+      activations += activationBytes[i];
+    }
+    // A backward costs about two forwards (the gradients of the inputs
+    // and of the weights); recompute runs the forward once more.
+    c.backward = c.forward * (recomputes(stage) ? 3 : 2);
+    const DeviceProfile &p = profiles[stage];
+    c.transfer = 2 * (crossBytes[begin] + crossBytes[end]) / p.linkBandwidth;
+    double kept = recomputes(stage) ? crossBytes[begin] : activations;
+    c.memory = params + alive(stage) * kept +
+               (recomputes(stage) ? activations : 0) + crossBytes[end];
+    return c;
+  }
+
+  /// The cut positions: the first layer of stages 1..K-1.
+  FailureOr<SmallVector<int64_t>> choose(func::FuncOp forward) {
+    int64_t k = devices.size(), n = layers.size();
+    if (StringRef(stages).starts_with("manual:")) {
+      SmallVector<StringRef> items;
+      StringRef(stages).drop_front(7).split(items, ',');
+      SmallVector<int64_t> cuts;
+      for (StringRef item : items) {
+        int64_t c;
+        if (item.getAsInteger(10, c) || c <= (cuts.empty() ? 0 : cuts.back()) ||
+            c >= n)
+          return forward.emitError("--stages=")
+                 << stages << ": cuts must be increasing layer indices in [1, "
+                 << n << ")";
+        cuts.push_back(c);
+      }
+      if (static_cast<int64_t>(cuts.size()) != k - 1)
+        return forward.emitError("--stages=")
+               << stages << " makes " << cuts.size() + 1 << " stages for " << k
+               << " devices";
+      return cuts;
+    }
+    if (stages != "auto")
+      return forward.emitError("--stages must be auto or manual:i,j,..., not '")
+             << stages << "'";
+    FailureOr<SmallVector<int64_t>> best = solve(/*withMemory=*/true);
+    if (succeeded(best))
+      return best;
+    // Report what the best partition without the memory bound needs.
+    SmallVector<int64_t> cuts = *solve(/*withMemory=*/false);
+    InFlightDiagnostic diag =
+        forward.emitError("the model does not fit the devices' memory");
+    SmallVector<int64_t> bounds{0};
+    llvm::append_range(bounds, cuts);
+    bounds.push_back(n);
+    for (int64_t s = 0; s < k; ++s) {
+      StageCost c = cost(s, bounds[s], bounds[s + 1]);
+      double capacity = profiles[s].memoryCapacity;
+      if (c.memory > capacity)
+        diag << "; stage " << s << " on " << devices[s].name << " needs "
+             << mib(c.memory) << ", " << mib(c.memory - capacity)
+             << " more than its " << mib(capacity);
+    }
+    return failure();
+  }
+
+  /// Minimizes the slowest stage; failure if no partition fits memory.
+  FailureOr<SmallVector<int64_t>> solve(bool withMemory) {
+    int64_t k = devices.size(), n = layers.size();
+    const double inf = std::numeric_limits<double>::infinity();
+    // best[s][e]: slowest stage of the best split of layers [0, e) into
+    // stages 0..s; from[s][e]: where stage s begins in it.
+    SmallVector<SmallVector<double>> best(k, SmallVector<double>(n + 1, inf));
+    SmallVector<SmallVector<int64_t>> from(k, SmallVector<int64_t>(n + 1, -1));
+    for (int64_t s = 0; s < k; ++s)
+      for (int64_t e = s + 1; e <= n - (k - 1 - s); ++e)
+        for (int64_t b = s; b < e; ++b) {
+          double before = s == 0 ? (b == 0 ? 0 : inf) : best[s - 1][b];
+          if (before == inf)
+            continue;
+          StageCost c = cost(s, b, e);
+          if (withMemory && c.memory > profiles[s].memoryCapacity)
+            continue;
+          double value = std::max(before, c.time());
+          if (value < best[s][e]) {
+            best[s][e] = value;
+            from[s][e] = b;
+          }
+        }
+    if (best[k - 1][n] == inf)
+      return failure();
+    SmallVector<int64_t> cuts;
+    for (int64_t s = k - 1, e = n; s > 0; --s) {
+      e = from[s][e];
+      cuts.push_back(e);
+    }
+    std::reverse(cuts.begin(), cuts.end());
+    return cuts;
+  }
+
+  LogicalResult rewrite(func::FuncOp forward, ArrayRef<int64_t> cuts) {
+    int64_t k = devices.size(), n = layers.size();
+    Block &body = forward.front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    DenseMap<Operation *, int64_t> position;
+    for (auto [i, op] : llvm::enumerate(layers))
+      position[op] = i;
+    auto lastUse = [&](Value v) {
+      int64_t last = -1;
+      for (Operation *user : v.getUsers())
+        last = std::max(last, isa<func::ReturnOp>(user)
+                                  ? n
+                                  : position.lookup(user));
+      return last;
+    };
+    // The layer results crossing cut c, in definition order.
+    auto crossing = [&](int64_t c) {
+      SmallVector<Value> out;
+      for (int64_t i = 0; i < c; ++i)
+        for (Value r : layers[i]->getResults())
+          if (lastUse(r) >= c)
+            out.push_back(r);
+      return out;
+    };
+    SmallVector<int64_t> bounds{0};
+    llvm::append_range(bounds, cuts);
+    bounds.push_back(n);
+
+    OpBuilder b(ret);
+    DenseMap<Value, int64_t> actId;
+    DenseMap<Value, Value> current; // crossing value -> previous stage result
+    auto argName = [&](BlockArgument arg) {
+      auto name = forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                       "gpipe.name");
+      return name ? name.str() : "input" + std::to_string(arg.getArgNumber());
+    };
+    auto actName = [&](Value v) {
+      auto [it, inserted] = actId.try_emplace(v, actId.size());
+      return "act:" + std::to_string(it->second);
+    };
+    StageOp last;
+    for (int64_t s = 0; s < k; ++s) {
+      int64_t begin = bounds[s], end = bounds[s + 1];
+      bool isLast = s == k - 1;
+      SmallVector<Value> originals, operands;
+      SmallVector<Attribute> inNames;
+      if (s > 0)
+        for (Value v : crossing(begin)) {
+          originals.push_back(v);
+          operands.push_back(current.lookup(v));
+          inNames.push_back(b.getStringAttr(actName(v)));
+        }
+      // Graph inputs go straight to the stages that use them.
+      SetVector<BlockArgument> args;
+      auto noteArgs = [&](Operation *op) {
+        for (Value v : op->getOperands())
+          if (auto arg = dyn_cast<BlockArgument>(v))
+            args.insert(arg);
+      };
+      for (int64_t i = begin; i < end; ++i)
+        noteArgs(layers[i]);
+      if (isLast)
+        noteArgs(ret);
+      for (BlockArgument arg : args) {
+        originals.push_back(arg);
+        operands.push_back(arg);
+        inNames.push_back(b.getStringAttr(argName(arg)));
+      }
+      SmallVector<Value> yielded =
+          isLast ? SmallVector<Value>(ret.getOperands()) : crossing(end);
+      SmallVector<Type> resultTypes;
+      SmallVector<Attribute> outNames;
+      for (auto [i, v] : llvm::enumerate(yielded)) {
+        resultTypes.push_back(v.getType());
+        if (isLast) {
+          auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
+          outNames.push_back(
+              name ? name : b.getStringAttr("output" + std::to_string(i)));
+        } else {
+          outNames.push_back(b.getStringAttr(actName(v)));
+        }
+      }
+      auto stage = b.create<StageOp>(forward.getLoc(), resultTypes, s,
+                                     devices[s].name, operands);
+      Block *block = new Block();
+      stage.getBody().push_back(block);
+      IRMapping map;
+      for (auto [v, operand] : llvm::zip(originals, operands))
+        map.map(v, block->addArgument(operand.getType(), v.getLoc()));
+      OpBuilder sb = OpBuilder::atBlockEnd(block);
+      // Parameters and constants are cloned into each stage that reads them.
+      auto materialize = [&](Operation *op) {
+        for (Value v : op->getOperands()) {
+          if (map.contains(v))
+            continue;
+          Operation *def = v.getDefiningOp();
+          if (def && (isa<GetParameterOp>(def) ||
+                      def->hasTrait<OpTrait::ConstantLike>()))
+            sb.clone(*def, map);
+        }
+      };
+      for (int64_t i = begin; i < end; ++i) {
+        materialize(layers[i]);
+        sb.clone(*layers[i], map);
+      }
+      if (isLast)
+        materialize(ret);
+      SmallVector<Value> results;
+      for (Value v : yielded)
+        results.push_back(map.lookup(v));
+      sb.create<YieldOp>(forward.getLoc(), results);
+
+      StageCost c = cost(s, begin, end);
+      int64_t stageFlops = 0;
+      for (int64_t i = begin; i < end; ++i)
+        stageFlops += flops[i];
+      stage->setAttr("gpipe.input_names", b.getArrayAttr(inNames));
+      stage->setAttr("gpipe.output_names", b.getArrayAttr(outNames));
+      stage->setAttr("gpipe.layers", b.getDenseI64ArrayAttr({begin, end}));
+      stage->setAttr("gpipe.flops", b.getI64IntegerAttr(stageFlops));
+      stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));
+      stage->setAttr("gpipe.backward_time", b.getF64FloatAttr(c.backward));
+      stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
+      stage->setAttr("gpipe.predicted_memory",
+                     b.getI64IntegerAttr(static_cast<int64_t>(c.memory)));
+      stage->setAttr("gpipe.memory_limit",
+                     b.getI64IntegerAttr(
+                         static_cast<int64_t>(profiles[s].memoryCapacity)));
+      if (!isLast)
+        for (auto [v, r] : llvm::zip(yielded, stage.getResults()))
+          current[v] = r;
+      last = stage;
+    }
+    ret->setOperands(last.getResults());
+    // The original layers, then parameters and constants nobody reads.
+    for (Operation *op : llvm::reverse(layers)) {
+      op->dropAllUses();
+      op->erase();
+    }
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+      if (!isa<StageOp, func::ReturnOp>(op) && op.use_empty())
+        op.erase();
+    return success();
+  }
+};
+
+} // namespace

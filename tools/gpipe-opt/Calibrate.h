@@ -1,0 +1,19 @@
+//===- Calibrate.h - Measuring this machine's cores -------------*- C++ -*-===//
+#ifndef GPIPE_TOOLS_CALIBRATE_H
+#define GPIPE_TOOLS_CALIBRATE_H
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace gpipe {
+
+/// Measures one core: oneDNN sgemm FLOP/s, memory copy bandwidth, a
+/// cache-sized copy (the transfer between two stages on this host) and the
+/// physical memory; logs the figures and returns the JSON profile that
+/// --device-profile reads.
+std::string calibrateCpu(llvm::raw_ostream &log);
+
+} // namespace gpipe
+
+#endif // GPIPE_TOOLS_CALIBRATE_H
