@@ -130,6 +130,8 @@ void checkFits(const std::string &bundle, const TensorSlot &slot,
 void checkDevices(const Bundle &b) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   for (const std::string &text : b.devices) {
+    if (text == "cpu")
+      continue; // the whole host, unpinned
     std::vector<Device> devices;
     try {
       devices = parseDeviceList(text);
@@ -180,6 +182,83 @@ const PhaseSpec *StageSpec::phase(const std::string &role) const {
     if (p.role == role)
       return &p;
   return nullptr;
+}
+
+namespace {
+constexpr std::pair<const char *, Instruction::Op> kInstructionNames[] = {
+    {"forward", Instruction::Op::Forward},
+    {"recompute", Instruction::Op::Recompute},
+    {"backward", Instruction::Op::Backward},
+    {"send_activation", Instruction::Op::SendActivation},
+    {"recv_activation", Instruction::Op::RecvActivation},
+    {"send_gradient", Instruction::Op::SendGradient},
+    {"recv_gradient", Instruction::Op::RecvGradient},
+    {"optimizer_step", Instruction::Op::OptimizerStep}};
+
+ScheduleSpec parseSchedule(const json &j, int64_t stages,
+                           int64_t microBatches) {
+  ScheduleSpec s;
+  s.kind = j.at("kind").get<std::string>();
+  s.microBatches = j.at("micro_batches").get<int64_t>();
+  s.predictedStepSeconds = j.value("predicted_step_seconds", 0.0);
+  s.predictedBubble = j.value("predicted_bubble", 0.0);
+  if (s.microBatches != microBatches)
+    throw BundleError("the schedule is for " +
+                      std::to_string(s.microBatches) +
+                      " micro-batches, the training for " +
+                      std::to_string(microBatches));
+  for (const json &sj : j.at("streams")) {
+    StreamSpec stream;
+    stream.stage = sj.at("stage").get<int64_t>();
+    stream.device = sj.at("device").get<std::string>();
+    stream.recompute = sj.value("recompute", false);
+    stream.maxAlive = sj.at("max_alive_micro_batches").get<int64_t>();
+    stream.predictedPeakBytes = sj.value("predicted_peak_bytes", int64_t(0));
+    if (stream.stage != static_cast<int64_t>(s.streams.size()) ||
+        stream.maxAlive < 0 || stream.maxAlive > microBatches)
+      throw BundleError("malformed schedule stream " +
+                        std::to_string(stream.stage));
+    for (const json &ij : sj.at("instructions")) {
+      Instruction instr;
+      instr.op = parseInstructionOp(ij.at(0).get<std::string>());
+      if (ij.size() > 1)
+        instr.microBatch = ij.at(1).get<int64_t>();
+      if (ij.size() > 2)
+        instr.peer = ij.at(2).get<int64_t>();
+      bool needsMicroBatch = instr.op != Instruction::Op::OptimizerStep;
+      bool transfer = instr.op == Instruction::Op::SendActivation ||
+                      instr.op == Instruction::Op::RecvActivation ||
+                      instr.op == Instruction::Op::SendGradient ||
+                      instr.op == Instruction::Op::RecvGradient;
+      if ((needsMicroBatch &&
+           (instr.microBatch < 0 || instr.microBatch >= microBatches)) ||
+          (transfer && (instr.peer < 0 || instr.peer >= stages ||
+                        std::abs(instr.peer - stream.stage) != 1)))
+        throw BundleError("malformed instruction in the schedule of stage " +
+                          std::to_string(stream.stage));
+      stream.instructions.push_back(instr);
+    }
+    s.streams.push_back(std::move(stream));
+  }
+  if (static_cast<int64_t>(s.streams.size()) != stages)
+    throw BundleError("the schedule has " + std::to_string(s.streams.size()) +
+                      " streams for " + std::to_string(stages) + " stages");
+  return s;
+}
+} // namespace
+
+Instruction::Op parseInstructionOp(const std::string &name) {
+  for (auto &[n, op] : kInstructionNames)
+    if (name == n)
+      return op;
+  throw BundleError("unknown schedule instruction '" + name + "'");
+}
+
+const char *instructionName(Instruction::Op op) {
+  for (auto &[n, o] : kInstructionNames)
+    if (o == op)
+      return n;
+  return "?";
 }
 
 Bundle loadBundle(const std::string &path) {
@@ -271,6 +350,34 @@ Bundle loadBundle(const std::string &path) {
         fail(path, "manifest.json", "a stage without phases");
       b.stages.push_back(std::move(s));
     }
+    if (b.stages.empty())
+      fail(path, "manifest.json", "a bundle without stages");
+    if (b.mode == "train") {
+      if (m.contains("schedule")) {
+        b.schedule = parseSchedule(m.at("schedule"),
+                                   static_cast<int64_t>(b.stages.size()),
+                                   b.training.microBatches);
+      } else if (b.stages.size() == 1) {
+        // Not written by this gpipe-opt; run GPipe's order on one stage.
+        StreamSpec stream;
+        stream.device = b.stages[0].device;
+        stream.maxAlive = b.training.microBatches;
+        for (int64_t k = 0; k < b.training.microBatches; ++k)
+          stream.instructions.push_back({Instruction::Op::Forward, k, -1});
+        for (int64_t k = b.training.microBatches - 1; k >= 0; --k)
+          stream.instructions.push_back({Instruction::Op::Backward, k, -1});
+        stream.instructions.push_back(
+            {Instruction::Op::OptimizerStep, -1, -1});
+        b.schedule.microBatches = b.training.microBatches;
+        b.schedule.streams.push_back(std::move(stream));
+      } else {
+        fail(path, "manifest.json", "a pipeline without a schedule");
+      }
+    } else if (b.stages.size() != 1) {
+      fail(path, "manifest.json",
+           "an inference bundle has one stage (pipelined inference is not "
+           "implemented)");
+    }
   } catch (const json::exception &e) {
     fail(path, "manifest.json", std::string("malformed: ") + e.what());
   } catch (const BundleError &e) {
@@ -290,11 +397,10 @@ Bundle loadBundle(const std::string &path) {
   }
   if (crc32Of(text.data(), text.size()) != recorded)
     fail(path, "manifest.json", "checksum mismatch (the file is corrupt)");
-  if (b.stages.size() != 1)
-    fail(path, "manifest.json",
-         "this runtime runs single-stage bundles; pipelines come with the "
-         "pipeline runtime");
-  for (const std::string &file : {b.paramsFile, b.stages[0].library})
+  std::vector<std::string> parts{b.paramsFile};
+  for (const StageSpec &s : b.stages)
+    parts.push_back(s.library);
+  for (const std::string &file : parts)
     if (file.empty() || file.find('/') != std::string::npos ||
         file.find("..") != std::string::npos)
       fail(path, "manifest.json", "invalid part name '" + file + "'");

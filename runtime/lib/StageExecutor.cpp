@@ -2,6 +2,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -23,15 +24,31 @@ StageExecutor::Buffer StageExecutor::allocate(int64_t size) {
   return Buffer(p);
 }
 
-StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
-    : spec(spec), engine(std::make_unique<Engine>()) {
-  params_ = allocate(bundle.paramsSize);
+StageExecutor::Buffer StageExecutor::takeParameters(Bundle &bundle) {
   if (static_cast<int64_t>(bundle.paramsData.size()) != bundle.paramsSize)
     throw BundleError(bundle.path + ": " + bundle.paramsFile +
                       ": the parameters were not loaded");
-  std::memcpy(params_.get(), bundle.paramsData.data(), bundle.paramsSize);
+  Buffer params = allocate(bundle.paramsSize);
+  std::memcpy(params.get(), bundle.paramsData.data(), bundle.paramsSize);
   std::string().swap(bundle.paramsData);
+  return params;
+}
 
+StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
+    : spec(spec), engine(std::make_unique<Engine>()) {
+  params_ = takeParameters(bundle);
+  paramsPtr = params_.get();
+  allocated = bundle.paramsSize;
+  load(bundle);
+}
+
+StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec,
+                             char *sharedParams)
+    : spec(spec), paramsPtr(sharedParams), engine(std::make_unique<Engine>()) {
+  load(bundle);
+}
+
+void StageExecutor::load(Bundle &bundle) {
   std::string libraryPath = bundle.partPath(spec.library);
   library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library)
@@ -42,12 +59,13 @@ StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
     const PhaseSpec &ps = spec.phases[i];
     Phase &phase = phases[i];
     phase.arena = allocate(ps.arenaSize);
+    allocated += ps.arenaSize;
     phase.entry = reinterpret_cast<Entry>(dlsym(library, ps.entry.c_str()));
     if (!phase.entry)
       throw BundleError(bundle.path + ": " + spec.library +
                         ": no entry point '" + ps.entry + "'");
     phase.context = std::make_unique<Context>(Context{this, i});
-    KernelMemory memory{phase.arena.get(), params_.get(),
+    KernelMemory memory{phase.arena.get(), paramsPtr,
                         bundle.mode == "infer", &updateState, &random};
     for (const KernelSpec &k : ps.kernels) {
       if (k.id != static_cast<int64_t>(phase.kernels.size()))
@@ -80,7 +98,19 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
     return;
   }
   try {
-    kernels[id]->run(engine->stream);
+    if (kernelTrace) {
+      auto now = [] {
+        return std::chrono::duration<double>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+      };
+      double begin = now();
+      kernels[id]->run(engine->stream);
+      kernelTrace->push_back(
+          {&spec.phases[phase].kernels[id].kind, begin, now()});
+    } else {
+      kernels[id]->run(engine->stream);
+    }
   } catch (const std::exception &e) {
     kernelError = "kernel " + std::to_string(id) + " (" +
                   spec.phases[phase].kernels[id].kind + ") failed: " + e.what();
@@ -90,7 +120,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
 void StageExecutor::run(size_t phase) {
   kernelError.clear();
   Phase &p = phases.at(phase);
-  p.entry(p.arena.get(), params_.get(),
+  p.entry(p.arena.get(), paramsPtr,
           reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);

@@ -1,9 +1,14 @@
 #include "gpipe/runtime/TrainingSession.h"
+#include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 namespace gpipe::runtime {
@@ -20,94 +25,245 @@ constexpr std::pair<const char *, TrainingSession::Hyper> kHyperParameters[] = {
     {"eps", TrainingSession::Hyper::Eps},
     {"step_size", TrainingSession::Hyper::StepSize},
     {"bias_correction2", TrainingSession::Hyper::BiasCorrection2}};
+
+bool startsWith(const std::string &s, const char *prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 } // namespace
+
+/// One stage of the pipeline: its code, its device's thread, how its
+/// phases' inputs and outputs connect to the batch, to its neighbours and
+/// to its stash, and its per-step state.
+struct TrainingSession::Stage {
+  int64_t index = 0;
+  const StageSpec *spec = nullptr;
+  const StreamSpec *stream = nullptr;
+  std::unique_ptr<StageExecutor> exec;
+  std::unique_ptr<DeviceWorker> worker; // null: the caller's thread
+  size_t fwd = 0, bwd = 0, opt = 0;
+  const PhaseSpec *fwdSpec = nullptr, *bwdSpec = nullptr, *optSpec = nullptr;
+
+  /// A slot and its byte offset in a message.
+  struct Packed {
+    const TensorSlot *slot;
+    int64_t offset;
+  };
+  std::vector<const TensorSlot *> dataIn; // forward inputs from the batch
+  std::vector<Packed> actIn;   // forward inputs, from the previous stage
+  std::vector<Packed> actOut;  // forward outputs, to the next stage
+  std::vector<Packed> gradIn;  // backward seeds, from the next stage
+  std::vector<Packed> gradOut; // backward outputs, to the previous stage
+  int64_t actOutBytes = 0, gradOutBytes = 0;
+  const TensorSlot *loss = nullptr, *lossGrad = nullptr;
+
+  /// A backward input: kept from the forward (an output, or a received
+  /// input) at stashOffset, or a data input read again from the batch.
+  struct Carried {
+    const TensorSlot *input;
+    const TensorSlot *source; // in the forward arena; null for data
+    int64_t stashOffset;
+    bool sourceIsInput;
+  };
+  std::vector<Carried> carried;
+  int64_t stashBytes = 0;
+  std::vector<std::vector<char>> stashSlots;
+  std::vector<int> freeSlots;
+  std::map<int64_t, int> slotOf;
+
+  struct Trained {
+    const TensorSlot *param, *grad, *sum;
+  };
+  std::vector<Trained> trained;
+  std::vector<std::pair<Hyper, const TensorSlot *>> hyper;
+
+  // Per step.
+  std::map<int64_t, Channel::Message> received, gradReceived;
+  std::set<int64_t> restored;
+  int64_t backwards = 0;
+  double lossSum = 0;
+  double busy = 0;
+  std::vector<TraceEvent> trace;
+  std::vector<StageExecutor::KernelEvent> kernels;
+};
+
+TrainingSession::~TrainingSession() = default;
 
 TrainingSession::TrainingSession(const std::string &bundlePath)
     : bundle_(loadBundle(bundlePath)) {
+  auto fail = [&](const std::string &why) {
+    return BundleError(bundlePath + ": manifest.json: " + why);
+  };
   if (bundle_.mode != "train")
     throw BundleError(bundlePath + ": manifest.json: an '" + bundle_.mode +
                       "' bundle cannot train (compile with --mode=train)");
   const std::string &kind = bundle_.training.optimizer;
   if (kind != "sgd" && kind != "adam" && kind != "adamw")
-    throw BundleError(bundlePath + ": manifest.json: unknown optimizer '" +
-                      kind + "'");
+    throw fail("unknown optimizer '" + kind + "'");
   lr_ = bundle_.training.lr;
-  stage = std::make_unique<StageExecutor>(bundle_, bundle_.stages.front());
-  const StageSpec &spec = bundle_.stages.front();
-  const PhaseSpec *fwd = spec.phase("forward"), *bwd = spec.phase("backward");
-  if (!fwd || !bwd)
-    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
-                                   "forward and backward phases");
-  forwardPhase = stage->phaseIndex("forward");
-  backwardPhase = stage->phaseIndex("backward");
-  loss = fwd->output("loss");
-  lossGrad = bwd->input("loss_grad");
-  for (const TensorSlot &s : fwd->outputs)
-    if (!modelOutput && s.name != "loss" && s.name.rfind("stash:", 0) != 0)
-      modelOutput = &s;
-  if (!loss || !lossGrad || loss->dtype != DType::F32 ||
-      lossGrad->dtype != DType::F32)
-    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
-                                   "a float32 'loss' output and 'loss_grad' "
-                                   "input");
-  const PhaseSpec *opt = spec.phase("optimizer");
-  if (!opt)
-    throw BundleError(bundlePath + ": manifest.json: a training bundle needs "
-                                   "an optimizer phase");
-  optimizerPhase = stage->phaseIndex("optimizer");
-  for (const TensorSlot &p : bundle_.parameters) {
-    if (const TensorSlot *g = bwd->output("grad:" + p.name)) {
-      const TensorSlot *sum = opt->input("grad:" + p.name);
-      if (p.dtype != DType::F32 || g->byteSize() != p.byteSize() || !sum ||
-          sum->byteSize() != p.byteSize())
-        throw BundleError(bundlePath + ": manifest.json: gradient of '" +
-                          p.name + "' does not match the parameter");
-      trained.push_back({&p, g, sum});
+  params_ = StageExecutor::takeParameters(bundle_);
+  size_t k = bundle_.stages.size();
+  for (size_t s = 0; s + 1 < k; ++s) {
+    activations.push_back(std::make_unique<Channel>());
+    gradients.push_back(std::make_unique<Channel>());
+  }
+  std::set<std::string> seenInputs;
+  for (size_t s = 0; s < k; ++s) {
+    auto st = std::make_unique<Stage>();
+    Stage &stage = *st;
+    stage.index = static_cast<int64_t>(s);
+    stage.spec = &bundle_.stages[s];
+    stage.stream = &bundle_.schedule.streams.at(s);
+    const StageSpec &spec = *stage.spec;
+    stage.fwdSpec = spec.phase("forward");
+    stage.bwdSpec = spec.phase("backward");
+    stage.optSpec = spec.phase("optimizer");
+    if (!stage.fwdSpec || !stage.bwdSpec || !stage.optSpec)
+      throw fail("a training stage needs forward, backward and optimizer "
+                 "phases");
+    stage.exec = std::make_unique<StageExecutor>(bundle_, spec, params_.get());
+    stage.fwd = stage.exec->phaseIndex("forward");
+    stage.bwd = stage.exec->phaseIndex("backward");
+    stage.opt = stage.exec->phaseIndex("optimizer");
+    if (spec.device != "cpu") {
+      std::vector<Device> devices = parseDeviceList(spec.device);
+      if (devices.size() != 1 || devices[0].kind != DeviceKind::Cpu)
+        throw fail("stage " + std::to_string(s) + " is on '" + spec.device +
+                   "': this runtime runs stages on CPU devices");
+      stage.worker = std::make_unique<DeviceWorker>(devices[0].ids);
+    } else if (k > 1) {
+      throw fail("a pipeline stage must name its device");
+    }
+    const PhaseSpec &fwd = *stage.fwdSpec, &bwd = *stage.bwdSpec;
+    bool last = s + 1 == k;
+    for (const TensorSlot &in : fwd.inputs) {
+      if (startsWith(in.name, "act:")) {
+        if (s == 0)
+          throw fail("stage 0 has a stage input '" + in.name + "'");
+        stage.actIn.push_back({&in, -1}); // offset once the sender is known
+      } else {
+        stage.dataIn.push_back(&in);
+        if (seenInputs.insert(in.name).second)
+          dataInputs_.push_back(&in);
+      }
+    }
+    for (const TensorSlot &out : fwd.outputs)
+      if (startsWith(out.name, "act:")) {
+        stage.actOut.push_back({&out, stage.actOutBytes});
+        stage.actOutBytes += out.byteSize();
+      }
+    for (const TensorSlot &out : bwd.outputs)
+      if (startsWith(out.name, "input_grad:")) {
+        stage.gradOut.push_back({&out, stage.gradOutBytes});
+        stage.gradOutBytes += out.byteSize();
+      }
+    if (last) {
+      stage.loss = fwd.output("loss");
+      stage.lossGrad = bwd.input("loss_grad");
+      if (!stage.loss || !stage.lossGrad || stage.loss->dtype != DType::F32 ||
+          stage.lossGrad->dtype != DType::F32)
+        throw fail("the last stage needs a float32 'loss' output and "
+                   "'loss_grad' input");
+      for (const TensorSlot &o : fwd.outputs)
+        if (!modelOutput && o.name != "loss" && !startsWith(o.name, "stash:") &&
+            !startsWith(o.name, "act:"))
+          modelOutput = &o;
+    }
+    // What the backward reads: seeds, kept values, received stage inputs
+    // (recompute) or data inputs.
+    for (const TensorSlot &in : bwd.inputs) {
+      if (&in == stage.lossGrad)
+        continue;
+      if (startsWith(in.name, "output_grad:")) {
+        stage.gradIn.push_back({&in, -1});
+        continue;
+      }
+      const TensorSlot *source = fwd.output(in.name);
+      bool isInput = false;
+      if (!source && startsWith(in.name, "act:")) {
+        source = fwd.input(in.name);
+        isInput = true;
+      }
+      if (source) {
+        if (source->byteSize() != in.byteSize())
+          throw fail("'" + in.name + "' differs between the phases of stage " +
+                     std::to_string(s));
+        stage.carried.push_back({&in, source, stage.stashBytes, isInput});
+        stage.stashBytes += in.byteSize();
+      } else if (fwd.input(in.name)) {
+        stage.carried.push_back({&in, nullptr, -1, false});
+      } else {
+        throw fail("the backward input '" + in.name + "' of stage " +
+                   std::to_string(s) + " comes from nowhere");
+      }
+    }
+    int64_t slots = std::max<int64_t>(stage.stream->maxAlive, 1);
+    for (int64_t i = 0; i < slots; ++i) {
+      stage.stashSlots.emplace_back(static_cast<size_t>(stage.stashBytes));
+      stage.freeSlots.push_back(static_cast<int>(i));
+    }
+    const PhaseSpec &opt = *stage.optSpec;
+    for (const TensorSlot &p : bundle_.parameters) {
+      if (const TensorSlot *g = bwd.output("grad:" + p.name)) {
+        const TensorSlot *sum = opt.input("grad:" + p.name);
+        if (p.dtype != DType::F32 || g->byteSize() != p.byteSize() || !sum ||
+            sum->byteSize() != p.byteSize())
+          throw fail("gradient of '" + p.name + "' does not match the "
+                                                "parameter");
+        stage.trained.push_back({&p, g, sum});
+      }
+    }
+    for (const TensorSlot &in : opt.inputs)
+      if (startsWith(in.name, "hyper:")) {
+        if (in.dtype != DType::F32 || in.numElements() != 1)
+          throw fail("'" + in.name + "' must be a float32 scalar");
+        std::string name = in.name.substr(6);
+        auto known = std::find_if(
+            std::begin(kHyperParameters), std::end(kHyperParameters),
+            [&](const auto &h) { return name == h.first; });
+        if (known == std::end(kHyperParameters))
+          throw fail("the optimizer asks for an unknown hyper-parameter '" +
+                     name + "'");
+        stage.hyper.push_back({known->second, &in});
+      }
+    stages.push_back(std::move(st));
+  }
+  // Message layouts: a receiver finds each input by name in its sender's.
+  for (size_t s = 1; s < k; ++s) {
+    Stage &prev = *stages[s - 1], &cur = *stages[s];
+    for (Stage::Packed &p : cur.actIn) {
+      for (const Stage::Packed &o : prev.actOut)
+        if (o.slot->name == p.slot->name && o.slot->byteSize() ==
+                                                p.slot->byteSize())
+          p.offset = o.offset;
+      if (p.offset < 0)
+        throw fail("stage " + std::to_string(s) + " input '" + p.slot->name +
+                   "' is not an output of stage " + std::to_string(s - 1));
+    }
+    for (Stage::Packed &p : prev.gradIn) {
+      std::string name = "input_grad:" + p.slot->name.substr(12);
+      for (const Stage::Packed &o : cur.gradOut)
+        if (o.slot->name == name && o.slot->byteSize() == p.slot->byteSize())
+          p.offset = o.offset;
+      if (p.offset < 0)
+        throw fail("stage " + std::to_string(s - 1) + " seed '" +
+                   p.slot->name + "' has no gradient from stage " +
+                   std::to_string(s));
     }
   }
-  for (const TensorSlot &in : opt->inputs)
-    if (in.name.rfind("hyper:", 0) == 0) {
-      if (in.dtype != DType::F32 || in.numElements() != 1)
-        throw BundleError(bundlePath + ": manifest.json: '" + in.name +
-                          "' must be a float32 scalar");
-      std::string name = in.name.substr(6);
-      auto known =
-          std::find_if(std::begin(kHyperParameters), std::end(kHyperParameters),
-                       [&](const auto &h) { return name == h.first; });
-      if (known == std::end(kHyperParameters))
-        throw BundleError(bundlePath +
-                          ": manifest.json: the optimizer asks "
-                          "for an unknown hyper-parameter '" +
-                          name + "'");
-      hyper.push_back({known->second, &in});
-    }
-  for (const TensorSlot &s : fwd->inputs)
-    dataInputs_.push_back(&s);
-  // What the backward reads besides loss_grad: values the forward kept
-  // (same name among its outputs) or, when it recomputes, the data inputs.
-  for (const TensorSlot &in : bwd->inputs) {
-    if (&in == lossGrad)
-      continue;
-    if (const TensorSlot *kept = fwd->output(in.name)) {
-      if (kept->byteSize() != in.byteSize())
-        throw BundleError(bundlePath + ": manifest.json: '" + in.name +
-                          "' differs between the phases");
-      carried.push_back({&in, kept, stashBytes_});
-      stashBytes_ += in.byteSize();
-    } else if (fwd->input(in.name)) {
-      carried.push_back({&in, nullptr, -1});
-    } else {
-      throw BundleError(bundlePath + ": manifest.json: the backward input '" +
-                        in.name + "' comes from nowhere");
-    }
-  }
-  // The last micro-batch needs no stash of its own.
-  stash.assign(static_cast<size_t>(bundle_.training.microBatches - 1),
-               std::vector<char>(static_cast<size_t>(stashBytes_)));
+}
+
+int64_t TrainingSession::stashBytes() const {
+  return stages.front()->stashBytes;
 }
 
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
-  int64_t m = bundle_.training.microBatches, n = batchSize();
+  int64_t n = batchSize();
   for (const TensorSlot *slot : dataInputs()) {
     auto it = batch.find(slot->name);
     if (it == batch.end())
@@ -122,50 +278,217 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " rows of " + dtypeName(slot->dtype) +
                        " with the model's other dimensions");
   }
-  // Gradients accumulate where the optimizer phase reads them (the first
-  // backward's are copied there, the others added).
-  char *oa = stage->arena(optimizerPhase);
-  // Micro-batch k's rows of a data input.
-  auto rows = [&](const std::string &name, int64_t bytes, int64_t k) {
-    return reinterpret_cast<const char *>(batch.at(name).data.data()) +
-           k * bytes;
-  };
-
-  // GPipe on one stage: every micro-batch's forward, keeping what its
-  // backward needs, then the backwards in reverse order.
-  double lossSum = 0;
-  char *fa = stage->arena(forwardPhase), *ba = stage->arena(backwardPhase);
-  for (int64_t k = 0; k < m; ++k) {
-    for (const TensorSlot *slot : dataInputs())
-      std::memcpy(fa + slot->offset, rows(slot->name, slot->byteSize(), k),
-                  slot->byteSize());
-    stage->setRandomState({randomSeed, steps, k});
-    stage->run(forwardPhase);
-    float microLoss;
-    std::memcpy(&microLoss, fa + loss->offset, sizeof(float));
-    lossSum += microLoss;
-    // The last micro-batch's backward comes next: its kept values go
-    // straight to the backward's inputs.
-    for (const Carried &c : carried)
-      if (c.kept)
-        std::memcpy(k == m - 1 ? ba + c.input->offset
-                               : stash[k].data() + c.stashOffset,
-                    fa + c.kept->offset, c.kept->byteSize());
+  if (tracing && traceOrigin == 0)
+    traceOrigin = now();
+  double start = now();
+  for (auto &st : stages) {
+    st->backwards = 0;
+    st->lossSum = 0;
+    st->restored.clear();
   }
-  float seed = 1.0f / static_cast<float>(m);
-  for (int64_t k = m - 1; k >= 0; --k) {
-    for (const Carried &c : carried)
-      if (!c.kept || k != m - 1)
-        std::memcpy(ba + c.input->offset,
-                    c.kept ? stash[k].data() + c.stashOffset
-                           : rows(c.input->name, c.input->byteSize(), k),
-                    c.input->byteSize());
-    std::memcpy(ba + lossGrad->offset, &seed, sizeof(float));
-    stage->setRandomState({randomSeed, steps, k});
-    stage->run(backwardPhase);
-    for (const Trained &t : trained) {
-      if (k == m - 1) {
-        std::memcpy(oa + t.sum->offset, ba + t.grad->offset, t.sum->byteSize());
+  if (stages.size() == 1 && !stages[0]->worker) {
+    runStream(*stages[0], batch);
+  } else {
+    for (auto &st : stages) {
+      Stage *stage = st.get();
+      stage->worker->start([this, stage, &batch] {
+        try {
+          runStream(*stage, batch);
+        } catch (...) {
+          // Wake the stages waiting for this one.
+          for (auto &c : activations)
+            c->close();
+          for (auto &c : gradients)
+            c->close();
+          throw;
+        }
+      });
+    }
+    std::exception_ptr first, any;
+    for (auto &st : stages) {
+      try {
+        st->worker->wait();
+      } catch (const ChannelClosed &) {
+        any = std::current_exception();
+      } catch (...) {
+        if (!first)
+          first = std::current_exception();
+      }
+    }
+    for (auto &c : activations)
+      c->reset();
+    for (auto &c : gradients)
+      c->reset();
+    if (first || any) {
+      for (auto &st : stages) {
+        for (auto &[mb, slot] : st->slotOf)
+          st->freeSlots.push_back(slot);
+        st->slotOf.clear();
+        st->received.clear();
+        st->gradReceived.clear();
+      }
+      std::rethrow_exception(first ? first : any);
+    }
+  }
+  ++steps;
+  ++statSteps;
+  statSeconds += now() - start;
+  return stages.back()->lossSum /
+         static_cast<double>(bundle_.training.microBatches);
+}
+
+void TrainingSession::runStream(
+    Stage &stage, const std::map<std::string, HostTensor> &batch) {
+  stage.exec->setKernelTrace(tracing ? &stage.kernels : nullptr);
+  for (const Instruction &instr : stage.stream->instructions) {
+    bool compute = instr.op == Instruction::Op::Forward ||
+                   instr.op == Instruction::Op::Backward ||
+                   instr.op == Instruction::Op::Recompute ||
+                   instr.op == Instruction::Op::OptimizerStep;
+    double begin = compute || tracing ? now() : 0;
+    runInstruction(stage, instr, batch);
+    if (compute || tracing) {
+      double end = now();
+      if (compute)
+        stage.busy += end - begin;
+      if (tracing) {
+        std::string name = instructionName(instr.op);
+        if (instr.microBatch >= 0)
+          name += " " + std::to_string(instr.microBatch);
+        stage.trace.push_back({std::move(name), begin, end});
+      }
+    }
+  }
+}
+
+void TrainingSession::loadStash(Stage &stage, int64_t mb,
+                                const std::map<std::string, HostTensor> &batch) {
+  char *ba = stage.exec->arena(stage.bwd);
+  auto slot = stage.slotOf.find(mb);
+  if (slot == stage.slotOf.end())
+    throw std::runtime_error("stage " + std::to_string(stage.index) +
+                             ": backward of micro-batch " + std::to_string(mb) +
+                             " without its forward");
+  const std::vector<char> &stash = stage.stashSlots[slot->second];
+  for (const Stage::Carried &c : stage.carried) {
+    const char *from =
+        c.source ? stash.data() + c.stashOffset
+                 : reinterpret_cast<const char *>(
+                       batch.at(c.input->name).data.data()) +
+                       mb * c.input->byteSize();
+    std::memcpy(ba + c.input->offset, from, c.input->byteSize());
+  }
+  stage.restored.insert(mb);
+}
+
+void TrainingSession::runInstruction(
+    Stage &stage, const Instruction &instr,
+    const std::map<std::string, HostTensor> &batch) {
+  int64_t mb = instr.microBatch, m = bundle_.training.microBatches;
+  StageExecutor &exec = *stage.exec;
+  switch (instr.op) {
+  case Instruction::Op::RecvActivation:
+    stage.received[mb] = activations[stage.index - 1]->receive(mb);
+    return;
+  case Instruction::Op::RecvGradient:
+    stage.gradReceived[mb] = gradients[stage.index]->receive(mb);
+    return;
+  case Instruction::Op::Forward: {
+    char *fa = exec.arena(stage.fwd);
+    for (const TensorSlot *slot : stage.dataIn)
+      std::memcpy(fa + slot->offset,
+                  reinterpret_cast<const char *>(
+                      batch.at(slot->name).data.data()) +
+                      mb * slot->byteSize(),
+                  slot->byteSize());
+    if (!stage.actIn.empty()) {
+      auto it = stage.received.find(mb);
+      if (it == stage.received.end())
+        throw std::runtime_error("stage " + std::to_string(stage.index) +
+                                 ": forward of micro-batch " +
+                                 std::to_string(mb) + " before its input");
+      for (const Stage::Packed &p : stage.actIn)
+        std::memcpy(fa + p.slot->offset, it->second.data() + p.offset,
+                    p.slot->byteSize());
+      activations[stage.index - 1]->release(std::move(it->second));
+      stage.received.erase(it);
+    }
+    if (stage.freeSlots.empty())
+      throw std::runtime_error("stage " + std::to_string(stage.index) +
+                               ": more micro-batches alive than the "
+                               "schedule allows");
+    int slot = stage.freeSlots.back();
+    stage.freeSlots.pop_back();
+    stage.slotOf[mb] = slot;
+    char *stash = stage.stashSlots[slot].data();
+    // Kept inputs before the run (the arena reuses their memory), kept
+    // outputs after it.
+    for (const Stage::Carried &c : stage.carried)
+      if (c.source && c.sourceIsInput)
+        std::memcpy(stash + c.stashOffset, fa + c.source->offset,
+                    c.source->byteSize());
+    exec.setRandomState({randomSeed, steps, mb});
+    exec.run(stage.fwd);
+    if (stage.loss) {
+      float microLoss;
+      std::memcpy(&microLoss, fa + stage.loss->offset, sizeof(float));
+      stage.lossSum += microLoss;
+    }
+    for (const Stage::Carried &c : stage.carried)
+      if (c.source && !c.sourceIsInput)
+        std::memcpy(stash + c.stashOffset, fa + c.source->offset,
+                    c.source->byteSize());
+    return;
+  }
+  case Instruction::Op::SendActivation: {
+    Channel &out = *activations[stage.index];
+    Channel::Message msg = out.acquire(stage.actOutBytes);
+    const char *fa = exec.arena(stage.fwd);
+    for (const Stage::Packed &p : stage.actOut)
+      std::memcpy(msg.data() + p.offset, fa + p.slot->offset,
+                  p.slot->byteSize());
+    out.send(mb, std::move(msg));
+    return;
+  }
+  case Instruction::Op::Recompute:
+    // The recomputation is compiled into the backward entry point; here
+    // the stage input kept by the forward goes back in place.
+    loadStash(stage, mb, batch);
+    return;
+  case Instruction::Op::Backward: {
+    if (!stage.restored.count(mb))
+      loadStash(stage, mb, batch);
+    stage.restored.erase(mb);
+    char *ba = exec.arena(stage.bwd);
+    if (stage.lossGrad) {
+      float seed = 1.0f / static_cast<float>(m);
+      std::memcpy(ba + stage.lossGrad->offset, &seed, sizeof(float));
+    }
+    if (!stage.gradIn.empty()) {
+      auto it = stage.gradReceived.find(mb);
+      if (it == stage.gradReceived.end())
+        throw std::runtime_error("stage " + std::to_string(stage.index) +
+                                 ": backward of micro-batch " +
+                                 std::to_string(mb) + " before its gradient");
+      for (const Stage::Packed &p : stage.gradIn)
+        std::memcpy(ba + p.slot->offset, it->second.data() + p.offset,
+                    p.slot->byteSize());
+      gradients[stage.index]->release(std::move(it->second));
+      stage.gradReceived.erase(it);
+    }
+    exec.setRandomState({randomSeed, steps, mb});
+    exec.run(stage.bwd);
+    int slot = stage.slotOf.at(mb);
+    stage.slotOf.erase(mb);
+    stage.freeSlots.push_back(slot);
+    // Gradients accumulate where the optimizer phase reads them (the first
+    // backward's are copied there, the others added).
+    char *oa = exec.arena(stage.opt);
+    bool first = stage.backwards++ == 0;
+    for (const Stage::Trained &t : stage.trained) {
+      if (first) {
+        std::memcpy(oa + t.sum->offset, ba + t.grad->offset,
+                    t.sum->byteSize());
         continue;
       }
       const float *g = reinterpret_cast<const float *>(ba + t.grad->offset);
@@ -173,10 +496,27 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
       for (int64_t j = 0, n = t.param->numElements(); j < n; ++j)
         acc[j] += g[j];
     }
+    return;
   }
-  optimizerStep();
-  ++steps;
-  return lossSum / static_cast<double>(m);
+  case Instruction::Op::SendGradient: {
+    Channel &out = *gradients[stage.index - 1];
+    Channel::Message msg = out.acquire(stage.gradOutBytes);
+    const char *ba = exec.arena(stage.bwd);
+    for (const Stage::Packed &p : stage.gradOut)
+      std::memcpy(msg.data() + p.offset, ba + p.slot->offset,
+                  p.slot->byteSize());
+    out.send(mb, std::move(msg));
+    return;
+  }
+  case Instruction::Op::OptimizerStep:
+    if (stage.backwards != m)
+      throw std::runtime_error("stage " + std::to_string(stage.index) +
+                               ": optimizer step after " +
+                               std::to_string(stage.backwards) + " of " +
+                               std::to_string(m) + " backwards");
+    optimizerStep(stage);
+    return;
+  }
 }
 
 void TrainingSession::setHyperParameter(const std::string &name, double value) {
@@ -189,9 +529,11 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
   std::string flag = "--" + name;
   std::replace(flag.begin(), flag.end(), '_', '-');
   auto it = known.find(name);
-  bool used = std::any_of(hyper.begin(), hyper.end(), [&](const auto &h) {
-    return kHyperParameters[static_cast<int>(h.first)].first == name;
-  });
+  bool used = false;
+  for (auto &st : stages)
+    used |= std::any_of(st->hyper.begin(), st->hyper.end(), [&](const auto &h) {
+      return kHyperParameters[static_cast<int>(h.first)].first == name;
+    });
   if (it == known.end() || !used)
     throw InputError(flag + ": the bundle's " + t.optimizer +
                      " optimizer has no such hyper-parameter");
@@ -208,13 +550,13 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
   *it->second = value;
 }
 
-void TrainingSession::optimizerStep() {
+void TrainingSession::optimizerStep(Stage &stage) {
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.
   const TrainingSpec &t = bundle_.training;
   double step = static_cast<double>(steps + 1);
-  char *oa = stage->arena(optimizerPhase);
-  for (auto &[kind, slot] : hyper) {
+  char *oa = stage.exec->arena(stage.opt);
+  for (auto &[kind, slot] : stage.hyper) {
     double value = 0;
     switch (kind) {
     case Hyper::LR:
@@ -245,36 +587,53 @@ void TrainingSession::optimizerStep() {
     float v = static_cast<float>(value);
     std::memcpy(oa + slot->offset, &v, sizeof(float));
   }
-  stage->run(optimizerPhase);
+  stage.exec->run(stage.opt);
 }
 
 HostTensor
 TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   if (!modelOutput)
     throw InputError("the model has no output besides its loss");
-  char *arena = stage->arena(forwardPhase);
-  for (const TensorSlot *slot : dataInputs()) {
-    auto it = microBatch.find(slot->name);
-    if (it == microBatch.end() ||
-        static_cast<int64_t>(it->second.data.size()) != slot->byteSize())
-      throw InputError("evaluation batch '" + slot->name +
-                       "' must have the compiled micro-batch shape " +
-                       std::to_string(slot->byteSize()) + " bytes");
-    std::memcpy(arena + slot->offset, it->second.data.data(), slot->byteSize());
+  // The stages' forwards one after the other on this thread, each reading
+  // its stage inputs straight from the previous stage's arena.
+  struct Restore {
+    std::vector<std::unique_ptr<Stage>> &stages;
+    ~Restore() {
+      for (auto &st : stages)
+        st->exec->setUpdateState(true);
+    }
+  } restore{stages};
+  for (size_t s = 0; s < stages.size(); ++s) {
+    Stage &stage = *stages[s];
+    char *arena = stage.exec->arena(stage.fwd);
+    for (const TensorSlot *slot : stage.dataIn) {
+      auto it = microBatch.find(slot->name);
+      if (it == microBatch.end() ||
+          static_cast<int64_t>(it->second.data.size()) != slot->byteSize())
+        throw InputError("evaluation batch '" + slot->name +
+                         "' must have the compiled micro-batch shape " +
+                         std::to_string(slot->byteSize()) + " bytes");
+      std::memcpy(arena + slot->offset, it->second.data.data(),
+                  slot->byteSize());
+    }
+    if (s > 0) {
+      Stage &prev = *stages[s - 1];
+      const char *from = prev.exec->arena(prev.fwd);
+      for (const Stage::Packed &p : stage.actIn)
+        for (const Stage::Packed &o : prev.actOut)
+          if (o.slot->name == p.slot->name)
+            std::memcpy(arena + p.slot->offset, from + o.slot->offset,
+                        p.slot->byteSize());
+    }
+    stage.exec->setUpdateState(false);
+    stage.exec->run(stage.fwd);
   }
-  stage->setUpdateState(false);
-  try {
-    stage->run(forwardPhase);
-  } catch (...) {
-    stage->setUpdateState(true);
-    throw;
-  }
-  stage->setUpdateState(true);
   HostTensor out;
   out.dtype = modelOutput->dtype;
   out.shape = modelOutput->shape;
   out.data.resize(modelOutput->byteSize());
-  std::memcpy(out.data.data(), arena + modelOutput->offset,
+  Stage &last = *stages.back();
+  std::memcpy(out.data.data(), last.exec->arena(last.fwd) + modelOutput->offset,
               modelOutput->byteSize());
   return out;
 }
@@ -288,10 +647,71 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
     t.dtype = p->dtype;
     t.shape = p->shape;
     t.data.resize(p->byteSize());
-    std::memcpy(t.data.data(), stage->params() + p->offset, p->byteSize());
+    std::memcpy(t.data.data(), params_.get() + p->offset, p->byteSize());
     out[p->name] = std::move(t);
   }
   return out;
+}
+
+double TrainingSession::Stats::bubble() const {
+  if (stepSeconds <= 0 || stages.empty())
+    return 0;
+  double busy = 0;
+  for (const StageStats &s : stages)
+    busy += s.busySeconds;
+  return 1 - busy / (stepSeconds * static_cast<double>(stages.size()));
+}
+
+TrainingSession::Stats TrainingSession::stats() const {
+  Stats out;
+  out.steps = statSteps;
+  out.stepSeconds = statSeconds;
+  out.predictedStepSeconds = bundle_.schedule.predictedStepSeconds;
+  out.predictedBubble = bundle_.schedule.predictedBubble;
+  for (const auto &st : stages) {
+    StageStats s;
+    s.device = st->spec->device;
+    s.busySeconds = st->busy;
+    s.allocatedBytes = st->exec->allocatedBytes() +
+                       st->stashBytes *
+                           static_cast<int64_t>(st->stashSlots.size());
+    s.predictedPeakBytes = st->stream->predictedPeakBytes;
+    out.stages.push_back(s);
+  }
+  return out;
+}
+
+void TrainingSession::writeTrace(const std::string &path) const {
+  nlohmann::json events = nlohmann::json::array();
+  auto us = [&](double t) { return (t - traceOrigin) * 1e6; };
+  for (const auto &st : stages) {
+    int64_t tid = st->index;
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", tid},
+                      {"args",
+                       {{"name", "stage " + std::to_string(tid) + " on " +
+                                     st->spec->device}}}});
+    for (const TraceEvent &e : st->trace)
+      events.push_back({{"name", e.name},
+                        {"cat", "instruction"},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", tid},
+                        {"ts", us(e.begin)},
+                        {"dur", (e.end - e.begin) * 1e6}});
+    for (const StageExecutor::KernelEvent &e : st->kernels)
+      events.push_back({{"name", *e.kind},
+                        {"cat", "kernel"},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", tid},
+                        {"ts", us(e.begin)},
+                        {"dur", (e.end - e.begin) * 1e6}});
+  }
+  nlohmann::json trace{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  writeFileAtomically(path, trace.dump());
 }
 
 std::vector<const TensorSlot *> TrainingSession::modelState() const {
@@ -327,7 +747,7 @@ void TrainingSession::saveCheckpoint(const std::string &path,
   put<uint64_t>(out, state.size());
   for (const TensorSlot *p : state) {
     put<uint64_t>(out, p->byteSize());
-    out.append(stage->params() + p->offset, p->byteSize());
+    out.append(params_.get() + p->offset, p->byteSize());
   }
   put<uint32_t>(out, crc32Of(out.data(), out.size()));
   writeFileAtomically(path, out);
@@ -382,7 +802,7 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
     get(bytes);
     if (bytes != static_cast<uint64_t>(p->byteSize()))
       throw otherModel();
-    std::memcpy(stage->params() + p->offset, take(bytes), bytes);
+    std::memcpy(params_.get() + p->offset, take(bytes), bytes);
   }
 
   steps = stepCount;

@@ -13,7 +13,7 @@
 namespace gpipe::runtime {
 
 /// The bundle format version this runtime reads.
-constexpr int64_t kBundleFormatVersion = 2;
+constexpr int64_t kBundleFormatVersion = 3;
 
 /// A bundle that cannot be used; the message names the bundle and the part.
 class BundleError : public std::runtime_error {
@@ -83,6 +83,46 @@ struct TrainingSpec {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
 
+/// One instruction of a device's stream (docs/bundle.md).
+struct Instruction {
+  enum class Op {
+    Forward,
+    Recompute,
+    Backward,
+    SendActivation,
+    RecvActivation,
+    SendGradient,
+    RecvGradient,
+    OptimizerStep
+  } op = Op::Forward;
+  int64_t microBatch = -1;
+  int64_t peer = -1;
+};
+
+/// The ordered instructions of one stage's device.
+struct StreamSpec {
+  int64_t stage = 0;
+  std::string device;
+  bool recompute = false;
+  /// Stashes alive at once: the runtime allocates this many.
+  int64_t maxAlive = 1;
+  int64_t predictedPeakBytes = 0;
+  std::vector<Instruction> instructions;
+};
+
+/// The compiler's static schedule of one training step.
+struct ScheduleSpec {
+  std::string kind = "gpipe";
+  int64_t microBatches = 1;
+  double predictedStepSeconds = 0, predictedBubble = 0;
+  std::vector<StreamSpec> streams; // one per stage, in stage order
+};
+
+/// "forward", "send_activation", ... as an Instruction::Op; throws
+/// BundleError for other names.
+Instruction::Op parseInstructionOp(const std::string &name);
+const char *instructionName(Instruction::Op op);
+
 struct Bundle {
   std::string path;
   std::string model, mode, targetCpu;
@@ -97,6 +137,7 @@ struct Bundle {
   uint32_t paramsCrc32 = 0;
   std::vector<StageSpec> stages;
   TrainingSpec training;   // mode "train" only
+  ScheduleSpec schedule;   // mode "train" only
   std::string sourceModel; // the ONNX model kept by training bundles, or ""
 
   std::string partPath(const std::string &file) const;

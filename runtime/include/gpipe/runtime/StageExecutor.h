@@ -20,8 +20,23 @@ void gpipeKernel(int64_t ctx, int64_t id);
 /// released), allocates one arena per phase and creates every kernel's
 /// primitive. Nothing is created per run.
 class StageExecutor {
+  struct Aligned {
+    void operator()(char *p) const { std::free(p); }
+  };
+
 public:
+  /// 64-byte aligned, zeroed memory.
+  using Buffer = std::unique_ptr<char, Aligned>;
+  static Buffer allocate(int64_t size);
+  /// The parameter blob of a checked bundle, in aligned memory; the
+  /// bundle's copy is released.
+  static Buffer takeParameters(Bundle &bundle);
+
+  /// A stage with a blob of its own (taken from the bundle).
   StageExecutor(Bundle &bundle, const StageSpec &spec);
+  /// A stage of a pipeline whose stages share one blob (each reads and
+  /// writes only its own parameters).
+  StageExecutor(Bundle &bundle, const StageSpec &spec, char *sharedParams);
   ~StageExecutor();
   StageExecutor(const StageExecutor &) = delete;
   StageExecutor &operator=(const StageExecutor &) = delete;
@@ -32,8 +47,17 @@ public:
   const PhaseSpec &phase(size_t index) const { return spec.phases[index]; }
 
   char *arena(size_t phase = 0) { return phases[phase].arena.get(); }
-  const char *params() const { return params_.get(); }
-  char *params() { return params_.get(); }
+  const char *params() const { return paramsPtr; }
+  char *params() { return paramsPtr; }
+  /// Bytes this stage allocated: its arenas (and its own blob).
+  int64_t allocatedBytes() const { return allocated; }
+
+  /// Kernel calls are timed into `sink` while it is set (tracing).
+  struct KernelEvent {
+    const std::string *kind;
+    double begin, end; // seconds on the steady clock
+  };
+  void setKernelTrace(std::vector<KernelEvent> *sink) { kernelTrace = sink; }
   /// Runs a phase's compiled code once on its arena's contents.
   void run(size_t phase = 0);
   /// Whether runs update kernel state (BatchNorm running statistics) and
@@ -46,11 +70,7 @@ public:
   void runKernel(size_t phase, int64_t id) noexcept;
 
 private:
-  struct Aligned {
-    void operator()(char *p) const { std::free(p); }
-  };
-  using Buffer = std::unique_ptr<char, Aligned>;
-  static Buffer allocate(int64_t size);
+  void load(Bundle &bundle);
 
   using Entry = void (*)(char *, char *, int64_t);
   struct Phase;
@@ -67,7 +87,10 @@ private:
   };
 
   const StageSpec &spec;
-  Buffer params_;
+  Buffer params_; // own blob, or null when shared
+  char *paramsPtr = nullptr;
+  int64_t allocated = 0;
+  std::vector<KernelEvent> *kernelTrace = nullptr;
   void *library = nullptr;
   struct Engine;
   std::unique_ptr<Engine> engine;

@@ -4,6 +4,8 @@
 #define GPIPE_RUNTIME_TRAININGSESSION_H
 
 #include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/Channel.h"
+#include "gpipe/runtime/DeviceWorker.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/StageExecutor.h"
 
@@ -41,7 +43,9 @@ public:
   /// One synchronous step: the batch (batchSize() rows of every data input)
   /// runs as M micro-batches, each seeding its backward with 1/M, their
   /// gradients summed, then the optimizer updates the parameters once.
-  /// Returns the mean loss over the batch.
+  /// Each stage runs its device's instruction stream from the bundle's
+  /// schedule on its own thread, the stages exchanging activations and
+  /// gradients. Returns the mean loss over the batch.
   double step(const std::map<std::string, HostTensor> &batch);
 
   void setLearningRate(double value) { lr_ = value; }
@@ -67,9 +71,9 @@ public:
 
   /// Seeds dropout: micro-batch k of step s draws from (seed, s, k).
   void setRandomSeed(uint64_t seed) { randomSeed = seed; }
-  /// Bytes kept between the forward and the backward of one micro-batch
-  /// (the activations, or nothing beyond the inputs with --recompute).
-  int64_t stashBytes() const { return stashBytes_; }
+  /// Bytes kept between the forward and the backward of one micro-batch on
+  /// stage 0 (the activations, or only the input with --recompute).
+  int64_t stashBytes() const;
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
@@ -85,38 +89,63 @@ public:
   /// update (BatchNorm running statistics).
   std::map<std::string, HostTensor> parameters() const;
 
+  /// Records every instruction and kernel of the following steps for
+  /// writeTrace().
+  void enableTrace() { tracing = true; }
+  /// Writes the recorded steps as a Chrome / Perfetto trace (JSON): one
+  /// track per device with its instructions and kernels.
+  void writeTrace(const std::string &path) const;
+
+  /// What the steps so far measured, for the end-of-run summary.
+  struct StageStats {
+    std::string device;
+    double busySeconds = 0; // forward, backward and optimizer work
+    int64_t allocatedBytes = 0;
+    int64_t predictedPeakBytes = 0;
+  };
+  struct Stats {
+    int64_t steps = 0;
+    double stepSeconds = 0; // wall time of all steps
+    std::vector<StageStats> stages;
+    double predictedStepSeconds = 0, predictedBubble = 0;
+    /// 1 - busy / (K * wall): the devices' idle share.
+    double bubble() const;
+  };
+  Stats stats() const;
+  int64_t stageCount() const { return static_cast<int64_t>(stages.size()); }
+
+  ~TrainingSession();
+
 private:
-  void optimizerStep();
+  struct Stage;
+  struct TraceEvent {
+    std::string name;
+    double begin, end;
+  };
+
+  void runStream(Stage &stage, const std::map<std::string, HostTensor> &batch);
+  void runInstruction(Stage &stage, const Instruction &instr,
+                      const std::map<std::string, HostTensor> &batch);
+  void loadStash(Stage &stage, int64_t microBatch,
+                 const std::map<std::string, HostTensor> &batch);
+  void optimizerStep(Stage &stage);
   std::vector<const TensorSlot *> modelState() const;
 
   Bundle bundle_;
-  std::unique_ptr<StageExecutor> stage;
-  const TensorSlot *loss = nullptr, *lossGrad = nullptr, *modelOutput = nullptr;
+  StageExecutor::Buffer params_;
+  std::vector<std::unique_ptr<Stage>> stages;
+  /// activations[s] carries stage s's outputs to stage s+1, gradients[s]
+  /// stage s+1's input gradients back to stage s.
+  std::vector<std::unique_ptr<Channel>> activations, gradients;
   std::vector<const TensorSlot *> dataInputs_;
-  size_t forwardPhase = 0, backwardPhase = 0;
-  /// A backward input: kept from the forward (at stashOffset of a
-  /// micro-batch's stash), or a data input (kept == null).
-  struct Carried {
-    const TensorSlot *input;
-    const TensorSlot *kept;
-    int64_t stashOffset;
-  };
-  std::vector<Carried> carried;
-  int64_t stashBytes_ = 0;
-  std::vector<std::vector<char>> stash;
-  /// For each trainable parameter: its slot, its gradient (a backward
-  /// output) and the optimizer input where the micro-batches' gradients
-  /// are summed.
-  struct Trained {
-    const TensorSlot *param, *grad, *sum;
-  };
-  std::vector<Trained> trained;
-  size_t optimizerPhase = 0;
-  /// The optimizer phase's hyper-parameter inputs, resolved at load.
-  std::vector<std::pair<Hyper, const TensorSlot *>> hyper;
+  const TensorSlot *modelOutput = nullptr;
   double lr_ = 0;
   int64_t steps = 0;
   uint64_t randomSeed = 0;
+  bool tracing = false;
+  double traceOrigin = 0;
+  int64_t statSteps = 0;
+  double statSeconds = 0;
 };
 
 } // namespace gpipe::runtime

@@ -1,0 +1,43 @@
+// The thread of one CPU pipeline device: pinned to the device's cores,
+// with as many oneDNN (OpenMP) threads as it has cores, running the jobs it
+// is given one at a time.
+#ifndef GPIPE_RUNTIME_DEVICEWORKER_H
+#define GPIPE_RUNTIME_DEVICEWORKER_H
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gpipe::runtime {
+
+class DeviceWorker {
+public:
+  /// `cores` empty: the whole host, unpinned, OpenMP's default threads.
+  explicit DeviceWorker(std::vector<int> cores);
+  ~DeviceWorker();
+  DeviceWorker(const DeviceWorker &) = delete;
+  DeviceWorker &operator=(const DeviceWorker &) = delete;
+
+  /// Starts `job` on the worker's thread.
+  void start(std::function<void()> job);
+  /// Waits for the job; rethrows what it threw.
+  void wait();
+
+private:
+  void loop();
+
+  std::vector<int> cores;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::function<void()> job;
+  bool busy = false, stopping = false;
+  std::exception_ptr error;
+  std::thread thread;
+};
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_DEVICEWORKER_H
