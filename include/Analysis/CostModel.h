@@ -37,12 +37,12 @@ parseDeviceSpecs(llvm::StringRef text);
 
 /// What the cost model knows of a device. Rates are per second.
 struct DeviceProfile {
-  std::string name;            // the device it describes ("cpu", "cuda")
-  double peakFlops = 0;        // FLOP/s of the whole device
-  double memoryBandwidth = 0;  // bytes/s
-  double memoryCapacity = 0;   // bytes
-  double linkBandwidth = 0;    // bytes/s to a neighbouring stage
-  std::string source;          // "built-in" or the file it came from
+  std::string name;           // the device it describes ("cpu", "cuda")
+  double peakFlops = 0;       // FLOP/s of the whole device
+  double memoryBandwidth = 0; // bytes/s
+  double memoryCapacity = 0;  // bytes
+  double linkBandwidth = 0;   // bytes/s to a neighbouring stage
+  std::string source;         // "built-in" or the file it came from
 };
 
 /// The built-in profile of `device`: per-core figures times its cores for

@@ -1,4 +1,5 @@
-//===- TrainingPipeline.h - From an nn module to compiled stages -*- C++ -*-===//
+//===- TrainingPipeline.h - From an nn module to compiled stages -*- C++
+//-*-===//
 //
 // The compiler's training flow, shared by gpipe-opt's phases: loss,
 // partition, one module per stage (autodiff, forward/backward split,
@@ -44,10 +45,10 @@ struct StageReport {
   int64_t index = 0;
   std::string device;
   int64_t firstLayer = 0, endLayer = 0, ops = 0;
-  int64_t parameters = 0;   // trainable elements
-  int64_t flops = 0;        // forward, per micro-batch
+  int64_t parameters = 0; // trainable elements
+  int64_t flops = 0;      // forward, per micro-batch
   double forwardSeconds = 0, backwardSeconds = 0, transferSeconds = 0;
-  int64_t peakBytes = 0;    // from the verified schedule
+  int64_t peakBytes = 0; // from the verified schedule
   int64_t maxAlive = 0;
 };
 

@@ -13,10 +13,9 @@ using namespace mlir;
 namespace {
 
 llvm::Error deviceError(StringRef item, const Twine &why) {
-  return llvm::createStringError(
-      llvm::inconvertibleErrorCode(),
-      "invalid device '" + item + "': " + why +
-          " (expected cpu:N, cpu:A-B or cuda:N)");
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "invalid device '" + item + "': " + why +
+                                     " (expected cpu:N, cpu:A-B or cuda:N)");
 }
 
 bool parseIndex(StringRef text, int &value) {
@@ -156,9 +155,9 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
 llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   path + ": cannot read the cost table: " +
-                                       buffer.getError().message());
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        path + ": cannot read the cost table: " + buffer.getError().message());
   CostTable table;
   SmallVector<StringRef> lines;
   (*buffer)->getBuffer().split(lines, '\n', -1, false);
@@ -169,10 +168,10 @@ llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
     auto [name, seconds] = line.rsplit(',');
     double value;
     if (name.empty() || seconds.trim().getAsDouble(value) || value < 0)
-      return llvm::createStringError(
-          llvm::inconvertibleErrorCode(),
-          path + ":" + Twine(i + 1) + ": expected 'op,seconds', got '" + line +
-              "'");
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     path + ":" + Twine(i + 1) +
+                                         ": expected 'op,seconds', got '" +
+                                         line + "'");
     table[name] = value;
   }
   return table;

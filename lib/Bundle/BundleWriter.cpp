@@ -165,9 +165,9 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
                          "first)");
     // Later phases may have added constants to the blob.
     for (func::FuncOp f : stagePhases)
-      paramsSize = std::max(
-          paramsSize,
-          cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+      paramsSize =
+          std::max(paramsSize,
+                   cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
     phases.push_back(std::move(stagePhases));
   }
   func::FuncOp first = phases.front().front(), last = phases.back().front();
@@ -216,8 +216,8 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       {"target_cpu", nativeTargetCPU()},
       {"devices", json::Array(options.devices)},
       {"inputs", std::move(inputs)},
-      {"outputs", slotsWithout(last->getAttr("gpipe.outputs"),
-                               {"stash:", "act:"})},
+      {"outputs",
+       slotsWithout(last->getAttr("gpipe.outputs"), {"stash:", "act:"})},
       {"parameters",
        json::Object{
            {"file", "params.bin"},
@@ -267,11 +267,10 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       json::Array phaseJSON;
       for (func::FuncOp f : stagePhases)
         phaseJSON.push_back(json::Object{
-            {"role", f->hasAttr("gpipe.phase")
-                         ? cast<StringAttr>(f->getAttr("gpipe.phase"))
-                               .getValue()
-                               .str()
-                         : std::string("forward")},
+            {"role",
+             f->hasAttr("gpipe.phase")
+                 ? cast<StringAttr>(f->getAttr("gpipe.phase")).getValue().str()
+                 : std::string("forward")},
             {"entry", f.getSymName()},
             {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
             {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
@@ -330,10 +329,9 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
         library, /*IsText=*/false, /*RequiresNullTerminator=*/false);
     if (!libBytes)
       return m.emitError("cannot read back ") << library;
-    stageJSONs[k]["crc32"] = static_cast<int64_t>(llvm::crc32(
-        ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(
-                              (*libBytes)->getBufferStart()),
-                          (*libBytes)->getBufferSize())));
+    stageJSONs[k]["crc32"] = static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
+        reinterpret_cast<const uint8_t *>((*libBytes)->getBufferStart()),
+        (*libBytes)->getBufferSize())));
     stagesJSON.push_back(std::move(stageJSONs[k]));
   }
   manifest["stages"] = std::move(stagesJSON);

@@ -26,16 +26,15 @@ int64_t alignUp(int64_t v) { return (v + 63) / 64 * 64; }
 
 /// Byte sizes of a function's arguments (or results) whose names start with
 /// one of `prefixes`.
-int64_t namedBytes(func::FuncOp f, bool results,
-                   ArrayRef<StringRef> prefixes) {
+int64_t namedBytes(func::FuncOp f, bool results, ArrayRef<StringRef> prefixes) {
   int64_t bytes = 0;
   unsigned n = results ? f.getNumResults() : f.getNumArguments();
   for (unsigned i = 0; i < n; ++i) {
     StringRef name =
         nameOf(results ? f.getResultAttrDict(i) : f.getArgAttrDict(i));
-    Type type =
-        results ? f.getResultTypes()[i] : f.getArgumentTypes()[i];
-    if (llvm::any_of(prefixes, [&](StringRef p) { return name.starts_with(p); }))
+    Type type = results ? f.getResultTypes()[i] : f.getArgumentTypes()[i];
+    if (llvm::any_of(prefixes,
+                     [&](StringRef p) { return name.starts_with(p); }))
       if (auto t = dyn_cast<RankedTensorType>(type))
         bytes += t.getNumElements() *
                  ((t.getElementType().getIntOrFloatBitWidth() + 7) / 8);
@@ -71,8 +70,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     partition.microBatches = o.microBatches;
     partition.schedule = o.schedule;
     partition.recompute = o.recompute;
-    partition.optimizerSlots =
-        o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
+    partition.optimizerSlots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
     partition.profile = o.deviceProfile;
     partition.costTable = o.costTable;
     pm.addPass(createPartition(partition));
@@ -89,7 +87,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   if (static_cast<int64_t>(o.bundleDevices.size()) != k)
     return module.emitError("internal: ")
            << k << " stages for " << o.bundleDevices.size() << " devices";
-  FailureOr<SmallVector<OwningOpRef<ModuleOp>>> outlined = outlineStages(module);
+  FailureOr<SmallVector<OwningOpRef<ModuleOp>>> outlined =
+      outlineStages(module);
   if (failed(outlined))
     return failure();
 
@@ -103,8 +102,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];
     bool last = s + 1 == k;
-    bool recompute = o.recompute == "always" ||
-                     (o.recompute == "except-last" && !last);
+    bool recompute =
+        o.recompute == "always" || (o.recompute == "except-last" && !last);
     stage->setAttr("gpipe.params_base",
                    Builder(context).getI64IntegerAttr(paramsBase));
     {
@@ -143,7 +142,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       for (StringRef phase : {"forward", "backward", "optimizer"}) {
         LowerStageOptions lower;
         lower.functionName = phase.str();
-        lower.entryName = ("gpipe_stage" + Twine(entryIndex) + "_" + phase).str();
+        lower.entryName =
+            ("gpipe_stage" + Twine(entryIndex) + "_" + phase).str();
         pm.addPass(createLowerStage(lower));
       }
       if (failed(pm.run(stage)))
@@ -201,8 +201,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   SmallVector<StageTimes> times;
   for (const StageReport &r : result.report) {
     // The optimizer reads parameters, gradients and state once.
-    times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
-                     0.0});
+    times.push_back(
+        {r.forwardSeconds, r.backwardSeconds, r.transferSeconds, 0.0});
   }
   result.prediction = predictSchedule(schedule, times);
 
@@ -229,12 +229,12 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         {"predicted_peak_bytes", stream.peakBytes()},
         {"instructions", std::move(instructions)}});
   }
-  result.schedule = llvm::json::Object{
-      {"kind", o.schedule},
-      {"micro_batches", o.microBatches},
-      {"predicted_step_seconds", result.prediction.stepTime},
-      {"predicted_bubble", result.prediction.bubble},
-      {"streams", std::move(streams)}};
+  result.schedule =
+      llvm::json::Object{{"kind", o.schedule},
+                         {"micro_batches", o.microBatches},
+                         {"predicted_step_seconds", result.prediction.stepTime},
+                         {"predicted_bubble", result.prediction.bubble},
+                         {"streams", std::move(streams)}};
   for (auto &m : *outlined)
     result.stages.push_back(std::move(m));
   return result;
@@ -247,13 +247,13 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
   for (const StageReport &s : r.report) {
     std::string layers = "[" + std::to_string(s.firstLayer) + ", " +
                          std::to_string(s.endLayer) + ")";
-    os << llvm::format("%-5lld %-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
-                       static_cast<long long>(s.index), s.device.c_str(),
-                       layers.c_str(), static_cast<long long>(s.ops),
-                       static_cast<long long>(s.parameters),
-                       static_cast<double>(s.flops) / 1e6,
-                       s.forwardSeconds * 1e3, s.backwardSeconds * 1e3,
-                       formatBytes(static_cast<double>(s.peakBytes)).c_str());
+    os << llvm::format(
+        "%-5lld %-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
+        static_cast<long long>(s.index), s.device.c_str(), layers.c_str(),
+        static_cast<long long>(s.ops), static_cast<long long>(s.parameters),
+        static_cast<double>(s.flops) / 1e6, s.forwardSeconds * 1e3,
+        s.backwardSeconds * 1e3,
+        formatBytes(static_cast<double>(s.peakBytes)).c_str());
   }
   double k = static_cast<double>(r.report.size());
   double m = static_cast<double>(r.microBatches);
@@ -296,8 +296,8 @@ std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
      << "font-size='11'>\n";
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
     double y = 10 + rowHeight * s;
-    ss << "<text x='4' y='" << y + 18 << "'>"
-       << escape(r.report[s].device) << " (" << s << ")</text>\n";
+    ss << "<text x='4' y='" << y + 18 << "'>" << escape(r.report[s].device)
+       << " (" << s << ")</text>\n";
     for (const SchedulePrediction::Span &span : spans) {
       bool fwd = span.what == "forward", bwd = span.what == "backward";
       if (!fwd && !bwd)
@@ -307,7 +307,8 @@ std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
                          "fill='%s' stroke='white'><title>%s %lld</title>"
                          "</rect>\n",
                          x, y, std::max(w, 0.5), rowHeight - 8,
-                         static_cast<const char *>(fwd ? "#4c8bf5" : "#f5a742"), span.what.c_str(),
+                         static_cast<const char *>(fwd ? "#4c8bf5" : "#f5a742"),
+                         span.what.c_str(),
                          static_cast<long long>(span.microBatch));
       if (w > 14)
         ss << llvm::format("<text x='%.1f' y='%.1f' fill='white'>%lld</text>\n",
@@ -321,8 +322,7 @@ std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
      << " ms); blue: forward, orange: backward (with recompute)</text>\n";
   ss << "</svg>\n";
   return "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>gpipe: " +
-         escape(modelName) + "</title></head><body>\n<h1>" +
-         escape(modelName) + ": " + std::to_string(r.report.size()) +
-         " stages</h1>\n<pre>" + escape(table) + "</pre>\n" + svg +
-         "</body></html>\n";
+         escape(modelName) + "</title></head><body>\n<h1>" + escape(modelName) +
+         ": " + std::to_string(r.report.size()) + " stages</h1>\n<pre>" +
+         escape(table) + "</pre>\n" + svg + "</body></html>\n";
 }

@@ -50,13 +50,14 @@ gpipe::outlineStages(ModuleOp module) {
     }
     Block &body = stage.getBody().front();
     auto yield = cast<YieldOp>(body.getTerminator());
-    auto fn = b.create<func::FuncOp>(
-        stage.getLoc(), "forward",
-        b.getFunctionType(body.getArgumentTypes(),
-                          yield.getValues().getTypes()));
+    auto fn =
+        b.create<func::FuncOp>(stage.getLoc(), "forward",
+                               b.getFunctionType(body.getArgumentTypes(),
+                                                 yield.getValues().getTypes()));
     Block *entry = fn.addEntryBlock();
     IRMapping map;
-    for (auto [from, to] : llvm::zip(body.getArguments(), entry->getArguments()))
+    for (auto [from, to] :
+         llvm::zip(body.getArguments(), entry->getArguments()))
       map.map(from, to);
     OpBuilder fb = OpBuilder::atBlockEnd(entry);
     for (Operation &op : body.without_terminator())
@@ -70,10 +71,9 @@ gpipe::outlineStages(ModuleOp module) {
       SmallVector<DictionaryAttr> dicts;
       for (unsigned i = 0; i < count; ++i)
         dicts.push_back(b.getDictionaryAttr(
-            list && i < list.size()
-                ? ArrayRef<NamedAttribute>{b.getNamedAttr("gpipe.name",
-                                                          list[i])}
-                : ArrayRef<NamedAttribute>{}));
+            list && i < list.size() ? ArrayRef<NamedAttribute>{b.getNamedAttr(
+                                          "gpipe.name", list[i])}
+                                    : ArrayRef<NamedAttribute>{}));
       return dicts;
     };
     fn.setAllArgAttrs(names("gpipe.input_names", fn.getNumArguments()));

@@ -88,7 +88,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   }
 
   LogicalResult setUp(ModuleOp module, func::FuncOp forward) {
-    llvm::Expected<SmallVector<DeviceSpec>> parsed = parseDeviceSpecs(deviceList);
+    llvm::Expected<SmallVector<DeviceSpec>> parsed =
+        parseDeviceSpecs(deviceList);
     if (!parsed)
       return module.emitError("--devices: ")
              << llvm::toString(parsed.takeError());
@@ -156,9 +157,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         activationBytes[i] += valueBytes(r);
         int64_t last = i;
         for (Operation *user : r.getUsers())
-          last = std::max(last, isa<func::ReturnOp>(user)
-                                    ? n
-                                    : position.lookup(user));
+          last = std::max(
+              last, isa<func::ReturnOp>(user) ? n : position.lookup(user));
         for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
           crossBytes[c] += valueBytes(r);
       }
@@ -285,9 +285,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     auto lastUse = [&](Value v) {
       int64_t last = -1;
       for (Operation *user : v.getUsers())
-        last = std::max(last, isa<func::ReturnOp>(user)
-                                  ? n
-                                  : position.lookup(user));
+        last = std::max(last,
+                        isa<func::ReturnOp>(user) ? n : position.lookup(user));
       return last;
     };
     // The layer results crossing cut c, in definition order.

@@ -25,15 +25,15 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
   schedule.getBody().push_back(body);
   OpBuilder sb = OpBuilder::atBlockEnd(body);
   for (int64_t s = 0; s < k; ++s) {
-    ScheduleRequest::Memory memory =
-        s < static_cast<int64_t>(r.memory.size()) ? r.memory[s]
-                                                  : ScheduleRequest::Memory{};
+    ScheduleRequest::Memory memory = s < static_cast<int64_t>(r.memory.size())
+                                         ? r.memory[s]
+                                         : ScheduleRequest::Memory{};
     auto i64 = [&](std::optional<int64_t> v) {
       return v ? sb.getI64IntegerAttr(*v) : IntegerAttr();
     };
-    auto stream = sb.create<StreamOp>(loc, s, r.devices[s],
-                                      i64(memory.staticBytes),
-                                      i64(memory.stashBytes), i64(memory.limit));
+    auto stream =
+        sb.create<StreamOp>(loc, s, r.devices[s], i64(memory.staticBytes),
+                            i64(memory.stashBytes), i64(memory.limit));
     Block *block = new Block();
     stream.getBody().push_back(block);
     OpBuilder ib = OpBuilder::atBlockEnd(block);
@@ -191,9 +191,9 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
     int64_t k = stages.size();
     for (auto [s, stage] : llvm::enumerate(stages)) {
       r.devices.push_back(stage.getDevice().str());
-      r.recompute.push_back(recompute == "always" ||
-                            (recompute == "except-last" &&
-                             static_cast<int64_t>(s) + 1 != k));
+      r.recompute.push_back(
+          recompute == "always" ||
+          (recompute == "except-last" && static_cast<int64_t>(s) + 1 != k));
       auto get = [&](StringRef name) -> std::optional<int64_t> {
         if (auto a = stage->getAttrOfType<IntegerAttr>(name))
           return a.getInt();
@@ -220,8 +220,7 @@ struct VerifySchedulePass
       for (auto stream : schedule.getBody().front().getOps<StreamOp>()) {
         auto [alive, at] = stream.maxAliveMicroBatches();
         int64_t peak = stream.peakBytes();
-        stream->setAttr("peak_bytes",
-                        Builder(stream).getI64IntegerAttr(peak));
+        stream->setAttr("peak_bytes", Builder(stream).getI64IntegerAttr(peak));
         stream.emitRemark("stage ")
             << stream.getStage() << " on " << stream.getDevice()
             << ": peak memory " << peak << " bytes, " << alive

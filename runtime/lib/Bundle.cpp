@@ -203,8 +203,7 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
   s.predictedStepSeconds = j.value("predicted_step_seconds", 0.0);
   s.predictedBubble = j.value("predicted_bubble", 0.0);
   if (s.microBatches != microBatches)
-    throw BundleError("the schedule is for " +
-                      std::to_string(s.microBatches) +
+    throw BundleError("the schedule is for " + std::to_string(s.microBatches) +
                       " micro-batches, the training for " +
                       std::to_string(microBatches));
   for (const json &sj : j.at("streams")) {
@@ -366,8 +365,7 @@ Bundle loadBundle(const std::string &path) {
           stream.instructions.push_back({Instruction::Op::Forward, k, -1});
         for (int64_t k = b.training.microBatches - 1; k >= 0; --k)
           stream.instructions.push_back({Instruction::Op::Backward, k, -1});
-        stream.instructions.push_back(
-            {Instruction::Op::OptimizerStep, -1, -1});
+        stream.instructions.push_back({Instruction::Op::OptimizerStep, -1, -1});
         b.schedule.microBatches = b.training.microBatches;
         b.schedule.streams.push_back(std::move(stream));
       } else {

@@ -65,8 +65,8 @@ void StageExecutor::load(Bundle &bundle) {
       throw BundleError(bundle.path + ": " + spec.library +
                         ": no entry point '" + ps.entry + "'");
     phase.context = std::make_unique<Context>(Context{this, i});
-    KernelMemory memory{phase.arena.get(), paramsPtr,
-                        bundle.mode == "infer", &updateState, &random};
+    KernelMemory memory{phase.arena.get(), paramsPtr, bundle.mode == "infer",
+                        &updateState, &random};
     for (const KernelSpec &k : ps.kernels) {
       if (k.id != static_cast<int64_t>(phase.kernels.size()))
         throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
@@ -120,8 +120,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
 void StageExecutor::run(size_t phase) {
   kernelError.clear();
   Phase &p = phases.at(phase);
-  p.entry(p.arena.get(), paramsPtr,
-          reinterpret_cast<int64_t>(p.context.get()));
+  p.entry(p.arena.get(), paramsPtr, reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);
 }

@@ -213,8 +213,9 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
         const TensorSlot *sum = opt.input("grad:" + p.name);
         if (p.dtype != DType::F32 || g->byteSize() != p.byteSize() || !sum ||
             sum->byteSize() != p.byteSize())
-          throw fail("gradient of '" + p.name + "' does not match the "
-                                                "parameter");
+          throw fail("gradient of '" + p.name +
+                     "' does not match the "
+                     "parameter");
         stage.trained.push_back({&p, g, sum});
       }
     }
@@ -238,8 +239,8 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     Stage &prev = *stages[s - 1], &cur = *stages[s];
     for (Stage::Packed &p : cur.actIn) {
       for (const Stage::Packed &o : prev.actOut)
-        if (o.slot->name == p.slot->name && o.slot->byteSize() ==
-                                                p.slot->byteSize())
+        if (o.slot->name == p.slot->name &&
+            o.slot->byteSize() == p.slot->byteSize())
           p.offset = o.offset;
       if (p.offset < 0)
         throw fail("stage " + std::to_string(s) + " input '" + p.slot->name +
@@ -251,9 +252,8 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
         if (o.slot->name == name && o.slot->byteSize() == p.slot->byteSize())
           p.offset = o.offset;
       if (p.offset < 0)
-        throw fail("stage " + std::to_string(s - 1) + " seed '" +
-                   p.slot->name + "' has no gradient from stage " +
-                   std::to_string(s));
+        throw fail("stage " + std::to_string(s - 1) + " seed '" + p.slot->name +
+                   "' has no gradient from stage " + std::to_string(s));
     }
   }
 }
@@ -361,8 +361,8 @@ void TrainingSession::runStream(
   }
 }
 
-void TrainingSession::loadStash(Stage &stage, int64_t mb,
-                                const std::map<std::string, HostTensor> &batch) {
+void TrainingSession::loadStash(
+    Stage &stage, int64_t mb, const std::map<std::string, HostTensor> &batch) {
   char *ba = stage.exec->arena(stage.bwd);
   auto slot = stage.slotOf.find(mb);
   if (slot == stage.slotOf.end())
@@ -371,11 +371,10 @@ void TrainingSession::loadStash(Stage &stage, int64_t mb,
                              " without its forward");
   const std::vector<char> &stash = stage.stashSlots[slot->second];
   for (const Stage::Carried &c : stage.carried) {
-    const char *from =
-        c.source ? stash.data() + c.stashOffset
-                 : reinterpret_cast<const char *>(
-                       batch.at(c.input->name).data.data()) +
-                       mb * c.input->byteSize();
+    const char *from = c.source ? stash.data() + c.stashOffset
+                                : reinterpret_cast<const char *>(
+                                      batch.at(c.input->name).data.data()) +
+                                      mb * c.input->byteSize();
     std::memcpy(ba + c.input->offset, from, c.input->byteSize());
   }
   stage.restored.insert(mb);
@@ -396,11 +395,11 @@ void TrainingSession::runInstruction(
   case Instruction::Op::Forward: {
     char *fa = exec.arena(stage.fwd);
     for (const TensorSlot *slot : stage.dataIn)
-      std::memcpy(fa + slot->offset,
-                  reinterpret_cast<const char *>(
-                      batch.at(slot->name).data.data()) +
-                      mb * slot->byteSize(),
-                  slot->byteSize());
+      std::memcpy(
+          fa + slot->offset,
+          reinterpret_cast<const char *>(batch.at(slot->name).data.data()) +
+              mb * slot->byteSize(),
+          slot->byteSize());
     if (!stage.actIn.empty()) {
       auto it = stage.received.find(mb);
       if (it == stage.received.end())
@@ -487,8 +486,7 @@ void TrainingSession::runInstruction(
     bool first = stage.backwards++ == 0;
     for (const Stage::Trained &t : stage.trained) {
       if (first) {
-        std::memcpy(oa + t.sum->offset, ba + t.grad->offset,
-                    t.sum->byteSize());
+        std::memcpy(oa + t.sum->offset, ba + t.grad->offset, t.sum->byteSize());
         continue;
       }
       const float *g = reinterpret_cast<const float *>(ba + t.grad->offset);
@@ -672,9 +670,9 @@ TrainingSession::Stats TrainingSession::stats() const {
     StageStats s;
     s.device = st->spec->device;
     s.busySeconds = st->busy;
-    s.allocatedBytes = st->exec->allocatedBytes() +
-                       st->stashBytes *
-                           static_cast<int64_t>(st->stashSlots.size());
+    s.allocatedBytes =
+        st->exec->allocatedBytes() +
+        st->stashBytes * static_cast<int64_t>(st->stashSlots.size());
     s.predictedPeakBytes = st->stream->predictedPeakBytes;
     out.stages.push_back(s);
   }

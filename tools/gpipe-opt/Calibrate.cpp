@@ -23,9 +23,9 @@ template <typename Fn> double medianSeconds(int repeats, Fn fn) {
   for (int i = 0; i < repeats; ++i) {
     auto start = std::chrono::steady_clock::now();
     fn();
-    times.push_back(std::chrono::duration<double>(
-                        std::chrono::steady_clock::now() - start)
-                        .count());
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];

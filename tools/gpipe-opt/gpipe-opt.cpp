@@ -6,8 +6,8 @@
 //   gpipe-opt file.mlir --<pass>...                   like mlir-opt
 //
 //===----------------------------------------------------------------------===//
-#include "Analysis/ModelSummary.h"
 #include "Analysis/CostModel.h"
+#include "Analysis/ModelSummary.h"
 #include "Bundle/BundleWriter.h"
 #include "Calibrate.h"
 #include "Driver/TrainingPipeline.h"
@@ -323,9 +323,9 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   gpipe::ONNXImportOptions options;
   if (batchSizeOption.getNumOccurrences())
     options.batchSize = batchSizeOption;
-  bool training = modeOption == Mode::Train &&
-                  (emitOption == Emit::None || emitOption == Emit::LLVM ||
-                   pipelinePhase);
+  bool training =
+      modeOption == Mode::Train &&
+      (emitOption == Emit::None || emitOption == Emit::LLVM || pipelinePhase);
   if (microBatchesOption < 1) {
     llvm::errs() << "gpipe-opt: error: --micro-batches must be at least 1\n";
     return 1;
@@ -350,8 +350,8 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     }
     for (const gpipe::DeviceSpec &d : *parsed)
       if (d.kind == gpipe::DeviceSpec::Kind::Cuda) {
-        llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
-                     << ": " << d.name
+        llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
+                     << d.name
                      << ": CUDA stages are not implemented yet; use cpu "
                         "devices\n";
         return 2;
