@@ -17,7 +17,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <numeric>
 #include <random>
 #include <unistd.h>
@@ -91,6 +93,7 @@ int runInference(const std::string &bundlePath,
 
 struct TrainOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
+  std::string trace;
   std::string lrSchedule = "constant";
   int64_t warmupSteps = 0, lrStepSize = 0;
   double lrGamma = 0.1;
@@ -202,12 +205,45 @@ double learningRate(const TrainOptions &o, double base, int64_t step,
   return base;
 }
 
+/// The pipeline's measured step, bubble and memory against the compiler's
+/// prediction.
+void printSummary(const gpipe::runtime::TrainingSession &session) {
+  gpipe::runtime::TrainingSession::Stats s = session.stats();
+  if (s.steps == 0)
+    return;
+  const gpipe::runtime::ScheduleSpec &schedule = session.bundle().schedule;
+  double step = s.stepSeconds / static_cast<double>(s.steps);
+  auto mib = [](int64_t bytes) {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(1)
+       << static_cast<double>(bytes) / (1 << 20) << " MiB";
+    return os.str();
+  };
+  std::cout << std::fixed << std::setprecision(2) << "pipeline: "
+            << s.stages.size() << " stage(s), " << schedule.kind
+            << " schedule, " << schedule.microBatches << " micro-batches\n";
+  for (size_t i = 0; i < s.stages.size(); ++i) {
+    const auto &st = s.stages[i];
+    std::cout << "  stage " << i << " on " << st.device << ": busy "
+              << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps, "
+              << mib(st.allocatedBytes) << " allocated (predicted peak "
+              << mib(st.predictedPeakBytes) << ")\n";
+  }
+  std::cout << "  step " << step * 1e3 << " ms measured (mean of " << s.steps
+            << "), " << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
+            << 100.0 * s.bubble() << "% measured, "
+            << 100.0 * s.predictedBubble << "% predicted\n"
+            << std::defaultfloat << std::setprecision(6);
+}
+
 /// gpipe-run --train: optimizer steps over the rows of a data set.
 int runTraining(const std::string &bundlePath, const TrainOptions &o) {
   using namespace gpipe::runtime;
   try {
     TrainingSession session(bundlePath);
     session.setRandomSeed(o.seed);
+    if (!o.trace.empty())
+      session.enableTrace();
     for (auto &[name, value] : o.hyper)
       session.setHyperParameter(name, value);
     if (o.lr >= 0)
@@ -344,6 +380,12 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
                   << evalData.at("labels").shape.at(0) << " samples\n"
                   << std::flush;
     }
+    printSummary(session);
+    if (!o.trace.empty()) {
+      session.writeTrace(o.trace);
+      std::cout << "wrote the trace to " << o.trace
+                << " (open it in ui.perfetto.dev or chrome://tracing)\n";
+    }
     if (!o.saveOnnx.empty()) {
       const Bundle &b = session.bundle();
       if (b.sourceModel.empty())
@@ -457,6 +499,10 @@ int main(int argc, char **argv) {
                  "Write the trained model: the source ONNX model with the "
                  "trained parameters")
       ->type_name("FILE.onnx");
+  app.add_option("--trace", trainOptions.trace,
+                 "Write a Chrome/Perfetto trace of every instruction and "
+                 "kernel on every device")
+      ->type_name("FILE.json");
   app.add_option("--save-params", trainOptions.saveParams,
                  "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");
