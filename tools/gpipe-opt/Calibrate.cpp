@@ -6,6 +6,8 @@
 #include "llvm/Support/Format.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,9 +45,13 @@ double copyBandwidth(size_t bytes, int repeats) {
 } // namespace
 
 std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
-  // One core: oneDNN's OpenMP runtime reads this when it starts, which is
-  // at the first sgemm below (gpipe-opt runs no other OpenMP code).
-  setenv("OMP_NUM_THREADS", "1", 1);
+  // One core: one OpenMP thread for oneDNN, this thread pinned to the core
+  // it runs on.
+  omp_set_num_threads(1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(sched_getcpu(), &set);
+  sched_setaffinity(0, sizeof(set), &set);
   const dnnl_dim_t n = 1024;
   std::vector<float> a(n * n), b(n * n), c(n * n);
   for (size_t i = 0; i < a.size(); ++i) {

@@ -1,0 +1,187 @@
+"""Pipeline benchmark, side by side in one run on this machine:
+
+1. Throughput: a deep MLP whose layers are all alike (so that two stages
+   balance), trained with M=8 micro-batches on K=2 devices (cpu:0,cpu:1)
+   against K=1 (cpu:0). Ideal speed-up with GPipe's bubble: 2*8/(8+1) =
+   1.78x.
+2. Recompute: a deep CNN on K=2, M=8, --recompute=always against never:
+   the memory the stages allocate and the step time.
+3. Prediction: the compiler's predicted step time (cost model with the
+   profile gpipe-opt --calibrate measured here) against the measured one.
+
+Each configuration runs ROUNDS times, interleaved with the others; a run's
+figure is gpipe-run's mean step time over STEPS steps after a warm-up run;
+the table gives medians over the rounds.
+
+usage: bench/run_pipeline_benchmarks.py [--build build]
+       [--out docs/pipeline-benchmarks.md] [--rounds 5]
+"""
+import argparse
+import datetime
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+STEPS, BATCH, MICRO = 30, 256, 8
+
+
+def deep_mlp():
+    layers = [nn.Flatten()]
+    for _ in range(8):
+        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+    layers.append(nn.Linear(1024, 10))
+    return nn.Sequential(*layers), torch.randn(BATCH, 1024)
+
+
+def deep_cnn():
+    layers, c = [], 3
+    for out in (32, 32, 64, 64, 64, 64):
+        layers += [nn.Conv2d(c, out, 3, padding=1), nn.ReLU()]
+        c = out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10)]
+    return nn.Sequential(*layers), torch.randn(64, 3, 32, 32)
+
+
+def export(build, work, name, make):
+    model, x = make()
+    path = os.path.join(work, name + ".onnx")
+    torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
+                      output_names=["logits"])
+    rng = np.random.RandomState(0)
+    data = os.path.join(work, name + ".npz")
+    np.savez(data, input=rng.randn(x.shape[0] * 2, *x.shape[1:]).astype(
+        np.float32), labels=rng.randint(0, 10, x.shape[0] * 2).astype(np.int64))
+    return path, data, x.shape[0]
+
+
+def compile_bundle(build, onnx_path, out, devices, batch, extra):
+    proc = subprocess.run(
+        [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
+         f"--devices={devices}", f"--batch-size={batch}",
+         f"--micro-batches={MICRO}", "--optimizer=sgd", "--lr=0.01",
+         "-o", out] + extra, capture_output=True, text=True, check=True)
+    predicted = float(re.search(r"predicted step ([0-9.]+) ms",
+                                proc.stdout).group(1))
+    return predicted
+
+
+def train(build, bundle, data):
+    proc = subprocess.run(
+        [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
+         f"--data={data}", f"--steps={STEPS}"], capture_output=True,
+        text=True, check=True)
+    step = float(re.search(r"step ([0-9.]+) ms measured", proc.stdout).group(1))
+    allocated = sum(float(m) for m in re.findall(r"([0-9.]+) MiB allocated",
+                                                 proc.stdout))
+    bubble = float(re.search(r"bubble ([0-9.]+)% measured",
+                             proc.stdout).group(1))
+    return step, allocated, bubble
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(root, "build"))
+    parser.add_argument("--out",
+                        default=os.path.join(root, "docs",
+                                             "pipeline-benchmarks.md"))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="gpipe-pipeline-bench-")
+    profile = os.path.join(work, "profile.json")
+    cal = subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
+                          "--calibrate", "-o", profile],
+                         capture_output=True, text=True, check=True)
+    mlp, mlp_data, mlp_batch = export(args.build, work, "deep_mlp", deep_mlp)
+    cnn, cnn_data, cnn_batch = export(args.build, work, "deep_cnn", deep_cnn)
+    configs = {
+        "mlp K=1 cpu:0": (mlp, mlp_data, "cpu:0", mlp_batch, []),
+        "mlp K=2 cpu:0,cpu:1": (mlp, mlp_data, "cpu:0,cpu:1", mlp_batch, []),
+        "cnn K=2 never": (cnn, cnn_data, "cpu:0,cpu:1", cnn_batch,
+                          ["--recompute=never"]),
+        "cnn K=2 always": (cnn, cnn_data, "cpu:0,cpu:1", cnn_batch,
+                           ["--recompute=always"]),
+    }
+    bundles, predicted = {}, {}
+    for name, (onnx_path, data, devices, batch, extra) in configs.items():
+        bundles[name] = os.path.join(work, name.replace(" ", "_").replace(
+            ",", "_").replace(":", "") + ".gpipe")
+        predicted[name] = compile_bundle(
+            args.build, onnx_path, bundles[name], devices, batch,
+            extra + [f"--device-profile={profile}"])
+        train(args.build, bundles[name], data)  # warm-up
+    results = {name: [] for name in configs}
+    for _ in range(args.rounds):
+        for name, (onnx_path, data, *_rest) in configs.items():
+            results[name].append(train(args.build, bundles[name], data))
+    med = {name: tuple(statistics.median(r[i] for r in runs) for i in range(3))
+           for name, runs in results.items()}
+
+    one, two = med["mlp K=1 cpu:0"], med["mlp K=2 cpu:0,cpu:1"]
+    speedup = one[0] / two[0]
+    never, always = med["cnn K=2 never"], med["cnn K=2 always"]
+    lines = [
+        "# Pipeline benchmarks",
+        "",
+        f"Generated by `bench/run_pipeline_benchmarks.py` on "
+        f"{datetime.date.today()} ({platform.machine()}, "
+        f"{os.cpu_count()} cores): {args.rounds} interleaved rounds, each "
+        f"figure gpipe-run's mean step over {STEPS} steps, medians over the "
+        f"rounds. Calibrated profile: `{cal.stderr.strip()}`.",
+        "",
+        f"## Throughput: deep MLP (8 x Linear 1024 + ReLU), batch {BATCH}, "
+        f"M={MICRO}",
+        "",
+        "| devices | step (ms) | samples/s | bubble measured | predicted step (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in (("mlp K=1 cpu:0", one), ("mlp K=2 cpu:0,cpu:1", two)):
+        lines.append(f"| {name.split(' ', 1)[1]} | {m[0]:.2f} | "
+                     f"{BATCH / m[0] * 1e3:.0f} | {m[2]:.1f}% | "
+                     f"{predicted[name]:.2f} |")
+    lines += [
+        "",
+        f"K=2 against K=1: **{speedup:.2f}x** the throughput (ideal with "
+        f"the fill-drain bubble: {2 * MICRO / (MICRO + 1):.2f}x).",
+        "",
+        f"## Recompute: deep CNN (6 conv 3x3 + ReLU), batch {cnn_batch}, "
+        f"K=2, M={MICRO}",
+        "",
+        "| recompute | step (ms) | memory allocated by the stages (MiB) | predicted step (ms) |",
+        "|---|---|---|---|",
+        f"| never | {never[0]:.2f} | {never[1]:.1f} | "
+        f"{predicted['cnn K=2 never']:.2f} |",
+        f"| always | {always[0]:.2f} | {always[1]:.1f} | "
+        f"{predicted['cnn K=2 always']:.2f} |",
+        "",
+        f"Recompute keeps {100 * (1 - always[1] / never[1]):.0f}% less "
+        f"memory for {100 * (always[0] / never[0] - 1):.0f}% more time per "
+        f"step.",
+        "",
+        "## Prediction against measurement",
+        "",
+        "| configuration | predicted (ms) | measured (ms) | error |",
+        "|---|---|---|---|",
+    ]
+    for name in configs:
+        err = predicted[name] / med[name][0] - 1
+        lines.append(f"| {name} | {predicted[name]:.2f} | {med[name][0]:.2f} "
+                     f"| {100 * err:+.0f}% |")
+    text = "\n".join(lines) + "\n"
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, args.out)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
