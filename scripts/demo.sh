@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The main job on the bundled example: installs the dependencies, builds
 # gpipe, exports the Fashion-MNIST CNN of examples/ to ONNX with PyTorch,
-# shows its imported IR summary, compiles it into a training bundle and
-# trains it for 3 epochs on Fashion-MNIST (Debian's dataset-fashion-mnist),
-# printing progress and test accuracy, then writes the trained model as ONNX.
+# shows its imported IR summary, compiles it into a training pipeline of two
+# stages on two CPU cores (cpu:0, cpu:1; 4 micro-batches, GPipe schedule)
+# and trains it for 3 epochs on Fashion-MNIST (Debian's
+# dataset-fashion-mnist), printing progress, test accuracy and the
+# pipeline's measured bubble, then writes the trained model as ONNX, a
+# report with the schedule's timeline and a trace of the last epoch's steps.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${GPIPE_BUILD_DIR:-$root/build}"
@@ -21,11 +24,12 @@ echo "== gpipe-opt fashion_mnist_cnn.onnx --emit=summary --batch-size=64 =="
 "$build/bin/gpipe-opt" "$out/fashion_mnist_cnn.onnx" --emit=summary --batch-size=64
 
 echo
-echo "== gpipe-opt fashion_mnist_cnn.onnx --mode=train -o fashion_mnist_cnn.gpipe =="
+echo "== gpipe-opt fashion_mnist_cnn.onnx --mode=train --devices=cpu:0,cpu:1 --micro-batches=4 -o fashion_mnist_cnn.gpipe =="
 "$build/bin/gpipe-opt" "$out/fashion_mnist_cnn.onnx" --mode=train \
+  --devices=cpu:0,cpu:1 --micro-batches=4 --schedule=gpipe \
   --batch-size=64 --optimizer=sgd --lr=0.05 --momentum=0.9 \
-  -o "$out/fashion_mnist_cnn.gpipe"
-echo "wrote $out/fashion_mnist_cnn.gpipe"
+  --report "$out/pipeline.html" -o "$out/fashion_mnist_cnn.gpipe"
+echo "wrote $out/fashion_mnist_cnn.gpipe and $out/pipeline.html"
 
 echo
 echo "== gpipe-run fashion_mnist_cnn.gpipe --train ($epochs epochs) =="
