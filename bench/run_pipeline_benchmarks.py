@@ -6,8 +6,10 @@
    1.78x.
 2. Recompute: a deep CNN on K=2, M=8, --recompute=always against never:
    the memory the stages allocate and the step time.
-3. Prediction: the compiler's predicted step time (cost model with the
-   profile gpipe-opt --calibrate measured here) against the measured one.
+3. Prediction: the compiler's predicted step time against the measured
+   one, with the roofline over the profile gpipe-opt --calibrate measured
+   here, and with the per-op cost table that gpipe-run --profile-ops
+   measured on a one-device bundle of the same model.
 
 Each configuration runs ROUNDS times, interleaved with the others; a run's
 figure is gpipe-run's mean step time over STEPS steps after a warm-up run;
@@ -110,13 +112,29 @@ def main():
         "cnn K=2 always": (cnn, cnn_data, "cpu:0,cpu:1", cnn_batch,
                            ["--recompute=always"]),
     }
-    bundles, predicted = {}, {}
+    # Per-op times of each model, measured on one device.
+    tables = {}
+    for onnx_path, data, batch in ((mlp, mlp_data, mlp_batch),
+                                   (cnn, cnn_data, cnn_batch)):
+        bundle = os.path.join(work, "profile.gpipe")
+        compile_bundle(args.build, onnx_path, bundle, "cpu:0", batch,
+                       [f"--device-profile={profile}"])
+        tables[onnx_path] = onnx_path + ".ops.csv"
+        subprocess.run([os.path.join(args.build, "bin", "gpipe-run"), bundle,
+                        "--train", f"--data={data}", "--steps=10",
+                        f"--profile-ops={tables[onnx_path]}"],
+                       capture_output=True, check=True)
+    bundles, predicted, roofline = {}, {}, {}
     for name, (onnx_path, data, devices, batch, extra) in configs.items():
         bundles[name] = os.path.join(work, name.replace(" ", "_").replace(
             ",", "_").replace(":", "") + ".gpipe")
-        predicted[name] = compile_bundle(
+        roofline[name] = compile_bundle(
             args.build, onnx_path, bundles[name], devices, batch,
             extra + [f"--device-profile={profile}"])
+        predicted[name] = compile_bundle(
+            args.build, onnx_path, bundles[name], devices, batch,
+            extra + [f"--device-profile={profile}",
+                     f"--cost-table={tables[onnx_path]}"])
         train(args.build, bundles[name], data)  # warm-up
     results = {name: [] for name in configs}
     for _ in range(args.rounds):
@@ -168,13 +186,19 @@ def main():
         "",
         "## Prediction against measurement",
         "",
-        "| configuration | predicted (ms) | measured (ms) | error |",
-        "|---|---|---|---|",
+        "Predicted with the cost table of `gpipe-run --profile-ops` (one "
+        "device, 10 steps) and, for comparison, with the roofline over the "
+        "calibrated profile alone:",
+        "",
+        "| configuration | measured (ms) | predicted, cost table (ms) | error | predicted, roofline (ms) | error |",
+        "|---|---|---|---|---|---|",
     ]
     for name in configs:
         err = predicted[name] / med[name][0] - 1
-        lines.append(f"| {name} | {predicted[name]:.2f} | {med[name][0]:.2f} "
-                     f"| {100 * err:+.0f}% |")
+        rerr = roofline[name] / med[name][0] - 1
+        lines.append(f"| {name} | {med[name][0]:.2f} | {predicted[name]:.2f} "
+                     f"| {100 * err:+.0f}% | {roofline[name]:.2f} | "
+                     f"{100 * rerr:+.0f}% |")
     text = "\n".join(lines) + "\n"
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:

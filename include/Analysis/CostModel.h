@@ -17,6 +17,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 
 namespace gpipe {
@@ -59,10 +60,16 @@ llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps);
 
-/// Measured seconds per op, keyed by the op's name (its NameLoc, the ONNX
-/// node name) as written by gpipe-run --profile-ops: one "name,seconds" row
-/// per op after a header line.
-using CostTable = llvm::StringMap<double>;
+/// Measured seconds per micro-batch of each op's forward and backward
+/// kernels, keyed by the op's name (its NameLoc, the ONNX node name), as
+/// gpipe-run --profile-ops writes them: a header line, then one
+/// "name,forward_seconds,backward_seconds" row per op (the backward column
+/// may be missing).
+struct OpCost {
+  double forward = 0;
+  std::optional<double> backward;
+};
+using CostTable = llvm::StringMap<OpCost>;
 llvm::Expected<CostTable> readCostTable(llvm::StringRef path);
 
 /// The name that a cost table uses for `op` ("" if it has none).
@@ -72,6 +79,10 @@ std::string costTableKey(mlir::Operation *op);
 /// entry if there is one, else max(FLOPs / peak, bytes / bandwidth).
 double forwardTime(mlir::Operation *op, const DeviceProfile &profile,
                    const CostTable *table = nullptr);
+/// Seconds of `op`'s backward: the table's entry if there is one, else two
+/// forwards (the gradients of the inputs and of the weights).
+double backwardTime(mlir::Operation *op, const DeviceProfile &profile,
+                    const CostTable *table = nullptr);
 
 /// Bytes of a value of ranked tensor type (0 otherwise).
 int64_t valueBytes(mlir::Value value);

@@ -47,7 +47,10 @@ struct StageReport {
   int64_t firstLayer = 0, endLayer = 0, ops = 0;
   int64_t parameters = 0; // trainable elements
   int64_t flops = 0;      // forward, per micro-batch
+  /// Predicted per micro-batch (forward, backward, transfers) and per step
+  /// (optimizer).
   double forwardSeconds = 0, backwardSeconds = 0, transferSeconds = 0;
+  double optimizerSeconds = 0;
   int64_t peakBytes = 0; // from the verified schedule
   int64_t maxAlive = 0;
 };

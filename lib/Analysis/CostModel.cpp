@@ -165,14 +165,23 @@ llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
     line = line.trim();
     if (i == 0 || line.empty())
       continue; // header
-    auto [name, seconds] = line.rsplit(',');
-    double value;
-    if (name.empty() || seconds.trim().getAsDouble(value) || value < 0)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     path + ":" + Twine(i + 1) +
-                                         ": expected 'op,seconds', got '" +
-                                         line + "'");
-    table[name] = value;
+    SmallVector<StringRef> fields;
+    line.split(fields, ',');
+    OpCost cost;
+    double backward = 0;
+    bool bad = fields.size() < 2 || fields.size() > 3 || fields[0].empty() ||
+               fields[1].trim().getAsDouble(cost.forward) || cost.forward < 0;
+    if (!bad && fields.size() == 3) {
+      bad = fields[2].trim().getAsDouble(backward) || backward < 0;
+      cost.backward = backward;
+    }
+    if (bad)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          path + ":" + Twine(i + 1) +
+              ": expected 'op,forward_seconds[,backward_seconds]', got '" +
+              line + "'");
+    table[fields[0]] = cost;
   }
   return table;
 }
@@ -194,7 +203,7 @@ double gpipe::forwardTime(Operation *op, const DeviceProfile &profile,
   if (table) {
     auto it = table->find(costTableKey(op));
     if (it != table->end())
-      return it->second;
+      return it->second.forward;
   }
   auto cost = dyn_cast<nn::CostOpInterface>(op);
   if (!cost)
@@ -202,6 +211,16 @@ double gpipe::forwardTime(Operation *op, const DeviceProfile &profile,
   double flops = static_cast<double>(cost.getFlops());
   double bytes = static_cast<double>(cost.getBytesMoved());
   return std::max(flops / profile.peakFlops, bytes / profile.memoryBandwidth);
+}
+
+double gpipe::backwardTime(Operation *op, const DeviceProfile &profile,
+                           const CostTable *table) {
+  if (table) {
+    auto it = table->find(costTableKey(op));
+    if (it != table->end() && it->second.backward)
+      return *it->second.backward;
+  }
+  return 2 * forwardTime(op, profile, table);
 }
 
 int64_t gpipe::valueBytes(Value value) {

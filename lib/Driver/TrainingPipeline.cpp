@@ -180,9 +180,23 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         op->getAttrOfType<FloatAttr>("gpipe.backward_time").getValueAsDouble();
     row.transferSeconds =
         op->getAttrOfType<FloatAttr>("gpipe.transfer_time").getValueAsDouble();
+    double trainableBytes = 0;
     for (auto p : stage.getOps<ParameterOp>())
-      if (p.getTrainable())
+      if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();
+        trainableBytes += 4.0 * p.getType().getNumElements();
+      }
+    // What the kernels do not: the runtime's copies (inputs and messages
+    // into the arenas, the stash out and back, gradients summed over the
+    // micro-batches) and the optimizer's pass over parameters, gradients
+    // and state, all at memory bandwidth.
+    double bandwidth =
+        op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth").getValueAsDouble();
+    double copies = 2.0 * (stashBytes + messageBytes / 2.0) / bandwidth;
+    row.forwardSeconds += copies;
+    row.backwardSeconds += copies + 3 * trainableBytes / bandwidth;
+    int64_t slots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
+    row.optimizerSeconds = (3 + 2 * slots) * trainableBytes / bandwidth;
     result.report.push_back(row);
   }
   if (stop == TrainingStop::Autodiff)
@@ -200,7 +214,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   }
   SmallVector<StageTimes> times;
   for (const StageReport &r : result.report) {
-    // The optimizer reads parameters, gradients and state once.
     times.push_back(
         {r.forwardSeconds, r.backwardSeconds, r.transferSeconds, 0.0});
   }

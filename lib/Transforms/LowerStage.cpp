@@ -14,6 +14,8 @@
 #include "Transforms/MemoryPlan.h"
 #include "Transforms/Passes.h"
 
+#include "Analysis/CostModel.h"
+
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
@@ -338,6 +340,9 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
       builder.getNamedAttr("id", builder.getI64IntegerAttr(id)),
       builder.getNamedAttr("kind",
                            builder.getStringAttr(op->getName().stripDialect())),
+      // The ONNX node it comes from (gradients keep their forward op's
+      // location): what gpipe-run --profile-ops reports times for.
+      builder.getNamedAttr("op", builder.getStringAttr(costTableKey(op))),
       builder.getNamedAttr("attributes", op->getAttrDictionary()),
       builder.getNamedAttr("operands", builder.getArrayAttr(operands)),
       builder.getNamedAttr("results", builder.getArrayAttr(results)),

@@ -53,6 +53,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   // Per layer.
   SmallVector<Operation *> layers;
   SmallVector<SmallVector<double>> time; // [device][layer], forward seconds
+  SmallVector<SmallVector<double>> backTime; // [device][layer]
   SmallVector<double> activationBytes, paramBytes;
   SmallVector<int64_t> flops;
   // Per cut position c in [0, n]: bytes of the tensors crossing it.
@@ -143,14 +144,17 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     for (auto [i, op] : llvm::enumerate(layers))
       position[op] = i;
     time.assign(this->devices.size(), SmallVector<double>(n, 0));
+    backTime.assign(this->devices.size(), SmallVector<double>(n, 0));
     activationBytes.assign(n, 0);
     paramBytes.assign(n, 0);
     flops.assign(n, 0);
     crossBytes.assign(n + 1, 0);
     llvm::StringSet<> counted;
     for (auto [i, op] : llvm::enumerate(layers)) {
-      for (auto [d, p] : llvm::enumerate(profiles))
+      for (auto [d, p] : llvm::enumerate(profiles)) {
         time[d][i] = forwardTime(op, p, table ? &*table : nullptr);
+        backTime[d][i] = backwardTime(op, p, table ? &*table : nullptr);
+      }
       if (auto cost = dyn_cast<nn::CostOpInterface>(op))
         flops[i] = cost.getFlops();
       for (Value r : op->getResults()) {
@@ -181,12 +185,13 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     double params = 0, activations = 0;
     for (int64_t i = begin; i < end; ++i) {
       c.forward += time[stage][i];
+      c.backward += backTime[stage][i];
       params += paramBytes[i];
       activations += activationBytes[i];
     }
-    // A backward costs about two forwards (the gradients of the inputs
-    // and of the weights); recompute runs the forward once more.
-    c.backward = c.forward * (recomputes(stage) ? 3 : 2);
+    // Recompute runs the forward once more in the backward.
+    if (recomputes(stage))
+      c.backward += c.forward;
     const DeviceProfile &p = profiles[stage];
     c.transfer = 2 * (crossBytes[begin] + crossBytes[end]) / p.linkBandwidth;
     double kept = recomputes(stage) ? crossBytes[begin] : activations;
@@ -399,6 +404,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
       stage->setAttr("gpipe.predicted_memory",
                      b.getI64IntegerAttr(static_cast<int64_t>(c.memory)));
+      stage->setAttr("gpipe.memory_bandwidth",
+                     b.getF64FloatAttr(profiles[s].memoryBandwidth));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

@@ -94,6 +94,7 @@ KernelSpec parseKernel(const json &j) {
   KernelSpec k;
   k.id = j.at("id").get<int64_t>();
   k.kind = j.at("kind").get<std::string>();
+  k.op = j.value("op", "");
   for (auto &[key, value] : j.at("attributes").items()) {
     if (value.is_boolean())
       k.numbers[key] = {value.get<bool>() ? 1.0 : 0.0};

@@ -98,7 +98,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
     return;
   }
   try {
-    if (kernelTrace) {
+    if (kernelTrace || profiling) {
       auto now = [] {
         return std::chrono::duration<double>(
                    std::chrono::steady_clock::now().time_since_epoch())
@@ -106,8 +106,12 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
       };
       double begin = now();
       kernels[id]->run(engine->stream);
-      kernelTrace->push_back(
-          {&spec.phases[phase].kernels[id].kind, begin, now()});
+      double end = now();
+      if (kernelTrace)
+        kernelTrace->push_back(
+            {&spec.phases[phase].kernels[id].kind, begin, end});
+      if (profiling)
+        kernelTotals[phase][id] += end - begin;
     } else {
       kernels[id]->run(engine->stream);
     }
@@ -115,6 +119,13 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
     kernelError = "kernel " + std::to_string(id) + " (" +
                   spec.phases[phase].kernels[id].kind + ") failed: " + e.what();
   }
+}
+
+void StageExecutor::setKernelProfile(bool enable) {
+  profiling = enable;
+  kernelTotals.assign(phases.size(), {});
+  for (size_t i = 0; i < phases.size(); ++i)
+    kernelTotals[i].assign(phases[i].kernels.size(), 0.0);
 }
 
 void StageExecutor::run(size_t phase) {

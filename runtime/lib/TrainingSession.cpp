@@ -332,6 +332,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   }
   ++steps;
   ++statSteps;
+  ++profileSteps;
   statSeconds += now() - start;
   return stages.back()->lossSum /
          static_cast<double>(bundle_.training.microBatches);
@@ -647,6 +648,37 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
     t.data.resize(p->byteSize());
     std::memcpy(t.data.data(), params_.get() + p->offset, p->byteSize());
     out[p->name] = std::move(t);
+  }
+  return out;
+}
+
+void TrainingSession::enableOpProfile() {
+  for (auto &st : stages)
+    st->exec->setKernelProfile(true);
+  profileSteps = 0;
+}
+
+std::map<std::string, std::pair<double, double>>
+TrainingSession::opProfile() const {
+  std::map<std::string, std::pair<double, double>> out;
+  double runs = static_cast<double>(profileSteps) *
+                static_cast<double>(bundle_.training.microBatches);
+  if (runs == 0)
+    return out;
+  for (const auto &st : stages) {
+    const auto &totals = st->exec->kernelSeconds();
+    for (size_t phase : {st->fwd, st->bwd}) {
+      if (phase >= totals.size())
+        continue;
+      const std::vector<KernelSpec> &kernels = st->spec->phases[phase].kernels;
+      for (size_t k = 0; k < kernels.size() && k < totals[phase].size(); ++k) {
+        if (kernels[k].op.empty())
+          continue;
+        auto &entry = out[kernels[k].op];
+        (phase == st->fwd ? entry.first : entry.second) +=
+            totals[phase][k] / runs;
+      }
+    }
   }
   return out;
 }

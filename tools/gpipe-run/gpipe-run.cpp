@@ -8,6 +8,7 @@
 #include "gpipe/runtime/OnnxExport.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TensorProto.h"
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/TrainingSession.h"
 
 #include <CLI/CLI.hpp>
@@ -93,7 +94,7 @@ int runInference(const std::string &bundlePath,
 
 struct TrainOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
-  std::string trace;
+  std::string trace, profileOps;
   std::string lrSchedule = "constant";
   int64_t warmupSteps = 0, lrStepSize = 0;
   double lrGamma = 0.1;
@@ -244,6 +245,8 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
     session.setRandomSeed(o.seed);
     if (!o.trace.empty())
       session.enableTrace();
+    if (!o.profileOps.empty())
+      session.enableOpProfile();
     for (auto &[name, value] : o.hyper)
       session.setHyperParameter(name, value);
     if (o.lr >= 0)
@@ -349,6 +352,9 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
                        [&](int64_t r) { return order[(first + r) % samples]; });
       }
       double loss = session.step(mini);
+      // The first step creates caches and touches memory: not profiled.
+      if (!o.profileOps.empty() && step == firstStep && steps - firstStep > 1)
+        session.enableOpProfile();
       double seconds = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - start)
                            .count();
@@ -381,6 +387,15 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
                   << std::flush;
     }
     printSummary(session);
+    if (!o.profileOps.empty()) {
+      std::ostringstream csv;
+      csv << "op,forward_seconds,backward_seconds\n" << std::setprecision(9);
+      for (auto &[op, t] : session.opProfile())
+        csv << op << "," << t.first << "," << t.second << "\n";
+      writeFileAtomically(o.profileOps, csv.str());
+      std::cout << "wrote the per-op times to " << o.profileOps
+                << " (for gpipe-opt --cost-table)\n";
+    }
     if (!o.trace.empty()) {
       session.writeTrace(o.trace);
       std::cout << "wrote the trace to " << o.trace
@@ -499,6 +514,11 @@ int main(int argc, char **argv) {
                  "Write the trained model: the source ONNX model with the "
                  "trained parameters")
       ->type_name("FILE.onnx");
+  app.add_option("--profile-ops", trainOptions.profileOps,
+                 "Time every kernel and write each model op's mean forward "
+                 "and backward seconds per micro-batch (after the first "
+                 "step), the cost table of gpipe-opt --cost-table")
+      ->type_name("FILE.csv");
   app.add_option("--trace", trainOptions.trace,
                  "Write a Chrome/Perfetto trace of every instruction and "
                  "kernel on every device")

@@ -37,6 +37,7 @@ struct TensorSlot {
 struct KernelSpec {
   int64_t id = 0;
   std::string kind; // nn op name: "gemm", "conv", ...
+  std::string op;   // the model op (ONNX node) it computes, or ""
   std::map<std::string, std::vector<double>> numbers; // numeric attributes
   std::map<std::string, std::string> strings;         // string attributes
   std::vector<TensorSlot> operands, results;

@@ -58,6 +58,13 @@ public:
     double begin, end; // seconds on the steady clock
   };
   void setKernelTrace(std::vector<KernelEvent> *sink) { kernelTrace = sink; }
+  /// Sums each kernel's time while set (gpipe-run --profile-ops).
+  void setKernelProfile(bool enable);
+  /// Seconds spent in each kernel of each phase since the profile was
+  /// enabled.
+  const std::vector<std::vector<double>> &kernelSeconds() const {
+    return kernelTotals;
+  }
   /// Runs a phase's compiled code once on its arena's contents.
   void run(size_t phase = 0);
   /// Whether runs update kernel state (BatchNorm running statistics) and
@@ -91,6 +98,8 @@ private:
   char *paramsPtr = nullptr;
   int64_t allocated = 0;
   std::vector<KernelEvent> *kernelTrace = nullptr;
+  bool profiling = false;
+  std::vector<std::vector<double>> kernelTotals; // [phase][kernel]
   void *library = nullptr;
   struct Engine;
   std::unique_ptr<Engine> engine;

@@ -96,6 +96,14 @@ public:
   /// track per device with its instructions and kernels.
   void writeTrace(const std::string &path) const;
 
+  /// Times every kernel of the following steps (restarting the count) for
+  /// opProfile().
+  void enableOpProfile();
+  /// Per model op (ONNX node) with kernels: mean seconds per micro-batch of
+  /// its forward kernels and of its backward kernels, over the steps since
+  /// enableOpProfile(). The cost table gpipe-opt --cost-table reads.
+  std::map<std::string, std::pair<double, double>> opProfile() const;
+
   /// What the steps so far measured, for the end-of-run summary.
   struct StageStats {
     std::string device;
@@ -145,6 +153,7 @@ private:
   bool tracing = false;
   double traceOrigin = 0;
   int64_t statSteps = 0;
+  int64_t profileSteps = 0;
   double statSeconds = 0;
 };
 
