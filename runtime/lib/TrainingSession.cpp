@@ -126,10 +126,6 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     if (!stage.fwdSpec || !stage.bwdSpec || !stage.optSpec)
       throw fail("a training stage needs forward, backward and optimizer "
                  "phases");
-    stage.exec = std::make_unique<StageExecutor>(bundle_, spec, params_.get());
-    stage.fwd = stage.exec->phaseIndex("forward");
-    stage.bwd = stage.exec->phaseIndex("backward");
-    stage.opt = stage.exec->phaseIndex("optimizer");
     if (spec.device != "cpu") {
       std::vector<Device> devices = parseDeviceList(spec.device);
       if (devices.size() != 1 || devices[0].kind != DeviceKind::Cpu)
@@ -139,6 +135,21 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     } else if (k > 1) {
       throw fail("a pipeline stage must name its device");
     }
+    // oneDNN sizes a primitive's parallel work for the threads of the
+    // thread that creates it: the device's own.
+    auto load = [&] {
+      stage.exec =
+          std::make_unique<StageExecutor>(bundle_, spec, params_.get());
+    };
+    if (stage.worker) {
+      stage.worker->start(load);
+      stage.worker->wait();
+    } else {
+      load();
+    }
+    stage.fwd = stage.exec->phaseIndex("forward");
+    stage.bwd = stage.exec->phaseIndex("backward");
+    stage.opt = stage.exec->phaseIndex("optimizer");
     const PhaseSpec &fwd = *stage.fwdSpec, &bwd = *stage.bwdSpec;
     bool last = s + 1 == k;
     for (const TensorSlot &in : fwd.inputs) {

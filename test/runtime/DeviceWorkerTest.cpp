@@ -1,0 +1,54 @@
+#include "gpipe/runtime/DeviceWorker.h"
+
+#include <gtest/gtest.h>
+
+#include <omp.h>
+#include <sched.h>
+#include <stdexcept>
+#include <thread>
+
+using namespace gpipe::runtime;
+
+TEST(DeviceWorker, RunsJobsOnItsPinnedThreadWithOneOpenMPThreadPerCore) {
+  DeviceWorker worker({0});
+  std::thread::id caller = std::this_thread::get_id(), ran;
+  int cpu = -1, threads = 0;
+  cpu_set_t mask;
+  worker.start([&] {
+    ran = std::this_thread::get_id();
+    cpu = sched_getcpu();
+    threads = omp_get_max_threads();
+    sched_getaffinity(0, sizeof(mask), &mask);
+  });
+  worker.wait();
+  EXPECT_NE(ran, caller);
+  EXPECT_EQ(cpu, 0);
+  EXPECT_EQ(threads, 1);
+  EXPECT_EQ(CPU_COUNT(&mask), 1);
+  EXPECT_TRUE(CPU_ISSET(0, &mask));
+  // The same thread runs the next job.
+  std::thread::id second;
+  worker.start([&] { second = std::this_thread::get_id(); });
+  worker.wait();
+  EXPECT_EQ(second, ran);
+}
+
+TEST(DeviceWorker, WaitRethrowsWhatTheJobThrew) {
+  DeviceWorker worker({});
+  worker.start([] { throw std::runtime_error("stage 1 failed"); });
+  EXPECT_THROW(
+      {
+        try {
+          worker.wait();
+        } catch (const std::runtime_error &e) {
+          EXPECT_STREQ(e.what(), "stage 1 failed");
+          throw;
+        }
+      },
+      std::runtime_error);
+  // A failed job leaves the worker usable.
+  bool ran = false;
+  worker.start([&] { ran = true; });
+  worker.wait();
+  EXPECT_TRUE(ran);
+}
