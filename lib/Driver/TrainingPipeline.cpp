@@ -190,8 +190,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // into the arenas, the stash out and back, gradients summed over the
     // micro-batches) and the optimizer's pass over parameters, gradients
     // and state, all at memory bandwidth.
-    double bandwidth =
-        op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth").getValueAsDouble();
+    double bandwidth = op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
+                           .getValueAsDouble();
     double copies = 2.0 * (stashBytes + messageBytes / 2.0) / bandwidth;
     row.forwardSeconds += copies;
     row.backwardSeconds += copies + 3 * trainableBytes / bandwidth;

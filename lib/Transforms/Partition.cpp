@@ -52,7 +52,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
 
   // Per layer.
   SmallVector<Operation *> layers;
-  SmallVector<SmallVector<double>> time; // [device][layer], forward seconds
+  SmallVector<SmallVector<double>> time;     // [device][layer], forward seconds
   SmallVector<SmallVector<double>> backTime; // [device][layer]
   SmallVector<double> activationBytes, paramBytes;
   SmallVector<int64_t> flops;

@@ -5,8 +5,8 @@
 
 #include "llvm/Support/Format.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <sched.h>
 
 #include <algorithm>

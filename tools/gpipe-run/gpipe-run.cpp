@@ -2,13 +2,13 @@
 //
 // --infer runs inference bundles; --train arrives with the trainer.
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/Idx.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/OnnxExport.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TensorProto.h"
-#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/TrainingSession.h"
 
 #include <CLI/CLI.hpp>
@@ -20,9 +20,9 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 
 namespace {
@@ -220,8 +220,8 @@ void printSummary(const gpipe::runtime::TrainingSession &session) {
        << static_cast<double>(bytes) / (1 << 20) << " MiB";
     return os.str();
   };
-  std::cout << std::fixed << std::setprecision(2) << "pipeline: "
-            << s.stages.size() << " stage(s), " << schedule.kind
+  std::cout << std::fixed << std::setprecision(2)
+            << "pipeline: " << s.stages.size() << " stage(s), " << schedule.kind
             << " schedule, " << schedule.microBatches << " micro-batches\n";
   for (size_t i = 0; i < s.stages.size(); ++i) {
     const auto &st = s.stages[i];
@@ -232,8 +232,8 @@ void printSummary(const gpipe::runtime::TrainingSession &session) {
   }
   std::cout << "  step " << step * 1e3 << " ms measured (mean of " << s.steps
             << "), " << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
-            << 100.0 * s.bubble() << "% measured, "
-            << 100.0 * s.predictedBubble << "% predicted\n"
+            << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
+            << "% predicted\n"
             << std::defaultfloat << std::setprecision(6);
 }
 
