@@ -17,11 +17,6 @@ using namespace gpipe;
 
 namespace {
 
-StringRef nameOf(DictionaryAttr attrs) {
-  auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
-  return name ? name.getValue() : StringRef();
-}
-
 int64_t alignUp(int64_t v) { return (v + 63) / 64 * 64; }
 
 /// Byte sizes of a function's arguments (or results) whose names start with

@@ -30,11 +30,6 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     forward.erase();
   }
 
-  static StringRef nameOf(DictionaryAttr attrs) {
-    auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
-    return name ? name.getValue() : StringRef();
-  }
-
   static bool isFloatTensor(Type t) {
     auto type = dyn_cast<RankedTensorType>(t);
     return type && isa<FloatType>(type.getElementType());

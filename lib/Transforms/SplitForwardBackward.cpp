@@ -25,11 +25,6 @@ using namespace gpipe;
 
 namespace {
 
-StringRef nameOf(DictionaryAttr attrs) {
-  auto name = attrs ? attrs.getAs<StringAttr>("gpipe.name") : StringAttr();
-  return name ? name.getValue() : StringRef();
-}
-
 /// Parameter gradients and, on a pipeline stage, input gradients.
 bool isGradientName(DictionaryAttr attrs) {
   StringRef name = nameOf(attrs);

@@ -49,11 +49,6 @@ struct TrainingSession::Stage {
   size_t fwd = 0, bwd = 0, opt = 0;
   const PhaseSpec *fwdSpec = nullptr, *bwdSpec = nullptr, *optSpec = nullptr;
 
-  /// A slot and its byte offset in a message.
-  struct Packed {
-    const TensorSlot *slot;
-    int64_t offset;
-  };
   std::vector<const TensorSlot *> dataIn; // forward inputs from the batch
   std::vector<Packed> actIn;   // forward inputs, from the previous stage
   std::vector<Packed> actOut;  // forward outputs, to the next stage
@@ -248,8 +243,8 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   // Message layouts: a receiver finds each input by name in its sender's.
   for (size_t s = 1; s < k; ++s) {
     Stage &prev = *stages[s - 1], &cur = *stages[s];
-    for (Stage::Packed &p : cur.actIn) {
-      for (const Stage::Packed &o : prev.actOut)
+    for (Packed &p : cur.actIn) {
+      for (const Packed &o : prev.actOut)
         if (o.slot->name == p.slot->name &&
             o.slot->byteSize() == p.slot->byteSize())
           p.offset = o.offset;
@@ -257,9 +252,9 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
         throw fail("stage " + std::to_string(s) + " input '" + p.slot->name +
                    "' is not an output of stage " + std::to_string(s - 1));
     }
-    for (Stage::Packed &p : prev.gradIn) {
+    for (Packed &p : prev.gradIn) {
       std::string name = "input_grad:" + p.slot->name.substr(12);
-      for (const Stage::Packed &o : cur.gradOut)
+      for (const Packed &o : cur.gradOut)
         if (o.slot->name == name && o.slot->byteSize() == p.slot->byteSize())
           p.offset = o.offset;
       if (p.offset < 0)
@@ -392,6 +387,36 @@ void TrainingSession::loadStash(
   stage.restored.insert(mb);
 }
 
+namespace {
+/// One message of micro-batch `mb`: `slots` of `arena` packed at their
+/// offsets.
+template <typename Packed>
+void pack(const std::vector<Packed> &slots, int64_t bytes, const char *arena,
+          Channel &channel, int64_t mb) {
+  Channel::Message msg = channel.acquire(static_cast<size_t>(bytes));
+  for (const Packed &p : slots)
+    std::memcpy(msg.data() + p.offset, arena + p.slot->offset,
+                p.slot->byteSize());
+  channel.send(mb, std::move(msg));
+}
+} // namespace
+
+void TrainingSession::unpack(Stage &stage,
+                             std::map<int64_t, Channel::Message> &received,
+                             const std::vector<Packed> &slots, Channel &channel,
+                             int64_t mb, char *arena, const char *phase) {
+  auto it = received.find(mb);
+  if (it == received.end())
+    throw std::runtime_error("stage " + std::to_string(stage.index) + ": " +
+                             phase + " of micro-batch " + std::to_string(mb) +
+                             " before its message");
+  for (const Packed &p : slots)
+    std::memcpy(arena + p.slot->offset, it->second.data() + p.offset,
+                p.slot->byteSize());
+  channel.release(std::move(it->second));
+  received.erase(it);
+}
+
 void TrainingSession::runInstruction(
     Stage &stage, const Instruction &instr,
     const std::map<std::string, HostTensor> &batch) {
@@ -412,18 +437,9 @@ void TrainingSession::runInstruction(
           reinterpret_cast<const char *>(batch.at(slot->name).data.data()) +
               mb * slot->byteSize(),
           slot->byteSize());
-    if (!stage.actIn.empty()) {
-      auto it = stage.received.find(mb);
-      if (it == stage.received.end())
-        throw std::runtime_error("stage " + std::to_string(stage.index) +
-                                 ": forward of micro-batch " +
-                                 std::to_string(mb) + " before its input");
-      for (const Stage::Packed &p : stage.actIn)
-        std::memcpy(fa + p.slot->offset, it->second.data() + p.offset,
-                    p.slot->byteSize());
-      activations[stage.index - 1]->release(std::move(it->second));
-      stage.received.erase(it);
-    }
+    if (!stage.actIn.empty())
+      unpack(stage, stage.received, stage.actIn, *activations[stage.index - 1],
+             mb, fa, "forward");
     if (stage.freeSlots.empty())
       throw std::runtime_error("stage " + std::to_string(stage.index) +
                                ": more micro-batches alive than the "
@@ -451,16 +467,10 @@ void TrainingSession::runInstruction(
                     c.source->byteSize());
     return;
   }
-  case Instruction::Op::SendActivation: {
-    Channel &out = *activations[stage.index];
-    Channel::Message msg = out.acquire(stage.actOutBytes);
-    const char *fa = exec.arena(stage.fwd);
-    for (const Stage::Packed &p : stage.actOut)
-      std::memcpy(msg.data() + p.offset, fa + p.slot->offset,
-                  p.slot->byteSize());
-    out.send(mb, std::move(msg));
+  case Instruction::Op::SendActivation:
+    pack(stage.actOut, stage.actOutBytes, exec.arena(stage.fwd),
+         *activations[stage.index], mb);
     return;
-  }
   case Instruction::Op::Recompute:
     // The recomputation is compiled into the backward entry point; here
     // the stage input kept by the forward goes back in place.
@@ -475,18 +485,9 @@ void TrainingSession::runInstruction(
       float seed = 1.0f / static_cast<float>(m);
       std::memcpy(ba + stage.lossGrad->offset, &seed, sizeof(float));
     }
-    if (!stage.gradIn.empty()) {
-      auto it = stage.gradReceived.find(mb);
-      if (it == stage.gradReceived.end())
-        throw std::runtime_error("stage " + std::to_string(stage.index) +
-                                 ": backward of micro-batch " +
-                                 std::to_string(mb) + " before its gradient");
-      for (const Stage::Packed &p : stage.gradIn)
-        std::memcpy(ba + p.slot->offset, it->second.data() + p.offset,
-                    p.slot->byteSize());
-      gradients[stage.index]->release(std::move(it->second));
-      stage.gradReceived.erase(it);
-    }
+    if (!stage.gradIn.empty())
+      unpack(stage, stage.gradReceived, stage.gradIn, *gradients[stage.index],
+             mb, ba, "backward");
     exec.setRandomState({randomSeed, steps, mb});
     exec.run(stage.bwd);
     int slot = stage.slotOf.at(mb);
@@ -508,16 +509,10 @@ void TrainingSession::runInstruction(
     }
     return;
   }
-  case Instruction::Op::SendGradient: {
-    Channel &out = *gradients[stage.index - 1];
-    Channel::Message msg = out.acquire(stage.gradOutBytes);
-    const char *ba = exec.arena(stage.bwd);
-    for (const Stage::Packed &p : stage.gradOut)
-      std::memcpy(msg.data() + p.offset, ba + p.slot->offset,
-                  p.slot->byteSize());
-    out.send(mb, std::move(msg));
+  case Instruction::Op::SendGradient:
+    pack(stage.gradOut, stage.gradOutBytes, exec.arena(stage.bwd),
+         *gradients[stage.index - 1], mb);
     return;
-  }
   case Instruction::Op::OptimizerStep:
     if (stage.backwards != m)
       throw std::runtime_error("stage " + std::to_string(stage.index) +
@@ -629,8 +624,8 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
     if (s > 0) {
       Stage &prev = *stages[s - 1];
       const char *from = prev.exec->arena(prev.fwd);
-      for (const Stage::Packed &p : stage.actIn)
-        for (const Stage::Packed &o : prev.actOut)
+      for (const Packed &p : stage.actIn)
+        for (const Packed &o : prev.actOut)
           if (o.slot->name == p.slot->name)
             std::memcpy(arena + p.slot->offset, from + o.slot->offset,
                         p.slot->byteSize());

@@ -15,4 +15,15 @@
 #define GET_OP_CLASSES
 #include "GPipe/IR/GPipeOps.h.inc"
 
+namespace gpipe {
+/// The `gpipe.name` of a function argument or result ("" if none): how
+/// phases name their inputs and outputs (data inputs, "loss", "act:<n>",
+/// "stash:<i>", "grad:<param>", ...).
+inline llvm::StringRef nameOf(mlir::DictionaryAttr attrs) {
+  auto name =
+      attrs ? attrs.getAs<mlir::StringAttr>("gpipe.name") : mlir::StringAttr();
+  return name ? name.getValue() : llvm::StringRef();
+}
+} // namespace gpipe
+
 #endif // GPIPE_GPIPE_IR_GPIPEOPS_H

@@ -131,6 +131,16 @@ private:
     double begin, end;
   };
 
+  /// A slot and its byte offset in a message.
+  struct Packed {
+    const TensorSlot *slot;
+    int64_t offset;
+  };
+  /// Copies micro-batch `mb`'s received message into `slots` of `arena`
+  /// and gives its buffer back.
+  void unpack(Stage &stage, std::map<int64_t, Channel::Message> &received,
+              const std::vector<Packed> &slots, Channel &channel, int64_t mb,
+              char *arena, const char *phase);
   void runStream(Stage &stage, const std::map<std::string, HostTensor> &batch);
   void runInstruction(Stage &stage, const Instruction &instr,
                       const std::map<std::string, HostTensor> &batch);
