@@ -455,15 +455,18 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     SmallVector<ModuleOp> stages;
     for (auto &stage : result->stages)
       stages.push_back(*stage);
+    // The in-process linker resets every command-line option while it
+    // builds the stage libraries: read what is needed after it first.
+    std::string reportPath = reportOption;
     if (failed(gpipe::writeBundle(stages, output, bundleOptions)))
       return 1;
     gpipe::printStageReport(*result, llvm::outs());
-    if (!reportOption.empty()) {
+    if (!reportPath.empty()) {
       auto name = (*module)->getAttrOfType<StringAttr>("gpipe.model_name");
       std::string html = gpipe::stageReportHTML(
           *result, name ? name.getValue() : StringRef("model"));
-      if (int rc = writeText(reportOption,
-                             [&](llvm::raw_ostream &os) { os << html; }))
+      if (int rc =
+              writeText(reportPath, [&](llvm::raw_ostream &os) { os << html; }))
         return rc;
     }
     return 0;
