@@ -94,13 +94,11 @@ namespace {
 /// into basic blocks of 100k instructions, and the SLP vectorizer and
 /// instruction selection, quadratic on them, took minutes.
 void optimizeModule(llvm::Module &module, llvm::TargetMachine &machine) {
-  // LLVM has this limit only as a command-line option of its own.
-  static std::once_flag capped;
-  std::call_once(capped, [] {
-    auto &options = llvm::cl::getRegisteredOptions();
-    if (llvm::cl::Option *o = options.lookup("unroll-full-max-count"))
-      o->addOccurrence(0, "unroll-full-max-count", "16");
-  });
+  // LLVM has this limit only as a command-line option of its own; set
+  // for every module, since the in-process linker resets all options.
+  auto &options = llvm::cl::getRegisteredOptions();
+  if (llvm::cl::Option *o = options.lookup("unroll-full-max-count"))
+    o->addOccurrence(0, "unroll-full-max-count", "16");
   llvm::PipelineTuningOptions tuning;
   tuning.LoopUnrolling = true;
   tuning.LoopInterleaving = true;
