@@ -153,7 +153,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
            << " devices";
   // The lowered phases of each stage (forward only, or forward, backward
   // and optimizer), in the order they were lowered.
-  SmallVector<SmallVector<func::FuncOp>> phases;
+  std::vector<SmallVector<func::FuncOp>> phases;
   int64_t paramsSize = 0;
   for (ModuleOp m : stageModules) {
     SmallVector<func::FuncOp> stagePhases;
