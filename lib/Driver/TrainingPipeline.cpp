@@ -299,13 +299,14 @@ std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
   std::string svg;
   llvm::raw_string_ostream ss(svg);
   double height = rowHeight * (r.prediction.spans.size() + 1);
-  ss << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width
-     << "' height='" << height << "' font-family='sans-serif' "
-     << "font-size='11'>\n";
+  ss << llvm::format("<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' "
+                     "height='%.0f' font-family='sans-serif' "
+                     "font-size='11'>\n",
+                     width, height);
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
     double y = 10 + rowHeight * s;
-    ss << "<text x='4' y='" << y + 18 << "'>" << escape(r.report[s].device)
-       << " (" << s << ")</text>\n";
+    ss << llvm::format("<text x='4' y='%.0f'>", y + 18)
+       << escape(r.report[s].device) << " (" << s << ")</text>\n";
     for (const SchedulePrediction::Span &span : spans) {
       bool fwd = span.what == "forward", bwd = span.what == "backward";
       if (!fwd && !bwd)
@@ -324,8 +325,8 @@ std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
                            static_cast<long long>(span.microBatch));
     }
   }
-  ss << "<text x='" << left << "' y='" << height - 6
-     << "'>time (predicted step "
+  ss << llvm::format("<text x='%.0f' y='%.0f'>", left, height - 6)
+     << "time (predicted step "
      << llvm::format("%.3f", r.prediction.stepTime * 1e3)
      << " ms); blue: forward, orange: backward (with recompute)</text>\n";
   ss << "</svg>\n";
