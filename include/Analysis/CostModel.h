@@ -84,9 +84,6 @@ double forwardTime(mlir::Operation *op, const DeviceProfile &profile,
 double backwardTime(mlir::Operation *op, const DeviceProfile &profile,
                     const CostTable *table = nullptr);
 
-/// Bytes of a value of ranked tensor type (0 otherwise).
-int64_t valueBytes(mlir::Value value);
-
 } // namespace gpipe
 
 #endif // GPIPE_ANALYSIS_COSTMODEL_H

@@ -50,7 +50,8 @@ struct BundleOptions {
 /// renamed into place, so that a failure leaves whatever was at `path`
 /// untouched. The modules are consumed: their gpipe.parameter ops are
 /// erased once their bytes are in params.bin, and they are lowered to LLVM
-/// for the stage libraries.
+/// for the stage libraries (which resets LLVM's command-line options; see
+/// emitStageLibrary).
 mlir::LogicalResult writeBundle(llvm::ArrayRef<mlir::ModuleOp> stages,
                                 llvm::StringRef path,
                                 const BundleOptions &options);

@@ -222,11 +222,3 @@ double gpipe::backwardTime(Operation *op, const DeviceProfile &profile,
   }
   return 2 * forwardTime(op, profile, table);
 }
-
-int64_t gpipe::valueBytes(Value value) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  if (!type || !type.hasStaticShape())
-    return 0;
-  unsigned bits = type.getElementType().getIntOrFloatBitWidth();
-  return type.getNumElements() * ((bits + 7) / 8);
-}

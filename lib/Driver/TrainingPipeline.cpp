@@ -3,6 +3,7 @@
 
 #include "Analysis/CostModel.h"
 #include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
 #include "Transforms/OutlineStages.h"
 #include "Transforms/Passes.h"
 
@@ -27,12 +28,10 @@ int64_t namedBytes(func::FuncOp f, bool results, ArrayRef<StringRef> prefixes) {
   for (unsigned i = 0; i < n; ++i) {
     StringRef name =
         nameOf(results ? f.getResultAttrDict(i) : f.getArgAttrDict(i));
-    Type type = results ? f.getResultTypes()[i] : f.getArgumentTypes()[i];
     if (llvm::any_of(prefixes,
                      [&](StringRef p) { return name.starts_with(p); }))
-      if (auto t = dyn_cast<RankedTensorType>(type))
-        bytes += t.getNumElements() *
-                 ((t.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+      bytes += nn::detail::numBytes(results ? f.getResultTypes()[i]
+                                            : f.getArgumentTypes()[i]);
   }
   return bytes;
 }
@@ -54,6 +53,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
                                const TrainingPipelineOptions &o,
                                TrainingStop stop, llvm::raw_ostream &os) {
   MLIRContext *context = module.getContext();
+  // State tensors per parameter: SGD's momentum buffer, Adam's two moments.
+  int64_t optimizerSlots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
   {
     PassManager pm(context);
     AppendLossOptions loss;
@@ -65,7 +66,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     partition.microBatches = o.microBatches;
     partition.schedule = o.schedule;
     partition.recompute = o.recompute;
-    partition.optimizerSlots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
+    partition.optimizerSlots = optimizerSlots;
     partition.profile = o.deviceProfile;
     partition.costTable = o.costTable;
     pm.addPass(createPartition(partition));
@@ -190,8 +191,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     double copies = 2.0 * (stashBytes + messageBytes / 2.0) / bandwidth;
     row.forwardSeconds += copies;
     row.backwardSeconds += copies + 3 * trainableBytes / bandwidth;
-    int64_t slots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
-    row.optimizerSeconds = (3 + 2 * slots) * trainableBytes / bandwidth;
+    row.optimizerSeconds =
+        (3 + 2 * optimizerSlots) * trainableBytes / bandwidth;
     result.report.push_back(row);
   }
   if (stop == TrainingStop::Autodiff)

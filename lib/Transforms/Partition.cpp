@@ -58,6 +58,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   SmallVector<int64_t> flops;
   // Per cut position c in [0, n]: bytes of the tensors crossing it.
   SmallVector<double> crossBytes;
+  // Per layer result: the position of its last user (n: the return).
+  DenseMap<Value, int64_t> lastUse;
   SmallVector<DeviceSpec> devices;
   SmallVector<DeviceProfile> profiles;
 
@@ -158,20 +160,22 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       if (auto cost = dyn_cast<nn::CostOpInterface>(op))
         flops[i] = cost.getFlops();
       for (Value r : op->getResults()) {
-        activationBytes[i] += valueBytes(r);
+        int64_t bytes = nn::detail::numBytes(r.getType());
+        activationBytes[i] += bytes;
         int64_t last = i;
         for (Operation *user : r.getUsers())
           last = std::max(
               last, isa<func::ReturnOp>(user) ? n : position.lookup(user));
+        lastUse[r] = last;
         for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
-          crossBytes[c] += valueBytes(r);
+          crossBytes[c] += bytes;
       }
       for (Value operand : op->getOperands()) {
         auto get = operand.getDefiningOp<GetParameterOp>();
         if (!get || !counted.insert(get.getName()).second)
           continue;
         auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
-        double bytes = valueBytes(get.getResult());
+        double bytes = nn::detail::numBytes(get.getType());
         paramBytes[i] += param && param.getTrainable()
                              ? bytes * (2 + optimizerSlots)
                              : bytes;
@@ -284,22 +288,12 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     int64_t k = devices.size(), n = layers.size();
     Block &body = forward.front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    DenseMap<Operation *, int64_t> position;
-    for (auto [i, op] : llvm::enumerate(layers))
-      position[op] = i;
-    auto lastUse = [&](Value v) {
-      int64_t last = -1;
-      for (Operation *user : v.getUsers())
-        last = std::max(last,
-                        isa<func::ReturnOp>(user) ? n : position.lookup(user));
-      return last;
-    };
     // The layer results crossing cut c, in definition order.
     auto crossing = [&](int64_t c) {
       SmallVector<Value> out;
       for (int64_t i = 0; i < c; ++i)
         for (Value r : layers[i]->getResults())
-          if (lastUse(r) >= c)
+          if (lastUse.lookup(r) >= c)
             out.push_back(r);
       return out;
     };

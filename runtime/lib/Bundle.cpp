@@ -211,7 +211,6 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
     StreamSpec stream;
     stream.stage = sj.at("stage").get<int64_t>();
     stream.device = sj.at("device").get<std::string>();
-    stream.recompute = sj.value("recompute", false);
     stream.maxAlive = sj.at("max_alive_micro_batches").get<int64_t>();
     stream.predictedPeakBytes = sj.value("predicted_peak_bytes", int64_t(0));
     if (stream.stage != static_cast<int64_t>(s.streams.size()) ||

@@ -264,10 +264,6 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
   }
 }
 
-int64_t TrainingSession::stashBytes() const {
-  return stages.front()->stashBytes;
-}
-
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   int64_t n = batchSize();
   for (const TensorSlot *slot : dataInputs()) {

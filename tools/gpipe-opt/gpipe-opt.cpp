@@ -393,6 +393,9 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   if (!module)
     return 1;
   if (training) {
+    // Read now: writing the bundle resets the command-line options
+    // (emitStageLibrary).
+    std::string reportPath = reportOption;
     gpipe::TrainingPipelineOptions t;
     t.loss = lossOption;
     t.devices = devicesOption.getNumOccurrences() ? devicesOption.getValue()
@@ -455,9 +458,6 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
     SmallVector<ModuleOp> stages;
     for (auto &stage : result->stages)
       stages.push_back(*stage);
-    // The in-process linker resets every command-line option while it
-    // builds the stage libraries: read what is needed after it first.
-    std::string reportPath = reportOption;
     if (failed(gpipe::writeBundle(stages, output, bundleOptions)))
       return 1;
     gpipe::printStageReport(*result, llvm::outs());

@@ -104,7 +104,6 @@ struct Instruction {
 struct StreamSpec {
   int64_t stage = 0;
   std::string device;
-  bool recompute = false;
   /// Stashes alive at once: the runtime allocates this many.
   int64_t maxAlive = 1;
   int64_t predictedPeakBytes = 0;

@@ -71,9 +71,6 @@ public:
 
   /// Seeds dropout: micro-batch k of step s draws from (seed, s, k).
   void setRandomSeed(uint64_t seed) { randomSeed = seed; }
-  /// Bytes kept between the forward and the backward of one micro-batch on
-  /// stage 0 (the activations, or only the input with --recompute).
-  int64_t stashBytes() const;
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
@@ -120,7 +117,6 @@ public:
     double bubble() const;
   };
   Stats stats() const;
-  int64_t stageCount() const { return static_cast<int64_t>(stages.size()); }
 
   ~TrainingSession();
 
