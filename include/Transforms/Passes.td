@@ -233,4 +233,47 @@ def VerifySchedule : Pass<"gpipe-verify-schedule", "::mlir::ModuleOp"> {
   }];
 }
 
+def OutlineParallelLoops : Pass<"gpipe-outline-parallel-loops",
+                                "::mlir::ModuleOp"> {
+  let summary = "Run large element-wise loops of stage code on all cores";
+  let description = [{
+    For every lowered stage function (gpipe.phase), each top-level
+    element-wise linalg.generic on memrefs with at least `min-elements`
+    iterations moves into a function of its own,
+    `@<entry>_loop<k>(%arena, %params, %begin: index, %end: index)`, that
+    re-creates the views it reads and writes and runs its loop nest with
+    the outermost non-unit dimension restricted to [begin, end). The
+    generic is replaced by `gpipe.parallel_for @<entry>_loop<k>(%ctx)
+    extent N`, which the runtime splits across the device's cores. Each
+    element is computed by the same code as before, so results do not
+    depend on the number of cores.
+
+    Left in place: generics with a reduction, with dynamic sizes, whose
+    operands are not views of the arena or parameters, or that write a
+    buffer they read through another indexing map (chunks would race).
+    `%arena` and `%params` of the outlined function are `llvm.noalias`:
+    they are distinct blocks and the body calls nothing.
+  }];
+  let options = [
+    Option<"minElements", "min-elements", "int64_t", "32768",
+           "Iterations below which a loop stays on the calling thread">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::func::FuncDialect",
+                           "::gpipe::GPipeDialect"];
+}
+
+def LowerParallelForToLLVM : Pass<"gpipe-lower-parallel-for-to-llvm",
+                                  "::mlir::ModuleOp"> {
+  let summary = "Turn gpipe.parallel_for into a call of the runtime";
+  let description = [{
+    Runs after the stage code is in the LLVM dialect: each
+    `gpipe.parallel_for @f(%ctx) extent N` becomes
+    `llvm.call @gpipe_parallel_for(%ctx, addressof @f, N)`, the runtime's
+    entry point of docs/bundle.md.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // GPIPE_TRANSFORMS_PASSES

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <omp.h>
 
 namespace gpipe::runtime {
 
@@ -136,6 +137,30 @@ void StageExecutor::run(size_t phase) {
     throw std::runtime_error(kernelError);
 }
 
+void StageExecutor::parallelFor(size_t phase, LoopBody body,
+                                int64_t extent) noexcept {
+  if (!kernelError.empty() || extent <= 0)
+    return;
+  char *arena = phases[phase].arena.get();
+  int threads =
+      static_cast<int>(std::min<int64_t>(omp_get_max_threads(), extent));
+  if (threads <= 1) {
+    body(arena, paramsPtr, 0, extent);
+    return;
+  }
+  // Static chunks: chunk t is [extent t / n, extent (t + 1) / n).
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+    body(arena, paramsPtr, extent * t / n, extent * (t + 1) / n);
+  }
+}
+
+void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent) {
+  auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
+  context->executor->parallelFor(context->phase, body, extent);
+}
+
 void gpipeKernel(int64_t ctx, int64_t id) {
   auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
   context->executor->runKernel(context->phase, id);
@@ -147,4 +172,10 @@ void gpipeKernel(int64_t ctx, int64_t id) {
 extern "C" __attribute__((visibility("default"))) void
 gpipe_kernel(int64_t ctx, int64_t id) {
   gpipe::runtime::gpipeKernel(ctx, id);
+}
+
+/// The parallel loop entry point of generated stage code (docs/bundle.md).
+extern "C" __attribute__((visibility("default"))) void
+gpipe_parallel_for(int64_t ctx, gpipe::runtime::LoopBody body, int64_t extent) {
+  gpipe::runtime::gpipeParallelFor(ctx, body, extent);
 }

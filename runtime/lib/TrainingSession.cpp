@@ -1,6 +1,8 @@
 #include "gpipe/runtime/TrainingSession.h"
+
 #include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
+#include "gpipe/runtime/ParallelMemory.h"
 
 #include <nlohmann/json.hpp>
 
@@ -378,7 +380,7 @@ void TrainingSession::loadStash(
                                 : reinterpret_cast<const char *>(
                                       batch.at(c.input->name).data.data()) +
                                       mb * c.input->byteSize();
-    std::memcpy(ba + c.input->offset, from, c.input->byteSize());
+    parallelCopy(ba + c.input->offset, from, c.input->byteSize());
   }
   stage.restored.insert(mb);
 }
@@ -428,7 +430,7 @@ void TrainingSession::runInstruction(
   case Instruction::Op::Forward: {
     char *fa = exec.arena(stage.fwd);
     for (const TensorSlot *slot : stage.dataIn)
-      std::memcpy(
+      parallelCopy(
           fa + slot->offset,
           reinterpret_cast<const char *>(batch.at(slot->name).data.data()) +
               mb * slot->byteSize(),
@@ -448,8 +450,8 @@ void TrainingSession::runInstruction(
     // outputs after it.
     for (const Stage::Carried &c : stage.carried)
       if (c.source && c.sourceIsInput)
-        std::memcpy(stash + c.stashOffset, fa + c.source->offset,
-                    c.source->byteSize());
+        parallelCopy(stash + c.stashOffset, fa + c.source->offset,
+                     c.source->byteSize());
     exec.setRandomState({randomSeed, steps, mb});
     exec.run(stage.fwd);
     if (stage.loss) {
@@ -459,8 +461,8 @@ void TrainingSession::runInstruction(
     }
     for (const Stage::Carried &c : stage.carried)
       if (c.source && !c.sourceIsInput)
-        std::memcpy(stash + c.stashOffset, fa + c.source->offset,
-                    c.source->byteSize());
+        parallelCopy(stash + c.stashOffset, fa + c.source->offset,
+                     c.source->byteSize());
     return;
   }
   case Instruction::Op::SendActivation:
@@ -495,13 +497,13 @@ void TrainingSession::runInstruction(
     bool first = stage.backwards++ == 0;
     for (const Stage::Trained &t : stage.trained) {
       if (first) {
-        std::memcpy(oa + t.sum->offset, ba + t.grad->offset, t.sum->byteSize());
+        parallelCopy(oa + t.sum->offset, ba + t.grad->offset,
+                     t.sum->byteSize());
         continue;
       }
-      const float *g = reinterpret_cast<const float *>(ba + t.grad->offset);
-      float *acc = reinterpret_cast<float *>(oa + t.sum->offset);
-      for (int64_t j = 0, n = t.param->numElements(); j < n; ++j)
-        acc[j] += g[j];
+      parallelAccumulate(reinterpret_cast<float *>(oa + t.sum->offset),
+                         reinterpret_cast<const float *>(ba + t.grad->offset),
+                         t.param->numElements());
     }
     return;
   }

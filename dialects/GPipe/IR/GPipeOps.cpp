@@ -1,6 +1,8 @@
 //===- GPipeOps.cpp - Verifiers of gpipe ops ------------------------------===//
 #include "GPipe/IR/GPipeOps.h"
 
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
 using namespace mlir;
 using namespace gpipe;
 
@@ -76,3 +78,17 @@ LogicalResult RecvOp::verify() {
 
 #define GET_OP_CLASSES
 #include "GPipe/IR/GPipeOps.cpp.inc"
+
+LogicalResult
+ParallelForOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  // A func.func before the lowering to LLVM, an llvm.func after it.
+  auto callee = symbolTable.lookupNearestSymbolFrom<FunctionOpInterface>(
+      *this, getCalleeAttr());
+  if (!callee)
+    return emitOpError("'") << getCallee() << "' does not name a function";
+  if (callee.getNumArguments() != 4 || callee.getNumResults() != 0)
+    return emitOpError("'")
+           << getCallee()
+           << "' must take (arena, params, begin, end) and return nothing";
+  return success();
+}

@@ -228,4 +228,28 @@ def GPipe_OptimizerStepInstr : GPipe_Instr<"optimizer_step"> {
   let assemblyFormat = "attr-dict";
 }
 
+//===----------------------------------------------------------------------===//
+// Stage code
+//===----------------------------------------------------------------------===//
+
+def GPipe_ParallelForOp : GPipe_Op<"parallel_for",
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Run an outlined loop body over [0, extent) on the device's cores";
+  let description = [{
+    Lowered stage code: `callee` is a function
+    `(arena, params, begin: index, end: index)` that runs its loop nest for
+    the outer iterations [begin, end). The runtime splits [0, extent) into
+    one contiguous chunk per core of the stage's device and calls `callee`
+    on each, in parallel (`gpipe_parallel_for` in docs/bundle.md); `ctx` is
+    the stage function's runtime handle.
+
+    ```mlir
+    gpipe.parallel_for @gpipe_stage0_forward_loop3(%ctx) extent 64
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64:$ctx,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$extent);
+  let assemblyFormat = "$callee `(` $ctx `)` `extent` $extent attr-dict";
+}
+
 #endif // GPIPE_GPIPE_OPS

@@ -1,6 +1,8 @@
 //===- NativeCodegen.cpp - Stage modules to x86-64 shared libraries -------===//
 #include "Target/Native/NativeCodegen.h"
 
+#include "Transforms/Passes.h"
+
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -46,6 +48,7 @@ std::string gpipe::nativeTargetCPU() {
 
 LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   PassManager pm(module.getContext());
+  pm.addPass(createOutlineParallelLoops());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createConvertSCFToCFPass());
   pm.addPass(createConvertMathToLibmPass());
@@ -57,6 +60,7 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   ConvertFuncToLLVMPassOptions funcOptions;
   funcOptions.useBarePtrCallConv = true;
   pm.addPass(createConvertFuncToLLVMPass(funcOptions));
+  pm.addPass(createLowerParallelForToLLVM());
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());

@@ -212,3 +212,28 @@ gpipe.schedule stages(1) micro_batches(3) {
     gpipe.optimizer_step
   }
 }
+
+// -----
+
+func.func @stage(%arena: memref<8xi8>, %params: memref<8xi8>, %ctx: i64) {
+  // expected-error @+1 {{'gpipe.parallel_for' op 'missing' does not name a function}}
+  gpipe.parallel_for @missing(%ctx) extent 2
+  return
+}
+
+// -----
+
+func.func @stage(%arena: memref<8xi8>, %params: memref<8xi8>, %ctx: i64) {
+  // expected-error @+1 {{'gpipe.parallel_for' op 'body' must take (arena, params, begin, end) and return nothing}}
+  gpipe.parallel_for @body(%ctx) extent 2
+  return
+}
+func.func private @body(%arena: memref<8xi8>)
+
+// -----
+
+func.func @stage(%arena: memref<8xi8>, %params: memref<8xi8>, %ctx: i64) {
+  // expected-error @+1 {{'gpipe.parallel_for' op attribute 'extent' failed to satisfy constraint}}
+  gpipe.parallel_for @stage(%ctx) extent 0
+  return
+}

@@ -76,3 +76,13 @@ gpipe.schedule stages(2) micro_batches(2) {
     gpipe.optimizer_step
   }
 }
+
+// -----
+
+// CHECK-LABEL: func.func @stage
+// CHECK: gpipe.parallel_for @body(%{{.*}}) extent 16
+func.func @stage(%arena: memref<8xi8>, %params: memref<8xi8>, %ctx: i64) {
+  gpipe.parallel_for @body(%ctx) extent 16
+  return
+}
+func.func private @body(%arena: memref<8xi8>, %params: memref<8xi8>, %b: index, %e: index)

@@ -15,6 +15,14 @@ namespace gpipe::runtime {
 /// Dispatches a kernel call of generated code (gpipe_kernel's context).
 void gpipeKernel(int64_t ctx, int64_t id);
 
+/// An outlined loop body of generated code: runs outer iterations
+/// [begin, end) on the phase's arena and the parameters.
+using LoopBody = void (*)(char *arena, char *params, int64_t begin,
+                          int64_t end);
+/// Runs `body` over [0, extent) on the calling thread's OpenMP threads
+/// (gpipe_parallel_for's context).
+void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent);
+
 /// Loads a stage of a checked bundle: dlopens its library, moves the
 /// parameters loadBundle read into an aligned buffer (the bundle's copy is
 /// released), allocates one arena per phase and creates every kernel's
@@ -75,6 +83,10 @@ public:
 
   /// Called by the stage code through gpipe_kernel().
   void runKernel(size_t phase, int64_t id) noexcept;
+  /// Called by the stage code through gpipe_parallel_for(): `body` over
+  /// [0, extent) in one contiguous chunk per OpenMP thread of the calling
+  /// thread (the device's cores).
+  void parallelFor(size_t phase, LoopBody body, int64_t extent) noexcept;
 
 private:
   void load(Bundle &bundle);
@@ -109,6 +121,7 @@ private:
   RandomState random;
 
   friend void gpipeKernel(int64_t, int64_t);
+  friend void gpipeParallelFor(int64_t, LoopBody, int64_t);
 };
 
 } // namespace gpipe::runtime

@@ -1,0 +1,58 @@
+#include "gpipe/runtime/ParallelMemory.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <random>
+#include <vector>
+
+using namespace gpipe::runtime;
+
+namespace {
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = normal(rng);
+  return v;
+}
+
+class ParallelMemoryTest : public ::testing::TestWithParam<int> {
+protected:
+  void SetUp() override {
+    saved = omp_get_max_threads();
+    omp_set_num_threads(GetParam());
+  }
+  void TearDown() override { omp_set_num_threads(saved); }
+  int saved = 1;
+};
+
+TEST_P(ParallelMemoryTest, CopiesEveryByteOfOddSizes) {
+  // Small (one thread), large and not a multiple of the thread count.
+  for (size_t bytes : {size_t(0), size_t(7), size_t(3 << 20) + 13}) {
+    std::vector<char> src(bytes), dst(bytes + 1, 'x');
+    for (size_t i = 0; i < bytes; ++i)
+      src[i] = static_cast<char>(i * 131 + 7);
+    parallelCopy(dst.data(), src.data(), bytes);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << bytes;
+    EXPECT_EQ(dst[bytes], 'x') << "wrote past the end, " << bytes << " bytes";
+  }
+}
+
+TEST_P(ParallelMemoryTest, AccumulatesLikeASequentialLoop) {
+  for (int64_t n : {int64_t(1), int64_t(1 << 20) + 5}) {
+    std::vector<float> acc = randomFloats(n, 1), x = randomFloats(n, 2);
+    std::vector<float> expected = acc;
+    for (int64_t i = 0; i < n; ++i)
+      expected[i] += x[i];
+    parallelAccumulate(acc.data(), x.data(), n);
+    EXPECT_EQ(acc, expected) << n << " elements";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ParallelMemoryTest,
+                         ::testing::Values(1, 2, 3));
+
+} // namespace
