@@ -66,7 +66,8 @@ CASES.append(("mlp", 2, "adam-wd", "cross-entropy"))
 CASES.append(("cnn_avgpool", 2, "sgd", "cross-entropy"))
 # A conv + BatchNorm (batch statistics) + ReLU + linear model.
 CASES.append(("cnn_bn", 2, "sgd", "cross-entropy"))
-CASES += [("resnet18", micro, "sgd-lr0.01", "cross-entropy") for micro in (1, 4)]
+CASES += [("resnet18", micro, o, "cross-entropy") for o in ("sgd-lr0.01", "adamw")
+          for micro in (1, 4)]
 CASES += [("transformer_no_dropout", micro, o, "cross-entropy")
           for o in ("sgd", "adamw-eps1e-6") for micro in (1, 4)]
 
