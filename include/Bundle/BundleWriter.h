@@ -18,7 +18,7 @@
 
 namespace gpipe {
 
-constexpr int64_t kBundleFormatVersion = 4;
+constexpr int64_t kBundleFormatVersion = 5;
 
 /// How a training bundle trains (mode "train").
 struct TrainingOptions {

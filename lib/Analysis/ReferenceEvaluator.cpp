@@ -606,15 +606,21 @@ LogicalResult Evaluator::evaluate(Operation *op) {
               (x.data[i] - mean[c]) / std::sqrt(var[c] + eps) * s.data[c] +
               b.data[c];
         }
-        set(o.getResult(), std::move(out));
+        set(o.getOutput(), std::move(out));
+        RefTensor savedMean = RefTensor::zeros({channels}),
+                  savedVar = RefTensor::zeros({channels});
+        savedMean.data = mean;
+        savedVar.data = var;
+        set(o.getSavedMean(), std::move(savedMean));
+        set(o.getSavedVar(), std::move(savedVar));
         return success();
       })
       .Case([&](BatchNormGradOp o) -> LogicalResult {
         const RefTensor &g = in(o.getGradOutput()), &x = in(o.getInput()),
                         &s = in(o.getScale());
-        std::vector<double> mean, var;
-        normalizationStats(o.getTraining(), x, in(o.getMean()), in(o.getVar()),
-                           mean, var);
+        // The statistics the forward normalized with (its saved ones).
+        std::vector<double> mean = in(o.getMean()).data,
+                            var = in(o.getVar()).data;
         int64_t outer, channels, inner;
         around(x.shape, 1, outer, channels, inner);
         double eps = o.getEpsilon().convertToDouble();

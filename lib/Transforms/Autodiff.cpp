@@ -122,11 +122,18 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
       if (!vjp)
         return op->emitError("'")
                << op->getName() << "' has no VJP rule yet (autodiff)";
-      // Results with no gradient contribute zeros.
-      for (auto [i, g] : llvm::enumerate(resultGrads))
+      for (auto [i, g] : llvm::enumerate(resultGrads)) {
+        if (!vjp.isDifferentiableResult(i)) {
+          if (g)
+            return op->emitError("result ")
+                   << i << " of '" << op->getName()
+                   << "' reaches the loss but is not differentiable";
+          continue;
+        }
         if (!g)
           return op->emitError("autodiff of ops whose results reach the "
                                "loss only in part is not implemented yet");
+      }
       SmallVector<Value> operandGrads;
       if (failed(vjp.buildVJP(gb, resultGrads, operandGrads)))
         return failure();

@@ -329,9 +329,10 @@ std::unique_ptr<Kernel> createPool(const KernelSpec &spec,
 }
 
 /// BatchNorm of a training bundle. On training steps: oneDNN forward
-/// training with the batch's statistics, then the running statistics move
-/// towards them (running = momentum * running + (1 - momentum) * batch, the
-/// variance unbiased as PyTorch keeps it). While evaluating (state updates
+/// training with the batch's statistics, written to the op's saved_mean and
+/// saved_var results (the gradient reads them), then the running statistics
+/// move towards them (running = momentum * running + (1 - momentum) * batch,
+/// the variance unbiased as PyTorch keeps it). While evaluating (state updates
 /// off): the running statistics, as inference does. A forward recomputed by
 /// the backward phase (no update flag) uses the batch's statistics and
 /// leaves the running ones alone.
@@ -399,6 +400,15 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
                          std::max<int64_t>(spec.operands[0].shape.at(1), 1);
     memory scale = bindSlot(spec, spec.operands.at(1), mem, engine);
     memory shift = bindSlot(spec, spec.operands.at(2), mem, engine);
+    if (spec.results.size() != 3)
+      unsupported(spec, "a training batch_norm needs its saved_mean and "
+                        "saved_var results");
+    memory savedMean = bindSlot(spec, spec.results[1], mem, engine);
+    memory savedVar = bindSlot(spec, spec.results[2], mem, engine);
+    if (savedMean.get_desc().get_size() != pd.mean_desc().get_size() ||
+        savedVar.get_desc().get_size() != pd.variance_desc().get_size())
+      unsupported(spec, "saved_mean and saved_var must hold one value per "
+                        "channel");
     dnnl::batch_normalization_forward::desc evalDesc(
         dnnl::prop_kind::forward_inference, src.get_desc(), epsilon,
         dnnl::normalization_flags::use_global_stats | scaleShift);
@@ -408,8 +418,10 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
             {DNNL_ARG_SRC, src},
             {DNNL_ARG_SCALE, scale},
             {DNNL_ARG_SHIFT, shift},
-            {DNNL_ARG_MEAN, memory(pd.mean_desc(), engine)},
-            {DNNL_ARG_VARIANCE, memory(pd.variance_desc(), engine)},
+            {DNNL_ARG_MEAN,
+             memory(pd.mean_desc(), engine, savedMean.get_data_handle())},
+            {DNNL_ARG_VARIANCE,
+             memory(pd.variance_desc(), engine, savedVar.get_data_handle())},
             {DNNL_ARG_DST, dst}},
         dnnl::batch_normalization_forward(
             dnnl::batch_normalization_forward::primitive_desc(evalDesc,
@@ -444,33 +456,10 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
           {DNNL_ARG_DST, dst}});
 }
 
-/// A backward primitive that needs the batch statistics: with
-/// `statistics`, a forward-training primitive runs first to produce them.
-class StatisticsBackwardKernel : public Kernel {
-public:
-  StatisticsBackwardKernel(std::optional<dnnl::primitive> statistics,
-                           std::unordered_map<int, memory> statisticsArgs,
-                           dnnl::primitive backward,
-                           std::unordered_map<int, memory> backwardArgs)
-      : statistics(std::move(statistics)),
-        statisticsArgs(std::move(statisticsArgs)),
-        backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {}
-  void run(dnnl::stream &stream) override {
-    if (statistics)
-      statistics->execute(stream, statisticsArgs);
-    backward.execute(stream, backwardArgs);
-    stream.wait();
-  }
-
-private:
-  std::optional<dnnl::primitive> statistics;
-  std::unordered_map<int, memory> statisticsArgs;
-  dnnl::primitive backward;
-  std::unordered_map<int, memory> backwardArgs;
-};
-
-/// BatchNorm backward: gradients for input, scale and shift. With batch
-/// statistics, the forward runs again first to produce them.
+/// BatchNorm backward: gradients for input, scale and shift, from the
+/// statistics the forward normalized with (its saved_mean and saved_var,
+/// operands 3 and 4): the batch's when training, which then also
+/// differentiates through them.
 std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                                             const KernelMemory &mem,
                                             dnnl::engine &engine) {
@@ -493,34 +482,25 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
                                                gradOut.get_desc(),
                                                src.get_desc(), epsilon, flags);
   dnnl::batch_normalization_backward::primitive_desc bwdPd(bwd, engine, fwdPd);
-  memory mean = training ? memory(fwdPd.mean_desc(), engine)
-                         : bindSlot(spec, spec.operands.at(3), mem, engine);
-  memory var = training ? memory(fwdPd.variance_desc(), engine)
-                        : bindSlot(spec, spec.operands.at(4), mem, engine);
-  std::optional<dnnl::primitive> forward;
-  std::unordered_map<int, memory> forwardArgs;
-  memory shift = zeroShift(fwdPd.weights_desc(), engine);
-  if (training) {
-    forward = dnnl::batch_normalization_forward(fwdPd);
-    forwardArgs = {{DNNL_ARG_SRC, src},
-                   {DNNL_ARG_SCALE, scale},
-                   {DNNL_ARG_SHIFT, shift},
-                   {DNNL_ARG_MEAN, mean},
-                   {DNNL_ARG_VARIANCE, var},
-                   {DNNL_ARG_DST, memory(fwdPd.dst_desc(), engine)}};
-  }
-  return std::make_unique<StatisticsBackwardKernel>(
-      std::move(forward), std::move(forwardArgs),
+  memory mean = bindSlot(spec, spec.operands.at(3), mem, engine);
+  memory var = bindSlot(spec, spec.operands.at(4), mem, engine);
+  if (mean.get_desc().get_size() != fwdPd.mean_desc().get_size() ||
+      var.get_desc().get_size() != fwdPd.variance_desc().get_size())
+    unsupported(spec, "mean and var must hold one value per channel");
+  return std::make_unique<PrimitiveKernel>(
       dnnl::batch_normalization_backward(bwdPd),
-      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
-                                      {DNNL_ARG_MEAN, mean},
-                                      {DNNL_ARG_VARIANCE, var},
-                                      {DNNL_ARG_DIFF_DST, gradOut},
-                                      {DNNL_ARG_SCALE, scale},
-                                      {DNNL_ARG_SHIFT, shift},
-                                      {DNNL_ARG_DIFF_SRC, gradIn},
-                                      {DNNL_ARG_DIFF_SCALE, gradScale},
-                                      {DNNL_ARG_DIFF_SHIFT, gradShift}});
+      std::unordered_map<int, memory>{
+          {DNNL_ARG_SRC, src},
+          {DNNL_ARG_MEAN,
+           memory(fwdPd.mean_desc(), engine, mean.get_data_handle())},
+          {DNNL_ARG_VARIANCE,
+           memory(fwdPd.variance_desc(), engine, var.get_data_handle())},
+          {DNNL_ARG_DIFF_DST, gradOut},
+          {DNNL_ARG_SCALE, scale},
+          {DNNL_ARG_SHIFT, zeroShift(fwdPd.weights_desc(), engine)},
+          {DNNL_ARG_DIFF_SRC, gradIn},
+          {DNNL_ARG_DIFF_SCALE, gradScale},
+          {DNNL_ARG_DIFF_SHIFT, gradShift}});
 }
 
 std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
@@ -586,6 +566,30 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
           dnnl::layer_normalization_forward::primitive_desc(desc, engine)),
       args);
 }
+
+/// A backward primitive that needs statistics no op saved: a
+/// forward-training primitive runs first to produce them.
+class StatisticsBackwardKernel : public Kernel {
+public:
+  StatisticsBackwardKernel(dnnl::primitive statistics,
+                           std::unordered_map<int, memory> statisticsArgs,
+                           dnnl::primitive backward,
+                           std::unordered_map<int, memory> backwardArgs)
+      : statistics(std::move(statistics)),
+        statisticsArgs(std::move(statisticsArgs)),
+        backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {}
+  void run(dnnl::stream &stream) override {
+    statistics.execute(stream, statisticsArgs);
+    backward.execute(stream, backwardArgs);
+    stream.wait();
+  }
+
+private:
+  dnnl::primitive statistics;
+  std::unordered_map<int, memory> statisticsArgs;
+  dnnl::primitive backward;
+  std::unordered_map<int, memory> backwardArgs;
+};
 
 /// LayerNorm backward over [outer, inner] rows: the statistics of each row
 /// are recomputed by a forward-training primitive, then oneDNN's backward

@@ -141,15 +141,15 @@ func.func @global_avg_pool(%x: tensor<2x3x4x4xf64>) -> tensor<2x3x1x1xf64> {
 func.func @batch_norm_training(%x: tensor<3x2x2x3xf64>, %s: tensor<2xf64>, %b: tensor<2xf64>) -> tensor<3x2x2x3xf64> {
   %m = nn.constant dense<[0.1, -0.2]> : tensor<2xf64>
   %v = nn.constant dense<[1.5, 0.5]> : tensor<2xf64>
-  %0 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>) -> tensor<3x2x2x3xf64>
-  return %0 : tensor<3x2x2x3xf64>
+  %0:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>) -> (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>)
+  return %0#0 : tensor<3x2x2x3xf64>
 }
 // CHECK: batch_norm_running_stats: ok
 func.func @batch_norm_running_stats(%x: tensor<3x2x2x3xf64>, %s: tensor<2xf64>, %b: tensor<2xf64>) -> tensor<3x2x2x3xf64> {
   %m = nn.constant dense<[0.1, -0.2]> : tensor<2xf64>
   %v = nn.constant dense<[1.5, 0.5]> : tensor<2xf64>
-  %0 = nn.batch_norm %x, %s, %b, %m, %v : (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>) -> tensor<3x2x2x3xf64>
-  return %0 : tensor<3x2x2x3xf64>
+  %0:3 = nn.batch_norm %x, %s, %b, %m, %v : (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>, tensor<2xf64>) -> (tensor<3x2x2x3xf64>, tensor<2xf64>, tensor<2xf64>)
+  return %0#0 : tensor<3x2x2x3xf64>
 }
 // CHECK: layer_norm: ok
 func.func @layer_norm(%x: tensor<2x3x6xf64>, %s: tensor<6xf64>, %b: tensor<6xf64>) -> tensor<2x3x6xf64> {

@@ -77,6 +77,13 @@ def NN_VJPOpInterface : OpInterface<"VJPOpInterface"> {
       /*args=*/(ins "::mlir::OpBuilder &":$builder,
                     "::mlir::ValueRange":$resultGrads,
                     "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+    InterfaceMethod<
+      /*desc=*/[{Whether result `index` is differentiated: its gradient is
+                 expected whenever the op reaches the loss. Results that are
+                 not (e.g. statistics saved for the backward) get none.}],
+      /*retTy=*/"bool", /*methodName=*/"isDifferentiableResult",
+      /*args=*/(ins "unsigned":$index), /*methodBody=*/"",
+      /*defaultImplementation=*/"return true;">,
   ];
 }
 

@@ -202,20 +202,27 @@ def NN_ConvOp : NN_ForwardOp<"conv",
 //===----------------------------------------------------------------------===//
 
 def NN_BatchNormOp : NN_ForwardOp<"batch_norm",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface,
+                               ["isDifferentiableResult"]>]> {
   let summary = "Batch normalization over axis 1";
   let description = [{
     With `training`, normalizes with the statistics of the current
     (micro-)batch and the running statistics are updated with `momentum`
     (ONNX convention: running = momentum * running + (1 - momentum) * batch);
     otherwise normalizes with `mean` and `var`.
+
+    `saved_mean` and `saved_var` (1-D, one per channel) are the statistics
+    it normalized with: the batch's mean and biased variance when
+    training, else `mean` and `var`. The gradient (batch_norm_grad) reads
+    them instead of computing them again; they are not differentiated.
   }];
   let arguments = (ins NN_Tensor:$input, NN_Tensor:$scale, NN_Tensor:$bias,
                    NN_Tensor:$mean, NN_Tensor:$var,
                    DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
                    DefaultValuedAttr<F32Attr, "0.9">:$momentum,
                    DefaultValuedAttr<BoolAttr, "false">:$training);
-  let results = (outs NN_Tensor:$output);
+  let results = (outs NN_Tensor:$output, NN_Tensor:$saved_mean,
+                      NN_Tensor:$saved_var);
 }
 
 def NN_LayerNormOp : NN_ForwardOp<"layer_norm",
@@ -429,6 +436,12 @@ def NN_AvgPoolGradOp : NN_GradOp<"avg_pool_grad"> {
 
 def NN_BatchNormGradOp : NN_GradOp<"batch_norm_grad"> {
   let summary = "Gradients of batch_norm for input, scale and bias";
+  let description = [{
+    `mean` and `var` are the statistics the forward normalized with (its
+    `saved_mean` and `saved_var`); with `training` they are the batch's,
+    which depend on the input, and the input gradient has the terms for
+    that.
+  }];
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
                    NN_Tensor:$scale, NN_Tensor:$mean, NN_Tensor:$var,
                    DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,

@@ -290,6 +290,8 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
                                channels, ", got ", t);
   }
   results.push_back(input);
+  // saved_mean and saved_var.
+  results.append(2, RankedTensorType::get({channels}, input.getElementType()));
   return success();
 }
 

@@ -292,15 +292,21 @@ LogicalResult PadOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+bool BatchNormOp::isDifferentiableResult(unsigned index) {
+  return index == 0; // not saved_mean and saved_var
+}
+
 LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
-  // One op yields the three gradients; with `training` the kernel uses the
-  // statistics of the batch (recomputed from the input), else mean and var.
+  // One op yields the three gradients from the statistics the forward
+  // normalized with (saved_mean and saved_var: the batch's when training).
+  // Those two results are not differentiated (isDifferentiableResult).
   auto grad = b.create<BatchNormGradOp>(
       getLoc(),
       TypeRange{getInput().getType(), getScale().getType(),
                 getBias().getType()},
-      ValueRange{resultGrads[0], getInput(), getScale(), getMean(), getVar()},
+      ValueRange{resultGrads[0], getInput(), getScale(), getSavedMean(),
+                 getSavedVar()},
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("epsilon",
                          b.getF32FloatAttr(getEpsilon().convertToDouble())),

@@ -116,7 +116,7 @@ func.func @conv_bias(%x: tensor<1x2x8x8xf32>, %w: tensor<4x2x3x3xf32>, %b: tenso
 func.func @batch_norm(%x: tensor<2x4x3x3xf32>, %c: tensor<4xf32>, %d: tensor<5xf32>) {
   // expected-error @+2 {{'nn.batch_norm' scale, bias, mean and var must be 1-D of size 4}}
   // expected-error @+1 {{failed to infer returned types}}
-  %0 = nn.batch_norm %x, %c, %c, %d, %c : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<5xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+  %0:3 = nn.batch_norm %x, %c, %c, %d, %c : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<5xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
   return
 }
 

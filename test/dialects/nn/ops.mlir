@@ -66,15 +66,16 @@ func.func @conv_and_pool(%x: tensor<2x4x9x9xf32>, %w: tensor<8x2x3x3xf32>, %b: t
 // CHECK-LABEL: func @normalization
 func.func @normalization(%x: tensor<2x4x3x3xf32>, %c: tensor<4xf32>, %t: tensor<2x5x6xf32>, %g: tensor<6xf32>) -> (tensor<2x4x3x3xf32>, tensor<2x5x6xf32>) {
   // CHECK: nn.batch_norm {{.*}} {epsilon = 1.000000e-03 : f32, training = true}
-  %0 = nn.batch_norm %x, %c, %c, %c, %c {epsilon = 1.0e-3 : f32, training = true}
-      : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+  // CHECK-SAME: -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+  %0:3 = nn.batch_norm %x, %c, %c, %c, %c {epsilon = 1.0e-3 : f32, training = true}
+      : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
   // CHECK: nn.layer_norm
   %1 = nn.layer_norm %t, %g, %g {axis = -1 : i64} : (tensor<2x5x6xf32>, tensor<6xf32>, tensor<6xf32>) -> tensor<2x5x6xf32>
   // CHECK: nn.softmax {{.*}} {axis = 1 : i64}
   %2 = nn.softmax %1 {axis = 1 : i64} : (tensor<2x5x6xf32>) -> tensor<2x5x6xf32>
   // CHECK: nn.log_softmax
   %3 = nn.log_softmax %2 : (tensor<2x5x6xf32>) -> tensor<2x5x6xf32>
-  return %0, %3 : tensor<2x4x3x3xf32>, tensor<2x5x6xf32>
+  return %0#0, %3 : tensor<2x4x3x3xf32>, tensor<2x5x6xf32>
 }
 
 // CHECK-LABEL: func @shapes

@@ -13,7 +13,7 @@
 namespace gpipe::runtime {
 
 /// The bundle format version this runtime reads.
-constexpr int64_t kBundleFormatVersion = 4;
+constexpr int64_t kBundleFormatVersion = 5;
 
 /// A bundle that cannot be used; the message names the bundle and the part.
 class BundleError : public std::runtime_error {
