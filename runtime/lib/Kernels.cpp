@@ -1,6 +1,8 @@
 // oneDNN primitives for the kernel kinds of the stage code (docs/bundle.md).
 #include "gpipe/runtime/Kernels.h"
 
+#include "gpipe/runtime/ParallelFor.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
@@ -685,8 +687,13 @@ public:
     }
     float scale = 1.0f / (1.0f - ratio);
     uint64_t key = randomStreamKey(*random, stream);
-    for (int64_t i = 0; i < count; ++i)
-      out[i] = randomUniform(key, i) >= ratio ? in[i] * scale : 0.0f;
+    // Each element's draw depends on its index only: any split of the
+    // loop gives the same mask. A draw is a hash (a few ns): threads pay
+    // off from a few thousand elements each.
+    parallelChunks(count, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = randomUniform(key, i) >= ratio ? in[i] * scale : 0.0f;
+    });
   }
 
 private:

@@ -2,7 +2,7 @@
 
 #include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
-#include "gpipe/runtime/ParallelMemory.h"
+#include "gpipe/runtime/ParallelFor.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,8 +1,9 @@
-#include "gpipe/runtime/ParallelMemory.h"
+#include "gpipe/runtime/ParallelFor.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -19,7 +20,7 @@ std::vector<float> randomFloats(size_t n, unsigned seed) {
   return v;
 }
 
-class ParallelMemoryTest : public ::testing::TestWithParam<int> {
+class ParallelForTest : public ::testing::TestWithParam<int> {
 protected:
   void SetUp() override {
     saved = omp_get_max_threads();
@@ -29,7 +30,7 @@ protected:
   int saved = 1;
 };
 
-TEST_P(ParallelMemoryTest, CopiesEveryByteOfOddSizes) {
+TEST_P(ParallelForTest, CopiesEveryByteOfOddSizes) {
   // Small (one thread), large and not a multiple of the thread count.
   for (size_t bytes : {size_t(0), size_t(7), size_t(3 << 20) + 13}) {
     std::vector<char> src(bytes), dst(bytes + 1, 'x');
@@ -41,7 +42,7 @@ TEST_P(ParallelMemoryTest, CopiesEveryByteOfOddSizes) {
   }
 }
 
-TEST_P(ParallelMemoryTest, AccumulatesLikeASequentialLoop) {
+TEST_P(ParallelForTest, AccumulatesLikeASequentialLoop) {
   for (int64_t n : {int64_t(1), int64_t(1 << 20) + 5}) {
     std::vector<float> acc = randomFloats(n, 1), x = randomFloats(n, 2);
     std::vector<float> expected = acc;
@@ -52,7 +53,19 @@ TEST_P(ParallelMemoryTest, AccumulatesLikeASequentialLoop) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, ParallelMemoryTest,
-                         ::testing::Values(1, 2, 3));
+TEST_P(ParallelForTest, ChunksCoverTheRangeOnce) {
+  for (int64_t n : {int64_t(0), int64_t(5), int64_t(1 << 20) + 3}) {
+    std::vector<int> visits(static_cast<size_t>(n), 0);
+    parallelChunks(n, 1000, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        ++visits[static_cast<size_t>(i)];
+    });
+    EXPECT_TRUE(
+        std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }))
+        << n << " elements";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ParallelForTest, ::testing::Values(1, 2, 3));
 
 } // namespace

@@ -1,0 +1,49 @@
+#include "gpipe/runtime/ParallelFor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace gpipe::runtime {
+
+namespace {
+/// Bytes copied or summed per thread at least.
+constexpr int64_t kBytesPerThread = 256 * 1024;
+} // namespace
+
+void parallelChunks(int64_t n, int64_t grain,
+                    const std::function<void(int64_t, int64_t)> &body) {
+  if (n <= 0)
+    return;
+  int threads = static_cast<int>(std::min<int64_t>(
+      omp_get_max_threads(), n / std::max<int64_t>(grain, 1)));
+  if (threads <= 1) {
+    body(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+    body(n * t / k, n * (t + 1) / k);
+  }
+}
+
+void parallelCopy(void *dst, const void *src, size_t bytes) {
+  char *d = static_cast<char *>(dst);
+  const char *s = static_cast<const char *>(src);
+  parallelChunks(static_cast<int64_t>(bytes), kBytesPerThread,
+                 [&](int64_t begin, int64_t end) {
+                   std::memcpy(d + begin, s + begin, end - begin);
+                 });
+}
+
+void parallelAccumulate(float *acc, const float *x, int64_t n) {
+  parallelChunks(n, kBytesPerThread / sizeof(float),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t i = begin; i < end; ++i)
+                     acc[i] += x[i];
+                 });
+}
+
+} // namespace gpipe::runtime
