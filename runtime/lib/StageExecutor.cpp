@@ -1,12 +1,13 @@
 #include "gpipe/runtime/StageExecutor.h"
 
+#include "gpipe/runtime/ParallelFor.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
-#include <omp.h>
 
 namespace gpipe::runtime {
 
@@ -142,18 +143,11 @@ void StageExecutor::parallelFor(size_t phase, LoopBody body,
   if (!kernelError.empty() || extent <= 0)
     return;
   char *arena = phases[phase].arena.get();
-  int threads =
-      static_cast<int>(std::min<int64_t>(omp_get_max_threads(), extent));
-  if (threads <= 1) {
-    body(arena, paramsPtr, 0, extent);
-    return;
-  }
-  // Static chunks: chunk t is [extent t / n, extent (t + 1) / n).
-#pragma omp parallel num_threads(threads)
-  {
-    int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
-    body(arena, paramsPtr, extent * t / n, extent * (t + 1) / n);
-  }
+  // The compiler outlined only loops worth splitting: one outer iteration
+  // per thread at least.
+  parallelChunks(extent, 1, [&](int64_t begin, int64_t end) {
+    body(arena, paramsPtr, begin, end);
+  });
 }
 
 void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent) {
