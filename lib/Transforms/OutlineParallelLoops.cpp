@@ -113,16 +113,17 @@ struct OutlineParallelLoopsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    SymbolTable symbols(module);
     SmallVector<func::FuncOp> stageFunctions;
     for (auto func : module.getOps<func::FuncOp>())
       if (func->hasAttr("gpipe.phase") && !func.isExternal())
         stageFunctions.push_back(func);
     for (func::FuncOp func : stageFunctions)
-      if (failed(outlineLoops(func)))
+      if (failed(outlineLoops(func, symbols)))
         return signalPassFailure();
   }
 
-  LogicalResult outlineLoops(func::FuncOp func) {
+  LogicalResult outlineLoops(func::FuncOp func, SymbolTable &symbols) {
     if (func.getNumArguments() != 3 ||
         !isa<MemRefType>(func.getArgument(0).getType()) ||
         !isa<MemRefType>(func.getArgument(1).getType()))
@@ -131,7 +132,8 @@ struct OutlineParallelLoopsPass
     SmallVector<linalg::GenericOp> generics;
     for (auto generic : func.front().getOps<linalg::GenericOp>())
       generics.push_back(generic);
-    int64_t count = 0;
+    // The bodies follow the stage function in loop order.
+    Operation *last = func;
     for (linalg::GenericOp generic : generics) {
       if (!generic.hasPureBufferSemantics() ||
           generic.getNumReductionLoops() != 0)
@@ -149,27 +151,36 @@ struct OutlineParallelLoopsPass
       FailureOr<SmallVector<Operation *>> deps = dependencies(generic, func);
       if (failed(deps))
         continue;
-      if (failed(outline(func, generic, *deps, split - ranges.begin(), *split,
-                         count++)))
+      FailureOr<func::FuncOp> body = outline(
+          func, generic, *deps, split - ranges.begin(), *split, symbols, last);
+      if (failed(body))
         return failure();
+      last = *body;
     }
     return success();
   }
 
-  LogicalResult outline(func::FuncOp func, linalg::GenericOp generic,
-                        ArrayRef<Operation *> deps, unsigned dim,
-                        int64_t extent, int64_t index) {
+  /// Moves `generic` into a body function placed after `after` and
+  /// replaces it with a gpipe.parallel_for of that function.
+  FailureOr<func::FuncOp> outline(func::FuncOp func, linalg::GenericOp generic,
+                                  ArrayRef<Operation *> deps, unsigned dim,
+                                  int64_t extent, SymbolTable &symbols,
+                                  Operation *after) {
     MLIRContext *context = func.getContext();
     Location loc = generic.getLoc();
-    OpBuilder b(func);
-    b.setInsertionPointAfter(func);
+    OpBuilder b(context);
     Type indexType = b.getIndexType();
     auto type =
         b.getFunctionType({func.getArgument(0).getType(),
                            func.getArgument(1).getType(), indexType, indexType},
                           {});
-    auto body = b.create<func::FuncOp>(
-        loc, (func.getName() + "_loop" + Twine(index)).str(), type);
+    // <entry>_loop<k>, k counting the bodies already placed after the
+    // entry (SymbolTable::insert renames it should the name be taken).
+    int64_t k = 0;
+    for (Operation *op = after; op != func; op = op->getPrevNode())
+      ++k;
+    auto body = func::FuncOp::create(
+        loc, (func.getName() + "_loop" + Twine(k)).str(), type);
     body.setPrivate();
     for (unsigned i = 0; i < 2; ++i)
       body.setArgAttr(i, "llvm.noalias", UnitAttr::get(context));
@@ -181,27 +192,29 @@ struct OutlineParallelLoopsPass
     for (Operation *op : deps)
       b.clone(*op, mapping);
     auto cloned = cast<linalg::GenericOp>(b.clone(*generic, mapping));
-    auto ret = b.create<func::ReturnOp>(loc);
+    b.create<func::ReturnOp>(loc);
 
     IRRewriter rewriter(context);
     rewriter.setInsertionPoint(cloned);
     FailureOr<linalg::LinalgLoops> loops =
         linalg::linalgOpToParallelLoops(rewriter, cloned);
-    if (failed(loops) || loops->empty())
-      return generic.emitOpError("could not be turned into parallel loops");
-    rewriter.eraseOp(cloned);
-    auto parallel = dyn_cast<scf::ParallelOp>(loops->front());
-    if (!parallel || parallel.getNumLoops() <= dim)
+    auto parallel = succeeded(loops) && !loops->empty()
+                        ? dyn_cast<scf::ParallelOp>(loops->front())
+                        : scf::ParallelOp();
+    if (!parallel || parallel.getNumLoops() <= dim) {
+      body.erase();
       return generic.emitOpError("did not give one parallel loop nest");
+    }
+    rewriter.eraseOp(cloned);
     parallel.getLowerBoundMutable()[dim].set(block->getArgument(2));
     parallel.getUpperBoundMutable()[dim].set(block->getArgument(3));
-    (void)ret;
 
+    StringAttr name = symbols.insert(body, std::next(Block::iterator(after)));
     b.setInsertionPoint(generic);
-    b.create<ParallelForOp>(loc, FlatSymbolRefAttr::get(body.getSymNameAttr()),
+    b.create<ParallelForOp>(loc, FlatSymbolRefAttr::get(name),
                             func.getArgument(2), b.getI64IntegerAttr(extent));
     generic.erase();
-    return success();
+    return body;
   }
 };
 

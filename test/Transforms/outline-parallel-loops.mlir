@@ -100,3 +100,35 @@ func.func @gpipe_stage0_optimizer(%arena: memref<1024xi8>, %params: memref<64xi8
   }
   return
 }
+
+// -----
+
+// Two loops: their bodies follow the stage function in loop order, named
+// by their position, and the calls keep the order of the loops.
+#same = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @gpipe_stage0_forward
+// CHECK: gpipe.parallel_for @gpipe_stage0_forward_loop0(%{{.*}}) extent 128
+// CHECK-NEXT: gpipe.parallel_for @gpipe_stage0_forward_loop1(%{{.*}}) extent 128
+// CHECK: func.func private @gpipe_stage0_forward_loop0
+// CHECK: arith.negf
+// CHECK: func.func private @gpipe_stage0_forward_loop1
+// CHECK: math.absf
+func.func @gpipe_stage0_forward(%arena: memref<1024xi8>, %params: memref<64xi8>, %ctx: i64) attributes {gpipe.phase = "forward"} {
+  %c0 = arith.constant 0 : index
+  %c512 = arith.constant 512 : index
+  %x = memref.view %arena[%c0][] : memref<1024xi8> to memref<128xf32>
+  %y = memref.view %arena[%c512][] : memref<1024xi8> to memref<128xf32>
+  linalg.generic {indexing_maps = [#same, #same], iterator_types = ["parallel"]}
+      ins(%x : memref<128xf32>) outs(%y : memref<128xf32>) {
+  ^bb0(%a: f32, %out: f32):
+    %r = arith.negf %a : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#same, #same], iterator_types = ["parallel"]}
+      ins(%y : memref<128xf32>) outs(%x : memref<128xf32>) {
+  ^bb0(%a: f32, %out: f32):
+    %r = math.absf %a : f32
+    linalg.yield %r : f32
+  }
+  return
+}
