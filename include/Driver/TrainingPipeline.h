@@ -1,5 +1,4 @@
-//===- TrainingPipeline.h - From an nn module to compiled stages -*- C++
-//-*-===//
+//===- TrainingPipeline.h - From nn to compiled stages ----------*- C++ -*-===//
 //
 // The compiler's training flow, shared by gpipe-opt's phases: loss,
 // partition, one module per stage (autodiff, forward/backward split,

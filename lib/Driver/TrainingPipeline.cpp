@@ -180,7 +180,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     for (auto p : stage.getOps<ParameterOp>())
       if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();
-        trainableBytes += 4.0 * p.getType().getNumElements();
+        trainableBytes += nn::detail::numBytes(p.getType());
       }
     // What the kernels do not: the runtime's copies (inputs and messages
     // into the arenas, the stash out and back, gradients summed over the
@@ -209,10 +209,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     return TrainingPipelineResult{};
   }
   SmallVector<StageTimes> times;
-  for (const StageReport &r : result.report) {
-    times.push_back(
-        {r.forwardSeconds, r.backwardSeconds, r.transferSeconds, 0.0});
-  }
+  for (const StageReport &r : result.report)
+    times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
+                     r.optimizerSeconds});
   result.prediction = predictSchedule(schedule, times);
 
   llvm::json::Array streams;

@@ -222,8 +222,7 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
         if (p.dtype != DType::F32 || g->byteSize() != p.byteSize() || !sum ||
             sum->byteSize() != p.byteSize())
           throw fail("gradient of '" + p.name +
-                     "' does not match the "
-                     "parameter");
+                     "' does not match the parameter");
         stage.trained.push_back({&p, g, sum});
       }
     }
@@ -248,8 +247,10 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     for (Packed &p : cur.actIn) {
       for (const Packed &o : prev.actOut)
         if (o.slot->name == p.slot->name &&
-            o.slot->byteSize() == p.slot->byteSize())
+            o.slot->byteSize() == p.slot->byteSize()) {
           p.offset = o.offset;
+          p.source = o.slot;
+        }
       if (p.offset < 0)
         throw fail("stage " + std::to_string(s) + " input '" + p.slot->name +
                    "' is not an output of stage " + std::to_string(s - 1));
@@ -385,19 +386,14 @@ void TrainingSession::loadStash(
   stage.restored.insert(mb);
 }
 
-namespace {
-/// One message of micro-batch `mb`: `slots` of `arena` packed at their
-/// offsets.
-template <typename Packed>
-void pack(const std::vector<Packed> &slots, int64_t bytes, const char *arena,
-          Channel &channel, int64_t mb) {
+void TrainingSession::pack(const std::vector<Packed> &slots, int64_t bytes,
+                           const char *arena, Channel &channel, int64_t mb) {
   Channel::Message msg = channel.acquire(static_cast<size_t>(bytes));
   for (const Packed &p : slots)
     std::memcpy(msg.data() + p.offset, arena + p.slot->offset,
                 p.slot->byteSize());
   channel.send(mb, std::move(msg));
 }
-} // namespace
 
 void TrainingSession::unpack(Stage &stage,
                              std::map<int64_t, Channel::Message> &received,
@@ -623,10 +619,8 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
       Stage &prev = *stages[s - 1];
       const char *from = prev.exec->arena(prev.fwd);
       for (const Packed &p : stage.actIn)
-        for (const Packed &o : prev.actOut)
-          if (o.slot->name == p.slot->name)
-            std::memcpy(arena + p.slot->offset, from + o.slot->offset,
-                        p.slot->byteSize());
+        std::memcpy(arena + p.slot->offset, from + p.source->offset,
+                    p.slot->byteSize());
     }
     stage.exec->setUpdateState(false);
     stage.exec->run(stage.fwd);

@@ -127,11 +127,17 @@ private:
     double begin, end;
   };
 
-  /// A slot and its byte offset in a message.
+  /// A slot and its byte offset in a message; for a received activation
+  /// also the sender's slot it comes from.
   struct Packed {
     const TensorSlot *slot;
     int64_t offset;
+    const TensorSlot *source = nullptr;
   };
+  /// Sends micro-batch `mb`'s message: `slots` of `arena` packed at their
+  /// offsets.
+  static void pack(const std::vector<Packed> &slots, int64_t bytes,
+                   const char *arena, Channel &channel, int64_t mb);
   /// Copies micro-batch `mb`'s received message into `slots` of `arena`
   /// and gives its buffer back.
   void unpack(Stage &stage, std::map<int64_t, Channel::Message> &received,
