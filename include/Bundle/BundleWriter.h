@@ -1,7 +1,8 @@
 //===- BundleWriter.h - Writing gpipe bundles -------------------*- C++ -*-===//
 //
-// A bundle is a directory (docs/bundle.md): manifest.json, params.bin and
-// one shared library per stage, each part with a CRC-32 in the manifest.
+// A bundle is a directory (docs/bundle.md): manifest.json, and per stage
+// its parameters and its shared library, each part with a CRC-32 in the
+// manifest.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GPIPE_BUNDLE_BUNDLEWRITER_H
@@ -12,13 +13,12 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 
-#include <optional>
+#include "gpipe/common/BundleFormat.h"
 
+#include <optional>
 #include <string>
 
 namespace gpipe {
-
-constexpr int64_t kBundleFormatVersion = 5;
 
 /// How a training bundle trains (mode "train").
 struct TrainingOptions {
@@ -45,11 +45,10 @@ struct BundleOptions {
 };
 
 /// Compiles the stage modules (one per stage, in order; each must have gone
-/// through gpipe-lower-stage, their parameters at disjoint offsets of one
-/// blob) and writes the bundle directory at `path`: built next to it and
+/// through gpipe-lower-stage, each with its own parameter blob) and writes the bundle directory at `path`: built next to it and
 /// renamed into place, so that a failure leaves whatever was at `path`
 /// untouched. The modules are consumed: their gpipe.parameter ops are
-/// erased once their bytes are in params.bin, and they are lowered to LLVM
+/// erased once their bytes are in the stage's parameter file, and they are lowered to LLVM
 /// for the stage libraries (which resets LLVM's command-line options; see
 /// emitStageLibrary).
 mlir::LogicalResult writeBundle(llvm::ArrayRef<mlir::ModuleOp> stages,

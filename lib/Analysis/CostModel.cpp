@@ -3,6 +3,8 @@
 
 #include "NN/IR/NNOps.h"
 
+#include "gpipe/common/DeviceList.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -11,20 +13,6 @@
 using namespace mlir;
 
 namespace {
-
-llvm::Error deviceError(StringRef item, const Twine &why) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 "invalid device '" + item + "': " + why +
-                                     " (expected cpu:N, cpu:A-B or cuda:N)");
-}
-
-bool parseIndex(StringRef text, int &value) {
-  unsigned v;
-  if (text.empty() || text.size() > 9 || text.getAsInteger(10, v))
-    return false;
-  value = static_cast<int>(v);
-  return true;
-}
 
 // Built-in per-core CPU figures: a conservative share of what oneDNN
 // reaches on one AVX-512 core (docs/pipeline.md).
@@ -37,46 +25,18 @@ constexpr double kCpuLinkGbps = 10;
 
 llvm::Expected<SmallVector<gpipe::DeviceSpec>>
 gpipe::parseDeviceSpecs(StringRef text) {
+  std::vector<Device> parsed;
+  std::string error = parseDeviceList(text.str(), parsed);
+  if (!error.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), error);
   SmallVector<DeviceSpec> devices;
-  if (text.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "the device list is empty");
-  SmallVector<StringRef> items;
-  text.split(items, ',');
-  for (StringRef item : items) {
-    if (item.empty())
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "the device list '" + text +
-                                         "' has an empty item");
-    auto [kind, spec] = item.split(':');
-    if (!item.contains(':'))
-      return deviceError(item, "missing ':'");
-    DeviceSpec d;
-    d.name = item.str();
-    if (kind == "cpu") {
-      auto [a, b] = spec.split('-');
-      int first, last;
-      if (!parseIndex(a, first) || (!b.empty() && !parseIndex(b, last)) ||
-          (spec.contains('-') && b.empty()))
-        return deviceError(item, "the cores must be N or A-B, non-negative");
-      if (b.empty())
-        last = first;
-      if (last < first)
-        return deviceError(item, "the core range is reversed");
-      if (last - first >= 4096)
-        return deviceError(item, "the core range is too large");
-      for (int c = first; c <= last; ++c)
-        d.ids.push_back(c);
-    } else if (kind == "cuda") {
-      d.kind = DeviceSpec::Kind::Cuda;
-      int ordinal;
-      if (!parseIndex(spec, ordinal))
-        return deviceError(item, "the GPU must be a non-negative integer");
-      d.ids.push_back(ordinal);
-    } else {
-      return deviceError(item, "unknown device kind '" + kind + "'");
-    }
-    devices.push_back(std::move(d));
+  for (const Device &d : parsed) {
+    DeviceSpec spec;
+    spec.kind = d.kind == DeviceKind::Cuda ? DeviceSpec::Kind::Cuda
+                                           : DeviceSpec::Kind::Cpu;
+    spec.name = d.str();
+    spec.ids.assign(d.ids.begin(), d.ids.end());
+    devices.push_back(std::move(spec));
   }
   return devices;
 }

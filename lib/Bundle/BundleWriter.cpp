@@ -1,8 +1,11 @@
 //===- BundleWriter.cpp - Writing gpipe bundles ---------------------------===//
 #include "Bundle/BundleWriter.h"
 
+#include "Bundle/StageWiring.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "Target/Native/NativeCodegen.h"
+
+#include "gpipe/common/DType.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -18,22 +21,15 @@
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
+using namespace gpipe;
 namespace json = llvm::json;
 
 namespace {
 
 /// "f32" -> "float32": the manifest uses NumPy's names.
 std::string dtypeName(StringRef mlirName) {
-  static const std::pair<StringRef, StringRef> names[] = {
-      {"f16", "float16"}, {"bf16", "bfloat16"}, {"f32", "float32"},
-      {"f64", "float64"}, {"i8", "int8"},       {"i16", "int16"},
-      {"i32", "int32"},   {"i64", "int64"},     {"ui8", "uint8"},
-      {"ui16", "uint16"}, {"ui32", "uint32"},   {"ui64", "uint64"},
-      {"i1", "bool"}};
-  for (auto [from, to] : names)
-    if (mlirName == from)
-      return to.str();
-  return mlirName.str();
+  std::optional<DType> dtype = dtypeFromMlirName(mlirName.str());
+  return dtype ? std::string(gpipe::dtypeName(*dtype)) : mlirName.str();
 }
 
 std::string typeName(Type type) {
@@ -45,6 +41,8 @@ std::string typeName(Type type) {
 
 /// Builtin attributes of the kinds nn ops and the stage plan use, as JSON.
 json::Value toJSON(Attribute attr) {
+  if (auto role = dyn_cast<gpipe::RoleAttr>(attr))
+    return std::string(roleName(role.getValue()));
   if (auto b = dyn_cast<BoolAttr>(attr))
     return b.getValue();
   if (auto i = dyn_cast<IntegerAttr>(attr))
@@ -124,25 +122,63 @@ LogicalResult writeFile(Operation *anchor, StringRef path,
   return success();
 }
 
-} // namespace
 
-/// An ArrayAttr of tensor dictionaries without the entries whose name
-/// starts with one of `prefixes`, as JSON.
-json::Array slotsWithout(Attribute list, ArrayRef<StringRef> prefixes,
-                         llvm::StringSet<> *seen = nullptr) {
+/// The model-level entries of an ArrayAttr of tensor dictionaries: those
+/// whose role is one of `roles`, each name once.
+json::Array modelSlots(Attribute list, ArrayRef<Role> roles,
+                       llvm::StringSet<> &seen) {
   json::Array out;
   for (Attribute a : cast<ArrayAttr>(list)) {
     auto dict = cast<DictionaryAttr>(a);
-    auto name = dict.getAs<StringAttr>("name");
-    StringRef n = name ? name.getValue() : "";
-    if (llvm::any_of(prefixes, [&](StringRef p) { return n.starts_with(p); }))
+    if (!llvm::is_contained(roles, dict.getAs<RoleAttr>("role").getValue()))
       continue;
-    if (seen && !seen->insert(n).second)
+    if (!seen.insert(dict.getAs<StringAttr>("name").getValue()).second)
       continue;
     out.push_back(toJSON(dict));
   }
   return out;
 }
+
+/// One stage's parameters: their bytes in the stage's own blob and the
+/// manifest's list.
+struct StageParameters {
+  std::vector<char> blob;
+  json::Array tensors;
+  SmallVector<StringRef> names;
+};
+
+FailureOr<StageParameters> collectParameters(ModuleOp m, int64_t size,
+                                             llvm::StringSet<> &names) {
+  StageParameters out;
+  out.blob.assign(size, 0);
+  for (auto param : m.getOps<ParameterOp>()) {
+    if (!names.insert(param.getSymName()).second)
+      return param.emitError("parameter '")
+             << param.getSymName() << "' is placed by two stages";
+    auto bytes = valueBytes(param);
+    if (failed(bytes))
+      return failure();
+    int64_t offset = cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
+    if (offset + static_cast<int64_t>(bytes->size()) > size)
+      return param.emitError("parameter does not fit the planned blob");
+    std::copy(bytes->begin(), bytes->end(), out.blob.begin() + offset);
+    out.names.push_back(param.getSymName());
+    out.tensors.push_back(
+        json::Object{{"name", param.getSymName()},
+                     {"dtype", typeName(param.getType().getElementType())},
+                     {"shape", json::Array(param.getType().getShape())},
+                     {"offset", offset},
+                     {"trainable", param.getTrainable()}});
+  }
+  return out;
+}
+
+int64_t crcOf(ArrayRef<char> bytes) {
+  return static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())));
+}
+
+} // namespace
 
 LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
                                  StringRef path, const BundleOptions &options) {
@@ -152,9 +188,11 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
            << stageModules.size() << " stages but " << options.devices.size()
            << " devices";
   // The lowered phases of each stage (forward only, or forward, backward
-  // and optimizer), in the order they were lowered.
+  // and optimizer), in the order they were lowered, and each stage's
+  // parameters in its own blob.
   std::vector<SmallVector<func::FuncOp>> phases;
-  int64_t paramsSize = 0;
+  std::vector<StageParameters> params;
+  llvm::StringSet<> paramNames;
   for (ModuleOp m : stageModules) {
     SmallVector<func::FuncOp> stagePhases;
     for (auto f : m.getOps<func::FuncOp>())
@@ -164,47 +202,25 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       return m.emitError("no lowered stage function (run gpipe-lower-stage "
                          "first)");
     // Later phases may have added constants to the blob.
+    int64_t size = 0;
     for (func::FuncOp f : stagePhases)
-      paramsSize =
-          std::max(paramsSize,
-                   cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+      size = std::max(
+          size, cast<IntegerAttr>(f->getAttr("gpipe.params_size")).getInt());
+    FailureOr<StageParameters> p = collectParameters(m, size, paramNames);
+    if (failed(p))
+      return failure();
+    params.push_back(std::move(*p));
     phases.push_back(std::move(stagePhases));
   }
   func::FuncOp first = phases.front().front(), last = phases.back().front();
 
-  std::vector<char> params(paramsSize, 0);
-  json::Array tensors;
-  llvm::StringSet<> names;
-  for (ModuleOp m : stageModules)
-    for (auto param : m.getOps<ParameterOp>()) {
-      if (!names.insert(param.getSymName()).second)
-        return param.emitError("parameter '")
-               << param.getSymName() << "' is placed by two stages";
-      auto bytes = valueBytes(param);
-      if (failed(bytes))
-        return failure();
-      int64_t offset =
-          cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
-      if (offset + static_cast<int64_t>(bytes->size()) > paramsSize)
-        return param.emitError("parameter does not fit the planned blob");
-      std::copy(bytes->begin(), bytes->end(), params.begin() + offset);
-      tensors.push_back(
-          json::Object{{"name", param.getSymName()},
-                       {"dtype", typeName(param.getType().getElementType())},
-                       {"shape", json::Array(param.getType().getShape())},
-                       {"offset", offset},
-                       {"trainable", param.getTrainable()}});
-    }
-
-  // The graph inputs of every stage (a pipeline's stages receive the
-  // tensors that cross the cuts, "act:<n>", from each other) and the last
-  // stage's results.
+  // The model's inputs (each stage reads the data inputs it uses; the
+  // tensors that cross the cuts are the stages' own) and outputs.
   json::Array inputs;
-  llvm::StringSet<> seenInputs;
+  llvm::StringSet<> seenInputs, seenOutputs;
   for (auto &stagePhases : phases)
-    for (json::Value &v :
-         slotsWithout(stagePhases.front()->getAttr("gpipe.inputs"), {"act:"},
-                      &seenInputs))
+    for (json::Value &v : modelSlots(stagePhases.front()->getAttr("gpipe.inputs"),
+                                     {Role::Data}, seenInputs))
       inputs.push_back(std::move(v));
   auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
   json::Object manifest{
@@ -216,16 +232,8 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       {"target_cpu", nativeTargetCPU()},
       {"devices", json::Array(options.devices)},
       {"inputs", std::move(inputs)},
-      {"outputs",
-       slotsWithout(last->getAttr("gpipe.outputs"), {"stash:", "act:"})},
-      {"parameters",
-       json::Object{
-           {"file", "params.bin"},
-           {"size", paramsSize},
-           {"crc32", static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
-                         reinterpret_cast<const uint8_t *>(params.data()),
-                         params.size())))},
-           {"tensors", std::move(tensors)}}},
+      {"outputs", modelSlots(last->getAttr("gpipe.outputs"),
+                             {Role::Loss, Role::Output}, seenOutputs)},
   };
   if (options.mode == "train") {
     TrainingOptions t = options.training;
@@ -252,32 +260,55 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
   }
   if (options.schedule)
     manifest["schedule"] = *options.schedule;
+  SmallVector<json::Object> wiring;
+  if (options.mode == "train") {
+    SmallVector<StagePhases> trainPhases;
+    for (auto [k, stagePhases] : llvm::enumerate(phases)) {
+      StagePhases sp;
+      for (func::FuncOp f : stagePhases) {
+        StringRef role = f->getAttrOfType<StringAttr>("gpipe.phase").getValue();
+        (role == "forward"    ? sp.forward
+         : role == "backward" ? sp.backward
+                              : sp.optimizer) = f;
+      }
+      if (!sp.forward || !sp.backward || !sp.optimizer)
+        return stagePhases.front().emitError(
+            "a training stage needs forward, backward and optimizer phases");
+      sp.parameters = params[k].names;
+      trainPhases.push_back(sp);
+    }
+    FailureOr<SmallVector<json::Object>> wired = wireStages(trainPhases);
+    if (failed(wired))
+      return failure();
+    wiring = std::move(*wired);
+  }
   SmallVector<json::Object> stageJSONs;
   for (auto [k, stagePhases] : llvm::enumerate(phases)) {
-    func::FuncOp stage = stagePhases.front();
+    json::Array phaseJSON;
+    for (func::FuncOp f : stagePhases) {
+      auto role = f->getAttrOfType<StringAttr>("gpipe.phase");
+      phaseJSON.push_back(json::Object{
+          {"role", role ? role.getValue().str() : std::string("forward")},
+          {"entry", f.getSymName()},
+          {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
+          {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
+          {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
+          {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
+    }
+    std::string paramsFile = "stage" + std::to_string(k) + ".params";
     json::Object stageJSON{
         {"index", static_cast<int64_t>(k)},
         {"device", options.devices[k]},
         {"library", "stage" + std::to_string(k) + ".so"},
-        {"entry", stage.getSymName()},
-        {"arena_size", toJSON(stage->getAttr("gpipe.arena_size"))},
-        {"kernels", toJSON(stage->getAttr("gpipe.kernels"))},
+        {"parameters",
+         json::Object{{"file", paramsFile},
+                      {"size", static_cast<int64_t>(params[k].blob.size())},
+                      {"crc32", crcOf(params[k].blob)},
+                      {"tensors", std::move(params[k].tensors)}}},
+        {"phases", std::move(phaseJSON)},
     };
-    if (stagePhases.size() > 1 || stageModules.size() > 1) {
-      json::Array phaseJSON;
-      for (func::FuncOp f : stagePhases)
-        phaseJSON.push_back(json::Object{
-            {"role",
-             f->hasAttr("gpipe.phase")
-                 ? cast<StringAttr>(f->getAttr("gpipe.phase")).getValue().str()
-                 : std::string("forward")},
-            {"entry", f.getSymName()},
-            {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
-            {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
-            {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
-            {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
-      stageJSON["phases"] = std::move(phaseJSON);
-    }
+    if (!wiring.empty())
+      stageJSON["wiring"] = std::move(wiring[k]);
     stageJSONs.push_back(std::move(stageJSON));
   }
 
@@ -290,10 +321,12 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
   auto cleanup =
       llvm::make_scope_exit([&] { llvm::sys::fs::remove_directories(tmp); });
 
-  llvm::SmallString<256> file(tmp);
-  llvm::sys::path::append(file, "params.bin");
-  if (failed(writeFile(module, file, params)))
-    return failure();
+  for (auto [k, p] : llvm::enumerate(params)) {
+    llvm::SmallString<256> file(tmp);
+    llvm::sys::path::append(file, "stage" + std::to_string(k) + ".params");
+    if (failed(writeFile(module, file, p.blob)))
+      return failure();
+  }
   if (options.mode == "train" && !options.sourcePath.empty()) {
     auto source = llvm::MemoryBuffer::getFile(options.sourcePath,
                                               /*IsText=*/false,
@@ -309,13 +342,11 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     manifest["source_model"] = json::Object{
         {"file", "model.onnx"},
         {"size", static_cast<int64_t>(bytes.size())},
-        {"crc32",
-         static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
-             reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())))}};
+        {"crc32", crcOf(ArrayRef<char>(bytes.data(), bytes.size()))}};
   }
 
-  // Parameter values now live in params.bin; the stage code only needs
-  // their offsets, already in it.
+  // Parameter values now live in the stages' parameter files; the stage
+  // code only needs their offsets, already in it.
   json::Array stagesJSON;
   for (auto [k, stageModule] : llvm::enumerate(stageModules)) {
     ModuleOp m = stageModule;
@@ -329,9 +360,8 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
         library, /*IsText=*/false, /*RequiresNullTerminator=*/false);
     if (!libBytes)
       return m.emitError("cannot read back ") << library;
-    stageJSONs[k]["crc32"] = static_cast<int64_t>(llvm::crc32(ArrayRef<uint8_t>(
-        reinterpret_cast<const uint8_t *>((*libBytes)->getBufferStart()),
-        (*libBytes)->getBufferSize())));
+    stageJSONs[k]["crc32"] = crcOf(ArrayRef<char>(
+        (*libBytes)->getBufferStart(), (*libBytes)->getBufferSize()));
     stagesJSON.push_back(std::move(stageJSONs[k]));
   }
   manifest["stages"] = std::move(stagesJSON);

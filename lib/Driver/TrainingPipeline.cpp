@@ -18,18 +18,14 @@ using namespace gpipe;
 
 namespace {
 
-int64_t alignUp(int64_t v) { return (v + 63) / 64 * 64; }
-
-/// Byte sizes of a function's arguments (or results) whose names start with
-/// one of `prefixes`.
-int64_t namedBytes(func::FuncOp f, bool results, ArrayRef<StringRef> prefixes) {
+/// Byte sizes of a function's arguments (or results) whose role is one of
+/// `roles`.
+int64_t roleBytes(func::FuncOp f, bool results, ArrayRef<Role> roles) {
   int64_t bytes = 0;
   unsigned n = results ? f.getNumResults() : f.getNumArguments();
   for (unsigned i = 0; i < n; ++i) {
-    StringRef name =
-        nameOf(results ? f.getResultAttrDict(i) : f.getArgAttrDict(i));
-    if (llvm::any_of(prefixes,
-                     [&](StringRef p) { return name.starts_with(p); }))
+    Role role = results ? resultRole(f, i) : argRole(f, i);
+    if (llvm::is_contained(roles, role))
       bytes += nn::detail::numBytes(results ? f.getResultTypes()[i]
                                             : f.getArgumentTypes()[i]);
   }
@@ -94,14 +90,11 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   ScheduleRequest request;
   request.kind = o.schedule;
   request.microBatches = o.microBatches;
-  int64_t paramsBase = 0;
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];
     bool last = s + 1 == k;
     bool recompute =
         o.recompute == "always" || (o.recompute == "except-last" && !last);
-    stage->setAttr("gpipe.params_base",
-                   Builder(context).getI64IntegerAttr(paramsBase));
     {
       PassManager pm(context);
       pm.addPass(createAutodiff());
@@ -126,10 +119,11 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     auto bwd = stage.lookupSymbol<func::FuncOp>("backward");
     // Kept per micro-batch: the forward's stash, or (recompute) the
     // received stage input; the data inputs are read again from the batch.
-    int64_t stashBytes = namedBytes(bwd, false, {"stash:", "act:"});
+    int64_t stashBytes =
+        roleBytes(bwd, false, {Role::Stash, Role::Activation});
     // One received and one sent message each way.
-    int64_t messageBytes = 2 * (namedBytes(fwd, false, {"act:"}) +
-                                namedBytes(fwd, true, {"act:"}));
+    int64_t messageBytes = 2 * (roleBytes(fwd, false, {Role::Activation}) +
+                                roleBytes(fwd, true, {Role::Activation}));
     int64_t entryIndex = s;
     {
       PassManager pm(context);
@@ -145,12 +139,13 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       if (failed(pm.run(stage)))
         return failure();
     }
-    int64_t arenas = 0, paramsEnd = paramsBase;
+    // Each stage holds its own parameters (and constants) in a blob.
+    int64_t arenas = 0, paramsSize = 0;
     for (auto f : stage.getOps<func::FuncOp>())
       if (auto size = f->getAttrOfType<IntegerAttr>("gpipe.arena_size")) {
         arenas += size.getInt();
-        paramsEnd = std::max(
-            paramsEnd,
+        paramsSize = std::max(
+            paramsSize,
             f->getAttrOfType<IntegerAttr>("gpipe.params_size").getInt());
       }
     StageOp op = stageOps[s];
@@ -158,9 +153,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     request.devices.push_back(o.bundleDevices[s]);
     request.recompute.push_back(recompute);
     request.memory.push_back(
-        {arenas + (paramsEnd - paramsBase) + messageBytes, stashBytes,
+        {arenas + paramsSize + messageBytes, stashBytes,
          limit ? std::optional<int64_t>(limit.getInt()) : std::nullopt});
-    paramsBase = alignUp(paramsEnd);
 
     StageReport row;
     row.index = s;

@@ -1,6 +1,7 @@
 //===- AppendLoss.cpp - The training loss at the end of @forward ----------===//
 #include "Transforms/Passes.h"
 
+#include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
 namespace gpipe {
@@ -52,8 +53,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
         RankedTensorType::get({logits.getDimSize(0)}, b.getIntegerType(64));
     unsigned index = forward.getNumArguments();
     forward.insertArgument(index, labelsType,
-                           b.getDictionaryAttr(b.getNamedAttr(
-                               "gpipe.name", b.getStringAttr("labels"))),
+                           gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
                            forward.getLoc());
     Value lossValue = b.create<gpipe::nn::SoftmaxCrossEntropyOp>(
         ret.getLoc(), ValueRange{ret.getOperand(0), forward.getArgument(index)},
@@ -78,8 +78,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     OpBuilder b(ret);
     unsigned index = forward.getNumArguments();
     forward.insertArgument(index, type,
-                           b.getDictionaryAttr(b.getNamedAttr(
-                               "gpipe.name", b.getStringAttr("labels"))),
+                           gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
                            forward.getLoc());
     Location loc = ret.getLoc();
     Value diff = b.create<gpipe::nn::SubOp>(
@@ -136,9 +135,10 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     for (Value v : values)
       types.push_back(v.getType());
     forward.setType(b.getFunctionType(forward.getArgumentTypes(), types));
+    // The loss first, then the model's outputs.
     for (auto [i, n] : llvm::enumerate(names))
-      forward.setResultAttrs(i, b.getDictionaryAttr(b.getNamedAttr(
-                                    "gpipe.name", b.getStringAttr(n))));
+      forward.setResultAttrs(
+          i, gpipe::slotAttrs(b.getContext(), n, i == 0 ? gpipe::Role::Loss : gpipe::Role::Output));
     return success();
   }
 };

@@ -114,13 +114,12 @@ struct AppendOptimizerPass
     SmallVector<Attribute> names;
     for (ParameterOp p : trained) {
       inputs.push_back(p.getType());
-      names.push_back(b.getDictionaryAttr(b.getNamedAttr(
-          "gpipe.name", b.getStringAttr("grad:" + p.getSymName().str()))));
+      names.push_back(slotAttrs(b.getContext(), "grad:" + p.getSymName().str(),
+                                Role::ParamGrad));
     }
     for (const std::string &h : hyperNames) {
       inputs.push_back(scalar);
-      names.push_back(b.getDictionaryAttr(
-          b.getNamedAttr("gpipe.name", b.getStringAttr("hyper:" + h))));
+      names.push_back(slotAttrs(b.getContext(), "hyper:" + h, Role::Hyper));
     }
     auto func =
         b.create<func::FuncOp>(loc, "optimizer", b.getFunctionType(inputs, {}));

@@ -42,13 +42,13 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     // whose gradients come from the next stage.
     SmallVector<unsigned> actResults;
     for (unsigned i = 0; i < ret.getNumOperands(); ++i)
-      if (nameOf(forward.getResultAttrDict(i)).starts_with("act:") &&
+      if (resultRole(forward, i) == Role::Activation &&
           isFloatTensor(ret.getOperand(i).getType()))
         actResults.push_back(i);
     bool hasLoss =
         ret.getNumOperands() > 0 &&
         cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() == 0 &&
-        !nameOf(forward.getResultAttrDict(0)).starts_with("act:");
+        resultRole(forward, 0) != Role::Activation;
     if (!hasLoss && actResults.empty())
       return forward.emitError("the first result of @forward must be the "
                                "scalar loss (run gpipe-append-loss first)");
@@ -58,23 +58,23 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     Block &body = fb.front();
     auto fbRet = cast<func::ReturnOp>(body.getTerminator());
     unsigned dataArgs = fb.getNumArguments();
-    auto addSeed = [&](Type type, StringRef name) {
+    auto addSeed = [&](Type type, StringRef name, Role role) {
       unsigned index = fb.getNumArguments();
-      fb.insertArgument(index, type,
-                        b.getDictionaryAttr(b.getNamedAttr(
-                            "gpipe.name", b.getStringAttr(name))),
+      fb.insertArgument(index, type, slotAttrs(b.getContext(), name, role),
                         fb.getLoc());
       return fb.getArgument(index);
     };
     SmallVector<std::pair<Value, Value>> seeds;
     if (hasLoss)
       seeds.push_back({fbRet.getOperand(0),
-                       addSeed(fbRet.getOperand(0).getType(), "loss_grad")});
+                       addSeed(fbRet.getOperand(0).getType(), "loss_grad",
+                               Role::LossGrad)});
     for (unsigned i : actResults)
       seeds.push_back(
           {fbRet.getOperand(i),
            addSeed(fbRet.getOperand(i).getType(),
-                   ("output_grad:" + nameOf(fb.getResultAttrDict(i))).str())});
+                   ("output_grad:" + nameOf(fb.getResultAttrDict(i))).str(),
+                   Role::OutputGrad)});
 
     DenseMap<Value, Value> grads;
     OpBuilder gb(fbRet);
@@ -164,14 +164,15 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
                     gb.getZeroAttr(param.getType().getElementType())))});
       }
       results.push_back(g);
-      names.push_back(gb.getDictionaryAttr(gb.getNamedAttr(
-          "gpipe.name", gb.getStringAttr("grad:" + param.getSymName().str()))));
+      names.push_back(slotAttrs(gb.getContext(),
+                                "grad:" + param.getSymName().str(),
+                                Role::ParamGrad));
     }
     // A stage's input gradients, sent back to the stage before it.
     for (unsigned i = 0; i < dataArgs; ++i) {
       StringRef name = nameOf(fb.getArgAttrDict(i));
       BlockArgument arg = fb.getArgument(i);
-      if (!name.starts_with("act:") || !isFloatTensor(arg.getType()))
+      if (argRole(fb, i) != Role::Activation || !isFloatTensor(arg.getType()))
         continue;
       Value g = grads.lookup(arg);
       if (!g) {
@@ -183,8 +184,8 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
                              type, gb.getZeroAttr(type.getElementType())))});
       }
       results.push_back(g);
-      names.push_back(gb.getDictionaryAttr(gb.getNamedAttr(
-          "gpipe.name", gb.getStringAttr(("input_grad:" + name).str()))));
+      names.push_back(slotAttrs(gb.getContext(), ("input_grad:" + name).str(),
+                                Role::InputGrad));
     }
     gb.create<func::ReturnOp>(fbRet.getLoc(), results);
     fbRet.erase();

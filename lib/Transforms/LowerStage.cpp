@@ -116,9 +116,6 @@ LogicalResult StageLowering::placeParameters() {
   auto numStages = module->getAttrOfType<IntegerAttr>("gpipe.num_stages");
   if (stageIndex && numStages && numStages.getInt() > 1)
     stagePrefix = "s" + std::to_string(stageIndex.getInt()) + "_";
-  // A pipeline stage's parameters start where the previous stage's end.
-  if (auto base = module->getAttrOfType<IntegerAttr>("gpipe.params_base"))
-    paramsSize = std::max(paramsSize, base.getInt());
   for (auto param : module.getOps<ParameterOp>()) {
     lastParam = param;
     if (param.getSymName().starts_with("__constant_"))
@@ -132,7 +129,8 @@ LogicalResult StageLowering::placeParameters() {
   else
     moduleBuilder.setInsertionPointToStart(module.getBody());
   for (nn::ConstantOp c : constants) {
-    // Stages of a pipeline share one blob: their constants are named apart.
+    // Every tensor of a bundle has its own name: constants of a pipeline
+    // stage are named after it.
     std::string name = "__constant_" + stagePrefix + std::to_string(counter++);
     auto param = moduleBuilder.create<ParameterOp>(c.getLoc(), name,
                                                    c.getValue(), false);
@@ -655,13 +653,14 @@ LogicalResult StageLowering::emit() {
   }
 
   // The plan, for the bundle writer and the runtime.
-  auto ioEntry = [&](StringAttr name, Type type, int cls) {
+  auto ioEntry = [&](StringAttr name, Role role, Type type, int cls) {
     auto t = cast<RankedTensorType>(type);
     std::string dtype;
     llvm::raw_string_ostream os(dtype);
     os << t.getElementType();
     return builder.getDictionaryAttr({
         builder.getNamedAttr("name", name),
+        builder.getNamedAttr("role", RoleAttr::get(builder.getContext(), role)),
         builder.getNamedAttr("offset",
                              builder.getI64IntegerAttr(plan.offsets[cls])),
         builder.getNamedAttr("shape", builder.getI64ArrayAttr(t.getShape())),
@@ -673,12 +672,13 @@ LogicalResult StageLowering::emit() {
     auto name =
         forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "gpipe.name");
     inputs.push_back(ioEntry(name ? name : builder.getStringAttr("input"),
+                             argRole(forward, arg.getArgNumber()),
                              arg.getType(), where[arg].cls));
   }
   for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
     auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
     outputs.push_back(ioEntry(name ? name : builder.getStringAttr("output"),
-                              type, outputClasses[i]));
+                              resultRole(forward, i), type, outputClasses[i]));
   }
   stage->setAttr("gpipe.phase", builder.getStringAttr(forward.getSymName()));
   stage->setAttr("gpipe.arena_size", builder.getI64IntegerAttr(plan.size));

@@ -66,18 +66,26 @@ gpipe::outlineStages(ModuleOp module) {
     for (Value v : yield.getValues())
       results.push_back(map.lookup(v));
     fb.create<func::ReturnOp>(yield.getLoc(), results);
-    auto names = [&](StringRef attr, unsigned count) {
-      auto list = stage->getAttrOfType<ArrayAttr>(attr);
+    // Each argument and result keeps its name and role.
+    auto slots = [&](StringRef namesAttr, StringRef rolesAttr,
+                     unsigned count) {
+      auto names = stage->getAttrOfType<ArrayAttr>(namesAttr);
+      auto roles = stage->getAttrOfType<ArrayAttr>(rolesAttr);
       SmallVector<DictionaryAttr> dicts;
-      for (unsigned i = 0; i < count; ++i)
-        dicts.push_back(b.getDictionaryAttr(
-            list && i < list.size() ? ArrayRef<NamedAttribute>{b.getNamedAttr(
-                                          "gpipe.name", list[i])}
-                                    : ArrayRef<NamedAttribute>{}));
+      for (unsigned i = 0; i < count; ++i) {
+        SmallVector<NamedAttribute> attrs;
+        if (names && i < names.size())
+          attrs.push_back(b.getNamedAttr("gpipe.name", names[i]));
+        if (roles && i < roles.size())
+          attrs.push_back(b.getNamedAttr(kRoleAttrName, roles[i]));
+        dicts.push_back(b.getDictionaryAttr(attrs));
+      }
       return dicts;
     };
-    fn.setAllArgAttrs(names("gpipe.input_names", fn.getNumArguments()));
-    fn.setAllResultAttrs(names("gpipe.output_names", fn.getNumResults()));
+    fn.setAllArgAttrs(slots("gpipe.input_names", "gpipe.input_roles",
+                            fn.getNumArguments()));
+    fn.setAllResultAttrs(slots("gpipe.output_names", "gpipe.output_roles",
+                               fn.getNumResults()));
     out.push_back(std::move(m));
   }
   return out;

@@ -318,12 +318,14 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       int64_t begin = bounds[s], end = bounds[s + 1];
       bool isLast = s == k - 1;
       SmallVector<Value> originals, operands;
-      SmallVector<Attribute> inNames;
+      SmallVector<Attribute> inNames, inRoles;
+      auto role = [&](Role r) { return RoleAttr::get(b.getContext(), r); };
       if (s > 0)
         for (Value v : crossing(begin)) {
           originals.push_back(v);
           operands.push_back(current.lookup(v));
           inNames.push_back(b.getStringAttr(actName(v)));
+          inRoles.push_back(role(Role::Activation));
         }
       // Graph inputs go straight to the stages that use them.
       SetVector<BlockArgument> args;
@@ -340,19 +342,22 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         originals.push_back(arg);
         operands.push_back(arg);
         inNames.push_back(b.getStringAttr(argName(arg)));
+        inRoles.push_back(role(argRole(forward, arg.getArgNumber())));
       }
       SmallVector<Value> yielded =
           isLast ? SmallVector<Value>(ret.getOperands()) : crossing(end);
       SmallVector<Type> resultTypes;
-      SmallVector<Attribute> outNames;
+      SmallVector<Attribute> outNames, outRoles;
       for (auto [i, v] : llvm::enumerate(yielded)) {
         resultTypes.push_back(v.getType());
         if (isLast) {
           auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
           outNames.push_back(
               name ? name : b.getStringAttr("output" + std::to_string(i)));
+          outRoles.push_back(role(resultRole(forward, i)));
         } else {
           outNames.push_back(b.getStringAttr(actName(v)));
+          outRoles.push_back(role(Role::Activation));
         }
       }
       auto stage = b.create<StageOp>(forward.getLoc(), resultTypes, s,
@@ -391,6 +396,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         stageFlops += flops[i];
       stage->setAttr("gpipe.input_names", b.getArrayAttr(inNames));
       stage->setAttr("gpipe.output_names", b.getArrayAttr(outNames));
+      stage->setAttr("gpipe.input_roles", b.getArrayAttr(inRoles));
+      stage->setAttr("gpipe.output_roles", b.getArrayAttr(outRoles));
       stage->setAttr("gpipe.layers", b.getDenseI64ArrayAttr({begin, end}));
       stage->setAttr("gpipe.flops", b.getI64IntegerAttr(stageFlops));
       stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));

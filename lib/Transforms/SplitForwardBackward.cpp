@@ -26,15 +26,15 @@ using namespace gpipe;
 namespace {
 
 /// Parameter gradients and, on a pipeline stage, input gradients.
-bool isGradientName(DictionaryAttr attrs) {
-  StringRef name = nameOf(attrs);
-  return name.starts_with("grad:") || name.starts_with("input_grad:");
+bool isGradient(DictionaryAttr attrs) {
+  std::optional<Role> role = roleOf(attrs);
+  return role == Role::ParamGrad || role == Role::InputGrad;
 }
 
-/// The backward's seeds: loss_grad, and output_grad:<act> on a stage.
-bool isSeedName(DictionaryAttr attrs) {
-  StringRef name = nameOf(attrs);
-  return name == "loss_grad" || name.starts_with("output_grad:");
+/// The backward's seeds: the loss's, and on a stage its outputs'.
+bool isSeed(DictionaryAttr attrs) {
+  std::optional<Role> role = roleOf(attrs);
+  return role == Role::LossGrad || role == Role::OutputGrad;
 }
 
 /// Values that are cheap to rebuild where they are used instead of kept.
@@ -73,7 +73,7 @@ struct SplitForwardBackwardPass
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     // The seeds trail the data inputs.
     unsigned firstSeed = fb.getNumArguments();
-    while (firstSeed > 0 && isSeedName(fb.getArgAttrDict(firstSeed - 1)))
+    while (firstSeed > 0 && isSeed(fb.getArgAttrDict(firstSeed - 1)))
       --firstSeed;
     if (firstSeed == fb.getNumArguments())
       return fb.emitError("@forward_backward must end with its seeds "
@@ -85,7 +85,7 @@ struct SplitForwardBackwardPass
     // Forward results come first, gradients after.
     SmallVector<unsigned> forwardResults, gradResults;
     for (unsigned i = 0; i < ret.getNumOperands(); ++i)
-      (isGradientName(fb.getResultAttrDict(i)) ? gradResults : forwardResults)
+      (isGradient(fb.getResultAttrDict(i)) ? gradResults : forwardResults)
           .push_back(i);
 
     // The forward ops: the backward slice of the forward results.
@@ -152,8 +152,8 @@ struct SplitForwardBackwardPass
       }
       for (auto [i, v] : llvm::enumerate(stash)) {
         results.push_back(map.lookupOrDefault(v));
-        names.push_back(b.getDictionaryAttr(b.getNamedAttr(
-            "gpipe.name", b.getStringAttr("stash:" + std::to_string(i)))));
+        names.push_back(slotAttrs(b.getContext(), "stash:" + std::to_string(i),
+                                  Role::Stash));
       }
       fbuilder.create<func::ReturnOp>(fb.getLoc(), results);
       SmallVector<Type> types;
@@ -176,8 +176,8 @@ struct SplitForwardBackwardPass
     } else {
       for (auto [i, v] : llvm::enumerate(stash)) {
         inTypes.push_back(v.getType());
-        inNames.push_back(b.getDictionaryAttr(b.getNamedAttr(
-            "gpipe.name", b.getStringAttr("stash:" + std::to_string(i)))));
+        inNames.push_back(slotAttrs(b.getContext(), "stash:" + std::to_string(i),
+                                    Role::Stash));
       }
     }
     for (unsigned i = firstSeed; i < fb.getNumArguments(); ++i) {

@@ -53,21 +53,6 @@ uint32_t crc32Of(const void *data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-DType parseDType(const std::string &name) {
-  static const std::pair<const char *, DType> names[] = {
-      {"float16", DType::F16}, {"bfloat16", DType::BF16},
-      {"float32", DType::F32}, {"float64", DType::F64},
-      {"int8", DType::I8},     {"int16", DType::I16},
-      {"int32", DType::I32},   {"int64", DType::I64},
-      {"uint8", DType::U8},    {"uint16", DType::U16},
-      {"uint32", DType::U32},  {"uint64", DType::U64},
-      {"bool", DType::Bool}};
-  for (auto &[n, t] : names)
-    if (name == n)
-      return t;
-  throw BundleError("unsupported element type '" + name + "'");
-}
-
 namespace {
 
 [[noreturn]] void fail(const std::string &bundle, const std::string &part,
@@ -78,7 +63,20 @@ namespace {
 TensorSlot parseSlot(const json &j) {
   TensorSlot slot;
   slot.name = j.value("name", "");
-  slot.dtype = parseDType(j.at("dtype").get<std::string>());
+  std::string dtype = j.at("dtype").get<std::string>();
+  std::optional<DType> parsed = dtypeFromName(dtype);
+  if (!parsed)
+    throw BundleError("unsupported element type '" + dtype + "'");
+  slot.dtype = *parsed;
+  if (j.contains("role")) {
+    std::string role = j.at("role").get<std::string>();
+    std::optional<Role> r = roleFromName(role);
+    if (!r)
+      throw BundleError("tensor '" + slot.name + "' has an unknown role '" +
+                        role + "'");
+    slot.role = *r;
+  }
+  slot.trainable = j.value("trainable", false);
   slot.shape = j.at("shape").get<std::vector<int64_t>>();
   slot.space = j.value("space", "arena");
   slot.offset = j.at("offset").get<int64_t>();
@@ -135,7 +133,7 @@ void checkDevices(const Bundle &b) {
       continue; // the whole host, unpinned
     std::vector<Device> devices;
     try {
-      devices = parseDeviceList(text);
+      devices = parseDevices(text);
     } catch (const DeviceListError &e) {
       fail(b.path, "manifest.json", e.what());
     }
@@ -186,16 +184,6 @@ const PhaseSpec *StageSpec::phase(const std::string &role) const {
 }
 
 namespace {
-constexpr std::pair<const char *, Instruction::Op> kInstructionNames[] = {
-    {"forward", Instruction::Op::Forward},
-    {"recompute", Instruction::Op::Recompute},
-    {"backward", Instruction::Op::Backward},
-    {"send_activation", Instruction::Op::SendActivation},
-    {"recv_activation", Instruction::Op::RecvActivation},
-    {"send_gradient", Instruction::Op::SendGradient},
-    {"recv_gradient", Instruction::Op::RecvGradient},
-    {"optimizer_step", Instruction::Op::OptimizerStep}};
-
 ScheduleSpec parseSchedule(const json &j, int64_t stages,
                            int64_t microBatches) {
   ScheduleSpec s;
@@ -219,16 +207,17 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
                         std::to_string(stream.stage));
     for (const json &ij : sj.at("instructions")) {
       Instruction instr;
-      instr.op = parseInstructionOp(ij.at(0).get<std::string>());
+      std::string name = ij.at(0).get<std::string>();
+      std::optional<InstructionOp> op = instructionFromName(name);
+      if (!op)
+        throw BundleError("unknown schedule instruction '" + name + "'");
+      instr.op = *op;
       if (ij.size() > 1)
         instr.microBatch = ij.at(1).get<int64_t>();
       if (ij.size() > 2)
         instr.peer = ij.at(2).get<int64_t>();
       bool needsMicroBatch = instr.op != Instruction::Op::OptimizerStep;
-      bool transfer = instr.op == Instruction::Op::SendActivation ||
-                      instr.op == Instruction::Op::RecvActivation ||
-                      instr.op == Instruction::Op::SendGradient ||
-                      instr.op == Instruction::Op::RecvGradient;
+      bool transfer = isTransfer(instr.op);
       if ((needsMicroBatch &&
            (instr.microBatch < 0 || instr.microBatch >= microBatches)) ||
           (transfer && (instr.peer < 0 || instr.peer >= stages ||
@@ -246,19 +235,115 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
 }
 } // namespace
 
-Instruction::Op parseInstructionOp(const std::string &name) {
-  for (auto &[n, op] : kInstructionNames)
-    if (name == n)
-      return op;
-  throw BundleError("unknown schedule instruction '" + name + "'");
+namespace {
+/// The wiring of a training stage (docs/bundle.md), its indices checked
+/// against the stage's phases.
+WiringSpec parseWiring(const json &j, const StageSpec &stage) {
+  const PhaseSpec *fwd = stage.phase("forward"), *bwd = stage.phase("backward"),
+                  *opt = stage.phase("optimizer");
+  if (!fwd || !bwd || !opt)
+    throw BundleError("a training stage needs forward, backward and "
+                      "optimizer phases");
+  std::string where = "stage " + std::to_string(stage.index) + " wiring: ";
+  auto index = [&](const json &v, size_t count, const char *what) {
+    int64_t i = v.get<int64_t>();
+    if (i < 0 || static_cast<size_t>(i) >= count)
+      throw BundleError(where + "no " + what + " " + std::to_string(i));
+    return static_cast<size_t>(i);
+  };
+  auto layout = [&](const json &l, const std::vector<TensorSlot> &slots,
+                    const char *key, const char *what) {
+    MessageLayout out;
+    out.bytes = l.at("bytes").get<int64_t>();
+    for (const json &t : l.at("tensors")) {
+      MessageLayout::Entry e;
+      e.slot = index(t.at(key), slots.size(), what);
+      e.offset = t.at("offset").get<int64_t>();
+      e.senderSlot = t.value("sender_output", size_t(0));
+      if (e.offset < 0 || e.offset + slots[e.slot].byteSize() > out.bytes)
+        throw BundleError(where + "a message tensor lies outside its message");
+      out.tensors.push_back(e);
+    }
+    return out;
+  };
+  WiringSpec w;
+  w.sendActivations = layout(j.at("send_activations"), fwd->outputs, "output",
+                             "forward output");
+  w.recvActivations = layout(j.at("recv_activations"), fwd->inputs, "input",
+                             "forward input");
+  w.sendGradients = layout(j.at("send_gradients"), bwd->outputs, "output",
+                           "backward output");
+  w.recvGradients = layout(j.at("recv_gradients"), bwd->inputs, "input",
+                           "backward input");
+  w.stashBytes = j.at("stash_bytes").get<int64_t>();
+  for (const json &c : j.at("carried")) {
+    WiringSpec::Carried carried;
+    std::string from = c.at("from").get<std::string>();
+    carried.input = index(c.at("input"), bwd->inputs.size(), "backward input");
+    const std::vector<TensorSlot> *sources = &fwd->inputs;
+    if (from == "forward_output") {
+      carried.from = WiringSpec::Carried::From::ForwardOutput;
+      sources = &fwd->outputs;
+    } else if (from == "forward_input") {
+      carried.from = WiringSpec::Carried::From::ForwardInput;
+    } else if (from == "batch") {
+      carried.from = WiringSpec::Carried::From::Batch;
+    } else {
+      throw BundleError(where + "unknown source '" + from + "'");
+    }
+    carried.index = index(c.at("index"), sources->size(), "source");
+    int64_t bytes = bwd->inputs[carried.input].byteSize();
+    if ((*sources)[carried.index].byteSize() != bytes)
+      throw BundleError(where + "'" + bwd->inputs[carried.input].name +
+                        "' differs between the phases");
+    if (carried.from != WiringSpec::Carried::From::Batch) {
+      carried.stashOffset = c.at("stash_offset").get<int64_t>();
+      if (carried.stashOffset < 0 || carried.stashOffset + bytes > w.stashBytes)
+        throw BundleError(where + "a stashed tensor lies outside the stash");
+    }
+    w.carried.push_back(carried);
+  }
+  for (const json &t : j.at("trained")) {
+    WiringSpec::Trained trained;
+    trained.parameter = index(t.at("parameter"),
+                              stage.parameters.tensors.size(), "parameter");
+    trained.gradient =
+        index(t.at("gradient"), bwd->outputs.size(), "backward output");
+    trained.sum = index(t.at("sum"), opt->inputs.size(), "optimizer input");
+    const TensorSlot &p = stage.parameters.tensors[trained.parameter];
+    if (p.dtype != DType::F32 ||
+        bwd->outputs[trained.gradient].byteSize() != p.byteSize() ||
+        opt->inputs[trained.sum].byteSize() != p.byteSize())
+      throw BundleError(where + "gradient of '" + p.name +
+                        "' does not match the parameter");
+    w.trained.push_back(trained);
+  }
+  for (const json &h : j.at("hyper")) {
+    std::string name = h.at("hyper").get<std::string>();
+    std::optional<Hyper> hyper = hyperFromName(name);
+    if (!hyper)
+      throw BundleError(where + "the optimizer asks for an unknown "
+                                "hyper-parameter '" +
+                        name + "'");
+    size_t input = index(h.at("input"), opt->inputs.size(), "optimizer input");
+    if (opt->inputs[input].dtype != DType::F32 ||
+        opt->inputs[input].numElements() != 1)
+      throw BundleError(where + "hyper-parameter '" + name +
+                        "' must be a float32 scalar");
+    w.hyper.push_back({*hyper, input});
+  }
+  if (j.contains("loss"))
+    w.loss = static_cast<int64_t>(
+        index(j.at("loss"), fwd->outputs.size(), "forward output"));
+  if (j.contains("loss_grad"))
+    w.lossGrad = static_cast<int64_t>(
+        index(j.at("loss_grad"), bwd->inputs.size(), "backward input"));
+  if (j.contains("output"))
+    w.output = static_cast<int64_t>(
+        index(j.at("output"), fwd->outputs.size(), "forward output"));
+  return w;
 }
-
-const char *instructionName(Instruction::Op op) {
-  for (auto &[n, o] : kInstructionNames)
-    if (o == op)
-      return n;
-  return "?";
-}
+} // namespace
 
 Bundle loadBundle(const std::string &path) {
   Bundle b;
@@ -289,15 +374,6 @@ Bundle loadBundle(const std::string &path) {
       b.inputs.push_back(parseSlot(j));
     for (const json &j : m.at("outputs"))
       b.outputs.push_back(parseSlot(j));
-    const json &p = m.at("parameters");
-    b.paramsFile = p.at("file").get<std::string>();
-    b.paramsSize = p.at("size").get<int64_t>();
-    b.paramsCrc32 = p.at("crc32").get<uint32_t>();
-    for (const json &j : p.at("tensors")) {
-      TensorSlot slot = parseSlot(j);
-      slot.space = "params";
-      b.parameters.push_back(slot);
-    }
     if (b.mode == "train") {
       const json &t = m.at("training");
       b.training.batchSize = t.at("batch_size").get<int64_t>();
@@ -321,32 +397,32 @@ Bundle loadBundle(const std::string &path) {
       s.device = j.at("device").get<std::string>();
       s.library = j.at("library").get<std::string>();
       s.crc32 = j.at("crc32").get<uint32_t>();
-      auto parsePhase = [&](const json &pj, bool ownIO) {
+      const json &p = j.at("parameters");
+      s.parameters.file = p.at("file").get<std::string>();
+      s.parameters.size = p.at("size").get<int64_t>();
+      s.parameters.crc32 = p.at("crc32").get<uint32_t>();
+      for (const json &t : p.at("tensors")) {
+        TensorSlot slot = parseSlot(t);
+        slot.space = "params";
+        s.parameters.tensors.push_back(slot);
+      }
+      for (const json &pj : j.at("phases")) {
         PhaseSpec phase;
-        phase.role = pj.value("role", "forward");
+        phase.role = pj.at("role").get<std::string>();
         phase.entry = pj.at("entry").get<std::string>();
         phase.arenaSize = pj.at("arena_size").get<int64_t>();
         for (const json &k : pj.at("kernels"))
           phase.kernels.push_back(parseKernel(k));
-        if (ownIO) {
-          for (const json &io : pj.at("inputs"))
-            phase.inputs.push_back(parseSlot(io));
-          for (const json &io : pj.at("outputs"))
-            phase.outputs.push_back(parseSlot(io));
-        } else {
-          phase.inputs = b.inputs;
-          phase.outputs = b.outputs;
-        }
-        return phase;
-      };
-      if (j.contains("phases")) {
-        for (const json &pj : j.at("phases"))
-          s.phases.push_back(parsePhase(pj, true));
-      } else {
-        s.phases.push_back(parsePhase(j, false));
+        for (const json &io : pj.at("inputs"))
+          phase.inputs.push_back(parseSlot(io));
+        for (const json &io : pj.at("outputs"))
+          phase.outputs.push_back(parseSlot(io));
+        s.phases.push_back(std::move(phase));
       }
       if (s.phases.empty())
         fail(path, "manifest.json", "a stage without phases");
+      if (b.mode == "train")
+        s.wiring = parseWiring(j.at("wiring"), s);
       b.stages.push_back(std::move(s));
     }
     if (b.stages.empty())
@@ -395,42 +471,45 @@ Bundle loadBundle(const std::string &path) {
   }
   if (crc32Of(text.data(), text.size()) != recorded)
     fail(path, "manifest.json", "checksum mismatch (the file is corrupt)");
-  std::vector<std::string> parts{b.paramsFile};
-  for (const StageSpec &s : b.stages)
+  std::vector<std::string> parts;
+  for (const StageSpec &s : b.stages) {
     parts.push_back(s.library);
+    parts.push_back(s.parameters.file);
+  }
   for (const std::string &file : parts)
     if (file.empty() || file.find('/') != std::string::npos ||
         file.find("..") != std::string::npos)
       fail(path, "manifest.json", "invalid part name '" + file + "'");
 
-  std::string params = readFile(path, b.paramsFile, b.partPath(b.paramsFile));
-  if (static_cast<int64_t>(params.size()) != b.paramsSize)
-    fail(path, b.paramsFile,
-         "holds " + std::to_string(params.size()) +
-             " bytes, the manifest says " + std::to_string(b.paramsSize));
-  if (crc32Of(params.data(), params.size()) != b.paramsCrc32)
-    fail(path, b.paramsFile, "checksum mismatch (the file is corrupt)");
-  b.paramsData = std::move(params);
-  for (const StageSpec &s : b.stages) {
+  for (StageSpec &s : b.stages) {
+    ParameterBlob &blob = s.parameters;
+    std::string params = readFile(path, blob.file, b.partPath(blob.file));
+    if (static_cast<int64_t>(params.size()) != blob.size)
+      fail(path, blob.file,
+           "holds " + std::to_string(params.size()) +
+               " bytes, the manifest says " + std::to_string(blob.size));
+    if (crc32Of(params.data(), params.size()) != blob.crc32)
+      fail(path, blob.file, "checksum mismatch (the file is corrupt)");
+    blob.data = std::move(params);
+    for (const TensorSlot &t : blob.tensors)
+      checkFits(path, t, 0, blob.size);
     std::string lib = readFile(path, s.library, b.partPath(s.library));
     if (crc32Of(lib.data(), lib.size()) != s.crc32)
       fail(path, s.library, "checksum mismatch (the file is corrupt)");
     for (const PhaseSpec &phase : s.phases) {
       int64_t arena = phase.arenaSize;
       for (const TensorSlot &t : phase.inputs)
-        checkFits(path, t, arena, b.paramsSize);
+        checkFits(path, t, arena, blob.size);
       for (const TensorSlot &t : phase.outputs)
-        checkFits(path, t, arena, b.paramsSize);
+        checkFits(path, t, arena, blob.size);
       for (const KernelSpec &k : phase.kernels) {
         for (const TensorSlot &t : k.operands)
-          checkFits(path, t, arena, b.paramsSize);
+          checkFits(path, t, arena, blob.size);
         for (const TensorSlot &t : k.results)
-          checkFits(path, t, arena, b.paramsSize);
+          checkFits(path, t, arena, blob.size);
       }
     }
   }
-  for (const TensorSlot &t : b.parameters)
-    checkFits(path, t, 0, b.paramsSize);
   if (m.contains("source_model")) {
     const json &src = m["source_model"];
     std::string file = src.value("file", "");

@@ -44,7 +44,7 @@ memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
                 const KernelMemory &mem, dnnl::engine &engine,
                 const dims &shape = {}) {
   if (slot.dtype != DType::F32)
-    unsupported(spec, "element type " + dtypeName(slot.dtype) +
+    unsupported(spec, "element type " + std::string(dtypeName(slot.dtype)) +
                           " (only float32 kernels are implemented)");
   dims d = shape.empty() ? dims(slot.shape) : shape;
   return memory(plainDesc(d), engine, address(slot, mem));

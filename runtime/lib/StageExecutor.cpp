@@ -26,31 +26,21 @@ StageExecutor::Buffer StageExecutor::allocate(int64_t size) {
   return Buffer(p);
 }
 
-StageExecutor::Buffer StageExecutor::takeParameters(Bundle &bundle) {
-  if (static_cast<int64_t>(bundle.paramsData.size()) != bundle.paramsSize)
-    throw BundleError(bundle.path + ": " + bundle.paramsFile +
-                      ": the parameters were not loaded");
-  Buffer params = allocate(bundle.paramsSize);
-  std::memcpy(params.get(), bundle.paramsData.data(), bundle.paramsSize);
-  std::string().swap(bundle.paramsData);
-  return params;
-}
-
-StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec)
+StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec)
     : spec(spec), engine(std::make_unique<Engine>()) {
-  params_ = takeParameters(bundle);
+  ParameterBlob &blob = spec.parameters;
+  if (static_cast<int64_t>(blob.data.size()) != blob.size)
+    throw BundleError(bundle.path + ": " + blob.file +
+                      ": the parameters were not loaded");
+  params_ = allocate(blob.size);
+  std::memcpy(params_.get(), blob.data.data(), blob.size);
+  std::string().swap(blob.data);
   paramsPtr = params_.get();
-  allocated = bundle.paramsSize;
+  allocated = blob.size;
   load(bundle);
 }
 
-StageExecutor::StageExecutor(Bundle &bundle, const StageSpec &spec,
-                             char *sharedParams)
-    : spec(spec), paramsPtr(sharedParams), engine(std::make_unique<Engine>()) {
-  load(bundle);
-}
-
-void StageExecutor::load(Bundle &bundle) {
+void StageExecutor::load(const Bundle &bundle) {
   std::string libraryPath = bundle.partPath(spec.library);
   library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library)

@@ -5,7 +5,7 @@
 using namespace gpipe::runtime;
 
 TEST(DeviceList, ParsesCoresRangesAndGpus) {
-  std::vector<Device> devices = parseDeviceList("cpu:0,cpu:2-4,cuda:1,cpu:0");
+  std::vector<Device> devices = parseDevices("cpu:0,cpu:2-4,cuda:1,cpu:0");
   ASSERT_EQ(devices.size(), 4u);
   EXPECT_EQ(devices[0].kind, DeviceKind::Cpu);
   EXPECT_EQ(devices[0].ids, std::vector<int>{0});
@@ -18,20 +18,20 @@ TEST(DeviceList, ParsesCoresRangesAndGpus) {
 
 TEST(DeviceList, PrintsCanonicalNames) {
   for (const char *text : {"cpu:0", "cpu:2-5", "cuda:3"})
-    EXPECT_EQ(parseDeviceList(text).front().str(), text);
+    EXPECT_EQ(parseDevices(text).front().str(), text);
 }
 
 TEST(DeviceList, RejectsMalformedItems) {
   for (const char *text :
        {"", "cpu", "cpu:", "cpu:-1", "cpu:3-1", "cpu:a", "gpu:0", "cuda:0-1",
         "cpu:0,", ",cpu:0", "cpu:0,,cpu:1", "cpu:1x", "cpu:99999999999"}) {
-    EXPECT_THROW(parseDeviceList(text), DeviceListError) << text;
+    EXPECT_THROW(parseDevices(text), DeviceListError) << text;
   }
 }
 
 TEST(DeviceList, ErrorNamesTheItem) {
   try {
-    parseDeviceList("cpu:0,tpu:1");
+    parseDevices("cpu:0,tpu:1");
     FAIL() << "no error";
   } catch (const DeviceListError &e) {
     EXPECT_NE(std::string(e.what()).find("'tpu:1'"), std::string::npos)

@@ -281,7 +281,7 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
           (samples >= 0 && t.shape[0] != samples))
         throw InputError(o.data + ": array '" + slot->name + "' is " +
-                         t.describe() + ", expected " + dtypeName(slot->dtype) +
+                         t.describe() + ", expected " + std::string(dtypeName(slot->dtype)) +
                          " rows shaped like the model's input, as many as "
                          "the other arrays");
       samples = t.shape[0];
@@ -538,7 +538,7 @@ int main(int argc, char **argv) {
   }
   if (!devices.empty()) {
     try {
-      for (const auto &d : gpipe::runtime::parseDeviceList(devices))
+      for (const auto &d : gpipe::runtime::parseDevices(devices))
         std::cout << d.str() << "\n";
     } catch (const gpipe::runtime::DeviceListError &e) {
       std::cerr << "gpipe-run: error: --devices: " << e.what() << "\n";

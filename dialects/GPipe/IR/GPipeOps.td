@@ -19,7 +19,10 @@ def GPipe_Dialect : Dialect {
   let cppNamespace = "::gpipe";
   let summary = "Pipeline-parallel structure of a training program";
   let usePropertiesForAttributes = 0;
+  let useDefaultAttributePrinterParser = 1;
 }
+
+include "GPipe/IR/GPipeAttrs.td"
 
 class GPipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<GPipe_Dialect, mnemonic, traits>;

@@ -2,6 +2,9 @@
 #ifndef GPIPE_RUNTIME_BUNDLE_H
 #define GPIPE_RUNTIME_BUNDLE_H
 
+#include "gpipe/common/BundleFormat.h"
+#include "gpipe/common/Instruction.h"
+#include "gpipe/common/Role.h"
 #include "gpipe/runtime/Tensor.h"
 
 #include <cstdint>
@@ -12,8 +15,9 @@
 
 namespace gpipe::runtime {
 
-/// The bundle format version this runtime reads.
-constexpr int64_t kBundleFormatVersion = 5;
+using ::gpipe::Hyper;
+using ::gpipe::kBundleFormatVersion;
+using ::gpipe::Role;
 
 /// A bundle that cannot be used; the message names the bundle and the part.
 class BundleError : public std::runtime_error {
@@ -28,6 +32,10 @@ struct TensorSlot {
   std::vector<int64_t> shape;
   std::string space = "arena"; // "arena" or "params"
   int64_t offset = 0;
+  /// What a phase's input or output is for (Role::Data elsewhere).
+  Role role = Role::Data;
+  /// A parameter that the optimizer updates.
+  bool trainable = false;
 
   int64_t numElements() const;
   int64_t byteSize() const;
@@ -62,13 +70,68 @@ struct PhaseSpec {
   const TensorSlot *output(const std::string &name) const;
 };
 
+/// The tensors of a message between neighbouring stages, packed one after
+/// the other: each is an input or output of a phase of this stage (`slot`,
+/// an index) at `offset` in the message. For received activations
+/// `senderSlot` is the sender's forward output it comes from.
+struct MessageLayout {
+  struct Entry {
+    size_t slot = 0;
+    int64_t offset = 0;
+    size_t senderSlot = 0;
+  };
+  int64_t bytes = 0;
+  std::vector<Entry> tensors;
+};
+
+/// How a training stage's phases connect to each other, to the batch and to
+/// the neighbouring stages, by index (manifest "wiring"; docs/bundle.md).
+struct WiringSpec {
+  MessageLayout sendActivations, recvActivations; // forward outputs, inputs
+  MessageLayout sendGradients, recvGradients;     // backward outputs, inputs
+  /// A backward input: a forward output or received input kept in the
+  /// stash at stashOffset, or a data input read again from the batch.
+  struct Carried {
+    enum class From { ForwardOutput, ForwardInput, Batch } from;
+    size_t input = 0; // backward input
+    size_t index = 0; // forward output or input
+    int64_t stashOffset = 0;
+  };
+  std::vector<Carried> carried;
+  int64_t stashBytes = 0;
+  /// A trained parameter (index into the stage's parameters), its gradient
+  /// (backward output) and the optimizer input where the micro-batches'
+  /// gradients are summed.
+  struct Trained {
+    size_t parameter = 0, gradient = 0, sum = 0;
+  };
+  std::vector<Trained> trained;
+  std::vector<std::pair<Hyper, size_t>> hyper; // optimizer inputs
+  /// Forward output / backward input indices, or -1.
+  int64_t loss = -1, lossGrad = -1, output = -1;
+};
+
+/// A stage's own parameters: one blob (a file of the bundle) with its
+/// tensors at their offsets.
+struct ParameterBlob {
+  std::string file;
+  int64_t size = 0;
+  uint32_t crc32 = 0;
+  std::vector<TensorSlot> tensors;
+  /// The file's bytes, read and checked by loadBundle; the stage executor
+  /// takes them over.
+  std::string data;
+};
+
 struct StageSpec {
   int64_t index = 0;
   std::string device;
   std::string library; // file name inside the bundle
   uint32_t crc32 = 0;
+  ParameterBlob parameters;
   /// At least one; the first is the one inference runs.
   std::vector<PhaseSpec> phases;
+  WiringSpec wiring; // training bundles
 
   /// The phase with this role, or null.
   const PhaseSpec *phase(const std::string &role) const;
@@ -86,16 +149,8 @@ struct TrainingSpec {
 
 /// One instruction of a device's stream (docs/bundle.md).
 struct Instruction {
-  enum class Op {
-    Forward,
-    Recompute,
-    Backward,
-    SendActivation,
-    RecvActivation,
-    SendGradient,
-    RecvGradient,
-    OptimizerStep
-  } op = Op::Forward;
+  using Op = InstructionOp;
+  Op op = Op::Forward;
   int64_t microBatch = -1;
   int64_t peer = -1;
 };
@@ -118,23 +173,11 @@ struct ScheduleSpec {
   std::vector<StreamSpec> streams; // one per stage, in stage order
 };
 
-/// "forward", "send_activation", ... as an Instruction::Op; throws
-/// BundleError for other names.
-Instruction::Op parseInstructionOp(const std::string &name);
-const char *instructionName(Instruction::Op op);
-
 struct Bundle {
   std::string path;
   std::string model, mode, targetCpu;
   std::vector<std::string> devices;
   std::vector<TensorSlot> inputs, outputs;
-  std::vector<TensorSlot> parameters;
-  std::string paramsFile;
-  int64_t paramsSize = 0;
-  /// The bytes of paramsFile, read (and checked) by loadBundle; the stage
-  /// executor takes them over.
-  std::string paramsData;
-  uint32_t paramsCrc32 = 0;
   std::vector<StageSpec> stages;
   TrainingSpec training;   // mode "train" only
   ScheduleSpec schedule;   // mode "train" only
@@ -149,9 +192,6 @@ Bundle loadBundle(const std::string &path);
 
 /// CRC-32 (zlib polynomial) of a byte range.
 uint32_t crc32Of(const void *data, size_t size);
-
-/// "float32" -> DType; throws BundleError for unknown names.
-DType parseDType(const std::string &name);
 
 } // namespace gpipe::runtime
 

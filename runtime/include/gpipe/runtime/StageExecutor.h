@@ -24,9 +24,9 @@ using LoopBody = void (*)(char *arena, char *params, int64_t begin,
 void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent);
 
 /// Loads a stage of a checked bundle: dlopens its library, moves the
-/// parameters loadBundle read into an aligned buffer (the bundle's copy is
-/// released), allocates one arena per phase and creates every kernel's
-/// primitive. Nothing is created per run.
+/// stage's parameters that loadBundle read into an aligned buffer of its
+/// own (the bundle's copy is released), allocates one arena per phase and
+/// creates every kernel's primitive. Nothing is created per run.
 class StageExecutor {
   struct Aligned {
     void operator()(char *p) const { std::free(p); }
@@ -36,15 +36,9 @@ public:
   /// 64-byte aligned, zeroed memory.
   using Buffer = std::unique_ptr<char, Aligned>;
   static Buffer allocate(int64_t size);
-  /// The parameter blob of a checked bundle, in aligned memory; the
-  /// bundle's copy is released.
-  static Buffer takeParameters(Bundle &bundle);
-
-  /// A stage with a blob of its own (taken from the bundle).
-  StageExecutor(Bundle &bundle, const StageSpec &spec);
-  /// A stage of a pipeline whose stages share one blob (each reads and
-  /// writes only its own parameters).
-  StageExecutor(Bundle &bundle, const StageSpec &spec, char *sharedParams);
+  /// A stage of `bundle` (`spec` is one of its stages, whose parameter
+  /// bytes it takes over).
+  StageExecutor(const Bundle &bundle, StageSpec &spec);
   ~StageExecutor();
   StageExecutor(const StageExecutor &) = delete;
   StageExecutor &operator=(const StageExecutor &) = delete;
@@ -57,7 +51,7 @@ public:
   char *arena(size_t phase = 0) { return phases[phase].arena.get(); }
   const char *params() const { return paramsPtr; }
   char *params() { return paramsPtr; }
-  /// Bytes this stage allocated: its arenas (and its own blob).
+  /// Bytes this stage allocated: its arenas and its parameters.
   int64_t allocatedBytes() const { return allocated; }
 
   /// Kernel calls are timed into `sink` while it is set (tracing).
@@ -89,7 +83,7 @@ public:
   void parallelFor(size_t phase, LoopBody body, int64_t extent) noexcept;
 
 private:
-  void load(Bundle &bundle);
+  void load(const Bundle &bundle);
 
   using Entry = void (*)(char *, char *, int64_t);
   struct Phase;
@@ -106,7 +100,7 @@ private:
   };
 
   const StageSpec &spec;
-  Buffer params_; // own blob, or null when shared
+  Buffer params_;
   char *paramsPtr = nullptr;
   int64_t allocated = 0;
   std::vector<KernelEvent> *kernelTrace = nullptr;

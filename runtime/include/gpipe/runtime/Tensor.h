@@ -2,6 +2,8 @@
 #ifndef GPIPE_RUNTIME_TENSOR_H
 #define GPIPE_RUNTIME_TENSOR_H
 
+#include "gpipe/common/DType.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,26 +11,9 @@
 
 namespace gpipe::runtime {
 
-enum class DType {
-  F16,
-  BF16,
-  F32,
-  F64,
-  I8,
-  I16,
-  I32,
-  I64,
-  U8,
-  U16,
-  U32,
-  U64,
-  Bool
-};
-
-/// Bytes of one element.
-size_t dtypeSize(DType dtype);
-/// "float32", "int64", ...
-std::string dtypeName(DType dtype);
+using ::gpipe::DType;
+using ::gpipe::dtypeName;
+using ::gpipe::dtypeSize;
 
 /// A dense, C-ordered (row-major), little-endian host tensor.
 struct HostTensor {

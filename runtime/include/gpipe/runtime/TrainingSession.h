@@ -4,10 +4,7 @@
 #define GPIPE_RUNTIME_TRAININGSESSION_H
 
 #include "gpipe/runtime/Bundle.h"
-#include "gpipe/runtime/Channel.h"
-#include "gpipe/runtime/DeviceWorker.h"
 #include "gpipe/runtime/InferenceSession.h"
-#include "gpipe/runtime/StageExecutor.h"
 
 #include <map>
 #include <memory>
@@ -16,21 +13,17 @@
 
 namespace gpipe::runtime {
 
+class StreamRunner;
+class Transport;
+class DeviceWorker;
+
 class TrainingSession {
 public:
-  /// Hyper-parameters the compiled optimizer reads each step.
-  enum class Hyper {
-    LR,
-    WeightDecay,
-    Momentum,
-    Beta1,
-    Beta2,
-    Eps,
-    StepSize,
-    BiasCorrection2
-  };
-
   explicit TrainingSession(const std::string &bundlePath);
+  /// Stages exchange their messages through `transport` (tests record the
+  /// traffic); null: channels in this process.
+  TrainingSession(const std::string &bundlePath,
+                  std::unique_ptr<Transport> transport);
 
   const Bundle &bundle() const { return bundle_; }
   /// Samples per optimizer step.
@@ -64,10 +57,7 @@ public:
   double learningRate() const { return lr_; }
 
   /// Classes of the model's [N, C] output (0 if it is not 2-D).
-  int64_t classCount() const {
-    return modelOutput && modelOutput->shape.size() == 2 ? modelOutput->shape[1]
-                                                         : 0;
-  }
+  int64_t classCount() const;
 
   /// Seeds dropout: micro-batch k of step s draws from (seed, s, k).
   void setRandomSeed(uint64_t seed) { randomSeed = seed; }
@@ -122,41 +112,16 @@ public:
 
 private:
   struct Stage;
-  struct TraceEvent {
-    std::string name;
-    double begin, end;
-  };
-
-  /// A slot and its byte offset in a message; for a received activation
-  /// also the sender's slot it comes from.
-  struct Packed {
-    const TensorSlot *slot;
-    int64_t offset;
-    const TensorSlot *source = nullptr;
-  };
-  /// Sends micro-batch `mb`'s message: `slots` of `arena` packed at their
-  /// offsets.
-  static void pack(const std::vector<Packed> &slots, int64_t bytes,
-                   const char *arena, Channel &channel, int64_t mb);
-  /// Copies micro-batch `mb`'s received message into `slots` of `arena`
-  /// and gives its buffer back.
-  void unpack(Stage &stage, std::map<int64_t, Channel::Message> &received,
-              const std::vector<Packed> &slots, Channel &channel, int64_t mb,
-              char *arena, const char *phase);
-  void runStream(Stage &stage, const std::map<std::string, HostTensor> &batch);
-  void runInstruction(Stage &stage, const Instruction &instr,
-                      const std::map<std::string, HostTensor> &batch);
-  void loadStash(Stage &stage, int64_t microBatch,
-                 const std::map<std::string, HostTensor> &batch);
-  void optimizerStep(Stage &stage);
-  std::vector<const TensorSlot *> modelState() const;
+  /// Every tensor that changes, per stage: trained, updated by its op
+  /// (BatchNorm's running statistics) or optimizer state (`__opt.*`); not
+  /// the constants the compiler moved into the blobs.
+  std::vector<std::pair<const Stage *, const TensorSlot *>> modelState() const;
+  /// Identifies the bundle's parameters in checkpoints.
+  uint32_t modelChecksum() const;
 
   Bundle bundle_;
-  StageExecutor::Buffer params_;
   std::vector<std::unique_ptr<Stage>> stages;
-  /// activations[s] carries stage s's outputs to stage s+1, gradients[s]
-  /// stage s+1's input gradients back to stage s.
-  std::vector<std::unique_ptr<Channel>> activations, gradients;
+  std::unique_ptr<Transport> transport;
   std::vector<const TensorSlot *> dataInputs_;
   const TensorSlot *modelOutput = nullptr;
   double lr_ = 0;

@@ -1,0 +1,31 @@
+// The instructions of a device's stream in the compiler's static schedule:
+// the gpipe dialect's schedule ops, and the manifest's "instructions".
+#ifndef GPIPE_COMMON_INSTRUCTION_H
+#define GPIPE_COMMON_INSTRUCTION_H
+
+#include <optional>
+#include <string_view>
+
+namespace gpipe {
+
+enum class InstructionOp {
+  Forward,
+  Recompute,
+  Backward,
+  SendActivation,
+  RecvActivation,
+  SendGradient,
+  RecvGradient,
+  OptimizerStep
+};
+
+/// "forward", "send_activation", ...: the op's name in the gpipe dialect
+/// (without "gpipe.") and in the manifest.
+std::string_view instructionName(InstructionOp op);
+std::optional<InstructionOp> instructionFromName(std::string_view name);
+/// Sends and receives: instructions with a peer stage.
+bool isTransfer(InstructionOp op);
+
+} // namespace gpipe
+
+#endif // GPIPE_COMMON_INSTRUCTION_H

@@ -1,0 +1,63 @@
+// What an input or output of a stage's phase is for: the compiler marks
+// every stage argument and result with a role (the gpipe dialect's
+// RoleAttr, whose cases are these), the manifest carries it, and the
+// runtime wires stages by role, never by name.
+#ifndef GPIPE_COMMON_ROLE_H
+#define GPIPE_COMMON_ROLE_H
+
+#include <optional>
+#include <string_view>
+
+namespace gpipe {
+
+enum class Role {
+  /// A model input read from the batch (features or labels).
+  Data,
+  /// A model output (logits): forward output of the last stage.
+  Output,
+  /// The mean loss of a micro-batch: forward output of the last stage.
+  Loss,
+  /// The backward seed of the loss (1/M): backward input of the last stage.
+  LossGrad,
+  /// A tensor that crosses a cut: forward output of the stage that computes
+  /// it, forward input of the stages that use it.
+  Activation,
+  /// The gradient of an Activation output: backward input, received from
+  /// the next stage.
+  OutputGrad,
+  /// The gradient of an Activation input: backward output, sent to the
+  /// previous stage.
+  InputGrad,
+  /// A forward value the backward reads: forward output and backward input.
+  Stash,
+  /// A parameter's gradient: backward output (one micro-batch), optimizer
+  /// input (summed over the micro-batches).
+  ParamGrad,
+  /// A scalar hyper-parameter the optimizer reads each step.
+  Hyper,
+};
+
+/// "data", "activation", "param_grad", ...
+std::string_view roleName(Role role);
+/// The role of a manifest name, or none.
+std::optional<Role> roleFromName(std::string_view name);
+
+/// The optimizer hyper-parameters of Role::Hyper inputs.
+enum class Hyper {
+  LR,
+  WeightDecay,
+  Momentum,
+  Beta1,
+  Beta2,
+  Eps,
+  StepSize,
+  BiasCorrection2
+};
+
+/// "lr", "weight_decay", ..., "bias_correction2".
+std::string_view hyperName(Hyper hyper);
+std::optional<Hyper> hyperFromName(std::string_view name);
+
+} // namespace gpipe
+
+#endif // GPIPE_COMMON_ROLE_H

@@ -1,0 +1,216 @@
+//===- StageWiring.cpp - How a pipeline's stages connect ------------------===//
+#include "Bundle/StageWiring.h"
+
+#include "GPipe/IR/GPipeOps.h"
+
+#include "gpipe/common/DType.h"
+
+using namespace mlir;
+namespace json = llvm::json;
+
+namespace gpipe {
+
+namespace {
+
+/// One input or output of a lowered phase (its gpipe.inputs/outputs entry).
+struct Slot {
+  int64_t index;
+  StringRef name;
+  Role role;
+  int64_t bytes;
+};
+
+SmallVector<Slot> slotsOf(func::FuncOp phase, StringRef which) {
+  SmallVector<Slot> out;
+  for (auto [i, a] :
+       llvm::enumerate(phase->getAttrOfType<ArrayAttr>(which).getValue())) {
+    auto dict = cast<DictionaryAttr>(a);
+    int64_t bytes = 1;
+    for (Attribute d : dict.getAs<ArrayAttr>("shape"))
+      bytes *= cast<IntegerAttr>(d).getInt();
+    std::optional<DType> dtype =
+        dtypeFromMlirName(dict.getAs<StringAttr>("dtype").getValue().str());
+    bytes *= dtype ? static_cast<int64_t>(dtypeSize(*dtype)) : 1;
+    out.push_back({static_cast<int64_t>(i),
+                   dict.getAs<StringAttr>("name").getValue(),
+                   dict.getAs<RoleAttr>("role").getValue(), bytes});
+  }
+  return out;
+}
+
+const Slot *findSlot(ArrayRef<Slot> slots, StringRef name) {
+  for (const Slot &s : slots)
+    if (s.name == name)
+      return &s;
+  return nullptr;
+}
+
+/// A message: the slots of one phase packed one after the other.
+json::Object layout(ArrayRef<Slot> slots, Role role, StringRef key) {
+  json::Array tensors;
+  int64_t bytes = 0;
+  for (const Slot &s : slots)
+    if (s.role == role) {
+      tensors.push_back(json::Object{{key, s.index}, {"offset", bytes}});
+      bytes += s.bytes;
+    }
+  return json::Object{{"bytes", bytes}, {"tensors", std::move(tensors)}};
+}
+
+/// The activation a gradient belongs to: "output_grad:act:3" and
+/// "input_grad:act:3" are both of "act:3" (Autodiff's names).
+StringRef gradientOf(StringRef name) { return name.split(':').second; }
+
+} // namespace
+
+FailureOr<SmallVector<json::Object>>
+wireStages(ArrayRef<StagePhases> stages) {
+  struct Phases {
+    SmallVector<Slot> fwdIn, fwdOut, bwdIn, bwdOut, optIn;
+  };
+  std::vector<Phases> all;
+  for (const StagePhases &s : stages)
+    all.push_back({slotsOf(s.forward, "gpipe.inputs"),
+                   slotsOf(s.forward, "gpipe.outputs"),
+                   slotsOf(s.backward, "gpipe.inputs"),
+                   slotsOf(s.backward, "gpipe.outputs"),
+                   slotsOf(s.optimizer, "gpipe.inputs")});
+  SmallVector<json::Object> out;
+  for (auto [k, stage] : llvm::enumerate(stages)) {
+    const Phases &p = all[k];
+    auto fail = [&](const Twine &why) {
+      func::FuncOp forward = stage.forward;
+      return forward.emitError("internal: stage ") << k << ": " << why;
+    };
+    json::Object wiring;
+    wiring["send_activations"] = layout(p.fwdOut, Role::Activation, "output");
+    wiring["send_gradients"] = layout(p.bwdOut, Role::InputGrad, "output");
+
+    // Each received activation at its offset in the sender's message.
+    json::Array recvAct;
+    int64_t recvActBytes = 0;
+    if (k > 0) {
+      const Phases &prev = all[k - 1];
+      int64_t offset = 0;
+      for (const Slot &sent : prev.fwdOut) {
+        if (sent.role != Role::Activation)
+          continue;
+        if (const Slot *in = findSlot(p.fwdIn, sent.name)) {
+          if (in->role != Role::Activation || in->bytes != sent.bytes)
+            return fail("input '" + in->name + "' does not match stage " +
+                        Twine(k - 1) + "'s output");
+          recvAct.push_back(json::Object{{"input", in->index},
+                                         {"offset", offset},
+                                         {"sender_output", sent.index}});
+        }
+        offset += sent.bytes;
+      }
+      recvActBytes = offset;
+    }
+    for (const Slot &in : p.fwdIn)
+      if (in.role == Role::Activation &&
+          (k == 0 || !findSlot(all[k - 1].fwdOut, in.name)))
+        return fail("input '" + in.name + "' is no output of the stage before");
+    wiring["recv_activations"] = json::Object{{"bytes", recvActBytes},
+                                              {"tensors", std::move(recvAct)}};
+
+    // Each received gradient at its offset in the next stage's message.
+    json::Array recvGrad;
+    int64_t recvGradBytes = 0;
+    if (k + 1 < stages.size()) {
+      const Phases &next = all[k + 1];
+      int64_t offset = 0;
+      for (const Slot &sent : next.bwdOut) {
+        if (sent.role != Role::InputGrad)
+          continue;
+        for (const Slot &in : p.bwdIn)
+          if (in.role == Role::OutputGrad &&
+              gradientOf(in.name) == gradientOf(sent.name)) {
+            if (in.bytes != sent.bytes)
+              return fail("gradient '" + in.name + "' has another size");
+            recvGrad.push_back(
+                json::Object{{"input", in.index}, {"offset", offset}});
+          }
+        offset += sent.bytes;
+      }
+      recvGradBytes = offset;
+    }
+    int64_t seeds = 0;
+    for (const Slot &in : p.bwdIn)
+      seeds += in.role == Role::OutputGrad;
+    if (seeds != static_cast<int64_t>(recvGrad.size()))
+      return fail("a backward seed has no gradient from the next stage");
+    wiring["recv_gradients"] = json::Object{{"bytes", recvGradBytes},
+                                            {"tensors", std::move(recvGrad)}};
+
+    // What the backward reads besides its seeds: a forward output or a
+    // received input kept in the stash, or a data input read again.
+    json::Array carried;
+    int64_t stashBytes = 0;
+    for (const Slot &in : p.bwdIn) {
+      if (in.role == Role::LossGrad || in.role == Role::OutputGrad)
+        continue;
+      json::Object c{{"input", in.index}};
+      const Slot *source = findSlot(p.fwdOut, in.name);
+      StringRef from = "forward_output";
+      if (!source) {
+        source = findSlot(p.fwdIn, in.name);
+        from = source && source->role == Role::Activation ? "forward_input"
+                                                          : "batch";
+      }
+      if (!source)
+        return fail("backward input '" + in.name + "' comes from nowhere");
+      if (source->bytes != in.bytes)
+        return fail("'" + in.name + "' differs between the phases");
+      c["from"] = from.str();
+      c["index"] = source->index;
+      if (from != "batch") {
+        c["stash_offset"] = stashBytes;
+        stashBytes += in.bytes;
+      }
+      carried.push_back(std::move(c));
+    }
+    wiring["carried"] = std::move(carried);
+    wiring["stash_bytes"] = stashBytes;
+
+    // Per trained parameter: its gradient and where the micro-batches'
+    // gradients are summed for the optimizer.
+    json::Array trained;
+    for (auto [i, param] : llvm::enumerate(stage.parameters)) {
+      std::string name = ("grad:" + param).str();
+      const Slot *grad = findSlot(p.bwdOut, name);
+      if (!grad)
+        continue;
+      const Slot *sum = findSlot(p.optIn, name);
+      if (grad->role != Role::ParamGrad || !sum ||
+          sum->role != Role::ParamGrad || sum->bytes != grad->bytes)
+        return fail("the gradient of '" + param + "' has no optimizer input");
+      trained.push_back(json::Object{{"parameter", static_cast<int64_t>(i)},
+                                     {"gradient", grad->index},
+                                     {"sum", sum->index}});
+    }
+    wiring["trained"] = std::move(trained);
+    json::Array hyper;
+    for (const Slot &in : p.optIn)
+      if (in.role == Role::Hyper)
+        hyper.push_back(json::Object{{"input", in.index},
+                                     {"hyper", in.name.split(':').second}});
+    wiring["hyper"] = std::move(hyper);
+
+    for (const Slot &o : p.fwdOut)
+      if (o.role == Role::Loss)
+        wiring["loss"] = o.index;
+    for (const Slot &in : p.bwdIn)
+      if (in.role == Role::LossGrad)
+        wiring["loss_grad"] = in.index;
+    for (const Slot &o : p.fwdOut)
+      if (o.role == Role::Output) {
+        wiring["output"] = o.index;
+        break;
+      }
+    out.push_back(std::move(wiring));
+  }
+  return out;
+}
+
+} // namespace gpipe

@@ -1,0 +1,71 @@
+#include "InProcessTransport.h"
+
+namespace gpipe::runtime {
+
+std::string MessageKey::str() const {
+  return std::string(kind == MessageKind::Activation ? "activations"
+                                                     : "gradients") +
+         " of micro-batch " + std::to_string(microBatch) + " from stage " +
+         std::to_string(from) + " to stage " + std::to_string(to);
+}
+
+InProcessTransport::InProcessTransport(int64_t stages) {
+  for (int64_t s = 0; s + 1 < stages; ++s) {
+    activations.push_back(std::make_unique<Channel>());
+    gradients.push_back(std::make_unique<Channel>());
+  }
+}
+
+Channel &InProcessTransport::channel(const MessageKey &key) {
+  bool forward = key.kind == MessageKind::Activation;
+  int64_t link = forward ? key.from : key.to;
+  if (key.to - key.from != (forward ? 1 : -1) || link < 0 ||
+      link >= static_cast<int64_t>(activations.size()))
+    throw TransportError("no link for the " + key.str());
+  return forward ? *activations[link] : *gradients[link];
+}
+
+Transport::Message InProcessTransport::acquire(const MessageKey &key,
+                                               size_t bytes) {
+  return channel(key).acquire(bytes);
+}
+
+void InProcessTransport::postSend(const MessageKey &key, Message message) {
+  channel(key).send(key.microBatch, std::move(message));
+}
+
+Transport::Message InProcessTransport::wait(const MessageKey &key) {
+  try {
+    return channel(key).receive(key.microBatch);
+  } catch (const ChannelClosed &) {
+    std::lock_guard<std::mutex> lock(reasonMutex);
+    throw TransportError("stage " + std::to_string(key.to) +
+                         ": no message from stage " + std::to_string(key.from) +
+                         " (" + key.str() + "): " + abortReason);
+  }
+}
+
+void InProcessTransport::release(const MessageKey &key, Message message) {
+  channel(key).release(std::move(message));
+}
+
+void InProcessTransport::abort(const std::string &why) {
+  {
+    std::lock_guard<std::mutex> lock(reasonMutex);
+    if (abortReason.empty())
+      abortReason = why;
+  }
+  for (auto &c : activations)
+    c->close();
+  for (auto &c : gradients)
+    c->close();
+}
+
+void InProcessTransport::reset() {
+  for (auto &c : activations)
+    c->reset();
+  for (auto &c : gradients)
+    c->reset();
+}
+
+} // namespace gpipe::runtime

@@ -1,0 +1,301 @@
+#include "StreamRunner.h"
+
+#include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/ParallelFor.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace gpipe::runtime {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const char *bytesOf(const HostTensor &t) {
+  return reinterpret_cast<const char *>(t.data.data());
+}
+} // namespace
+
+StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
+                           std::unique_ptr<StageExecutor> executor,
+                           Transport &transport)
+    : spec_(spec), stream(stream), exec(std::move(executor)),
+      transport(transport), wiring(spec.wiring),
+      fwd(exec->phaseIndex("forward")), bwd(exec->phaseIndex("backward")),
+      opt(exec->phaseIndex("optimizer")), fwdSpec(&spec.phases[fwd]),
+      bwdSpec(&spec.phases[bwd]), optSpec(&spec.phases[opt]) {
+  for (const TensorSlot &in : fwdSpec->inputs)
+    if (in.role == Role::Data)
+      dataIn.push_back(&in);
+  int64_t slots = std::max<int64_t>(stream.maxAlive, 1);
+  for (int64_t i = 0; i < slots; ++i) {
+    stashSlots.emplace_back(static_cast<size_t>(wiring.stashBytes));
+    freeSlots.push_back(static_cast<int>(i));
+  }
+}
+
+MessageKey StreamRunner::key(MessageKind kind, int64_t peer, int64_t mb,
+                             bool sending) const {
+  MessageKey k;
+  k.kind = kind;
+  k.microBatch = mb;
+  k.from = sending ? spec_.index : peer;
+  k.to = sending ? peer : spec_.index;
+  return k;
+}
+
+void StreamRunner::runStep(const StepContext &context) {
+  backwards = 0;
+  lossSum_ = 0;
+  restored.clear();
+  exec->setKernelTrace(tracing ? &kernels : nullptr);
+  // Every receive of the step is posted before the first instruction runs.
+  for (const Instruction &instr : stream.instructions)
+    if (instr.op == Instruction::Op::RecvActivation)
+      transport.postReceive(key(MessageKind::Activation, instr.peer,
+                                instr.microBatch, false),
+                            wiring.recvActivations.bytes);
+    else if (instr.op == Instruction::Op::RecvGradient)
+      transport.postReceive(
+          key(MessageKind::Gradient, instr.peer, instr.microBatch, false),
+          wiring.recvGradients.bytes);
+  for (const Instruction &instr : stream.instructions) {
+    bool compute = !isTransfer(instr.op);
+    double begin = compute || tracing ? now() : 0;
+    run(instr, context);
+    if (compute || tracing) {
+      double end = now();
+      if (compute)
+        busy += end - begin;
+      if (tracing) {
+        std::string name(instructionName(instr.op));
+        if (instr.microBatch >= 0)
+          name += " " + std::to_string(instr.microBatch);
+        traceEvents.push_back({std::move(name), begin, end});
+      }
+    }
+  }
+}
+
+void StreamRunner::clearStep() {
+  for (auto &[mb, slot] : slotOf)
+    freeSlots.push_back(slot);
+  slotOf.clear();
+  received.clear();
+  gradReceived.clear();
+}
+
+void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
+                        const char *arena, const MessageKey &k) {
+  Transport::Message msg =
+      transport.acquire(k, static_cast<size_t>(layout.bytes));
+  for (const MessageLayout::Entry &e : layout.tensors) {
+    const TensorSlot &slot = phase.outputs[e.slot];
+    std::memcpy(msg.data() + e.offset, arena + slot.offset, slot.byteSize());
+  }
+  transport.postSend(k, std::move(msg));
+}
+
+void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
+                           char *arena, const MessageKey &k,
+                           const char *what) {
+  auto &messages = k.kind == MessageKind::Activation ? received : gradReceived;
+  auto it = messages.find(k.microBatch);
+  if (it == messages.end())
+    throw std::runtime_error("stage " + std::to_string(spec_.index) + ": " +
+                             what + " of micro-batch " +
+                             std::to_string(k.microBatch) +
+                             " before its message");
+  for (const MessageLayout::Entry &e : layout.tensors) {
+    const TensorSlot &slot = phase.inputs[e.slot];
+    std::memcpy(arena + slot.offset, it->second.data() + e.offset,
+                slot.byteSize());
+  }
+  transport.release(k, std::move(it->second));
+  messages.erase(it);
+}
+
+void StreamRunner::loadStash(int64_t mb, const StepContext &context) {
+  char *ba = exec->arena(bwd);
+  auto slot = slotOf.find(mb);
+  if (slot == slotOf.end())
+    throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                             ": backward of micro-batch " + std::to_string(mb) +
+                             " without its forward");
+  const std::vector<char> &stash = stashSlots[slot->second];
+  for (const WiringSpec::Carried &c : wiring.carried) {
+    const TensorSlot &in = bwdSpec->inputs[c.input];
+    const char *from =
+        c.from != WiringSpec::Carried::From::Batch
+            ? stash.data() + c.stashOffset
+            : bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
+                  mb * in.byteSize();
+    parallelCopy(ba + in.offset, from, in.byteSize());
+  }
+  restored.insert(mb);
+}
+
+void StreamRunner::forward(int64_t mb, const StepContext &context) {
+  char *fa = exec->arena(fwd);
+  for (const TensorSlot *slot : dataIn)
+    parallelCopy(fa + slot->offset,
+                 bytesOf(context.batch->at(slot->name)) +
+                     mb * slot->byteSize(),
+                 slot->byteSize());
+  if (!wiring.recvActivations.tensors.empty())
+    receive(wiring.recvActivations, *fwdSpec, fa,
+            key(MessageKind::Activation, spec_.index - 1, mb, false),
+            "forward");
+  if (freeSlots.empty())
+    throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                             ": more micro-batches alive than the "
+                             "schedule allows");
+  int slot = freeSlots.back();
+  freeSlots.pop_back();
+  slotOf[mb] = slot;
+  char *stash = stashSlots[slot].data();
+  using From = WiringSpec::Carried::From;
+  // Kept inputs before the run (the arena reuses their memory), kept
+  // outputs after it.
+  for (const WiringSpec::Carried &c : wiring.carried)
+    if (c.from == From::ForwardInput) {
+      const TensorSlot &source = fwdSpec->inputs[c.index];
+      parallelCopy(stash + c.stashOffset, fa + source.offset,
+                   source.byteSize());
+    }
+  exec->setRandomState({context.seed, context.step, mb});
+  exec->run(fwd);
+  if (wiring.loss >= 0) {
+    float microLoss;
+    std::memcpy(&microLoss, fa + fwdSpec->outputs[wiring.loss].offset,
+                sizeof(float));
+    lossSum_ += microLoss;
+  }
+  for (const WiringSpec::Carried &c : wiring.carried)
+    if (c.from == From::ForwardOutput) {
+      const TensorSlot &source = fwdSpec->outputs[c.index];
+      parallelCopy(stash + c.stashOffset, fa + source.offset,
+                   source.byteSize());
+    }
+}
+
+void StreamRunner::backward(int64_t mb, const StepContext &context) {
+  if (!restored.count(mb))
+    loadStash(mb, context);
+  restored.erase(mb);
+  char *ba = exec->arena(bwd);
+  if (wiring.lossGrad >= 0) {
+    float seed = 1.0f / static_cast<float>(context.microBatches);
+    std::memcpy(ba + bwdSpec->inputs[wiring.lossGrad].offset, &seed,
+                sizeof(float));
+  }
+  if (!wiring.recvGradients.tensors.empty())
+    receive(wiring.recvGradients, *bwdSpec, ba,
+            key(MessageKind::Gradient, spec_.index + 1, mb, false), "backward");
+  exec->setRandomState({context.seed, context.step, mb});
+  exec->run(bwd);
+  int slot = slotOf.at(mb);
+  slotOf.erase(mb);
+  freeSlots.push_back(slot);
+  // Gradients accumulate where the optimizer phase reads them (the first
+  // backward's are copied there, the others added).
+  char *oa = exec->arena(opt);
+  bool first = backwards++ == 0;
+  for (const WiringSpec::Trained &t : wiring.trained) {
+    const TensorSlot &sum = optSpec->inputs[t.sum];
+    const TensorSlot &grad = bwdSpec->outputs[t.gradient];
+    if (first) {
+      parallelCopy(oa + sum.offset, ba + grad.offset, sum.byteSize());
+      continue;
+    }
+    parallelAccumulate(reinterpret_cast<float *>(oa + sum.offset),
+                       reinterpret_cast<const float *>(ba + grad.offset),
+                       sum.numElements());
+  }
+}
+
+void StreamRunner::optimizerStep(const StepContext &context) {
+  if (backwards != context.microBatches)
+    throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                             ": optimizer step after " +
+                             std::to_string(backwards) + " of " +
+                             std::to_string(context.microBatches) +
+                             " backwards");
+  // The update itself is compiled into the stage (gpipe-append-optimizer);
+  // the runtime sets this step's hyper-parameters.
+  char *oa = exec->arena(opt);
+  for (auto &[hyper, input] : wiring.hyper) {
+    float v = context.hyper.at(static_cast<size_t>(hyper));
+    std::memcpy(oa + optSpec->inputs[input].offset, &v, sizeof(float));
+  }
+  exec->run(opt);
+}
+
+void StreamRunner::run(const Instruction &instr, const StepContext &context) {
+  int64_t mb = instr.microBatch;
+  switch (instr.op) {
+  case Instruction::Op::RecvActivation: {
+    MessageKey k = key(MessageKind::Activation, instr.peer, mb, false);
+    received[mb] = transport.wait(k);
+    return;
+  }
+  case Instruction::Op::RecvGradient: {
+    MessageKey k = key(MessageKind::Gradient, instr.peer, mb, false);
+    gradReceived[mb] = transport.wait(k);
+    return;
+  }
+  case Instruction::Op::Forward:
+    forward(mb, context);
+    return;
+  case Instruction::Op::SendActivation:
+    send(wiring.sendActivations, *fwdSpec, exec->arena(fwd),
+         key(MessageKind::Activation, instr.peer, mb, true));
+    return;
+  case Instruction::Op::Recompute:
+    // The recomputation is compiled into the backward entry point; here
+    // the stage input kept by the forward goes back in place.
+    loadStash(mb, context);
+    return;
+  case Instruction::Op::Backward:
+    backward(mb, context);
+    return;
+  case Instruction::Op::SendGradient:
+    send(wiring.sendGradients, *bwdSpec, exec->arena(bwd),
+         key(MessageKind::Gradient, instr.peer, mb, true));
+    return;
+  case Instruction::Op::OptimizerStep:
+    optimizerStep(context);
+    return;
+  }
+}
+
+void StreamRunner::evaluate(const std::map<std::string, HostTensor> &microBatch,
+                            const StreamRunner *previous) {
+  char *arena = exec->arena(fwd);
+  for (const TensorSlot *slot : dataIn) {
+    auto it = microBatch.find(slot->name);
+    if (it == microBatch.end() ||
+        static_cast<int64_t>(it->second.data.size()) != slot->byteSize())
+      throw InputError("evaluation batch '" + slot->name +
+                       "' must have the compiled micro-batch shape " +
+                       std::to_string(slot->byteSize()) + " bytes");
+    std::memcpy(arena + slot->offset, it->second.data.data(),
+                slot->byteSize());
+  }
+  if (previous) {
+    const char *from = previous->exec->arena(previous->fwd);
+    for (const MessageLayout::Entry &e : wiring.recvActivations.tensors) {
+      const TensorSlot &slot = fwdSpec->inputs[e.slot];
+      const TensorSlot &source = previous->fwdSpec->outputs[e.senderSlot];
+      std::memcpy(arena + slot.offset, from + source.offset, slot.byteSize());
+    }
+  }
+  exec->setUpdateState(false);
+  exec->run(fwd);
+}
+
+} // namespace gpipe::runtime

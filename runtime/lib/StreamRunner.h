@@ -1,0 +1,118 @@
+// The schedule interpreter of one training stage: runs its device's
+// instruction stream from the bundle's schedule, with the stage's code,
+// its stash and a Transport to its neighbours, wired as the manifest says.
+#ifndef GPIPE_RUNTIME_STREAMRUNNER_H
+#define GPIPE_RUNTIME_STREAMRUNNER_H
+
+#include "Transport.h"
+
+#include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/StageExecutor.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace gpipe::runtime {
+
+/// What one step gives every stage: the batch, the step's number and
+/// random seed, and the hyper-parameters of its optimizer step.
+struct StepContext {
+  const std::map<std::string, HostTensor> *batch = nullptr;
+  int64_t step = 0;
+  uint64_t seed = 0;
+  int64_t microBatches = 1;
+  /// Value of each Hyper, indexed by its enum value.
+  std::vector<float> hyper;
+};
+
+class StreamRunner {
+public:
+  /// `spec` and `stream` belong to a checked training bundle; the executor
+  /// runs the stage's code.
+  StreamRunner(const StageSpec &spec, const StreamSpec &stream,
+               std::unique_ptr<StageExecutor> executor, Transport &transport);
+
+  /// Runs the stream's instructions once (one training step). On an error
+  /// the stage's per-step state is dropped; the caller aborts the transport.
+  void runStep(const StepContext &context);
+  /// Drops what a failed step left (stash slots, received messages).
+  void clearStep();
+
+  /// The sum of the micro-batch losses of the last step (last stage).
+  double lossSum() const { return lossSum_; }
+
+  /// The forward of one micro-batch for evaluation: its data inputs from
+  /// `microBatch`, its received activations straight from the previous
+  /// stage's forward arena.
+  void evaluate(const std::map<std::string, HostTensor> &microBatch,
+                const StreamRunner *previous);
+
+  StageExecutor &executor() { return *exec; }
+  const StageExecutor &executor() const { return *exec; }
+  const StageSpec &spec() const { return spec_; }
+  const PhaseSpec &forwardPhase() const { return *fwdSpec; }
+  size_t forwardIndex() const { return fwd; }
+  size_t backwardIndex() const { return bwd; }
+  /// The data inputs its forward reads from the batch.
+  const std::vector<const TensorSlot *> &dataInputs() const { return dataIn; }
+  /// Bytes of its stash slots.
+  int64_t stashAllocated() const {
+    return spec_.wiring.stashBytes * static_cast<int64_t>(stashSlots.size());
+  }
+
+  /// Timing of the steps run so far (forward, backward and optimizer).
+  double busySeconds() const { return busy; }
+  struct TraceEvent {
+    std::string name;
+    double begin, end;
+  };
+  /// Records every instruction and kernel while set.
+  void setTracing(bool on) { tracing = on; }
+  const std::vector<TraceEvent> &trace() const { return traceEvents; }
+  const std::vector<StageExecutor::KernelEvent> &kernelTrace() const {
+    return kernels;
+  }
+
+private:
+  void run(const Instruction &instr, const StepContext &context);
+  void forward(int64_t mb, const StepContext &context);
+  void backward(int64_t mb, const StepContext &context);
+  void optimizerStep(const StepContext &context);
+  void loadStash(int64_t mb, const StepContext &context);
+  void send(const MessageLayout &layout, const PhaseSpec &phase,
+            const char *arena, const MessageKey &key);
+  void receive(const MessageLayout &layout, const PhaseSpec &phase,
+               char *arena, const MessageKey &key, const char *what);
+  MessageKey key(MessageKind kind, int64_t peer, int64_t mb, bool sending) const;
+
+  const StageSpec &spec_;
+  const StreamSpec &stream;
+  std::unique_ptr<StageExecutor> exec;
+  Transport &transport;
+  const WiringSpec &wiring;
+  size_t fwd = 0, bwd = 0, opt = 0;
+  const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
+  std::vector<const TensorSlot *> dataIn;
+
+  std::vector<std::vector<char>> stashSlots;
+  std::vector<int> freeSlots;
+  std::map<int64_t, int> slotOf;
+
+  // Per step.
+  std::map<int64_t, Transport::Message> received, gradReceived;
+  std::set<int64_t> restored;
+  int64_t backwards = 0;
+  double lossSum_ = 0;
+
+  double busy = 0;
+  bool tracing = false;
+  std::vector<TraceEvent> traceEvents;
+  std::vector<StageExecutor::KernelEvent> kernels;
+};
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_STREAMRUNNER_H
