@@ -1,11 +1,11 @@
 // RUN: gpipe-opt %s --split-input-file --gpipe-append-loss -verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: (%[[X:.*]]: tensor<4x3xf32> {gpipe.name = "x"}, %[[L:.*]]: tensor<4xi64> {gpipe.name = "labels"})
-// CHECK-SAME: -> (tensor<f32> {gpipe.name = "loss"}, tensor<4x3xf32> {gpipe.name = "logits"})
+// CHECK-SAME: (%[[X:.*]]: tensor<4x3xf32> {gpipe.name = "x"}, %[[L:.*]]: tensor<4xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>})
+// CHECK-SAME: -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}, tensor<4x3xf32> {gpipe.name = "logits", gpipe.role = #gpipe.role<output>})
 // CHECK: %[[LOSS:.*]] = nn.softmax_cross_entropy %[[X]], %[[L]] : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>
 // CHECK: return %[[LOSS]], %[[X]]
-func.func @forward(%x: tensor<4x3xf32> {gpipe.name = "x"}) -> (tensor<4x3xf32> {gpipe.name = "logits"}) {
+func.func @forward(%x: tensor<4x3xf32> {gpipe.name = "x"}) -> (tensor<4x3xf32> {gpipe.name = "logits", gpipe.role = #gpipe.role<output>}) {
   return %x : tensor<4x3xf32>
 }
 

@@ -8,7 +8,7 @@
 // SGD-NEXT: gpipe.parameter @"__opt.momentum:w" = dense<0.000000e+00> : tensor<2x3xf32>
 // SGD-NOT: __opt.momentum:frozen
 // SGD-LABEL: func.func @optimizer
-// SGD-SAME: (%[[G:.*]]: tensor<2x3xf32> {gpipe.name = "grad:w"}, %[[LR:.*]]: tensor<f32> {gpipe.name = "hyper:lr"}, %[[WD:.*]]: tensor<f32> {gpipe.name = "hyper:weight_decay"}, %[[MU:.*]]: tensor<f32> {gpipe.name = "hyper:momentum"})
+// SGD-SAME: (%[[G:.*]]: tensor<2x3xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}, %[[LR:.*]]: tensor<f32> {gpipe.name = "hyper:lr", gpipe.role = #gpipe.role<hyper>}, %[[WD:.*]]: tensor<f32> {gpipe.name = "hyper:weight_decay", gpipe.role = #gpipe.role<hyper>}, %[[MU:.*]]: tensor<f32> {gpipe.name = "hyper:momentum", gpipe.role = #gpipe.role<hyper>})
 // SGD: %[[P:.*]] = gpipe.get_parameter @w
 // SGD: %[[DECAY:.*]] = nn.mul %[[WD]], %[[P]]
 // SGD: %[[D:.*]] = nn.add %[[G]], %[[DECAY]]
@@ -27,7 +27,7 @@
 // ADAMW-DAG: gpipe.parameter @"__opt.m:w"
 // ADAMW-DAG: gpipe.parameter @"__opt.v:w"
 // ADAMW-LABEL: func.func @optimizer
-// ADAMW-SAME: {gpipe.name = "hyper:step_size"}, %{{.*}}: tensor<f32> {gpipe.name = "hyper:bias_correction2"})
+// ADAMW-SAME: {gpipe.name = "hyper:step_size", gpipe.role = #gpipe.role<hyper>}, %{{.*}}: tensor<f32> {gpipe.name = "hyper:bias_correction2", gpipe.role = #gpipe.role<hyper>})
 // ADAMW: gpipe.assign_parameter @"__opt.m:w"
 // ADAMW: gpipe.assign_parameter @"__opt.v:w", %[[V:.*]] :
 // ADAMW: nn.sqrt %[[V]]

@@ -6,8 +6,8 @@ gpipe.parameter @w trainable = dense<0.5> : tensor<3x4xf32>
 gpipe.parameter @b trainable = dense<0.1> : tensor<3xf32>
 gpipe.parameter @frozen = dense<1.0> : tensor<3xf32>
 // CHECK-LABEL: func.func @forward_backward
-// CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32> {gpipe.name = "x"}, %[[L:.*]]: tensor<2xi64> {gpipe.name = "labels"}, %[[SEED:.*]]: tensor<f32> {gpipe.name = "loss_grad"})
-// CHECK-SAME: -> (tensor<f32> {gpipe.name = "loss"}, tensor<3x4xf32> {gpipe.name = "grad:w"}, tensor<3xf32> {gpipe.name = "grad:b"})
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32> {gpipe.name = "x"}, %[[L:.*]]: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}, %[[SEED:.*]]: tensor<f32> {gpipe.name = "loss_grad", gpipe.role = #gpipe.role<loss_grad>})
+// CHECK-SAME: -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}, tensor<3x4xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}, tensor<3xf32> {gpipe.name = "grad:b", gpipe.role = #gpipe.role<param_grad>})
 // CHECK: %[[W:.*]] = gpipe.get_parameter @w
 // CHECK: %[[Y:.*]] = nn.gemm %[[X]], %[[W]], %{{.*}} {trans_b = true}
 // CHECK: %[[R:.*]] = nn.relu %[[Y]]
@@ -19,7 +19,7 @@ gpipe.parameter @frozen = dense<1.0> : tensor<3xf32>
 // CHECK: %[[DB1:.*]] = nn.reshape %[[DB]] {shape = array<i64: 3>}
 // CHECK: return %[[LOSS]], %[[DW]], %[[DB1]]
 // CHECK-NOT: @forward(
-func.func @forward(%x: tensor<2x4xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels"}) -> (tensor<f32> {gpipe.name = "loss"}) {
+func.func @forward(%x: tensor<2x4xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}) -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
   %w = gpipe.get_parameter @w : tensor<3x4xf32>
   %b = gpipe.get_parameter @b : tensor<3xf32>
   %y = nn.gemm %x, %w, %b {trans_b = true} : (tensor<2x4xf32>, tensor<3x4xf32>, tensor<3xf32>) -> tensor<2x3xf32>
@@ -41,7 +41,7 @@ gpipe.parameter @p trainable = dense<2.0> : tensor<3xf32>
 // CHECK: %[[N:.*]] = nn.mul %[[G]], %[[P]]
 // CHECK: %[[SUM:.*]] = nn.add %[[M]], %[[N]]
 // CHECK: return %{{.*}}, %[[SUM]]
-func.func @forward() -> (tensor<f32> {gpipe.name = "loss"}) {
+func.func @forward() -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
   %p = gpipe.get_parameter @p : tensor<3xf32>
   %sq = nn.mul %p, %p : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
   %s = nn.reduce_sum %sq {axes = array<i64: 0>, keepdims = false} : (tensor<3xf32>) -> tensor<f32>

@@ -13,7 +13,7 @@
 // CHECK-NOT: memref.copy
 // CHECK: return
 gpipe.parameter @w trainable = dense<1.0> : tensor<4xf32>
-func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w"}, %lr: tensor<f32> {gpipe.name = "hyper:lr"}) {
+func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}, %lr: tensor<f32> {gpipe.name = "hyper:lr", gpipe.role = #gpipe.role<hyper>}) {
   %w = gpipe.get_parameter @w : tensor<4xf32>
   %step = nn.mul %lr, %g : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
   %new = nn.sub %w, %step : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
@@ -31,7 +31,7 @@ func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w"}, %lr: tensor<f32>
 // CHECK: return
 gpipe.parameter @w trainable = dense<1.0> : tensor<4xf32>
 gpipe.parameter @v = dense<0.0> : tensor<4xf32>
-func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w"}) {
+func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}) {
   %w = gpipe.get_parameter @w : tensor<4xf32>
   %new = nn.sub %w, %g : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %late = nn.relu %w : tensor<4xf32>

@@ -10,12 +10,12 @@
 
 // NEVER-LABEL: func.func @forward
 // NEVER-SAME: (%[[X:.*]]: tensor<2x3xf32> {gpipe.name = "x"})
-// NEVER-SAME: -> (tensor<f32>, tensor<2x4xf32> {gpipe.name = "stash:0"}, tensor<2x3xf32> {gpipe.name = "stash:1"})
+// NEVER-SAME: -> (tensor<f32>, tensor<2x4xf32> {gpipe.name = "stash:0", gpipe.role = #gpipe.role<stash>}, tensor<2x3xf32> {gpipe.name = "stash:1", gpipe.role = #gpipe.role<stash>})
 // NEVER: %[[H:.*]] = nn.gemm %[[X]]
 // NEVER: return %{{.*}}, %[[H]], %[[X]]
 // NEVER-LABEL: func.func @backward
-// NEVER-SAME: (%[[SH:.*]]: tensor<2x4xf32> {gpipe.name = "stash:0"}, %[[SX:.*]]: tensor<2x3xf32> {gpipe.name = "stash:1"}, %{{.*}}: tensor<f32> {gpipe.name = "loss_grad"})
-// NEVER-SAME: -> (tensor<4x3xf32> {gpipe.name = "grad:w"})
+// NEVER-SAME: (%[[SH:.*]]: tensor<2x4xf32> {gpipe.name = "stash:0", gpipe.role = #gpipe.role<stash>}, %[[SX:.*]]: tensor<2x3xf32> {gpipe.name = "stash:1", gpipe.role = #gpipe.role<stash>}, %{{.*}}: tensor<f32> {gpipe.name = "loss_grad", gpipe.role = #gpipe.role<loss_grad>})
+// NEVER-SAME: -> (tensor<4x3xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>})
 // NEVER-NOT: nn.relu %
 // NEVER: nn.relu_grad %{{.*}}, %[[SH]]
 // NEVER: nn.gemm %{{.*}}, %[[SX]] {trans_a = true}
@@ -24,7 +24,7 @@
 // ALWAYS-LABEL: func.func @forward
 // ALWAYS-SAME: -> tensor<f32>
 // ALWAYS-LABEL: func.func @backward
-// ALWAYS-SAME: (%[[X:.*]]: tensor<2x3xf32> {gpipe.name = "x"}, %{{.*}}: tensor<f32> {gpipe.name = "loss_grad"})
+// ALWAYS-SAME: (%[[X:.*]]: tensor<2x3xf32> {gpipe.name = "x"}, %{{.*}}: tensor<f32> {gpipe.name = "loss_grad", gpipe.role = #gpipe.role<loss_grad>})
 // ALWAYS: %[[H:.*]] = nn.gemm %[[X]], %{{.*}} {gpipe.recompute, trans_b = true}
 // ALWAYS: nn.relu_grad %{{.*}}, %[[H]]
 // ALWAYS: return

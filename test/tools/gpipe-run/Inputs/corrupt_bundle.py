@@ -22,7 +22,7 @@ def flip(path, at):
 
 manifest_path = dst + "/manifest.json"
 if how == "flip-params":
-    flip(dst + "/params.bin", 5)
+    flip(dst + "/stage0.params", 5)
 elif how == "flip-code":
     flip(dst + "/stage0.so", 1000)
 elif how == "truncate-manifest":
