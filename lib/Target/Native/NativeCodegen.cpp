@@ -5,6 +5,8 @@
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
@@ -47,6 +49,12 @@ std::string gpipe::nativeTargetCPU() {
 }
 
 LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
+  // bfloat16 conversions as integer arithmetic: LLVM would call compiler
+  // builtins (__truncsfbf2) that the runtime's libgcc may not have.
+  RewritePatternSet bf16(module.getContext());
+  arith::populateExpandBFloat16Patterns(bf16);
+  if (failed(applyPatternsAndFoldGreedily(module, std::move(bf16))))
+    return failure();
   PassManager pm(module.getContext());
   pm.addPass(createOutlineParallelLoops());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
