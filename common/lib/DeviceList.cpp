@@ -78,9 +78,9 @@ std::string parseDeviceList(std::string_view text,
   size_t start = 0;
   while (true) {
     size_t comma = text.find(',', start);
-    std::string_view item = text.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos
-                                               : comma - start);
+    std::string_view item = text.substr(start, comma == std::string_view::npos
+                                                   ? std::string_view::npos
+                                                   : comma - start);
     if (item.empty())
       return "the device list '" + std::string(text) + "' has an empty item";
     Device device;

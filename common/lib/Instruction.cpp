@@ -33,8 +33,7 @@ std::optional<InstructionOp> instructionFromName(std::string_view name) {
 bool isTransfer(InstructionOp op) {
   return op == InstructionOp::SendActivation ||
          op == InstructionOp::RecvActivation ||
-         op == InstructionOp::SendGradient ||
-         op == InstructionOp::RecvGradient;
+         op == InstructionOp::SendGradient || op == InstructionOp::RecvGradient;
 }
 
 } // namespace gpipe

@@ -45,12 +45,12 @@ struct BundleOptions {
 };
 
 /// Compiles the stage modules (one per stage, in order; each must have gone
-/// through gpipe-lower-stage, each with its own parameter blob) and writes the bundle directory at `path`: built next to it and
-/// renamed into place, so that a failure leaves whatever was at `path`
-/// untouched. The modules are consumed: their gpipe.parameter ops are
-/// erased once their bytes are in the stage's parameter file, and they are lowered to LLVM
-/// for the stage libraries (which resets LLVM's command-line options; see
-/// emitStageLibrary).
+/// through gpipe-lower-stage, each with its own parameter blob) and writes the
+/// bundle directory at `path`: built next to it and renamed into place, so that
+/// a failure leaves whatever was at `path` untouched. The modules are consumed:
+/// their gpipe.parameter ops are erased once their bytes are in the stage's
+/// parameter file, and they are lowered to LLVM for the stage libraries (which
+/// resets LLVM's command-line options; see emitStageLibrary).
 mlir::LogicalResult writeBundle(llvm::ArrayRef<mlir::ModuleOp> stages,
                                 llvm::StringRef path,
                                 const BundleOptions &options);

@@ -122,7 +122,6 @@ LogicalResult writeFile(Operation *anchor, StringRef path,
   return success();
 }
 
-
 /// The model-level entries of an ArrayAttr of tensor dictionaries: those
 /// whose role is one of `roles`, each name once.
 json::Array modelSlots(Attribute list, ArrayRef<Role> roles,
@@ -219,8 +218,9 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
   json::Array inputs;
   llvm::StringSet<> seenInputs, seenOutputs;
   for (auto &stagePhases : phases)
-    for (json::Value &v : modelSlots(stagePhases.front()->getAttr("gpipe.inputs"),
-                                     {Role::Data}, seenInputs))
+    for (json::Value &v :
+         modelSlots(stagePhases.front()->getAttr("gpipe.inputs"), {Role::Data},
+                    seenInputs))
       inputs.push_back(std::move(v));
   auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
   json::Object manifest{

@@ -63,8 +63,7 @@ StringRef gradientOf(StringRef name) { return name.split(':').second; }
 
 } // namespace
 
-FailureOr<SmallVector<json::Object>>
-wireStages(ArrayRef<StagePhases> stages) {
+FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
   struct Phases {
     SmallVector<Slot> fwdIn, fwdOut, bwdIn, bwdOut, optIn;
   };
@@ -111,8 +110,8 @@ wireStages(ArrayRef<StagePhases> stages) {
       if (in.role == Role::Activation &&
           (k == 0 || !findSlot(all[k - 1].fwdOut, in.name)))
         return fail("input '" + in.name + "' is no output of the stage before");
-    wiring["recv_activations"] = json::Object{{"bytes", recvActBytes},
-                                              {"tensors", std::move(recvAct)}};
+    wiring["recv_activations"] =
+        json::Object{{"bytes", recvActBytes}, {"tensors", std::move(recvAct)}};
 
     // Each received gradient at its offset in the next stage's message.
     json::Array recvGrad;

@@ -119,8 +119,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     auto bwd = stage.lookupSymbol<func::FuncOp>("backward");
     // Kept per micro-batch: the forward's stash, or (recompute) the
     // received stage input; the data inputs are read again from the batch.
-    int64_t stashBytes =
-        roleBytes(bwd, false, {Role::Stash, Role::Activation});
+    int64_t stashBytes = roleBytes(bwd, false, {Role::Stash, Role::Activation});
     // One received and one sent message each way.
     int64_t messageBytes = 2 * (roleBytes(fwd, false, {Role::Activation}) +
                                 roleBytes(fwd, true, {Role::Activation}));

@@ -52,9 +52,10 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     auto labelsType =
         RankedTensorType::get({logits.getDimSize(0)}, b.getIntegerType(64));
     unsigned index = forward.getNumArguments();
-    forward.insertArgument(index, labelsType,
-                           gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
-                           forward.getLoc());
+    forward.insertArgument(
+        index, labelsType,
+        gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
+        forward.getLoc());
     Value lossValue = b.create<gpipe::nn::SoftmaxCrossEntropyOp>(
         ret.getLoc(), ValueRange{ret.getOperand(0), forward.getArgument(index)},
         ArrayRef<NamedAttribute>{});
@@ -77,9 +78,10 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
              << out.getType();
     OpBuilder b(ret);
     unsigned index = forward.getNumArguments();
-    forward.insertArgument(index, type,
-                           gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
-                           forward.getLoc());
+    forward.insertArgument(
+        index, type,
+        gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
+        forward.getLoc());
     Location loc = ret.getLoc();
     Value diff = b.create<gpipe::nn::SubOp>(
         loc, ValueRange{out, forward.getArgument(index)},
@@ -137,8 +139,9 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     forward.setType(b.getFunctionType(forward.getArgumentTypes(), types));
     // The loss first, then the model's outputs.
     for (auto [i, n] : llvm::enumerate(names))
-      forward.setResultAttrs(
-          i, gpipe::slotAttrs(b.getContext(), n, i == 0 ? gpipe::Role::Loss : gpipe::Role::Output));
+      forward.setResultAttrs(i, gpipe::slotAttrs(b.getContext(), n,
+                                                 i == 0 ? gpipe::Role::Loss
+                                                        : gpipe::Role::Output));
     return success();
   }
 };

@@ -66,9 +66,9 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     };
     SmallVector<std::pair<Value, Value>> seeds;
     if (hasLoss)
-      seeds.push_back({fbRet.getOperand(0),
-                       addSeed(fbRet.getOperand(0).getType(), "loss_grad",
-                               Role::LossGrad)});
+      seeds.push_back(
+          {fbRet.getOperand(0), addSeed(fbRet.getOperand(0).getType(),
+                                        "loss_grad", Role::LossGrad)});
     for (unsigned i : actResults)
       seeds.push_back(
           {fbRet.getOperand(i),

@@ -67,8 +67,7 @@ gpipe::outlineStages(ModuleOp module) {
       results.push_back(map.lookup(v));
     fb.create<func::ReturnOp>(yield.getLoc(), results);
     // Each argument and result keeps its name and role.
-    auto slots = [&](StringRef namesAttr, StringRef rolesAttr,
-                     unsigned count) {
+    auto slots = [&](StringRef namesAttr, StringRef rolesAttr, unsigned count) {
       auto names = stage->getAttrOfType<ArrayAttr>(namesAttr);
       auto roles = stage->getAttrOfType<ArrayAttr>(rolesAttr);
       SmallVector<DictionaryAttr> dicts;
@@ -82,10 +81,10 @@ gpipe::outlineStages(ModuleOp module) {
       }
       return dicts;
     };
-    fn.setAllArgAttrs(slots("gpipe.input_names", "gpipe.input_roles",
-                            fn.getNumArguments()));
-    fn.setAllResultAttrs(slots("gpipe.output_names", "gpipe.output_roles",
-                               fn.getNumResults()));
+    fn.setAllArgAttrs(
+        slots("gpipe.input_names", "gpipe.input_roles", fn.getNumArguments()));
+    fn.setAllResultAttrs(
+        slots("gpipe.output_names", "gpipe.output_roles", fn.getNumResults()));
     out.push_back(std::move(m));
   }
   return out;

@@ -176,8 +176,8 @@ struct SplitForwardBackwardPass
     } else {
       for (auto [i, v] : llvm::enumerate(stash)) {
         inTypes.push_back(v.getType());
-        inNames.push_back(slotAttrs(b.getContext(), "stash:" + std::to_string(i),
-                                    Role::Stash));
+        inNames.push_back(slotAttrs(b.getContext(),
+                                    "stash:" + std::to_string(i), Role::Stash));
       }
     }
     for (unsigned i = firstSeed; i < fb.getNumArguments(); ++i) {

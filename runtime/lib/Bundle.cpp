@@ -269,12 +269,12 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
   WiringSpec w;
   w.sendActivations = layout(j.at("send_activations"), fwd->outputs, "output",
                              "forward output");
-  w.recvActivations = layout(j.at("recv_activations"), fwd->inputs, "input",
-                             "forward input");
-  w.sendGradients = layout(j.at("send_gradients"), bwd->outputs, "output",
-                           "backward output");
-  w.recvGradients = layout(j.at("recv_gradients"), bwd->inputs, "input",
-                           "backward input");
+  w.recvActivations =
+      layout(j.at("recv_activations"), fwd->inputs, "input", "forward input");
+  w.sendGradients =
+      layout(j.at("send_gradients"), bwd->outputs, "output", "backward output");
+  w.recvGradients =
+      layout(j.at("recv_gradients"), bwd->inputs, "input", "backward input");
   w.stashBytes = j.at("stash_bytes").get<int64_t>();
   for (const json &c : j.at("carried")) {
     WiringSpec::Carried carried;
@@ -305,8 +305,8 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
   }
   for (const json &t : j.at("trained")) {
     WiringSpec::Trained trained;
-    trained.parameter = index(t.at("parameter"),
-                              stage.parameters.tensors.size(), "parameter");
+    trained.parameter =
+        index(t.at("parameter"), stage.parameters.tensors.size(), "parameter");
     trained.gradient =
         index(t.at("gradient"), bwd->outputs.size(), "backward output");
     trained.sum = index(t.at("sum"), opt->inputs.size(), "optimizer input");
@@ -322,8 +322,9 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     std::string name = h.at("hyper").get<std::string>();
     std::optional<Hyper> hyper = hyperFromName(name);
     if (!hyper)
-      throw BundleError(where + "the optimizer asks for an unknown "
-                                "hyper-parameter '" +
+      throw BundleError(where +
+                        "the optimizer asks for an unknown "
+                        "hyper-parameter '" +
                         name + "'");
     size_t input = index(h.at("input"), opt->inputs.size(), "optimizer input");
     if (opt->inputs[input].dtype != DType::F32 ||

@@ -56,9 +56,9 @@ void StreamRunner::runStep(const StepContext &context) {
   // Every receive of the step is posted before the first instruction runs.
   for (const Instruction &instr : stream.instructions)
     if (instr.op == Instruction::Op::RecvActivation)
-      transport.postReceive(key(MessageKind::Activation, instr.peer,
-                                instr.microBatch, false),
-                            wiring.recvActivations.bytes);
+      transport.postReceive(
+          key(MessageKind::Activation, instr.peer, instr.microBatch, false),
+          wiring.recvActivations.bytes);
     else if (instr.op == Instruction::Op::RecvGradient)
       transport.postReceive(
           key(MessageKind::Gradient, instr.peer, instr.microBatch, false),
@@ -101,8 +101,7 @@ void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
 }
 
 void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
-                           char *arena, const MessageKey &k,
-                           const char *what) {
+                           char *arena, const MessageKey &k, const char *what) {
   auto &messages = k.kind == MessageKind::Activation ? received : gradReceived;
   auto it = messages.find(k.microBatch);
   if (it == messages.end())
@@ -143,8 +142,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   char *fa = exec->arena(fwd);
   for (const TensorSlot *slot : dataIn)
     parallelCopy(fa + slot->offset,
-                 bytesOf(context.batch->at(slot->name)) +
-                     mb * slot->byteSize(),
+                 bytesOf(context.batch->at(slot->name)) + mb * slot->byteSize(),
                  slot->byteSize());
   if (!wiring.recvActivations.tensors.empty())
     receive(wiring.recvActivations, *fwdSpec, fa,
@@ -220,11 +218,10 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
 
 void StreamRunner::optimizerStep(const StepContext &context) {
   if (backwards != context.microBatches)
-    throw std::runtime_error("stage " + std::to_string(spec_.index) +
-                             ": optimizer step after " +
-                             std::to_string(backwards) + " of " +
-                             std::to_string(context.microBatches) +
-                             " backwards");
+    throw std::runtime_error(
+        "stage " + std::to_string(spec_.index) + ": optimizer step after " +
+        std::to_string(backwards) + " of " +
+        std::to_string(context.microBatches) + " backwards");
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.
   char *oa = exec->arena(opt);
@@ -283,8 +280,7 @@ void StreamRunner::evaluate(const std::map<std::string, HostTensor> &microBatch,
       throw InputError("evaluation batch '" + slot->name +
                        "' must have the compiled micro-batch shape " +
                        std::to_string(slot->byteSize()) + " bytes");
-    std::memcpy(arena + slot->offset, it->second.data.data(),
-                slot->byteSize());
+    std::memcpy(arena + slot->offset, it->second.data.data(), slot->byteSize());
   }
   if (previous) {
     const char *from = previous->exec->arena(previous->fwd);

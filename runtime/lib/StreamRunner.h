@@ -84,9 +84,10 @@ private:
   void loadStash(int64_t mb, const StepContext &context);
   void send(const MessageLayout &layout, const PhaseSpec &phase,
             const char *arena, const MessageKey &key);
-  void receive(const MessageLayout &layout, const PhaseSpec &phase,
-               char *arena, const MessageKey &key, const char *what);
-  MessageKey key(MessageKind kind, int64_t peer, int64_t mb, bool sending) const;
+  void receive(const MessageLayout &layout, const PhaseSpec &phase, char *arena,
+               const MessageKey &key, const char *what);
+  MessageKey key(MessageKind kind, int64_t peer, int64_t mb,
+                 bool sending) const;
 
   const StageSpec &spec_;
   const StreamSpec &stream;

@@ -132,14 +132,15 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   context.step = steps;
   context.seed = randomSeed;
   context.microBatches = t.microBatches;
-  context.hyper = {static_cast<float>(lr_),
-                   static_cast<float>(t.weightDecay),
-                   static_cast<float>(t.momentum),
-                   static_cast<float>(t.beta1),
-                   static_cast<float>(t.beta2),
-                   static_cast<float>(t.eps),
-                   static_cast<float>(lr_ / (1 - std::pow(t.beta1, stepNumber))),
-                   static_cast<float>(std::sqrt(1 - std::pow(t.beta2, stepNumber)))};
+  context.hyper = {
+      static_cast<float>(lr_),
+      static_cast<float>(t.weightDecay),
+      static_cast<float>(t.momentum),
+      static_cast<float>(t.beta1),
+      static_cast<float>(t.beta2),
+      static_cast<float>(t.eps),
+      static_cast<float>(lr_ / (1 - std::pow(t.beta1, stepNumber))),
+      static_cast<float>(std::sqrt(1 - std::pow(t.beta2, stepNumber)))};
   for (auto &st : stages)
     st->runner->setTracing(tracing);
   if (stages.size() == 1 && !stages[0]->worker) {
@@ -197,9 +198,9 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
   auto it = known.find(name);
   bool used = false;
   for (const StageSpec &stage : bundle_.stages)
-    used |= std::any_of(
-        stage.wiring.hyper.begin(), stage.wiring.hyper.end(),
-        [&](const auto &h) { return hyperName(h.first) == name; });
+    used |=
+        std::any_of(stage.wiring.hyper.begin(), stage.wiring.hyper.end(),
+                    [&](const auto &h) { return hyperName(h.first) == name; });
   if (it == known.end() || !used)
     throw InputError(flag + ": the bundle's " + t.optimizer +
                      " optimizer has no such hyper-parameter");
@@ -287,8 +288,7 @@ TrainingSession::opProfile() const {
         if (kernels[k].op.empty())
           continue;
         auto &entry = out[kernels[k].op];
-        (phase == fwd ? entry.first : entry.second) +=
-            totals[phase][k] / runs;
+        (phase == fwd ? entry.first : entry.second) += totals[phase][k] / runs;
       }
     }
   }
@@ -382,8 +382,7 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
                       ": the checkpoint belongs to another model or bundle");
   for (size_t i = 0; i < state.size(); ++i) {
     auto [stage, p] = state[i];
-    std::memcpy(stage->runner->executor().params() +
-                    p->offset,
+    std::memcpy(stage->runner->executor().params() + p->offset,
                 c.tensors[i].data(), c.tensors[i].size());
   }
   steps = c.steps;

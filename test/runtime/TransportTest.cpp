@@ -1,8 +1,8 @@
 // A two-stage 1F1B bundle (compiled by gpipe-opt; the lit test
-// test/tools/gpipe-run/transport.test passes it in GPIPE_TEST_TRAIN_BUNDLE) trained through a
-// transport that records its traffic: every stage posts exactly the sends
-// and receives of its stream in the compiler's schedule, in order, and
-// pre-posts its receives before it sends or waits.
+// test/tools/gpipe-run/transport.test passes it in GPIPE_TEST_TRAIN_BUNDLE)
+// trained through a transport that records its traffic: every stage posts
+// exactly the sends and receives of its stream in the compiler's schedule, in
+// order, and pre-posts its receives before it sends or waits.
 #include "InProcessTransport.h"
 
 #include "gpipe/runtime/TrainingSession.h"

@@ -281,7 +281,8 @@ int runTraining(const std::string &bundlePath, const TrainOptions &o) {
       if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
           (samples >= 0 && t.shape[0] != samples))
         throw InputError(o.data + ": array '" + slot->name + "' is " +
-                         t.describe() + ", expected " + std::string(dtypeName(slot->dtype)) +
+                         t.describe() + ", expected " +
+                         std::string(dtypeName(slot->dtype)) +
                          " rows shaped like the model's input, as many as "
                          "the other arrays");
       samples = t.shape[0];

@@ -9,8 +9,8 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "gpipe/common/Role.h"
@@ -44,8 +44,8 @@ std::optional<Role> roleOf(mlir::DictionaryAttr attrs);
 Role argRole(mlir::FunctionOpInterface f, unsigned index);
 Role resultRole(mlir::FunctionOpInterface f, unsigned index);
 /// `{gpipe.name = name, gpipe.role = role}`.
-mlir::DictionaryAttr slotAttrs(mlir::MLIRContext *context,
-                               llvm::StringRef name, Role role);
+mlir::DictionaryAttr slotAttrs(mlir::MLIRContext *context, llvm::StringRef name,
+                               Role role);
 } // namespace gpipe
 
 #endif // GPIPE_GPIPE_IR_GPIPEOPS_H

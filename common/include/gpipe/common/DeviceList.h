@@ -28,7 +28,8 @@ struct Device {
 /// (several stages on one device); empty items, unknown kinds, negative or
 /// reversed ranges are errors. Returns "" on success, else a message that
 /// names the offending item and the grammar.
-std::string parseDeviceList(std::string_view text, std::vector<Device> &devices);
+std::string parseDeviceList(std::string_view text,
+                            std::vector<Device> &devices);
 
 } // namespace gpipe
 
