@@ -10,8 +10,10 @@ before="$1" after="$2" work="${3:-$(mktemp -d)}"
 for side in before after; do
   bin="${!side}/bin"
   for suite in pipeline_equivalence pytorch_training; do
+    mkdir -p "$work/$side"
     /usr/bin/python3 "$root/test/e2e/$suite.py" "$bin/gpipe-opt" \
-      "$bin/gpipe-run" "$work/$side/$suite" | tail -n 1 | sed "s/^/$side $suite: /"
+      "$bin/gpipe-run" "$work/$side/$suite" 2>"$work/$side/$suite.stderr" |
+      tail -n 1 | sed "s/^/$side $suite: /"
   done
 done
 /usr/bin/python3 - "$work" <<'PY'

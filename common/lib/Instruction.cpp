@@ -1,6 +1,6 @@
 #include "gpipe/common/Instruction.h"
 
-#include <utility>
+#include "NameTable.h"
 
 namespace gpipe {
 
@@ -17,17 +17,11 @@ constexpr std::pair<InstructionOp, std::string_view> kInstructions[] = {
 } // namespace
 
 std::string_view instructionName(InstructionOp op) {
-  for (const auto &[o, name] : kInstructions)
-    if (o == op)
-      return name;
-  return "?";
+  return detail::nameIn(kInstructions, op);
 }
 
 std::optional<InstructionOp> instructionFromName(std::string_view name) {
-  for (const auto &[o, n] : kInstructions)
-    if (n == name)
-      return o;
-  return std::nullopt;
+  return detail::valueIn(kInstructions, name);
 }
 
 bool isTransfer(InstructionOp op) {

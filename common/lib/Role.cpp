@@ -1,8 +1,11 @@
 #include "gpipe/common/Role.h"
 
-#include <utility>
+#include "NameTable.h"
 
 namespace gpipe {
+
+using detail::nameIn;
+using detail::valueIn;
 
 namespace {
 constexpr std::pair<Role, std::string_view> kRoles[] = {
@@ -27,23 +30,6 @@ constexpr std::pair<Hyper, std::string_view> kHypers[] = {
     {Hyper::StepSize, "step_size"},
     {Hyper::BiasCorrection2, "bias_correction2"}};
 
-template <typename E, size_t N>
-std::string_view nameIn(const std::pair<E, std::string_view> (&table)[N],
-                        E value) {
-  for (const auto &[v, name] : table)
-    if (v == value)
-      return name;
-  return "?";
-}
-
-template <typename E, size_t N>
-std::optional<E> valueIn(const std::pair<E, std::string_view> (&table)[N],
-                         std::string_view name) {
-  for (const auto &[v, n] : table)
-    if (n == name)
-      return v;
-  return std::nullopt;
-}
 } // namespace
 
 std::string_view roleName(Role role) { return nameIn(kRoles, role); }

@@ -1,10 +1,11 @@
 #include "gpipe/runtime/StageExecutor.h"
 
+#include "Clock.h"
+
 #include "gpipe/runtime/ParallelFor.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -91,14 +92,9 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   }
   try {
     if (kernelTrace || profiling) {
-      auto now = [] {
-        return std::chrono::duration<double>(
-                   std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-      };
-      double begin = now();
+      double begin = steadySeconds();
       kernels[id]->run(engine->stream);
-      double end = now();
+      double end = steadySeconds();
       if (kernelTrace)
         kernelTrace->push_back(
             {&spec.phases[phase].kernels[id].kind, begin, end});

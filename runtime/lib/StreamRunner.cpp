@@ -1,19 +1,15 @@
 #include "StreamRunner.h"
 
+#include "Clock.h"
+
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/ParallelFor.h"
 
-#include <chrono>
 #include <cstring>
 
 namespace gpipe::runtime {
 
 namespace {
-double now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 const char *bytesOf(const HostTensor &t) {
   return reinterpret_cast<const char *>(t.data.data());
@@ -65,10 +61,10 @@ void StreamRunner::runStep(const StepContext &context) {
           wiring.recvGradients.bytes);
   for (const Instruction &instr : stream.instructions) {
     bool compute = !isTransfer(instr.op);
-    double begin = compute || tracing ? now() : 0;
+    double begin = compute || tracing ? steadySeconds() : 0;
     run(instr, context);
     if (compute || tracing) {
-      double end = now();
+      double end = steadySeconds();
       if (compute)
         busy += end - begin;
       if (tracing) {

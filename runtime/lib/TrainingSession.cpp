@@ -1,6 +1,7 @@
 #include "gpipe/runtime/TrainingSession.h"
 
 #include "Checkpoint.h"
+#include "Clock.h"
 #include "InProcessTransport.h"
 #include "StreamRunner.h"
 #include "TraceWriter.h"
@@ -9,21 +10,12 @@
 #include "gpipe/runtime/DeviceWorker.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
 #include <sstream>
 
 namespace gpipe::runtime {
-
-namespace {
-double now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-} // namespace
 
 /// One stage of the pipeline: its schedule interpreter and its device's
 /// thread (null: the caller's thread).
@@ -122,8 +114,8 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " with the model's other dimensions");
   }
   if (tracing && traceOrigin == 0)
-    traceOrigin = now();
-  double start = now();
+    traceOrigin = steadySeconds();
+  double start = steadySeconds();
   // This step's optimizer hyper-parameters, the same for every stage.
   const TrainingSpec &t = bundle_.training;
   double stepNumber = static_cast<double>(steps + 1);
@@ -181,7 +173,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   ++steps;
   ++statSteps;
   ++profileSteps;
-  statSeconds += now() - start;
+  statSeconds += steadySeconds() - start;
   return stages.back()->runner->lossSum() /
          static_cast<double>(bundle_.training.microBatches);
 }

@@ -57,25 +57,6 @@ LogicalResult StageOp::verify() {
   return success();
 }
 
-namespace {
-LogicalResult verifyTransfer(Operation *op, int64_t peer, int64_t channel) {
-  if (peer < 0 || channel < 0)
-    return op->emitOpError("peer and channel must be non-negative");
-  if (auto stage = op->getParentOfType<StageOp>())
-    if (static_cast<int64_t>(stage.getIndex()) == peer)
-      return op->emitOpError("peer ") << peer << " is the stage itself";
-  return success();
-}
-} // namespace
-
-LogicalResult SendOp::verify() {
-  return verifyTransfer(*this, getPeer(), getChannel());
-}
-
-LogicalResult RecvOp::verify() {
-  return verifyTransfer(*this, getPeer(), getChannel());
-}
-
 #define GET_OP_CLASSES
 #include "GPipe/IR/GPipeOps.cpp.inc"
 

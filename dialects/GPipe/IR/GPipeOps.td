@@ -111,38 +111,6 @@ def GPipe_YieldOp : GPipe_Op<"yield", [Pure, Terminator, ReturnLike,
 }
 
 //===----------------------------------------------------------------------===//
-// Transfers and stashes inside a stage program
-//===----------------------------------------------------------------------===//
-
-def GPipe_SendOp : GPipe_Op<"send"> {
-  let summary = "Send a tensor to another stage on a numbered channel";
-  let arguments = (ins AnyRankedTensor:$value, I64Attr:$peer, I64Attr:$channel);
-  let assemblyFormat = "$value `to` $peer `channel` $channel attr-dict `:` type($value)";
-  let hasVerifier = 1;
-}
-
-def GPipe_RecvOp : GPipe_Op<"recv"> {
-  let summary = "Receive a tensor from another stage on a numbered channel";
-  let arguments = (ins I64Attr:$peer, I64Attr:$channel);
-  let results = (outs AnyRankedTensor:$value);
-  let assemblyFormat = "`from` $peer `channel` $channel attr-dict `:` type($value)";
-  let hasVerifier = 1;
-}
-
-def GPipe_StashOp : GPipe_Op<"stash"> {
-  let summary = "Keep a tensor of the current micro-batch for backward";
-  let arguments = (ins AnyRankedTensor:$value, I64Attr:$slot);
-  let assemblyFormat = "$value `slot` $slot attr-dict `:` type($value)";
-}
-
-def GPipe_UnstashOp : GPipe_Op<"unstash"> {
-  let summary = "Take back a tensor stashed for the current micro-batch";
-  let arguments = (ins I64Attr:$slot);
-  let results = (outs AnyRankedTensor:$value);
-  let assemblyFormat = "`slot` $slot attr-dict `:` type($value)";
-}
-
-//===----------------------------------------------------------------------===//
 // Static schedule
 //===----------------------------------------------------------------------===//
 

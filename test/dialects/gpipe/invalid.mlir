@@ -61,18 +61,6 @@ func.func @stage_args(%x: tensor<2xf32>) {
 
 // -----
 
-func.func @send_self(%x: tensor<2xf32>) {
-  %0 = gpipe.stage 1 on "cpu:0" (%x) : (tensor<2xf32>) -> tensor<2xf32> {
-  ^bb0(%in: tensor<2xf32>):
-    // expected-error @+1 {{peer 1 is the stage itself}}
-    gpipe.send %in to 1 channel 0 : tensor<2xf32>
-    gpipe.yield %in : tensor<2xf32>
-  }
-  return
-}
-
-// -----
-
 // Stage 1 waits for an activation that stage 0 never sends.
 gpipe.schedule stages(2) micro_batches(1) {
   gpipe.stream 0 on "cpu:0" {

@@ -21,18 +21,12 @@ func.func @stages(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
     // CHECK: gpipe.get_parameter @w : tensor<4x4xf32>
     %w = gpipe.get_parameter @w : tensor<4x4xf32>
     %y = nn.matmul %in, %w : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
-    // CHECK: gpipe.stash %{{.*}} slot 0 : tensor<2x4xf32>
-    gpipe.stash %in slot 0 : tensor<2x4xf32>
-    // CHECK: gpipe.send %{{.*}} to 1 channel 0 : tensor<2x4xf32>
-    gpipe.send %y to 1 channel 0 : tensor<2x4xf32>
     // CHECK: gpipe.yield %{{.*}} : tensor<2x4xf32>
     gpipe.yield %y : tensor<2x4xf32>
   }
-  %1 = gpipe.stage 1 on "cpu:1" () : () -> tensor<2x4xf32> {
-    // CHECK: gpipe.recv from 0 channel 0 : tensor<2x4xf32>
-    %r = gpipe.recv from 0 channel 0 : tensor<2x4xf32>
-    // CHECK: gpipe.unstash slot 3 : tensor<2x4xf32>
-    %s = gpipe.unstash slot 3 : tensor<2x4xf32>
+  // CHECK: gpipe.stage 1 on "cpu:1" (%{{.*}}) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %1 = gpipe.stage 1 on "cpu:1" (%0) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+  ^bb0(%r: tensor<2x4xf32>):
     %y = nn.relu %r : tensor<2x4xf32>
     gpipe.yield %y : tensor<2x4xf32>
   }
