@@ -32,6 +32,10 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Config/llvm-config.h"
+
+#include "gpipe/common/BundleFormat.h"
+#include "gpipe/common/Version.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -44,7 +48,8 @@ namespace cl = llvm::cl;
 
 namespace {
 
-cl::OptionCategory gpipeCategory("gpipe options (ONNX input)");
+// Named so that --help lists it before MLIR's "General options".
+cl::OptionCategory gpipeCategory("Compiling an ONNX model (gpipe options)");
 
 enum class Emit { None, NN, Summary, Stages, Autodiff, Schedule, LLVM };
 
@@ -505,6 +510,18 @@ int main(int argc, char **argv) {
   registerLinalgPasses();
   registerTransformsPasses();
   gpipe::registerGPipePasses();
+  // gpipe's options first: LLVM's code generation options (registered when
+  // LLVM loads) are listed by --help-hidden only, as mlir-opt hides them.
+  for (auto &[name, option] : cl::getRegisteredOptions())
+    if (!llvm::is_contained(option->Categories, &gpipeCategory) &&
+        !name.starts_with("help") && name != "version" &&
+        option->getOptionHiddenFlag() == cl::NotHidden)
+      option->setHiddenFlag(cl::Hidden);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "gpipe-opt " << gpipe::kVersion << " (bundle format "
+       << gpipe::kBundleFormatVersion << "), on MLIR/LLVM "
+       << LLVM_VERSION_STRING << "\n";
+  });
 
   auto [input, output] = registerAndParseCLIOptions(
       argc, argv,

@@ -1,6 +1,7 @@
 // gpipe-run: runs a bundle compiled by gpipe-opt.
 //
 // --infer runs inference bundles; --train arrives with the trainer.
+#include "gpipe/common/Version.h"
 #include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/Idx.h"
@@ -434,7 +435,8 @@ int main(int argc, char **argv) {
                "  gpipe-run model.gpipe --infer --input NAME=FILE "
                "--output DIR\n",
                "gpipe-run"};
-  app.set_version_flag("--version", std::string("gpipe-run 0.1.0\n") +
+  app.set_version_flag("--version", std::string("gpipe-run ") +
+                                        gpipe::kVersion + "\n" +
                                         gpipe::runtime::runtimeInfo());
   std::string bundle;
   app.add_option("bundle", bundle, "The bundle written by gpipe-opt -o")
