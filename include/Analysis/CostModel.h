@@ -17,24 +17,16 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include "gpipe/common/DeviceList.h"
+
 #include <optional>
 #include <string>
 
 namespace gpipe {
 
-/// One pipeline device as written on the command line.
-struct DeviceSpec {
-  enum class Kind { Cpu, Cuda } kind = Kind::Cpu;
-  /// "cpu:0", "cpu:2-3", "cuda:0".
-  std::string name;
-  /// CPU: the cores; CUDA: one entry, the ordinal.
-  llvm::SmallVector<int> ids;
-};
-
-/// Parses "cpu:0,cpu:1-3,cuda:0" (devices may repeat). On error returns a
-/// message naming the offending item.
-llvm::Expected<llvm::SmallVector<DeviceSpec>>
-parseDeviceSpecs(llvm::StringRef text);
+/// Parses "cpu:0,cpu:1-3,cuda:0" (the contract's grammar, devices may
+/// repeat). On error returns a message naming the offending item.
+llvm::Expected<std::vector<Device>> parseDevices(llvm::StringRef text);
 
 /// What the cost model knows of a device. Rates are per second.
 struct DeviceProfile {
@@ -48,13 +40,13 @@ struct DeviceProfile {
 
 /// The built-in profile of `device`: per-core figures times its cores for
 /// a CPU (docs/pipeline.md gives the numbers).
-DeviceProfile defaultProfile(const DeviceSpec &device);
+DeviceProfile defaultProfile(const Device &device);
 
 /// Reads a JSON profile written by gpipe-opt --calibrate:
 /// {"peak_gflops_per_core":..., "memory_gbps_per_core":...,
 ///  "memory_gib":..., "link_gbps":...}; returns the profile of `device`.
 llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
-                                          const DeviceSpec &device);
+                                          const Device &device);
 
 /// Writes a CPU profile in the format readProfile reads.
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,

@@ -3,8 +3,6 @@
 
 #include "NN/IR/NNOps.h"
 
-#include "gpipe/common/DeviceList.h"
-
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -23,28 +21,18 @@ constexpr double kCpuLinkGbps = 10;
 
 } // namespace
 
-llvm::Expected<SmallVector<gpipe::DeviceSpec>>
-gpipe::parseDeviceSpecs(StringRef text) {
-  std::vector<Device> parsed;
-  std::string error = parseDeviceList(text.str(), parsed);
+llvm::Expected<std::vector<gpipe::Device>> gpipe::parseDevices(StringRef text) {
+  std::vector<Device> devices;
+  std::string error = parseDeviceList(text.str(), devices);
   if (!error.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(), error);
-  SmallVector<DeviceSpec> devices;
-  for (const Device &d : parsed) {
-    DeviceSpec spec;
-    spec.kind = d.kind == DeviceKind::Cuda ? DeviceSpec::Kind::Cuda
-                                           : DeviceSpec::Kind::Cpu;
-    spec.name = d.str();
-    spec.ids.assign(d.ids.begin(), d.ids.end());
-    devices.push_back(std::move(spec));
-  }
   return devices;
 }
 
-gpipe::DeviceProfile gpipe::defaultProfile(const DeviceSpec &device) {
+gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
   DeviceProfile p;
   p.source = "built-in";
-  if (device.kind == DeviceSpec::Kind::Cuda) {
+  if (device.kind == DeviceKind::Cuda) {
     p.name = "cuda";
     p.peakFlops = 50e12;
     p.memoryBandwidth = 2e12;
@@ -61,8 +49,8 @@ gpipe::DeviceProfile gpipe::defaultProfile(const DeviceSpec &device) {
   return p;
 }
 
-llvm::Expected<gpipe::DeviceProfile>
-gpipe::readProfile(StringRef path, const DeviceSpec &device) {
+llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
+                                                        const Device &device) {
   auto fail = [&](const Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    path + ": " + why);
@@ -78,8 +66,8 @@ gpipe::readProfile(StringRef path, const DeviceSpec &device) {
   const llvm::json::Object *o = parsed->getAsObject();
   if (!o)
     return fail("a device profile is a JSON object");
-  if (device.kind != DeviceSpec::Kind::Cpu)
-    return fail("profiles describe CPU cores; " + device.name +
+  if (device.kind != DeviceKind::Cpu)
+    return fail("profiles describe CPU cores; " + device.str() +
                 " uses the built-in profile");
   DeviceProfile p = defaultProfile(device);
   double cores = static_cast<double>(device.ids.size());

@@ -60,7 +60,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   SmallVector<double> crossBytes;
   // Per layer result: the position of its last user (n: the return).
   DenseMap<Value, int64_t> lastUse;
-  SmallVector<DeviceSpec> devices;
+  std::vector<Device> devices;
   SmallVector<DeviceProfile> profiles;
 
   void runOnOperation() override {
@@ -91,8 +91,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   }
 
   LogicalResult setUp(ModuleOp module, func::FuncOp forward) {
-    llvm::Expected<SmallVector<DeviceSpec>> parsed =
-        parseDeviceSpecs(deviceList);
+    llvm::Expected<std::vector<Device>> parsed = parseDevices(deviceList);
     if (!parsed)
       return module.emitError("--devices: ")
              << llvm::toString(parsed.takeError());
@@ -107,8 +106,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
              << recompute << "'";
     if (microBatches < 1)
       return module.emitError("micro-batches must be at least 1");
-    for (const DeviceSpec &d : this->devices) {
-      if (profile.empty() || d.kind != DeviceSpec::Kind::Cpu) {
+    for (const Device &d : this->devices) {
+      if (profile.empty() || d.kind != DeviceKind::Cpu) {
         profiles.push_back(defaultProfile(d));
         continue;
       }
@@ -243,7 +242,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       StageCost c = cost(s, bounds[s], bounds[s + 1]);
       double capacity = profiles[s].memoryCapacity;
       if (c.memory > capacity)
-        diag << "; stage " << s << " on " << devices[s].name << " needs "
+        diag << "; stage " << s << " on " << devices[s].str() << " needs "
              << mib(c.memory) << ", " << mib(c.memory - capacity)
              << " more than its " << mib(capacity);
     }
@@ -361,7 +360,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         }
       }
       auto stage = b.create<StageOp>(forward.getLoc(), resultTypes, s,
-                                     devices[s].name, operands);
+                                     devices[s].str(), operands);
       Block *block = new Block();
       stage.getBody().push_back(block);
       IRMapping map;

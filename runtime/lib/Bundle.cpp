@@ -344,6 +344,34 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
         index(j.at("output"), fwd->outputs.size(), "forward output"));
   return w;
 }
+/// Neighbouring stages agree on their messages: what stage k receives is
+/// what stage k-1 (activations) or k+1 (gradients) sends, tensor by tensor.
+void checkMessages(const std::vector<StageSpec> &stages) {
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const WiringSpec &w = stages[k].wiring;
+    std::string where = "stage " + std::to_string(k) + " wiring: ";
+    const PhaseSpec &fwd = *stages[k].phase("forward");
+    if (k == 0 ? !w.recvActivations.tensors.empty()
+               : w.recvActivations.bytes !=
+                     stages[k - 1].wiring.sendActivations.bytes)
+      throw BundleError(where + "its activations are not the size that the "
+                                "stage before sends");
+    if (k + 1 == stages.size()
+            ? !w.recvGradients.tensors.empty()
+            : w.recvGradients.bytes != stages[k + 1].wiring.sendGradients.bytes)
+      throw BundleError(where + "its gradients are not the size that the "
+                                "stage after sends");
+    for (const MessageLayout::Entry &e : w.recvActivations.tensors) {
+      const std::vector<TensorSlot> &sent =
+          stages[k - 1].phase("forward")->outputs;
+      if (e.senderSlot >= sent.size() ||
+          sent[e.senderSlot].byteSize() != fwd.inputs[e.slot].byteSize())
+        throw BundleError(where + "input '" + fwd.inputs[e.slot].name +
+                          "' does not match the output it comes from");
+    }
+  }
+}
+
 } // namespace
 
 Bundle loadBundle(const std::string &path) {
@@ -429,25 +457,12 @@ Bundle loadBundle(const std::string &path) {
     if (b.stages.empty())
       fail(path, "manifest.json", "a bundle without stages");
     if (b.mode == "train") {
-      if (m.contains("schedule")) {
-        b.schedule = parseSchedule(m.at("schedule"),
-                                   static_cast<int64_t>(b.stages.size()),
-                                   b.training.microBatches);
-      } else if (b.stages.size() == 1) {
-        // Not written by this gpipe-opt; run GPipe's order on one stage.
-        StreamSpec stream;
-        stream.device = b.stages[0].device;
-        stream.maxAlive = b.training.microBatches;
-        for (int64_t k = 0; k < b.training.microBatches; ++k)
-          stream.instructions.push_back({Instruction::Op::Forward, k, -1});
-        for (int64_t k = b.training.microBatches - 1; k >= 0; --k)
-          stream.instructions.push_back({Instruction::Op::Backward, k, -1});
-        stream.instructions.push_back({Instruction::Op::OptimizerStep, -1, -1});
-        b.schedule.microBatches = b.training.microBatches;
-        b.schedule.streams.push_back(std::move(stream));
-      } else {
-        fail(path, "manifest.json", "a pipeline without a schedule");
-      }
+      if (!m.contains("schedule"))
+        fail(path, "manifest.json", "a training bundle without a schedule");
+      b.schedule =
+          parseSchedule(m.at("schedule"), static_cast<int64_t>(b.stages.size()),
+                        b.training.microBatches);
+      checkMessages(b.stages);
     } else if (b.stages.size() != 1) {
       fail(path, "manifest.json",
            "an inference bundle has one stage (pipelined inference is not "

@@ -2,13 +2,6 @@
 
 namespace gpipe::runtime {
 
-std::string MessageKey::str() const {
-  return std::string(kind == MessageKind::Activation ? "activations"
-                                                     : "gradients") +
-         " of micro-batch " + std::to_string(microBatch) + " from stage " +
-         std::to_string(from) + " to stage " + std::to_string(to);
-}
-
 InProcessTransport::InProcessTransport(int64_t stages) {
   for (int64_t s = 0; s + 1 < stages; ++s) {
     activations.push_back(std::make_unique<Channel>());

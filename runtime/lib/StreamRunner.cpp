@@ -44,6 +44,15 @@ MessageKey StreamRunner::key(MessageKind kind, int64_t peer, int64_t mb,
   return k;
 }
 
+MessageKey StreamRunner::transferKey(const Instruction &instr) const {
+  using Op = Instruction::Op;
+  bool activation =
+      instr.op == Op::SendActivation || instr.op == Op::RecvActivation;
+  bool sending = instr.op == Op::SendActivation || instr.op == Op::SendGradient;
+  return key(activation ? MessageKind::Activation : MessageKind::Gradient,
+             instr.peer, instr.microBatch, sending);
+}
+
 void StreamRunner::runStep(const StepContext &context) {
   backwards = 0;
   lossSum_ = 0;
@@ -52,13 +61,9 @@ void StreamRunner::runStep(const StepContext &context) {
   // Every receive of the step is posted before the first instruction runs.
   for (const Instruction &instr : stream.instructions)
     if (instr.op == Instruction::Op::RecvActivation)
-      transport.postReceive(
-          key(MessageKind::Activation, instr.peer, instr.microBatch, false),
-          wiring.recvActivations.bytes);
+      transport.postReceive(transferKey(instr), wiring.recvActivations.bytes);
     else if (instr.op == Instruction::Op::RecvGradient)
-      transport.postReceive(
-          key(MessageKind::Gradient, instr.peer, instr.microBatch, false),
-          wiring.recvGradients.bytes);
+      transport.postReceive(transferKey(instr), wiring.recvGradients.bytes);
   for (const Instruction &instr : stream.instructions) {
     bool compute = !isTransfer(instr.op);
     double begin = compute || tracing ? steadySeconds() : 0;
@@ -98,7 +103,7 @@ void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
 
 void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
                            char *arena, const MessageKey &k, const char *what) {
-  auto &messages = k.kind == MessageKind::Activation ? received : gradReceived;
+  auto &messages = receivedOf(k.kind);
   auto it = messages.find(k.microBatch);
   if (it == messages.end())
     throw std::runtime_error("stage " + std::to_string(spec_.index) + ": " +
@@ -231,14 +236,10 @@ void StreamRunner::optimizerStep(const StepContext &context) {
 void StreamRunner::run(const Instruction &instr, const StepContext &context) {
   int64_t mb = instr.microBatch;
   switch (instr.op) {
-  case Instruction::Op::RecvActivation: {
-    MessageKey k = key(MessageKind::Activation, instr.peer, mb, false);
-    received[mb] = transport.wait(k);
-    return;
-  }
+  case Instruction::Op::RecvActivation:
   case Instruction::Op::RecvGradient: {
-    MessageKey k = key(MessageKind::Gradient, instr.peer, mb, false);
-    gradReceived[mb] = transport.wait(k);
+    MessageKey k = transferKey(instr);
+    receivedOf(k.kind)[mb] = transport.wait(k);
     return;
   }
   case Instruction::Op::Forward:
@@ -246,7 +247,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     return;
   case Instruction::Op::SendActivation:
     send(wiring.sendActivations, *fwdSpec, exec->arena(fwd),
-         key(MessageKind::Activation, instr.peer, mb, true));
+         transferKey(instr));
     return;
   case Instruction::Op::Recompute:
     // The recomputation is compiled into the backward entry point; here
@@ -257,8 +258,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     backward(mb, context);
     return;
   case Instruction::Op::SendGradient:
-    send(wiring.sendGradients, *bwdSpec, exec->arena(bwd),
-         key(MessageKind::Gradient, instr.peer, mb, true));
+    send(wiring.sendGradients, *bwdSpec, exec->arena(bwd), transferKey(instr));
     return;
   case Instruction::Op::OptimizerStep:
     optimizerStep(context);

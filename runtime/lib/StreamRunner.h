@@ -88,6 +88,12 @@ private:
                const MessageKey &key, const char *what);
   MessageKey key(MessageKind kind, int64_t peer, int64_t mb,
                  bool sending) const;
+  /// The message a send or receive instruction of this stage moves.
+  MessageKey transferKey(const Instruction &instr) const;
+  /// The received messages of one kind, by micro-batch.
+  std::map<int64_t, Transport::Message> &receivedOf(MessageKind kind) {
+    return kind == MessageKind::Activation ? received : gradReceived;
+  }
 
   const StageSpec &spec_;
   const StreamSpec &stream;

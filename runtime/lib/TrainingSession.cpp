@@ -59,8 +59,6 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
     } else if (k > 1) {
       throw fail("a pipeline stage must name its device");
     }
-    if (s == 0 && !spec.wiring.recvActivations.tensors.empty())
-      throw fail("stage 0 receives activations");
     if (s + 1 == k && (spec.wiring.loss < 0 || spec.wiring.lossGrad < 0))
       throw fail("the last stage needs a 'loss' output and a 'loss_grad' "
                  "input");

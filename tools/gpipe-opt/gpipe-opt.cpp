@@ -337,26 +337,26 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
   }
   std::vector<std::string> devices{"cpu"};
   if (devicesOption.getNumOccurrences()) {
-    llvm::Expected<SmallVector<gpipe::DeviceSpec>> parsed =
-        gpipe::parseDeviceSpecs(devicesOption);
+    llvm::Expected<std::vector<gpipe::Device>> parsed =
+        gpipe::parseDevices(devicesOption);
     if (!parsed) {
       llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
                    << llvm::toString(parsed.takeError()) << "\n";
       return 1;
     }
     devices.clear();
-    for (const gpipe::DeviceSpec &d : *parsed)
-      devices.push_back(d.name);
+    for (const gpipe::Device &d : *parsed)
+      devices.push_back(d.str());
     if (devices.size() > 1 && modeOption != Mode::Train) {
       llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
                    << ": pipelined inference is not implemented; compile "
                       "inference for one device, or add --mode=train\n";
       return 2;
     }
-    for (const gpipe::DeviceSpec &d : *parsed)
-      if (d.kind == gpipe::DeviceSpec::Kind::Cuda) {
+    for (const gpipe::Device &d : *parsed)
+      if (d.kind == gpipe::DeviceKind::Cuda) {
         llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
-                     << d.name
+                     << d.str()
                      << ": CUDA stages are not implemented yet; use cpu "
                         "devices\n";
         return 2;

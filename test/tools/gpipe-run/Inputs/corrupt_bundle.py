@@ -1,9 +1,10 @@
 """Makes a damaged copy of a bundle: corrupt_bundle.py SRC DST HOW.
 
 HOW: flip-params, flip-code, truncate-manifest, flip-manifest,
-other-version, missing-code, too-many-cores. The last two rewrite the
-manifest with a valid checksum, as a bundle of another version or for
-another machine would have.
+other-version, missing-code, too-many-cores, bad-sender. Those that
+rewrite the manifest give it a valid checksum, as a bundle of another
+version or for another machine would have; bad-sender points stage 1's
+received activation at a forward output stage 0 does not have.
 """
 import json
 import shutil
@@ -28,10 +29,13 @@ elif how == "flip-code":
 elif how == "truncate-manifest":
     text = open(manifest_path).read()
     open(manifest_path, "w").write(text[: len(text) // 2])
-elif how in ("other-version", "too-many-cores"):
+elif how in ("other-version", "too-many-cores", "bad-sender"):
     manifest = json.load(open(manifest_path))
     if how == "other-version":
         manifest["version"] = 99
+    elif how == "bad-sender":
+        wiring = manifest["stages"][1]["wiring"]
+        wiring["recv_activations"]["tensors"][0]["sender_output"] = 99
     else:
         manifest["devices"] = ["cpu:100000"]
     text = json.dumps(manifest)
