@@ -62,7 +62,8 @@ def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::arith::ArithDialect",
-                           "::mlir::func::FuncDialect"];
+                           "::mlir::func::FuncDialect",
+                           "::gpipe::GPipeDialect"];
 }
 
 def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
@@ -78,7 +79,7 @@ def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
     Option<"loss", "loss", "std::string", "\"cross-entropy\"",
            "cross-entropy | mse | output:NAME">,
   ];
-  let dependentDialects = ["::gpipe::nn::NNDialect"];
+  let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect"];
 }
 
 def Autodiff : Pass<"gpipe-autodiff", "::mlir::ModuleOp"> {
@@ -92,7 +93,7 @@ def Autodiff : Pass<"gpipe-autodiff", "::mlir::ModuleOp"> {
     forward results followed by the gradient of every trainable parameter
     (named "grad:<parameter>"), in module order.
   }];
-  let dependentDialects = ["::gpipe::nn::NNDialect"];
+  let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect"];
 }
 
 
@@ -121,7 +122,7 @@ def SplitForwardBackward : Pass<"gpipe-split-forward-backward",
     Option<"lastStage", "last-stage", "bool", "true",
            "Whether this is the pipeline's last stage (for except-last)">,
   ];
-  let dependentDialects = ["::gpipe::nn::NNDialect",
+  let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect",
                            "::mlir::func::FuncDialect"];
 }
 
@@ -150,7 +151,7 @@ def AppendOptimizer : Pass<"gpipe-append-optimizer", "::mlir::ModuleOp"> {
            "SGD keeps a momentum buffer">,
     Option<"nesterov", "nesterov", "bool", "false", "SGD with Nesterov momentum">,
   ];
-  let dependentDialects = ["::gpipe::nn::NNDialect",
+  let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect",
                            "::mlir::func::FuncDialect"];
 }
 
@@ -196,7 +197,7 @@ def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
     Option<"costTable", "cost-table", "std::string", "\"\"",
            "CSV of measured per-op forward times (op,seconds)">,
   ];
-  let dependentDialects = ["::mlir::func::FuncDialect"];
+  let dependentDialects = ["::mlir::func::FuncDialect", "::gpipe::GPipeDialect"];
 }
 
 def Schedule : Pass<"gpipe-schedule", "::mlir::ModuleOp"> {

@@ -4,6 +4,7 @@
 #include "Bundle/StageWiring.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "Target/Native/NativeCodegen.h"
+#include "Target/StageTarget.h"
 
 #include "gpipe/common/DType.h"
 
@@ -299,7 +300,6 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     json::Object stageJSON{
         {"index", static_cast<int64_t>(k)},
         {"device", options.devices[k]},
-        {"library", "stage" + std::to_string(k) + ".so"},
         {"parameters",
          json::Object{{"file", paramsFile},
                       {"size", static_cast<int64_t>(params[k].blob.size())},
@@ -352,10 +352,15 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     ModuleOp m = stageModule;
     for (auto param : llvm::make_early_inc_range(m.getOps<ParameterOp>()))
       param.erase();
-    llvm::SmallString<256> library(tmp);
-    llvm::sys::path::append(library, "stage" + std::to_string(k) + ".so");
-    if (failed(emitStageLibrary(m, library)))
+    FailureOr<std::unique_ptr<StageTarget>> target =
+        createStageTarget(options.devices[k], m);
+    if (failed(target))
       return failure();
+    llvm::SmallString<256> library(tmp);
+    llvm::sys::path::append(library, (*target)->codeFileName(k));
+    if (failed((*target)->serialize(m, library)))
+      return failure();
+    stageJSONs[k]["library"] = (*target)->codeFileName(k);
     auto libBytes = llvm::MemoryBuffer::getFile(
         library, /*IsText=*/false, /*RequiresNullTerminator=*/false);
     if (!libBytes)

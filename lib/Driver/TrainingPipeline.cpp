@@ -7,9 +7,11 @@
 #include "Transforms/OutlineStages.h"
 #include "Transforms/Passes.h"
 
+#include "Pipelines/Pipelines.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/IR/Verifier.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/Format.h"
 
@@ -53,11 +55,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   int64_t optimizerSlots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
   {
     PassManager pm(context);
-    AppendLossOptions loss;
-    loss.loss = o.loss;
-    pm.addPass(createAppendLoss(loss));
-    PartitionOptions partition;
-    partition.deviceList = o.devices;
+    PartitionPipelineOptions partition;
+    partition.loss = o.loss;
+    partition.devices = o.devices;
     partition.stages = o.stages;
     partition.microBatches = o.microBatches;
     partition.schedule = o.schedule;
@@ -65,7 +65,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     partition.optimizerSlots = optimizerSlots;
     partition.profile = o.deviceProfile;
     partition.costTable = o.costTable;
-    pm.addPass(createPartition(partition));
+    buildPartitionPipeline(pm, partition);
     if (failed(pm.run(module)))
       return failure();
   }
@@ -97,16 +97,13 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         o.recompute == "always" || (o.recompute == "except-last" && !last);
     {
       PassManager pm(context);
-      pm.addPass(createAutodiff());
-      SplitForwardBackwardOptions split;
-      split.recompute = o.recompute;
-      split.lastStage = last;
-      pm.addPass(createSplitForwardBackward(split));
-      AppendOptimizerOptions optimizer;
-      optimizer.optimizer = o.optimizer;
-      optimizer.momentum = o.momentum;
-      optimizer.nesterov = o.nesterov;
-      pm.addPass(createAppendOptimizer(optimizer));
+      TrainStagePipelineOptions train;
+      train.recompute = o.recompute;
+      train.lastStage = last;
+      train.optimizer = o.optimizer;
+      train.momentum = o.momentum;
+      train.nesterov = o.nesterov;
+      buildTrainStagePipeline(pm, train);
       if (failed(pm.run(stage)))
         return failure();
     }
@@ -126,15 +123,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     int64_t entryIndex = s;
     {
       PassManager pm(context);
-      pm.addPass(createConvertElementwiseToLinalg());
-      pm.addPass(createLinalgElementwiseOpFusionPass());
-      for (StringRef phase : {"forward", "backward", "optimizer"}) {
-        LowerStageOptions lower;
-        lower.functionName = phase.str();
-        lower.entryName =
-            ("gpipe_stage" + Twine(entryIndex) + "_" + phase).str();
-        pm.addPass(createLowerStage(lower));
-      }
+      LowerTrainingStagePipelineOptions lower;
+      lower.stage = entryIndex;
+      buildLowerTrainingStagePipeline(pm, lower);
       if (failed(pm.run(stage)))
         return failure();
     }

@@ -15,8 +15,10 @@
 #include "Transforms/Passes.h"
 
 #include "Analysis/CostModel.h"
+#include "gpipe/common/KernelKind.h"
 
 #include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNDialect.h"
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -43,17 +45,14 @@ int64_t byteSize(RankedTensorType type) {
   return type.getNumElements() * std::max<int64_t>(1, bits / 8);
 }
 
-/// Heavy ops run by oneDNN primitives in the runtime.
+/// Heavy ops run by the runtime's kernels: the nn ops of the kernel
+/// contract (common/KernelKind.cpp); dropout only when it draws.
 bool isKernelOp(Operation *op) {
+  if (!isa<nn::NNDialect>(op->getDialect()))
+    return false;
   if (auto dropout = dyn_cast<nn::DropoutOp>(op))
     return dropout.isRandom();
-  return isa<nn::DropoutGradOp, nn::GemmOp, nn::MatMulOp, nn::ConvOp,
-             nn::MaxPoolOp, nn::AvgPoolOp, nn::GlobalAvgPoolOp, nn::BatchNormOp,
-             nn::SoftmaxOp, nn::LogSoftmaxOp, nn::LayerNormOp,
-             nn::SoftmaxCrossEntropyOp, nn::SoftmaxCrossEntropyGradOp,
-             nn::ConvGradInputOp, nn::ConvGradWeightOp, nn::MaxPoolGradOp,
-             nn::AvgPoolGradOp, nn::BatchNormGradOp, nn::LayerNormGradOp,
-             nn::SoftmaxGradOp, nn::LogSoftmaxGradOp>(op);
+  return findKernelKind(op->getName().stripDialect().str()) != nullptr;
 }
 
 /// Where a tensor lives: a buffer class in the arena, or the parameters.
@@ -328,6 +327,19 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
         return op->emitError("'nn.layer_norm' with broadcast scale or bias is "
                              "not supported by code generation yet");
   }
+  // The runtime reads operands and attributes by the contract's names.
+  DictionaryAttr attributes = op->getAttrDictionary();
+  std::string wrong = checkKernelEntry(
+      *findKernelKind(op->getName().stripDialect().str()), op->getNumOperands(),
+      op->getNumResults(), [&](std::string_view name) {
+        return static_cast<bool>(
+            attributes.get(StringRef(name.data(), name.size())));
+      });
+  if (!wrong.empty())
+    return op->emitError("'")
+           << op->getName()
+           << "' does not match the kernel contract (common/KernelKind.cpp): "
+           << wrong;
   SmallVector<Attribute> operands, results;
   for (Value v : op->getOperands())
     operands.push_back(describe(v));
@@ -341,7 +353,7 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
       // The ONNX node it comes from (gradients keep their forward op's
       // location): what gpipe-run --profile-ops reports times for.
       builder.getNamedAttr("op", builder.getStringAttr(costTableKey(op))),
-      builder.getNamedAttr("attributes", op->getAttrDictionary()),
+      builder.getNamedAttr("attributes", attributes),
       builder.getNamedAttr("operands", builder.getArrayAttr(operands)),
       builder.getNamedAttr("results", builder.getArrayAttr(results)),
   }));

@@ -23,17 +23,44 @@ int64_t TensorSlot::byteSize() const {
   return numElements() * static_cast<int64_t>(dtypeSize(dtype));
 }
 
-double KernelSpec::number(const std::string &key, double dflt) const {
+void KernelSpec::fail(const std::string &why) const {
+  throw BundleError("kernel " + std::to_string(id) + " (" + kind + "): " + why);
+}
+
+const TensorSlot *KernelSpec::optionalOperand(std::string_view name) const {
+  std::optional<size_t> i = contract->operandIndex(name);
+  if (!i)
+    fail("the contract has no operand '" + std::string(name) + "'");
+  return *i < operands.size() ? &operands[*i] : nullptr;
+}
+
+const TensorSlot &KernelSpec::operand(std::string_view name) const {
+  if (const TensorSlot *slot = optionalOperand(name))
+    return *slot;
+  fail("has no operand '" + std::string(name) + "'");
+}
+
+const TensorSlot &KernelSpec::result(std::string_view name) const {
+  std::optional<size_t> i = contract->resultIndex(name);
+  if (!i || *i >= results.size())
+    fail("has no result '" + std::string(name) + "'");
+  return results[*i];
+}
+
+double KernelSpec::number(const std::string &key) const {
   auto it = numbers.find(key);
-  return it == numbers.end() || it->second.empty() ? dflt : it->second.front();
+  if (it == numbers.end() || it->second.size() != 1)
+    fail("attribute '" + key + "' is not a number");
+  return it->second.front();
 }
 
 std::vector<int64_t> KernelSpec::ints(const std::string &key) const {
-  std::vector<int64_t> out;
   auto it = numbers.find(key);
-  if (it != numbers.end())
-    for (double v : it->second)
-      out.push_back(static_cast<int64_t>(v));
+  if (it == numbers.end())
+    fail("has no attribute '" + key + "'");
+  std::vector<int64_t> out;
+  for (double v : it->second)
+    out.push_back(static_cast<int64_t>(v));
   return out;
 }
 
@@ -60,6 +87,23 @@ namespace {
   throw BundleError(bundle + ": " + part + ": " + reason);
 }
 
+/// An integer of the manifest. get<T>() would also convert a number with a
+/// fraction or an exponent, with undefined behaviour where it is out of T's
+/// range (1e300, or -1.5 as an unsigned checksum).
+template <typename T> T integer(const json &j) {
+  if (!j.is_number_integer())
+    throw BundleError("expected an integer, not " + j.dump());
+  return j.get<T>();
+}
+template <typename T> T integer(const json &j, const char *key, T dflt) {
+  return j.contains(key) ? integer<T>(j.at(key)) : dflt;
+}
+
+/// Offsets stay below 2^48 and the product of a shape's non-zero dimensions
+/// below 2^40, so that no size, offset or sum of them overflows.
+constexpr int64_t kMaxOffset = int64_t(1) << 48;
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
 TensorSlot parseSlot(const json &j) {
   TensorSlot slot;
   slot.name = j.value("name", "");
@@ -77,20 +121,28 @@ TensorSlot parseSlot(const json &j) {
     slot.role = *r;
   }
   slot.trainable = j.value("trainable", false);
-  slot.shape = j.at("shape").get<std::vector<int64_t>>();
+  const json &shape = j.at("shape");
+  if (!shape.is_array())
+    throw BundleError("tensor '" + slot.name + "' has an invalid shape");
+  for (const json &d : shape)
+    slot.shape.push_back(integer<int64_t>(d));
   slot.space = j.value("space", "arena");
-  slot.offset = j.at("offset").get<int64_t>();
-  for (int64_t d : slot.shape)
-    if (d < 0 || d > (int64_t(1) << 40))
+  slot.offset = integer<int64_t>(j.at("offset"));
+  int64_t count = 1; // of the non-zero dimensions
+  for (int64_t d : slot.shape) {
+    if (d < 0 || (d > 0 && count > kMaxElements / d))
       throw BundleError("tensor '" + slot.name + "' has an invalid shape");
-  if (slot.offset < 0 || (slot.space != "arena" && slot.space != "params"))
+    count *= std::max<int64_t>(d, 1);
+  }
+  if (slot.offset < 0 || slot.offset > kMaxOffset ||
+      (slot.space != "arena" && slot.space != "params"))
     throw BundleError("tensor '" + slot.name + "' has an invalid placement");
   return slot;
 }
 
 KernelSpec parseKernel(const json &j) {
   KernelSpec k;
-  k.id = j.at("id").get<int64_t>();
+  k.id = integer<int64_t>(j.at("id"));
   k.kind = j.at("kind").get<std::string>();
   k.op = j.value("op", "");
   for (auto &[key, value] : j.at("attributes").items()) {
@@ -107,6 +159,18 @@ KernelSpec parseKernel(const json &j) {
     k.operands.push_back(parseSlot(o));
   for (const json &r : j.at("results"))
     k.results.push_back(parseSlot(r));
+  k.contract = findKernelKind(k.kind);
+  if (!k.contract)
+    k.fail("unknown kernel kind (this runtime runs " +
+           std::string("the kinds of common/KernelKind.h)"));
+  std::string wrong =
+      checkKernelEntry(*k.contract, k.operands.size(), k.results.size(),
+                       [&](std::string_view name) {
+                         std::string key(name);
+                         return k.numbers.count(key) || k.strings.count(key);
+                       });
+  if (!wrong.empty())
+    k.fail(wrong);
   return k;
 }
 
@@ -188,7 +252,7 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
                            int64_t microBatches) {
   ScheduleSpec s;
   s.kind = j.at("kind").get<std::string>();
-  s.microBatches = j.at("micro_batches").get<int64_t>();
+  s.microBatches = integer<int64_t>(j.at("micro_batches"));
   s.predictedStepSeconds = j.value("predicted_step_seconds", 0.0);
   s.predictedBubble = j.value("predicted_bubble", 0.0);
   if (s.microBatches != microBatches)
@@ -197,10 +261,10 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
                       std::to_string(microBatches));
   for (const json &sj : j.at("streams")) {
     StreamSpec stream;
-    stream.stage = sj.at("stage").get<int64_t>();
+    stream.stage = integer<int64_t>(sj.at("stage"));
     stream.device = sj.at("device").get<std::string>();
-    stream.maxAlive = sj.at("max_alive_micro_batches").get<int64_t>();
-    stream.predictedPeakBytes = sj.value("predicted_peak_bytes", int64_t(0));
+    stream.maxAlive = integer<int64_t>(sj.at("max_alive_micro_batches"));
+    stream.predictedPeakBytes = integer(sj, "predicted_peak_bytes", int64_t(0));
     if (stream.stage != static_cast<int64_t>(s.streams.size()) ||
         stream.maxAlive < 0 || stream.maxAlive > microBatches)
       throw BundleError("malformed schedule stream " +
@@ -213,9 +277,9 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
         throw BundleError("unknown schedule instruction '" + name + "'");
       instr.op = *op;
       if (ij.size() > 1)
-        instr.microBatch = ij.at(1).get<int64_t>();
+        instr.microBatch = integer<int64_t>(ij.at(1));
       if (ij.size() > 2)
-        instr.peer = ij.at(2).get<int64_t>();
+        instr.peer = integer<int64_t>(ij.at(2));
       bool needsMicroBatch = instr.op != Instruction::Op::OptimizerStep;
       bool transfer = isTransfer(instr.op);
       if ((needsMicroBatch &&
@@ -246,7 +310,7 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
                       "optimizer phases");
   std::string where = "stage " + std::to_string(stage.index) + " wiring: ";
   auto index = [&](const json &v, size_t count, const char *what) {
-    int64_t i = v.get<int64_t>();
+    int64_t i = integer<int64_t>(v);
     if (i < 0 || static_cast<size_t>(i) >= count)
       throw BundleError(where + "no " + what + " " + std::to_string(i));
     return static_cast<size_t>(i);
@@ -254,13 +318,14 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
   auto layout = [&](const json &l, const std::vector<TensorSlot> &slots,
                     const char *key, const char *what) {
     MessageLayout out;
-    out.bytes = l.at("bytes").get<int64_t>();
+    out.bytes = integer<int64_t>(l.at("bytes"));
     for (const json &t : l.at("tensors")) {
       MessageLayout::Entry e;
       e.slot = index(t.at(key), slots.size(), what);
-      e.offset = t.at("offset").get<int64_t>();
-      e.senderSlot = t.value("sender_output", size_t(0));
-      if (e.offset < 0 || e.offset + slots[e.slot].byteSize() > out.bytes)
+      e.offset = integer<int64_t>(t.at("offset"));
+      e.senderSlot = integer(t, "sender_output", size_t(0));
+      if (e.offset < 0 || e.offset > kMaxOffset ||
+          e.offset + slots[e.slot].byteSize() > out.bytes)
         throw BundleError(where + "a message tensor lies outside its message");
       out.tensors.push_back(e);
     }
@@ -275,7 +340,7 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
       layout(j.at("send_gradients"), bwd->outputs, "output", "backward output");
   w.recvGradients =
       layout(j.at("recv_gradients"), bwd->inputs, "input", "backward input");
-  w.stashBytes = j.at("stash_bytes").get<int64_t>();
+  w.stashBytes = integer<int64_t>(j.at("stash_bytes"));
   for (const json &c : j.at("carried")) {
     WiringSpec::Carried carried;
     std::string from = c.at("from").get<std::string>();
@@ -297,8 +362,9 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
       throw BundleError(where + "'" + bwd->inputs[carried.input].name +
                         "' differs between the phases");
     if (carried.from != WiringSpec::Carried::From::Batch) {
-      carried.stashOffset = c.at("stash_offset").get<int64_t>();
-      if (carried.stashOffset < 0 || carried.stashOffset + bytes > w.stashBytes)
+      carried.stashOffset = integer<int64_t>(c.at("stash_offset"));
+      if (carried.stashOffset < 0 || carried.stashOffset > kMaxOffset ||
+          carried.stashOffset + bytes > w.stashBytes)
         throw BundleError(where + "a stashed tensor lies outside the stash");
     }
     w.carried.push_back(carried);
@@ -388,7 +454,7 @@ Bundle loadBundle(const std::string &path) {
   try {
     if (m.value("format", "") != "gpipe-bundle")
       fail(path, "manifest.json", "not a gpipe bundle manifest");
-    int64_t version = m.at("version").get<int64_t>();
+    int64_t version = integer<int64_t>(m.at("version"));
     if (version != kBundleFormatVersion)
       fail(path, "manifest.json",
            "format version " + std::to_string(version) +
@@ -405,8 +471,8 @@ Bundle loadBundle(const std::string &path) {
       b.outputs.push_back(parseSlot(j));
     if (b.mode == "train") {
       const json &t = m.at("training");
-      b.training.batchSize = t.at("batch_size").get<int64_t>();
-      b.training.microBatches = t.at("micro_batches").get<int64_t>();
+      b.training.batchSize = integer<int64_t>(t.at("batch_size"));
+      b.training.microBatches = integer<int64_t>(t.at("micro_batches"));
       b.training.loss = t.at("loss").get<std::string>();
       const json &o = t.at("optimizer");
       b.training.optimizer = o.at("kind").get<std::string>();
@@ -422,14 +488,14 @@ Bundle loadBundle(const std::string &path) {
     }
     for (const json &j : m.at("stages")) {
       StageSpec s;
-      s.index = j.at("index").get<int64_t>();
+      s.index = integer<int64_t>(j.at("index"));
       s.device = j.at("device").get<std::string>();
       s.library = j.at("library").get<std::string>();
-      s.crc32 = j.at("crc32").get<uint32_t>();
+      s.crc32 = integer<uint32_t>(j.at("crc32"));
       const json &p = j.at("parameters");
       s.parameters.file = p.at("file").get<std::string>();
-      s.parameters.size = p.at("size").get<int64_t>();
-      s.parameters.crc32 = p.at("crc32").get<uint32_t>();
+      s.parameters.size = integer<int64_t>(p.at("size"));
+      s.parameters.crc32 = integer<uint32_t>(p.at("crc32"));
       for (const json &t : p.at("tensors")) {
         TensorSlot slot = parseSlot(t);
         slot.space = "params";
@@ -439,7 +505,7 @@ Bundle loadBundle(const std::string &path) {
         PhaseSpec phase;
         phase.role = pj.at("role").get<std::string>();
         phase.entry = pj.at("entry").get<std::string>();
-        phase.arenaSize = pj.at("arena_size").get<int64_t>();
+        phase.arenaSize = integer<int64_t>(pj.at("arena_size"));
         for (const json &k : pj.at("kernels"))
           phase.kernels.push_back(parseKernel(k));
         for (const json &io : pj.at("inputs"))
@@ -532,7 +598,7 @@ Bundle loadBundle(const std::string &path) {
     if (file.empty() || file.find('/') != std::string::npos)
       fail(path, "manifest.json", "invalid source model name");
     std::string bytes = readFile(path, file, b.partPath(file));
-    if (crc32Of(bytes.data(), bytes.size()) != src.value("crc32", 0u))
+    if (crc32Of(bytes.data(), bytes.size()) != integer(src, "crc32", 0u))
       fail(path, file, "checksum mismatch (the file is corrupt)");
     b.sourceModel = file;
   }

@@ -1,4 +1,4 @@
-#include "gpipe/runtime/Channel.h"
+#include "Channel.h"
 
 namespace gpipe::runtime {
 

@@ -1,4 +1,4 @@
-#include "gpipe/runtime/DeviceWorker.h"
+#include "DeviceWorker.h"
 
 #include <omp.h>
 #include <pthread.h>

@@ -57,7 +57,8 @@ HostTensor readIdx(const std::string &path) {
   int64_t count = 1;
   for (int i = 0; i < rank; ++i) {
     int64_t d = be32(b, 4 + 4 * i);
-    if (d > (int64_t(1) << 31))
+    // The element count stays below 2^40, far from overflowing.
+    if (d > (int64_t(1) << 31) || (d != 0 && count > (int64_t(1) << 40) / d))
       throw std::runtime_error(path + ": invalid IDX dimension");
     t.shape.push_back(d);
     count *= d;
@@ -67,8 +68,9 @@ HostTensor readIdx(const std::string &path) {
     throw std::runtime_error(
         path + ": IDX data holds " + std::to_string(b.size() - offset) +
         " bytes, its dimensions need " + std::to_string(count));
-  t.data.resize(count);
-  std::memcpy(t.data.data(), b.data() + offset, count);
+  // assign, not memcpy: with a zero dimension data() may be null.
+  const auto *data = reinterpret_cast<const std::byte *>(b.data() + offset);
+  t.data.assign(data, data + count);
   return t;
 }
 

@@ -5,7 +5,7 @@
 
 #include "Transport.h"
 
-#include "gpipe/runtime/Channel.h"
+#include "Channel.h"
 
 #include <memory>
 #include <mutex>

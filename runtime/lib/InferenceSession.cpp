@@ -1,5 +1,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 
+#include "StageExecutor.h"
+
 #include <cstring>
 
 namespace gpipe::runtime {
@@ -9,8 +11,12 @@ InferenceSession::InferenceSession(const std::string &bundlePath)
   if (bundle_.mode != "infer")
     throw BundleError(bundlePath + ": manifest.json: a '" + bundle_.mode +
                       "' bundle cannot run inference");
-  stage = std::make_unique<StageExecutor>(bundle_, bundle_.stages.front());
+  StageSpec &spec = bundle_.stages.front();
+  stage = std::make_unique<StageExecutor>(bundle_, spec,
+                                          createBackend(spec.device));
 }
+
+InferenceSession::~InferenceSession() = default;
 
 int64_t InferenceSession::compiledBatch() const {
   if (bundle_.inputs.empty() || bundle_.inputs.front().shape.empty())
@@ -92,32 +98,37 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
     t.data.resize(t.numElements() * dtypeSize(t.dtype));
     outputs[slot.name] = std::move(t);
   }
+  DeviceBackend &device = stage->device();
+  std::vector<char> zeros; // the padding of a last, partial micro-batch
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t first = c * batch,
             count = exact ? 1 : std::min(batch, rows - first);
     for (const TensorSlot &slot : bundle_.inputs) {
-      const HostTensor &t = inputs.at(slot.name);
-      char *dst = stage->arena() + slot.offset;
-      const char *src = reinterpret_cast<const char *>(t.data.data());
+      const char *src =
+          reinterpret_cast<const char *>(inputs.at(slot.name).data.data());
       if (exact) {
-        std::memcpy(dst, src, slot.byteSize());
+        stage->write(0, slot, src);
         continue;
       }
+      char *dst = stage->arena() + slot.offset;
       int64_t rowBytes = slot.byteSize() / batch;
-      std::memcpy(dst, src + first * rowBytes, count * rowBytes);
-      std::memset(dst + count * rowBytes, 0, (batch - count) * rowBytes);
+      device.copyToDevice(dst, src + first * rowBytes, count * rowBytes);
+      if (count < batch) {
+        zeros.assign((batch - count) * rowBytes, 0);
+        device.copyToDevice(dst + count * rowBytes, zeros.data(),
+                            (batch - count) * rowBytes);
+      }
     }
     stage->run();
     for (const TensorSlot &slot : bundle_.outputs) {
-      HostTensor &t = outputs[slot.name];
-      char *dst = reinterpret_cast<char *>(t.data.data());
+      char *dst = reinterpret_cast<char *>(outputs[slot.name].data.data());
       if (exact) {
-        std::memcpy(dst, stage->arena() + slot.offset, slot.byteSize());
+        stage->read(0, slot, dst);
         continue;
       }
       int64_t rowBytes = slot.byteSize() / batch;
-      std::memcpy(dst + first * rowBytes, stage->arena() + slot.offset,
-                  count * rowBytes);
+      device.copyToHost(dst + first * rowBytes, stage->arena() + slot.offset,
+                        count * rowBytes);
     }
   }
   return outputs;

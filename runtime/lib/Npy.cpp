@@ -133,8 +133,9 @@ HostTensor parseNpy(std::string_view bytes, const std::string &name) {
     fail(name, "the .npy data holds " + std::to_string(bytes.size() - offset) +
                    " bytes but " + tensor.describe() + " needs " +
                    std::to_string(expected));
-  tensor.data.resize(expected);
-  std::memcpy(tensor.data.data(), bytes.data() + offset, expected);
+  // assign, not memcpy: a zero-size array's data() may be null.
+  const auto *data = reinterpret_cast<const std::byte *>(bytes.data() + offset);
+  tensor.data.assign(data, data + expected);
   return tensor;
 }
 

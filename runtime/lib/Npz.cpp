@@ -28,6 +28,10 @@ uint16_t le16(const std::string &b, size_t at) {
 
 std::string inflateRaw(const std::string &path, const char *data, size_t size,
                        size_t expected) {
+  // Deflate expands at most 1032 times: refuse a header that claims more
+  // before allocating what it claims.
+  if (expected / 1032 > size)
+    fail(path, "corrupt compressed member");
   std::string out(expected, '\0');
   z_stream z{};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
@@ -78,7 +82,8 @@ std::map<std::string, HostTensor> readNpz(const std::string &path) {
     at += 46 + nameLen + extraLen + commentLen;
     if (compressed == 0xffffffff || size == 0xffffffff || local == 0xffffffff)
       fail(path, "ZIP64 archives (members over 4 GiB) are not supported");
-    if (local + 30 > b.size() || le32(b, local) != 0x04034b50)
+    if (static_cast<size_t>(local) + 30 > b.size() ||
+        le32(b, local) != 0x04034b50)
       fail(path, "corrupt ZIP member '" + name + "'");
     size_t data = local + 30 + le16(b, local + 26) + le16(b, local + 28);
     if (data + compressed > b.size())

@@ -1,4 +1,4 @@
-#include "gpipe/runtime/ParallelFor.h"
+#include "ParallelFor.h"
 
 #include <omp.h>
 

@@ -1,78 +1,52 @@
-#include "gpipe/runtime/StageExecutor.h"
+#include "StageExecutor.h"
 
 #include "Clock.h"
-
-#include "gpipe/runtime/ParallelFor.h"
-
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include <cstdlib>
-#include <cstring>
-#include <dlfcn.h>
+#include "ParallelFor.h"
 
 namespace gpipe::runtime {
 
-struct StageExecutor::Engine {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-
-StageExecutor::Buffer StageExecutor::allocate(int64_t size) {
-  size_t bytes =
-      (static_cast<size_t>(std::max<int64_t>(size, 1)) + 63) / 64 * 64;
-  char *p = static_cast<char *>(std::aligned_alloc(64, bytes));
-  if (!p)
-    throw BundleError("cannot allocate " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, bytes);
-  return Buffer(p);
-}
-
-StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec)
-    : spec(spec), engine(std::make_unique<Engine>()) {
+StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec,
+                             std::unique_ptr<DeviceBackend> device)
+    : spec(spec), device_(std::move(device)) {
   ParameterBlob &blob = spec.parameters;
   if (static_cast<int64_t>(blob.data.size()) != blob.size)
     throw BundleError(bundle.path + ": " + blob.file +
                       ": the parameters were not loaded");
-  params_ = allocate(blob.size);
-  std::memcpy(params_.get(), blob.data.data(), blob.size);
+  params_ = device_->allocate(blob.size);
+  device_->copyToDevice(params_.get(), blob.data.data(), blob.size);
   std::string().swap(blob.data);
-  paramsPtr = params_.get();
   allocated = blob.size;
   load(bundle);
 }
 
 void StageExecutor::load(const Bundle &bundle) {
-  std::string libraryPath = bundle.partPath(spec.library);
-  library = dlopen(libraryPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!library)
-    throw BundleError(bundle.path + ": " + spec.library +
-                      ": cannot load the stage library: " + dlerror());
+  code = device_->loadCode(bundle.partPath(spec.library));
   phases.resize(spec.phases.size());
   for (size_t i = 0; i < spec.phases.size(); ++i) {
     const PhaseSpec &ps = spec.phases[i];
     Phase &phase = phases[i];
-    phase.arena = allocate(ps.arenaSize);
+    phase.arena = device_->allocate(ps.arenaSize);
     allocated += ps.arenaSize;
-    phase.entry = reinterpret_cast<Entry>(dlsym(library, ps.entry.c_str()));
+    phase.entry = code->entry(ps.entry);
     if (!phase.entry)
       throw BundleError(bundle.path + ": " + spec.library +
                         ": no entry point '" + ps.entry + "'");
     phase.context = std::make_unique<Context>(Context{this, i});
-    KernelMemory memory{phase.arena.get(), paramsPtr, bundle.mode == "infer",
-                        &updateState, &random};
+    KernelMemory memory{phase.arena.get(), params_.get(),
+                        bundle.mode == "infer", &updateState, &random};
     for (const KernelSpec &k : ps.kernels) {
       if (k.id != static_cast<int64_t>(phase.kernels.size()))
         throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
                                         "consecutive");
-      phase.kernels.push_back(createKernel(k, memory, engine->engine));
+      phase.kernels.push_back(device_->createKernel(k, memory));
     }
   }
 }
 
 StageExecutor::~StageExecutor() {
+  // Kernels and arenas go before the code and the device they came from.
   phases.clear();
-  if (library)
-    dlclose(library);
+  code.reset();
 }
 
 size_t StageExecutor::phaseIndex(const std::string &role) const {
@@ -93,7 +67,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   try {
     if (kernelTrace || profiling) {
       double begin = steadySeconds();
-      kernels[id]->run(engine->stream);
+      kernels[id]->run();
       double end = steadySeconds();
       if (kernelTrace)
         kernelTrace->push_back(
@@ -101,7 +75,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
       if (profiling)
         kernelTotals[phase][id] += end - begin;
     } else {
-      kernels[id]->run(engine->stream);
+      kernels[id]->run();
     }
   } catch (const std::exception &e) {
     kernelError = "kernel " + std::to_string(id) + " (" +
@@ -119,7 +93,8 @@ void StageExecutor::setKernelProfile(bool enable) {
 void StageExecutor::run(size_t phase) {
   kernelError.clear();
   Phase &p = phases.at(phase);
-  p.entry(p.arena.get(), paramsPtr, reinterpret_cast<int64_t>(p.context.get()));
+  p.entry(p.arena.get(), params_.get(),
+          reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);
 }
@@ -132,7 +107,7 @@ void StageExecutor::parallelFor(size_t phase, LoopBody body,
   // The compiler outlined only loops worth splitting: one outer iteration
   // per thread at least.
   parallelChunks(extent, 1, [&](int64_t begin, int64_t end) {
-    body(arena, paramsPtr, begin, end);
+    body(arena, params_.get(), begin, end);
   });
 }
 

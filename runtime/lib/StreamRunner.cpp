@@ -3,7 +3,6 @@
 #include "Clock.h"
 
 #include "gpipe/runtime/InferenceSession.h"
-#include "gpipe/runtime/ParallelFor.h"
 
 #include <cstring>
 
@@ -29,7 +28,7 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
       dataIn.push_back(&in);
   int64_t slots = std::max<int64_t>(stream.maxAlive, 1);
   for (int64_t i = 0; i < slots; ++i) {
-    stashSlots.emplace_back(static_cast<size_t>(wiring.stashBytes));
+    stashSlots.push_back(exec->device().allocate(wiring.stashBytes));
     freeSlots.push_back(static_cast<int>(i));
   }
 }
@@ -96,7 +95,8 @@ void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
       transport.acquire(k, static_cast<size_t>(layout.bytes));
   for (const MessageLayout::Entry &e : layout.tensors) {
     const TensorSlot &slot = phase.outputs[e.slot];
-    std::memcpy(msg.data() + e.offset, arena + slot.offset, slot.byteSize());
+    exec->device().copyToHost(msg.data() + e.offset, arena + slot.offset,
+                              slot.byteSize());
   }
   transport.postSend(k, std::move(msg));
 }
@@ -112,8 +112,8 @@ void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
                              " before its message");
   for (const MessageLayout::Entry &e : layout.tensors) {
     const TensorSlot &slot = phase.inputs[e.slot];
-    std::memcpy(arena + slot.offset, it->second.data() + e.offset,
-                slot.byteSize());
+    exec->device().copyToDevice(arena + slot.offset,
+                                it->second.data() + e.offset, slot.byteSize());
   }
   transport.release(k, std::move(it->second));
   messages.erase(it);
@@ -126,25 +126,28 @@ void StreamRunner::loadStash(int64_t mb, const StepContext &context) {
     throw std::runtime_error("stage " + std::to_string(spec_.index) +
                              ": backward of micro-batch " + std::to_string(mb) +
                              " without its forward");
-  const std::vector<char> &stash = stashSlots[slot->second];
+  const char *stash = stashSlots[slot->second].get();
+  DeviceBackend &device = exec->device();
   for (const WiringSpec::Carried &c : wiring.carried) {
     const TensorSlot &in = bwdSpec->inputs[c.input];
-    const char *from =
-        c.from != WiringSpec::Carried::From::Batch
-            ? stash.data() + c.stashOffset
-            : bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
-                  mb * in.byteSize();
-    parallelCopy(ba + in.offset, from, in.byteSize());
+    if (c.from != WiringSpec::Carried::From::Batch)
+      device.copyOnDevice(ba + in.offset, stash + c.stashOffset, in.byteSize());
+    else
+      device.copyToDevice(
+          ba + in.offset,
+          bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
+              mb * in.byteSize(),
+          in.byteSize());
   }
   restored.insert(mb);
 }
 
 void StreamRunner::forward(int64_t mb, const StepContext &context) {
   char *fa = exec->arena(fwd);
+  DeviceBackend &device = exec->device();
   for (const TensorSlot *slot : dataIn)
-    parallelCopy(fa + slot->offset,
-                 bytesOf(context.batch->at(slot->name)) + mb * slot->byteSize(),
-                 slot->byteSize());
+    exec->write(fwd, *slot,
+                bytesOf(context.batch->at(slot->name)) + mb * slot->byteSize());
   if (!wiring.recvActivations.tensors.empty())
     receive(wiring.recvActivations, *fwdSpec, fa,
             key(MessageKind::Activation, spec_.index - 1, mb, false),
@@ -156,29 +159,28 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   int slot = freeSlots.back();
   freeSlots.pop_back();
   slotOf[mb] = slot;
-  char *stash = stashSlots[slot].data();
+  char *stash = stashSlots[slot].get();
   using From = WiringSpec::Carried::From;
   // Kept inputs before the run (the arena reuses their memory), kept
   // outputs after it.
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardInput) {
       const TensorSlot &source = fwdSpec->inputs[c.index];
-      parallelCopy(stash + c.stashOffset, fa + source.offset,
-                   source.byteSize());
+      device.copyOnDevice(stash + c.stashOffset, fa + source.offset,
+                          source.byteSize());
     }
   exec->setRandomState({context.seed, context.step, mb});
   exec->run(fwd);
   if (wiring.loss >= 0) {
     float microLoss;
-    std::memcpy(&microLoss, fa + fwdSpec->outputs[wiring.loss].offset,
-                sizeof(float));
+    exec->read(fwd, fwdSpec->outputs[wiring.loss], &microLoss);
     lossSum_ += microLoss;
   }
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardOutput) {
       const TensorSlot &source = fwdSpec->outputs[c.index];
-      parallelCopy(stash + c.stashOffset, fa + source.offset,
-                   source.byteSize());
+      device.copyOnDevice(stash + c.stashOffset, fa + source.offset,
+                          source.byteSize());
     }
 }
 
@@ -189,8 +191,7 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
     float seed = 1.0f / static_cast<float>(context.microBatches);
-    std::memcpy(ba + bwdSpec->inputs[wiring.lossGrad].offset, &seed,
-                sizeof(float));
+    exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
   }
   if (!wiring.recvGradients.tensors.empty())
     receive(wiring.recvGradients, *bwdSpec, ba,
@@ -208,12 +209,13 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
     const TensorSlot &sum = optSpec->inputs[t.sum];
     const TensorSlot &grad = bwdSpec->outputs[t.gradient];
     if (first) {
-      parallelCopy(oa + sum.offset, ba + grad.offset, sum.byteSize());
+      exec->device().copyOnDevice(oa + sum.offset, ba + grad.offset,
+                                  sum.byteSize());
       continue;
     }
-    parallelAccumulate(reinterpret_cast<float *>(oa + sum.offset),
-                       reinterpret_cast<const float *>(ba + grad.offset),
-                       sum.numElements());
+    exec->device().accumulate(reinterpret_cast<float *>(oa + sum.offset),
+                              reinterpret_cast<const float *>(ba + grad.offset),
+                              sum.numElements());
   }
 }
 
@@ -225,10 +227,9 @@ void StreamRunner::optimizerStep(const StepContext &context) {
         std::to_string(context.microBatches) + " backwards");
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.
-  char *oa = exec->arena(opt);
   for (auto &[hyper, input] : wiring.hyper) {
     float v = context.hyper.at(static_cast<size_t>(hyper));
-    std::memcpy(oa + optSpec->inputs[input].offset, &v, sizeof(float));
+    exec->write(opt, optSpec->inputs[input], &v);
   }
   exec->run(opt);
 }
@@ -268,7 +269,6 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
 
 void StreamRunner::evaluate(const std::map<std::string, HostTensor> &microBatch,
                             const StreamRunner *previous) {
-  char *arena = exec->arena(fwd);
   for (const TensorSlot *slot : dataIn) {
     auto it = microBatch.find(slot->name);
     if (it == microBatch.end() ||
@@ -276,14 +276,17 @@ void StreamRunner::evaluate(const std::map<std::string, HostTensor> &microBatch,
       throw InputError("evaluation batch '" + slot->name +
                        "' must have the compiled micro-batch shape " +
                        std::to_string(slot->byteSize()) + " bytes");
-    std::memcpy(arena + slot->offset, it->second.data.data(), slot->byteSize());
+    exec->write(fwd, *slot, it->second.data.data());
   }
   if (previous) {
-    const char *from = previous->exec->arena(previous->fwd);
+    // Through the host: the stages may be on different devices.
+    std::vector<char> bytes;
     for (const MessageLayout::Entry &e : wiring.recvActivations.tensors) {
       const TensorSlot &slot = fwdSpec->inputs[e.slot];
       const TensorSlot &source = previous->fwdSpec->outputs[e.senderSlot];
-      std::memcpy(arena + slot.offset, from + source.offset, slot.byteSize());
+      bytes.resize(static_cast<size_t>(source.byteSize()));
+      previous->exec->read(previous->fwd, source, bytes.data());
+      exec->write(fwd, slot, bytes.data());
     }
   }
   exec->setUpdateState(false);

@@ -6,8 +6,8 @@
 
 #include "Transport.h"
 
+#include "StageExecutor.h"
 #include "gpipe/runtime/Bundle.h"
-#include "gpipe/runtime/StageExecutor.h"
 
 #include <map>
 #include <memory>
@@ -104,7 +104,7 @@ private:
   const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
   std::vector<const TensorSlot *> dataIn;
 
-  std::vector<std::vector<char>> stashSlots;
+  std::vector<DeviceBuffer> stashSlots; // device memory
   std::vector<int> freeSlots;
   std::map<int64_t, int> slotOf;
 

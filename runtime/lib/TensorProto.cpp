@@ -140,8 +140,9 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
       fail(name, "raw_data holds " + std::to_string(raw.size()) + " bytes, " +
                      t.describe() + " needs " +
                      std::to_string(static_cast<size_t>(n) * width));
-    t.data.resize(raw.size());
-    std::memcpy(t.data.data(), raw.data(), raw.size());
+    // assign, not memcpy: empty raw_data may have a null data().
+    const auto *data = reinterpret_cast<const std::byte *>(raw.data());
+    t.data.assign(data, data + raw.size());
     return t;
   }
   size_t have = t.dtype == DType::F32   ? floats.size()

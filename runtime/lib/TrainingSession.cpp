@@ -6,8 +6,8 @@
 #include "StreamRunner.h"
 #include "TraceWriter.h"
 
+#include "DeviceWorker.h"
 #include "gpipe/runtime/DeviceList.h"
-#include "gpipe/runtime/DeviceWorker.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,8 +30,11 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     : TrainingSession(bundlePath, nullptr) {}
 
 TrainingSession::TrainingSession(const std::string &bundlePath,
-                                 std::unique_ptr<Transport> transport_)
+                                 std::unique_ptr<Transport> transport_,
+                                 BackendFactory backends)
     : bundle_(loadBundle(bundlePath)), transport(std::move(transport_)) {
+  if (!backends)
+    backends = createBackend;
   auto fail = [&](const std::string &why) {
     return BundleError(bundlePath + ": manifest.json: " + why);
   };
@@ -66,7 +69,8 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
     // thread that creates it: the device's own.
     auto load = [&] {
       stage->runner = std::make_unique<StreamRunner>(
-          spec, stream, std::make_unique<StageExecutor>(bundle_, spec),
+          spec, stream,
+          std::make_unique<StageExecutor>(bundle_, spec, backends(spec.device)),
           *transport);
     };
     if (stage->worker) {
@@ -230,9 +234,7 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   out.shape = modelOutput->shape;
   out.data.resize(modelOutput->byteSize());
   StreamRunner &last = *stages.back()->runner;
-  std::memcpy(out.data.data(),
-              last.executor().arena(last.forwardIndex()) + modelOutput->offset,
-              modelOutput->byteSize());
+  last.executor().read(last.forwardIndex(), *modelOutput, out.data.data());
   return out;
 }
 
@@ -245,8 +247,7 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
     t.dtype = p->dtype;
     t.shape = p->shape;
     t.data.resize(p->byteSize());
-    std::memcpy(t.data.data(), stage->runner->executor().params() + p->offset,
-                p->byteSize());
+    stage->runner->executor().readParameter(*p, t.data.data());
     out[p->name] = std::move(t);
   }
   return out;
@@ -354,9 +355,10 @@ void TrainingSession::saveCheckpoint(const std::string &path,
   c.model = modelChecksum();
   c.steps = steps;
   c.extra = extra;
-  for (auto [stage, p] : modelState())
-    c.tensors.emplace_back(stage->runner->executor().params() + p->offset,
-                           p->byteSize());
+  for (auto [stage, p] : modelState()) {
+    std::string &bytes = c.tensors.emplace_back(p->byteSize(), '\0');
+    stage->runner->executor().readParameter(*p, bytes.data());
+  }
   writeCheckpoint(path, c);
 }
 
@@ -372,8 +374,7 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
                       ": the checkpoint belongs to another model or bundle");
   for (size_t i = 0; i < state.size(); ++i) {
     auto [stage, p] = state[i];
-    std::memcpy(stage->runner->executor().params() + p->offset,
-                c.tensors[i].data(), c.tensors[i].size());
+    stage->runner->executor().writeParameter(*p, c.tensors[i].data());
   }
   steps = c.steps;
   return c.extra;

@@ -1,4 +1,4 @@
-#include "gpipe/runtime/Channel.h"
+#include "Channel.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,9 @@
 #include "GPipe/IR/GPipeDialect.h"
 #include "Import/ONNX/ModelImporter.h"
 #include "NN/IR/NNDialect.h"
+#include "Pipelines/Pipelines.h"
 #include "Target/Native/NativeCodegen.h"
+#include "Target/StageTarget.h"
 #include "Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -235,10 +237,7 @@ void printDiagnostic(Diagnostic &diag) {
 /// Inference: the imported nn module lowered to one stage.
 LogicalResult lowerToStage(ModuleOp module) {
   PassManager pm(module.getContext());
-  pm.addPass(gpipe::createSetInferenceMode());
-  pm.addPass(gpipe::createConvertElementwiseToLinalg());
-  pm.addPass(createLinalgElementwiseOpFusionPass());
-  pm.addPass(gpipe::createLowerStage());
+  gpipe::buildInferencePipeline(pm);
   return pm.run(module);
 }
 
@@ -432,8 +431,9 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
       return writeText(output, [&](llvm::raw_ostream &os) { os << text; });
     if (emitOption == Emit::LLVM) {
       return writeText(output, [&](llvm::raw_ostream &os) {
-        for (auto &stage : result->stages) {
-          if (failed(gpipe::lowerStageToLLVMDialect(*stage)))
+        for (auto [k, stage] : llvm::enumerate(result->stages)) {
+          auto target = gpipe::createStageTarget(devices[k], *stage);
+          if (failed(target) || failed((*target)->lower(*stage)))
             return;
           stage->print(os, OpPrintingFlags());
           os << "\n";
@@ -487,7 +487,8 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
       ModuleOp stage = *module;
       return failed(gpipe::writeBundle(stage, output, bundleOptions)) ? 1 : 0;
     }
-    if (failed(gpipe::lowerStageToLLVMDialect(*module)))
+    auto target = gpipe::createStageTarget(devices.front(), *module);
+    if (failed(target) || failed((*target)->lower(*module)))
       return 1;
   }
   return writeText(output, [&](llvm::raw_ostream &os) {
@@ -510,6 +511,7 @@ int main(int argc, char **argv) {
   registerLinalgPasses();
   registerTransformsPasses();
   gpipe::registerGPipePasses();
+  gpipe::registerGPipePipelines();
   // gpipe's options first: LLVM's code generation options (registered when
   // LLVM loads) are listed by --help-hidden only, as mlir-opt hides them.
   for (auto &[name, option] : cl::getRegisteredOptions())

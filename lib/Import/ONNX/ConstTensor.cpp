@@ -413,7 +413,8 @@ gpipe::onnx_import::floatTensorBytes(const onnx::TensorProto &proto) {
   size_t n = *count, width = byteWidth(t);
   std::vector<char> bytes(n * width);
   if (proto.has_raw_data()) {
-    std::memcpy(bytes.data(), proto.raw_data().data(), bytes.size());
+    // assign, not memcpy: an empty tensor's data() may be null.
+    bytes.assign(proto.raw_data().begin(), proto.raw_data().end());
     return bytes;
   }
   for (size_t i = 0; i < n; ++i) {

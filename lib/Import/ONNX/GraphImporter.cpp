@@ -144,8 +144,10 @@ FailureOr<Value> GraphImporter::materializeEntry(Entry &entry, StringRef name) {
       auto tensorType = RankedTensorType::get(
           SmallVector<int64_t>(tensor.dims().begin(), tensor.dims().end()),
           *type);
-      auto blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
-          ArrayRef<char>(*bytes), alignof(double));
+      // Not allocateAndCopyWithAlign: its memcpy would get the null data()
+      // of an empty tensor.
+      auto blob = HeapAsmResourceBlob::allocate(bytes->size(), alignof(double));
+      llvm::copy(*bytes, blob.getMutableData().begin());
       auto value = DenseResourceElementsAttr::get(tensorType, resourceKey(name),
                                                   std::move(blob));
       auto param = moduleBuilder.create<ParameterOp>(

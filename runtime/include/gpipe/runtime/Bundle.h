@@ -4,6 +4,7 @@
 
 #include "gpipe/common/BundleFormat.h"
 #include "gpipe/common/Instruction.h"
+#include "gpipe/common/KernelKind.h"
 #include "gpipe/common/Role.h"
 #include "gpipe/runtime/Tensor.h"
 
@@ -11,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpipe::runtime {
@@ -49,11 +51,23 @@ struct KernelSpec {
   std::map<std::string, std::vector<double>> numbers; // numeric attributes
   std::map<std::string, std::string> strings;         // string attributes
   std::vector<TensorSlot> operands, results;
+  /// The kind's entry in the contract (common/KernelKind.h), which the
+  /// loader checked this entry against.
+  const KernelKind *contract = nullptr;
 
-  /// A scalar attribute, or `dflt`.
-  double number(const std::string &key, double dflt) const;
-  /// An array attribute (empty if absent).
+  /// The operand or result named as in the contract; BundleError if the
+  /// entry has no such tensor (an optional operand left out).
+  const TensorSlot &operand(std::string_view name) const;
+  const TensorSlot &result(std::string_view name) const;
+  /// An optional operand, or null where the entry leaves it out.
+  const TensorSlot *optionalOperand(std::string_view name) const;
+  /// A scalar or boolean attribute (the contract guarantees it is there).
+  double number(const std::string &key) const;
+  bool flag(const std::string &key) const { return number(key) != 0; }
+  /// An array attribute.
   std::vector<int64_t> ints(const std::string &key) const;
+  /// BundleError "kernel 3 (conv): <why>".
+  [[noreturn]] void fail(const std::string &why) const;
 };
 
 /// One entry point of a stage's code with its own arena: the whole stage

@@ -3,7 +3,6 @@
 #define GPIPE_RUNTIME_INFERENCESESSION_H
 
 #include "gpipe/runtime/Bundle.h"
-#include "gpipe/runtime/StageExecutor.h"
 #include "gpipe/runtime/Tensor.h"
 
 #include <map>
@@ -19,10 +18,15 @@ public:
   using std::invalid_argument::invalid_argument;
 };
 
+class StageExecutor;
+
 class InferenceSession {
 public:
   /// Loads and checks the bundle (BundleError if it cannot be used).
   explicit InferenceSession(const std::string &bundlePath);
+  ~InferenceSession();
+  InferenceSession(const InferenceSession &) = delete;
+  InferenceSession &operator=(const InferenceSession &) = delete;
 
   const Bundle &bundle() const { return bundle_; }
   /// The batch the bundle was compiled for (first dim of its first input).

@@ -6,6 +6,7 @@
 #include "gpipe/runtime/Bundle.h"
 #include "gpipe/runtime/InferenceSession.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,14 +17,21 @@ namespace gpipe::runtime {
 class StreamRunner;
 class Transport;
 class DeviceWorker;
+class DeviceBackend;
+
+/// Creates the backend of a stage's device ("cpu:0-1").
+using BackendFactory =
+    std::function<std::unique_ptr<DeviceBackend>(const std::string &device)>;
 
 class TrainingSession {
 public:
   explicit TrainingSession(const std::string &bundlePath);
   /// Stages exchange their messages through `transport` (tests record the
-  /// traffic); null: channels in this process.
+  /// traffic); null: channels in this process. Stages run on the backends
+  /// `backends` creates (tests record the calls); null: the runtime's.
   TrainingSession(const std::string &bundlePath,
-                  std::unique_ptr<Transport> transport);
+                  std::unique_ptr<Transport> transport,
+                  BackendFactory backends = nullptr);
 
   const Bundle &bundle() const { return bundle_; }
   /// Samples per optimizer step.

@@ -1,10 +1,11 @@
-// Runs one compiled stage: its native library, arena, parameters and
-// kernels.
+// Runs one compiled stage on its device: its code, arenas, parameters and
+// kernels, all created through the stage's DeviceBackend at load time.
 #ifndef GPIPE_RUNTIME_STAGEEXECUTOR_H
 #define GPIPE_RUNTIME_STAGEEXECUTOR_H
 
+#include "DeviceBackend.h"
+
 #include "gpipe/runtime/Bundle.h"
-#include "gpipe/runtime/Kernels.h"
 
 #include <memory>
 #include <string>
@@ -23,34 +24,48 @@ using LoopBody = void (*)(char *arena, char *params, int64_t begin,
 /// (gpipe_parallel_for's context).
 void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent);
 
-/// Loads a stage of a checked bundle: dlopens its library, moves the
-/// stage's parameters that loadBundle read into an aligned buffer of its
+/// Loads a stage of a checked bundle on its device: loads its code, moves
+/// the stage's parameters that loadBundle read into device memory of its
 /// own (the bundle's copy is released), allocates one arena per phase and
-/// creates every kernel's primitive. Nothing is created per run.
+/// creates every kernel. Nothing is created per run.
 class StageExecutor {
-  struct Aligned {
-    void operator()(char *p) const { std::free(p); }
-  };
-
 public:
-  /// 64-byte aligned, zeroed memory.
-  using Buffer = std::unique_ptr<char, Aligned>;
-  static Buffer allocate(int64_t size);
   /// A stage of `bundle` (`spec` is one of its stages, whose parameter
-  /// bytes it takes over).
-  StageExecutor(const Bundle &bundle, StageSpec &spec);
+  /// bytes it takes over) on `device`.
+  StageExecutor(const Bundle &bundle, StageSpec &spec,
+                std::unique_ptr<DeviceBackend> device);
   ~StageExecutor();
   StageExecutor(const StageExecutor &) = delete;
   StageExecutor &operator=(const StageExecutor &) = delete;
 
+  DeviceBackend &device() { return *device_; }
   /// The phase index of `role` ("forward", "backward"); throws BundleError
   /// if the stage has no such phase.
   size_t phaseIndex(const std::string &role) const;
   const PhaseSpec &phase(size_t index) const { return spec.phases[index]; }
 
+  /// Device addresses of a phase's arena and of the parameters.
   char *arena(size_t phase = 0) { return phases[phase].arena.get(); }
-  const char *params() const { return paramsPtr; }
-  char *params() { return paramsPtr; }
+  const char *arena(size_t phase = 0) const {
+    return phases[phase].arena.get();
+  }
+  char *params() { return params_.get(); }
+  const char *params() const { return params_.get(); }
+  /// Copies a tensor of a phase's arena from or to host memory.
+  void write(size_t phase, const TensorSlot &slot, const void *host) {
+    device_->copyToDevice(arena(phase) + slot.offset, host, slot.byteSize());
+  }
+  void read(size_t phase, const TensorSlot &slot, void *host) const {
+    device_->copyToHost(host, arena(phase) + slot.offset, slot.byteSize());
+  }
+  /// Copies a parameter (a slot of the stage's parameters) from or to host
+  /// memory.
+  void writeParameter(const TensorSlot &slot, const void *host) {
+    device_->copyToDevice(params() + slot.offset, host, slot.byteSize());
+  }
+  void readParameter(const TensorSlot &slot, void *host) const {
+    device_->copyToHost(host, params() + slot.offset, slot.byteSize());
+  }
   /// Bytes this stage allocated: its arenas and its parameters.
   int64_t allocatedBytes() const { return allocated; }
 
@@ -85,30 +100,26 @@ public:
 private:
   void load(const Bundle &bundle);
 
-  using Entry = void (*)(char *, char *, int64_t);
-  struct Phase;
   /// What gpipe_kernel's context argument points to.
   struct Context {
     StageExecutor *executor;
     size_t phase;
   };
   struct Phase {
-    Buffer arena;
-    Entry entry = nullptr;
+    DeviceBuffer arena;
+    StageCode::Entry entry = nullptr;
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::unique_ptr<Context> context;
   };
 
   const StageSpec &spec;
-  Buffer params_;
-  char *paramsPtr = nullptr;
+  std::unique_ptr<DeviceBackend> device_;
+  DeviceBuffer params_;
   int64_t allocated = 0;
   std::vector<KernelEvent> *kernelTrace = nullptr;
   bool profiling = false;
   std::vector<std::vector<double>> kernelTotals; // [phase][kernel]
-  void *library = nullptr;
-  struct Engine;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<StageCode> code;
   std::vector<Phase> phases;
   std::string kernelError;
   bool updateState = true;

@@ -1,0 +1,61 @@
+// The heavy ops a stage's code hands to the runtime as kernels: for each
+// kind, its operands and results in order and the attributes the compiler
+// always writes. The compiler (LowerStage) emits kernel table entries that
+// follow it, the runtime checks each entry against it when it loads a
+// bundle, and a backend's kernels read operands and attributes by these
+// names, never by position or with defaults of their own.
+#ifndef GPIPE_COMMON_KERNELKIND_H
+#define GPIPE_COMMON_KERNELKIND_H
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpipe {
+
+struct KernelKind {
+  std::string_view name; // the nn op's name without "nn.": "conv", ...
+  /// Operand names in order; the last `optionalOperands` may be absent.
+  const std::string_view *operands;
+  size_t numOperands;
+  size_t optionalOperands;
+  const std::string_view *results;
+  size_t numResults;
+  /// Attributes every entry of this kind carries.
+  const std::string_view *attributes;
+  size_t numAttributes;
+
+  /// The position of the operand or result named `name`, or nullopt.
+  std::optional<size_t> operandIndex(std::string_view name) const;
+  std::optional<size_t> resultIndex(std::string_view name) const;
+};
+
+/// The kind named `name`, or null: that op is not run as a kernel.
+const KernelKind *findKernelKind(std::string_view name);
+
+/// Checks an entry's arity and attributes against its kind: an empty string
+/// if it conforms, else what is wrong ("needs 5 operands, has 3", "has no
+/// attribute 'epsilon'"). `hasAttribute` answers for one name.
+template <typename HasAttribute>
+std::string checkKernelEntry(const KernelKind &kind, size_t operands,
+                             size_t results, HasAttribute hasAttribute) {
+  size_t least = kind.numOperands - kind.optionalOperands;
+  if (operands < least || operands > kind.numOperands)
+    return "needs " +
+           (least == kind.numOperands ? std::to_string(least)
+                                      : std::to_string(least) + " to " +
+                                            std::to_string(kind.numOperands)) +
+           " operands, has " + std::to_string(operands);
+  if (results != kind.numResults)
+    return "needs " + std::to_string(kind.numResults) + " results, has " +
+           std::to_string(results);
+  for (size_t i = 0; i < kind.numAttributes; ++i)
+    if (!hasAttribute(kind.attributes[i]))
+      return "has no attribute '" + std::string(kind.attributes[i]) + "'";
+  return "";
+}
+
+} // namespace gpipe
+
+#endif // GPIPE_COMMON_KERNELKIND_H

@@ -1,0 +1,41 @@
+//===- StageTarget.h - Code generation for one stage's device ---*- C++ -*-===//
+//
+// The compiler's backend seam: a lowered stage module becomes the code its
+// device's runtime backend loads. Each stage is compiled by the target of
+// its device; the native x86-64 target (a shared library of host code) is
+// the first, a CUDA target (PTX/cubin plus host code) the next.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_TARGET_STAGETARGET_H
+#define GPIPE_TARGET_STAGETARGET_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <memory>
+#include <string>
+
+namespace gpipe {
+
+class StageTarget {
+public:
+  virtual ~StageTarget() = default;
+  /// "native x86-64 (znver3)": what the target generates, for messages.
+  virtual std::string describe() const = 0;
+  /// The name of the stage's code file in the bundle ("stage0.so").
+  virtual std::string codeFileName(int64_t stage) const = 0;
+  /// Lowers a stage module to the target's dialects (gpipe-opt --emit=llvm).
+  virtual mlir::LogicalResult lower(mlir::ModuleOp stage) = 0;
+  /// Lowers and writes the stage's code to `path`.
+  virtual mlir::LogicalResult serialize(mlir::ModuleOp stage,
+                                        llvm::StringRef path) = 0;
+};
+
+/// The target of a device of the manifest ("cpu", "cpu:0-3", "cuda:0");
+/// an error at `stage`'s location for devices without one.
+mlir::FailureOr<std::unique_ptr<StageTarget>>
+createStageTarget(llvm::StringRef device, mlir::ModuleOp stage);
+
+} // namespace gpipe
+
+#endif // GPIPE_TARGET_STAGETARGET_H

@@ -1,0 +1,100 @@
+// The backend seam: what the runtime needs from a device to run a stage.
+// A backend (CPU/oneDNN today; CUDA next) implements DeviceBackend; the stage
+// executor, the stream runner and the sessions use nothing else of it.
+// Tensors live in device memory: the runtime moves them only through a
+// device's copies and reads them only on the host side of a copy.
+#ifndef GPIPE_RUNTIME_DEVICEBACKEND_H
+#define GPIPE_RUNTIME_DEVICEBACKEND_H
+
+#include "Random.h"
+
+#include "gpipe/runtime/Bundle.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpipe::runtime {
+
+/// Where a stage's tensors live while it runs (device addresses).
+struct KernelMemory {
+  char *arena = nullptr;
+  char *params = nullptr;
+  /// Parameters never change (inference): kernels may keep them in their
+  /// own layouts, converted once.
+  bool constantParams = false;
+  /// Whether stateful kernels (BatchNorm's running statistics) update their
+  /// state on this run: true in training steps, false in evaluation.
+  const bool *updateState = nullptr;
+  /// The current step's random state (dropout).
+  const RandomState *random = nullptr;
+};
+
+/// One heavy op of a stage (a kernel table entry), bound to its tensors at
+/// load time. Runs are queued on the device that created it.
+class Kernel {
+public:
+  virtual ~Kernel() = default;
+  virtual void run() = 0;
+};
+
+/// A stage's compiled code loaded for a device: its phases' entry points.
+class StageCode {
+public:
+  /// Runs a phase on its arena and the stage's parameters; `context` is
+  /// passed back to gpipe_kernel/gpipe_parallel_for calls it makes.
+  using Entry = void (*)(char *arena, char *params, int64_t context);
+  virtual ~StageCode() = default;
+  /// The entry point named `name`, or null.
+  virtual Entry entry(const std::string &name) const = 0;
+};
+
+/// Device memory, freed by the device that allocated it.
+class DeviceBuffer {
+public:
+  using Free = void (*)(char *);
+  DeviceBuffer() = default;
+  DeviceBuffer(char *data, Free free) : data_(data, free) {}
+  char *get() const { return data_.get(); }
+  explicit operator bool() const { return data_ != nullptr; }
+
+private:
+  std::unique_ptr<char, Free> data_{nullptr, nullptr};
+};
+
+class DeviceBackend {
+public:
+  virtual ~DeviceBackend() = default;
+  /// The device as errors name it ("cpu:0-1").
+  virtual const std::string &name() const = 0;
+
+  /// `bytes` of zeroed device memory aligned for any kernel; BundleError if
+  /// the device has not enough.
+  virtual DeviceBuffer allocate(int64_t bytes) = 0;
+  /// Copies from host memory into device memory, device memory into host
+  /// memory, and within the device.
+  virtual void copyToDevice(char *dst, const void *src, int64_t bytes) = 0;
+  virtual void copyToHost(void *dst, const char *src, int64_t bytes) = 0;
+  virtual void copyOnDevice(char *dst, const char *src, int64_t bytes) = 0;
+  /// dst[i] += src[i] for `count` float32 elements in device memory
+  /// (gradient accumulation), in an order that does not depend on threads.
+  virtual void accumulate(float *dst, const float *src, int64_t count) = 0;
+
+  /// Loads a stage's code: `path` is its library in the bundle.
+  virtual std::unique_ptr<StageCode> loadCode(const std::string &path) = 0;
+  /// Creates the kernel of one table entry (checked against the contract)
+  /// on `memory`; BundleError naming the kernel if the device cannot run
+  /// it.
+  virtual std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
+                                               const KernelMemory &memory) = 0;
+  /// Waits until the work queued on the device is done.
+  virtual void synchronize() = 0;
+};
+
+/// The backend of a stage's device ("cpu:0-1"): BundleError if this
+/// runtime was built without it or the machine lacks it.
+std::unique_ptr<DeviceBackend> createBackend(const std::string &device);
+
+} // namespace gpipe::runtime
+
+#endif // GPIPE_RUNTIME_DEVICEBACKEND_H

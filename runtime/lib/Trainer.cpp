@@ -1,0 +1,332 @@
+#include "gpipe/runtime/Trainer.h"
+
+#include "gpipe/runtime/FileIO.h"
+#include "gpipe/runtime/Idx.h"
+#include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/Npy.h"
+#include "gpipe/runtime/OnnxExport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+namespace gpipe::runtime {
+
+namespace {
+
+/// `rows` rows of `all`, row r taken from row rowOf(r).
+template <typename RowOf>
+HostTensor gatherRows(const HostTensor &all, int64_t rows, RowOf rowOf) {
+  HostTensor t;
+  t.dtype = all.dtype;
+  t.shape.push_back(rows);
+  for (size_t i = 1; i < all.shape.size(); ++i)
+    t.shape.push_back(all.shape[i]);
+  size_t row = all.data.size() / all.shape[0];
+  t.data.resize(row * rows);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(t.data.data() + r * row, all.data.data() + rowOf(r) * row, row);
+  return t;
+}
+
+/// A data set by path: an .npz (arrays by input name and 'labels') or a
+/// directory of IDX files (Fashion-MNIST layout; `split` train or t10k),
+/// whose images feed the model's first input.
+std::map<std::string, HostTensor> loadData(const std::string &path,
+                                           const std::string &split,
+                                           TrainingSession &session) {
+  if (!std::filesystem::is_directory(path))
+    return readNpz(path);
+  ImageDataset ds = readIdxDataset(path, split);
+  std::map<std::string, HostTensor> data;
+  for (const TensorSlot *slot : session.dataInputs())
+    if (slot->name != "labels") {
+      data[slot->name] = std::move(ds.images);
+      break;
+    }
+  data["labels"] = std::move(ds.labels);
+  return data;
+}
+
+/// Class labels must index the logits: checked before training starts.
+void checkLabels(TrainingSession &session,
+                 const std::map<std::string, HostTensor> &data,
+                 const std::string &source) {
+  auto it = data.find("labels");
+  int64_t classes = session.classCount();
+  if (it == data.end() || it->second.dtype != DType::I64 || classes <= 0)
+    return;
+  const int64_t *l = reinterpret_cast<const int64_t *>(it->second.data.data());
+  for (int64_t i = 0; i < it->second.numElements(); ++i)
+    if (l[i] < 0 || l[i] >= classes)
+      throw InputError(source + ": labels[" + std::to_string(i) +
+                       "] = " + std::to_string(l[i]) + " is outside [0, " +
+                       std::to_string(classes) + ")");
+}
+
+/// Accuracy of the model's class predictions on a labelled data set, run in
+/// micro-batches (the last one padded).
+double accuracy(TrainingSession &session,
+                const std::map<std::string, HostTensor> &data) {
+  const HostTensor &labels = data.at("labels");
+  int64_t n = labels.shape.at(0), b = session.microBatchSize(), correct = 0;
+  const int64_t *label = reinterpret_cast<const int64_t *>(labels.data.data());
+  for (int64_t first = 0; first < n; first += b) {
+    std::map<std::string, HostTensor> batch;
+    for (const TensorSlot *slot : session.dataInputs()) {
+      batch[slot->name] = gatherRows(data.at(slot->name), b, [&](int64_t r) {
+        return std::min(first + r, n - 1); // the last batch repeats a row
+      });
+    }
+    HostTensor logits = session.evaluate(batch);
+    if (logits.dtype != DType::F32 || logits.shape.size() != 2)
+      throw InputError("accuracy needs [N, C] float32 logits");
+    int64_t classes = logits.shape[1];
+    const float *l = reinterpret_cast<const float *>(logits.data.data());
+    for (int64_t r = 0; r < b && first + r < n; ++r) {
+      const float *row = l + r * classes;
+      correct += std::max_element(row, row + classes) - row == label[first + r];
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+/// The pipeline's measured step, bubble and memory against the compiler's
+/// prediction.
+void printSummary(const TrainingSession &session, std::ostream &out) {
+  TrainingSession::Stats s = session.stats();
+  if (s.steps == 0)
+    return;
+  const ScheduleSpec &schedule = session.bundle().schedule;
+  double step = s.stepSeconds / static_cast<double>(s.steps);
+  auto mib = [](int64_t bytes) {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(1)
+       << static_cast<double>(bytes) / (1 << 20) << " MiB";
+    return os.str();
+  };
+  out << std::fixed << std::setprecision(2) << "pipeline: " << s.stages.size()
+      << " stage(s), " << schedule.kind << " schedule, "
+      << schedule.microBatches << " micro-batches\n";
+  for (size_t i = 0; i < s.stages.size(); ++i) {
+    const auto &st = s.stages[i];
+    out << "  stage " << i << " on " << st.device << ": busy "
+        << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps, "
+        << mib(st.allocatedBytes) << " allocated (predicted peak "
+        << mib(st.predictedPeakBytes) << ")\n";
+  }
+  out << "  step " << step * 1e3 << " ms measured (mean of " << s.steps << "), "
+      << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
+      << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
+      << "% predicted\n"
+      << std::defaultfloat << std::setprecision(6);
+}
+
+} // namespace
+
+double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
+                             int64_t steps) {
+  if (step < o.warmupSteps)
+    return base * static_cast<double>(step + 1) /
+           static_cast<double>(o.warmupSteps);
+  int64_t t = step - o.warmupSteps,
+          span = std::max<int64_t>(1, steps - o.warmupSteps);
+  if (o.lrSchedule == "step")
+    return base * std::pow(o.lrGamma, static_cast<double>(t / o.lrStepSize));
+  if (o.lrSchedule == "cosine")
+    return base * 0.5 *
+           (1 + std::cos(M_PI * static_cast<double>(t) /
+                         static_cast<double>(span)));
+  return base;
+}
+
+void runTrainer(TrainingSession &session, const TrainerOptions &o,
+                std::ostream &out) {
+  {
+    session.setRandomSeed(o.seed);
+    if (!o.trace.empty())
+      session.enableTrace();
+    if (!o.profileOps.empty())
+      session.enableOpProfile();
+    for (auto &[name, value] : o.hyper)
+      session.setHyperParameter(name, value);
+    if (o.lr >= 0)
+      session.setLearningRate(o.lr);
+    double baseLr = session.learningRate();
+    if (o.lrSchedule != "constant" && o.lrSchedule != "step" &&
+        o.lrSchedule != "cosine")
+      throw InputError("--lr-schedule must be constant, step or cosine");
+    if (o.lrSchedule == "step" && o.lrStepSize <= 0)
+      throw InputError("--lr-schedule=step needs --lr-step-size=N");
+    if (o.data.empty())
+      throw InputError("--train needs --data=FILE.npz or a directory of IDX "
+                       "files");
+    std::map<std::string, HostTensor> data = loadData(o.data, "train", session);
+    std::map<std::string, HostTensor> evalData;
+    if (!o.evalData.empty())
+      evalData = loadData(o.evalData, "t10k", session);
+    checkLabels(session, data, o.data);
+    if (!evalData.empty())
+      checkLabels(session, evalData, o.evalData);
+    int64_t samples = -1;
+    for (const TensorSlot *slot : session.dataInputs()) {
+      auto it = data.find(slot->name);
+      if (it == data.end())
+        throw InputError(o.data + ": no array '" + slot->name +
+                         "' (the model's inputs and 'labels')");
+      const HostTensor &t = it->second;
+      bool tailOk =
+          t.dtype == slot->dtype && t.shape.size() == slot->shape.size();
+      for (size_t i = 1; tailOk && i < t.shape.size(); ++i)
+        tailOk = t.shape[i] == slot->shape[i];
+      if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
+          (samples >= 0 && t.shape[0] != samples))
+        throw InputError(o.data + ": array '" + slot->name + "' is " +
+                         t.describe() + ", expected " +
+                         std::string(dtypeName(slot->dtype)) +
+                         " rows shaped like the model's input, as many as "
+                         "the other arrays");
+      samples = t.shape[0];
+    }
+    int64_t batch = session.batchSize();
+    int64_t perEpoch = std::max<int64_t>(1, samples / batch);
+    int64_t steps =
+        o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
+    std::string checkpoint =
+        o.checkpointDir.empty() ? "" : o.checkpointDir + "/checkpoint.bin";
+    int64_t firstStep = 0;
+    if (o.resume) {
+      if (checkpoint.empty())
+        throw InputError("--resume needs --checkpoint-dir");
+      if (std::filesystem::exists(checkpoint)) {
+        uint64_t seed = session.loadCheckpoint(checkpoint);
+        if (seed != o.seed)
+          throw InputError("--seed differs from the checkpoint's (" +
+                           std::to_string(seed) + ")");
+        firstStep = session.stepsTaken();
+        out << "resumed from " << checkpoint << " after step " << firstStep
+            << "\n";
+      }
+    }
+    if (!checkpoint.empty())
+      std::filesystem::create_directories(o.checkpointDir);
+    std::ofstream lossLog;
+    if (!o.lossLog.empty()) {
+      // A resumed run continues the log of the steps it keeps.
+      if (firstStep > 0 && std::filesystem::exists(o.lossLog)) {
+        std::ifstream old(o.lossLog);
+        std::string line, kept;
+        for (int64_t n = 0; n <= firstStep && std::getline(old, line); ++n)
+          kept += line + "\n";
+        old.close();
+        lossLog.open(o.lossLog, std::ios::trunc);
+        lossLog << kept;
+      } else {
+        lossLog.open(o.lossLog);
+        lossLog << "step,loss\n";
+      }
+      if (!lossLog)
+        throw InputError("cannot write --loss-log file '" + o.lossLog + "'");
+    }
+    std::vector<int64_t> order(samples);
+    std::iota(order.begin(), order.end(), 0);
+    bool terminal = o.terminal;
+    auto start = std::chrono::steady_clock::now();
+    auto shuffleFor = [&](int64_t epochIndex) {
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937 rng(o.seed + static_cast<unsigned>(epochIndex));
+      std::shuffle(order.begin(), order.end(), rng);
+    };
+    if (!o.noShuffle)
+      shuffleFor(firstStep * batch / samples);
+    for (int64_t step = firstStep; step < steps; ++step) {
+      int64_t first = step * batch;
+      // A new pass over the data gets its own permutation (a function of
+      // the seed and the pass, so resumed runs see the same order).
+      if (!o.noShuffle && step > firstStep &&
+          first / samples != (first - batch) / samples)
+        shuffleFor(first / samples);
+      session.setLearningRate(scheduledLearningRate(o, baseLr, step, steps));
+      std::map<std::string, HostTensor> mini;
+      for (const TensorSlot *slot : session.dataInputs()) {
+        mini[slot->name] =
+            gatherRows(data.at(slot->name), batch,
+                       [&](int64_t r) { return order[(first + r) % samples]; });
+      }
+      double loss = session.step(mini);
+      // The first step creates caches and touches memory: not profiled.
+      if (!o.profileOps.empty() && step == firstStep && steps - firstStep > 1)
+        session.enableOpProfile();
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+      int64_t epoch = step / perEpoch + 1;
+      double rate = (step + 1) * batch / seconds;
+      double eta = (steps - step - 1) * batch / rate;
+      // A progress line redrawn in place on a terminal; otherwise about ten
+      // lines per epoch.
+      bool last = step + 1 == steps;
+      if (terminal || last ||
+          (step + 1) % std::max<int64_t>(1, perEpoch / 10) == 0) {
+        out << (terminal ? "\r" : "") << "epoch " << epoch << "  step "
+            << step + 1 << "/" << steps << "  loss " << loss << "  "
+            << static_cast<int64_t>(rate) << " samples/s  ETA "
+            << static_cast<int64_t>(eta) << " s"
+            << (terminal && !last ? "   " : "\n") << std::flush;
+      }
+      if (lossLog)
+        lossLog << step + 1 << "," << loss << std::endl;
+      if (!checkpoint.empty() &&
+          ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) ||
+           step + 1 == steps))
+        session.saveCheckpoint(checkpoint, o.seed);
+      bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
+      if (epochEnd && !evalData.empty())
+        out << (terminal ? "\n" : "") << "epoch "
+            << (step + 1 + perEpoch - 1) / perEpoch << ": test accuracy "
+            << 100.0 * accuracy(session, evalData) << "% on "
+            << evalData.at("labels").shape.at(0) << " samples\n"
+            << std::flush;
+    }
+    printSummary(session, out);
+    if (!o.profileOps.empty()) {
+      std::ostringstream csv;
+      csv << "op,forward_seconds,backward_seconds\n" << std::setprecision(9);
+      for (auto &[op, t] : session.opProfile())
+        csv << op << "," << t.first << "," << t.second << "\n";
+      writeFileAtomically(o.profileOps, csv.str());
+      out << "wrote the per-op times to " << o.profileOps
+          << " (for gpipe-opt --cost-table)\n";
+    }
+    if (!o.trace.empty()) {
+      session.writeTrace(o.trace);
+      out << "wrote the trace to " << o.trace
+          << " (open it in ui.perfetto.dev or chrome://tracing)\n";
+    }
+    if (!o.saveOnnx.empty()) {
+      const Bundle &b = session.bundle();
+      if (b.sourceModel.empty())
+        throw InputError("--save-onnx: the bundle keeps no ONNX model "
+                         "(recompile it with this gpipe-opt)");
+      size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel),
+                                         session.parameters(), o.saveOnnx);
+      out << "wrote the trained model (" << n << " parameters) to "
+          << o.saveOnnx << "\n";
+    }
+    if (!o.saveParams.empty()) {
+      std::filesystem::create_directories(o.saveParams);
+      for (auto &[name, tensor] : session.parameters())
+        writeNpy(o.saveParams + "/" + name + ".npy", tensor);
+      out << "wrote the parameters to " << o.saveParams << "\n";
+    }
+  }
+}
+
+} // namespace gpipe::runtime

@@ -1,0 +1,38 @@
+// The CPU backend: host memory, stage code as a native shared library,
+// heavy ops on oneDNN, copies and accumulation split over the calling
+// thread's OpenMP threads (the device's cores).
+#ifndef GPIPE_RUNTIME_CPU_CPUBACKEND_H
+#define GPIPE_RUNTIME_CPU_CPUBACKEND_H
+
+#include "DeviceBackend.h"
+
+#include <memory>
+
+namespace gpipe::runtime::cpu {
+
+struct OneDnn;
+
+class CpuBackend : public DeviceBackend {
+public:
+  explicit CpuBackend(std::string name);
+  ~CpuBackend() override;
+
+  const std::string &name() const override { return name_; }
+  DeviceBuffer allocate(int64_t bytes) override;
+  void copyToDevice(char *dst, const void *src, int64_t bytes) override;
+  void copyToHost(void *dst, const char *src, int64_t bytes) override;
+  void copyOnDevice(char *dst, const char *src, int64_t bytes) override;
+  void accumulate(float *dst, const float *src, int64_t count) override;
+  std::unique_ptr<StageCode> loadCode(const std::string &path) override;
+  std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
+                                       const KernelMemory &memory) override;
+  void synchronize() override;
+
+private:
+  std::string name_;
+  std::unique_ptr<OneDnn> dnn;
+};
+
+} // namespace gpipe::runtime::cpu
+
+#endif // GPIPE_RUNTIME_CPU_CPUBACKEND_H

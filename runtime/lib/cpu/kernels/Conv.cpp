@@ -1,0 +1,150 @@
+// Convolution and its gradients (backward data, backward weights) on
+// oneDNN's convolution primitives, in the blocked layouts oneDNN picks.
+#include "Families.h"
+
+#include <optional>
+
+namespace gpipe::runtime::cpu {
+
+namespace {
+
+/// Convolution geometry shared by the forward and backward kernels.
+struct ConvGeometry {
+  dims strides, dilations, padL, padR, weightDims;
+};
+
+/// Checks ranks and attribute sizes: `first` and `second` (the operands)
+/// and `result` have the same rank, at least 3.
+void checkConv(const KernelSpec &spec, const TensorSlot &first,
+               const TensorSlot &second, const TensorSlot &result) {
+  size_t rank = first.shape.size();
+  if (rank < 3 || result.shape.size() != rank || second.shape.size() != rank)
+    spec.fail("operands must have the same rank, at least 3");
+  size_t spatial = rank - 2;
+  needEntries(spec, "strides", spatial);
+  needEntries(spec, "pads", 2 * spatial);
+  needEntries(spec, "dilations", spatial);
+}
+
+ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
+                          const TensorSlot &weight) {
+  ConvGeometry g;
+  int64_t group = static_cast<int64_t>(spec.number("group"));
+  std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                       d = spec.ints("dilations");
+  size_t spatial = data.shape.size() - 2;
+  g.strides.assign(s.begin(), s.end());
+  g.padL.assign(p.begin(), p.begin() + spatial);
+  g.padR.assign(p.begin() + spatial, p.end());
+  for (int64_t v : d)
+    g.dilations.push_back(v - 1);
+  g.weightDims = weight.shape;
+  if (group > 1) {
+    g.weightDims.insert(g.weightDims.begin(), group);
+    g.weightDims[1] /= group;
+  }
+  return g;
+}
+
+std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
+                                   const KernelMemory &mem, OneDnn &dnn) {
+  const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
+  const TensorSlot *b = spec.optionalOperand("bias");
+  checkConv(spec, x, w, spec.result("output"));
+  ConvGeometry g = convGeometry(spec, x, w);
+  memory src = bindSlot(spec, x, mem, dnn);
+  memory weights = bindSlot(spec, w, mem, dnn, g.weightDims);
+  memory dst = bindSlot(spec, spec.result("output"), mem, dnn);
+  std::optional<memory> bias;
+  if (b)
+    bias = bindSlot(spec, *b, mem, dnn);
+  auto desc = bias ? dnnl::convolution_forward::desc(
+                         dnnl::prop_kind::forward_inference,
+                         dnnl::algorithm::convolution_direct, anyLayout(src),
+                         anyLayout(weights), bias->get_desc(), anyLayout(dst),
+                         g.strides, g.dilations, g.padL, g.padR)
+                   : dnnl::convolution_forward::desc(
+                         dnnl::prop_kind::forward_inference,
+                         dnnl::algorithm::convolution_direct, anyLayout(src),
+                         anyLayout(weights), anyLayout(dst), g.strides,
+                         g.dilations, g.padL, g.padR);
+  dnnl::convolution_forward::primitive_desc pd(desc, dnn.engine);
+  auto kernel =
+      std::make_unique<ReorderedKernel>(dnn, dnnl::convolution_forward(pd));
+  kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
+  // Weights change between runs only when training.
+  kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false,
+               mem.constantParams);
+  if (bias)
+    kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
+  kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
+  return kernel;
+}
+
+/// Gradients of a convolution: with respect to its input (backward data)
+/// or its weights (backward weights). oneDNN picks blocked layouts (its
+/// plain-layout backward is an im2col gemm, several times slower).
+std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
+                                       const KernelMemory &mem, OneDnn &dnn,
+                                       bool wrtInput) {
+  const TensorSlot &gradOut = spec.operand("grad_output");
+  const TensorSlot &other = spec.operand(wrtInput ? "weight" : "input");
+  const TensorSlot &result =
+      spec.result(wrtInput ? "grad_input" : "grad_weight");
+  checkConv(spec, gradOut, other, result);
+  const TensorSlot &data = wrtInput ? result : other;
+  const TensorSlot &weight = wrtInput ? other : result;
+  ConvGeometry g = convGeometry(spec, data, weight);
+  memory src = bindSlot(spec, data, mem, dnn);
+  memory weights = bindSlot(spec, weight, mem, dnn, g.weightDims);
+  memory dst = bindSlot(spec, gradOut, mem, dnn);
+  dnnl::convolution_forward::desc fwd(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+      anyLayout(src), anyLayout(weights), anyLayout(dst), g.strides,
+      g.dilations, g.padL, g.padR);
+  dnnl::convolution_forward::primitive_desc hint(fwd, dnn.engine);
+  if (wrtInput) {
+    dnnl::convolution_backward_data::desc desc(
+        dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
+        anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, dnn.engine, hint);
+    auto kernel = std::make_unique<ReorderedKernel>(
+        dnn, dnnl::convolution_backward_data(pd));
+    kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
+    kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false);
+    kernel->bind(DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true);
+    return kernel;
+  }
+  dnnl::convolution_backward_weights::desc desc(
+      dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
+      anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
+  auto kernel = std::make_unique<ReorderedKernel>(
+      dnn, dnnl::convolution_backward_weights(pd));
+  kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
+  kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
+  kernel->bind(DNNL_ARG_DIFF_WEIGHTS, weights, pd.diff_weights_desc(), true);
+  return kernel;
+}
+
+std::unique_ptr<Kernel> createConvGradInput(const KernelSpec &spec,
+                                            const KernelMemory &mem,
+                                            OneDnn &dnn) {
+  return createConvGrad(spec, mem, dnn, /*wrtInput=*/true);
+}
+
+std::unique_ptr<Kernel> createConvGradWeight(const KernelSpec &spec,
+                                             const KernelMemory &mem,
+                                             OneDnn &dnn) {
+  return createConvGrad(spec, mem, dnn, /*wrtInput=*/false);
+}
+
+} // namespace
+
+std::vector<KernelFactoryEntry> convKernels() {
+  return {{"conv", createConv},
+          {"conv_grad_input", createConvGradInput},
+          {"conv_grad_weight", createConvGradWeight}};
+}
+
+} // namespace gpipe::runtime::cpu

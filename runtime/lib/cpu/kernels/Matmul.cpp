@@ -1,0 +1,101 @@
+// Matrix products: gemm (with ONNX's alpha, beta, transposes and bias) and
+// NumPy-style batched matmul, on oneDNN's matmul primitive.
+#include "Families.h"
+
+namespace gpipe::runtime::cpu {
+
+namespace {
+
+std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
+                                     const KernelMemory &mem, OneDnn &dnn) {
+  const TensorSlot &a = spec.operand("lhs"), &b = spec.operand("rhs");
+  const TensorSlot &out = spec.result("output");
+  std::vector<int64_t> l = a.shape, r = b.shape;
+  if (l.size() == 1)
+    l.insert(l.begin(), 1);
+  if (r.size() == 1)
+    r.push_back(1);
+  size_t rank = std::max(l.size(), r.size());
+  dims ld = padLeft(l, rank), rd = padLeft(r, rank), od(rank);
+  for (size_t i = 0; i + 2 < rank; ++i)
+    od[i] = std::max(ld[i], rd[i]);
+  od[rank - 2] = ld[rank - 2];
+  od[rank - 1] = rd[rank - 1];
+  memory src = bindSlot(spec, a, mem, dnn, ld);
+  memory weights = bindSlot(spec, b, mem, dnn, rd);
+  memory dst = bindSlot(spec, out, mem, dnn, od);
+  dnnl::matmul::desc desc(src.get_desc(), weights.get_desc(), dst.get_desc());
+  dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+  return std::make_unique<PrimitiveKernel>(
+      dnn, dnnl::matmul(pd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
+                                   const KernelMemory &mem, OneDnn &dnn) {
+  const TensorSlot &a = spec.operand("a"), &b = spec.operand("b");
+  const TensorSlot *c = spec.optionalOperand("c");
+  const TensorSlot &out = spec.result("output");
+  if (a.shape.size() != 2 || b.shape.size() != 2 || out.shape.size() != 2)
+    spec.fail("operands must be 2-D");
+  bool transA = spec.flag("trans_a");
+  bool transB = spec.flag("trans_b");
+  float alpha = static_cast<float>(spec.number("alpha"));
+  float beta = static_cast<float>(spec.number("beta"));
+  int64_t m = out.shape.at(0), n = out.shape.at(1);
+  int64_t k = transA ? a.shape.at(0) : a.shape.at(1);
+  // Transposed operands are read in place through their strides.
+  memory::desc srcDesc(dims{m, k}, memory::data_type::f32,
+                       transA ? dims{1, m} : dims{k, 1});
+  memory::desc weightsDesc(dims{k, n}, memory::data_type::f32,
+                           transB ? dims{1, k} : dims{n, 1});
+  memory src(srcDesc, dnn.engine, address(a, mem));
+  memory weights(weightsDesc, dnn.engine, address(b, mem));
+  memory dst = bindSlot(spec, out, mem, dnn);
+  if (a.dtype != DType::F32 || b.dtype != DType::F32)
+    spec.fail("only float32 kernels are implemented");
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (c && c->dtype != DType::F32)
+    spec.fail("only float32 kernels are implemented");
+  if (c && alpha == 1.0f && beta == 1.0f) {
+    // The common case: C is a bias added by the primitive.
+    memory bias = bindSlot(spec, *c, mem, dnn, padLeft(c->shape, 2));
+    dnnl::matmul::desc desc(srcDesc, weightsDesc, bias.get_desc(),
+                            dst.get_desc());
+    dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+    args[DNNL_ARG_BIAS] = bias;
+    return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args);
+  }
+  dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
+  dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+  std::function<void()> epilogue;
+  if (alpha != 1.0f || c) {
+    float *d = static_cast<float *>(address(out, mem));
+    const float *cData =
+        c ? static_cast<const float *>(address(*c, mem)) : nullptr;
+    dims cShape = c ? padLeft(c->shape, 2) : dims{1, 1};
+    epilogue = [=] {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = alpha * d[i * n + j];
+          if (cData)
+            v += beta * cData[(cShape[0] == 1 ? 0 : i) * cShape[1] +
+                              (cShape[1] == 1 ? 0 : j)];
+          d[i * n + j] = v;
+        }
+    };
+  }
+  return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args,
+                                           epilogue);
+}
+
+} // namespace
+
+std::vector<KernelFactoryEntry> matmulKernels() {
+  return {{"gemm", createGemm}, {"matmul", createMatmul}};
+}
+
+} // namespace gpipe::runtime::cpu

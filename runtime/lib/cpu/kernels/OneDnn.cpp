@@ -1,0 +1,90 @@
+#include "OneDnn.h"
+
+#include <cstring>
+
+namespace gpipe::runtime::cpu {
+
+namespace {
+dims rowMajorStrides(const dims &shape) {
+  dims strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(shape[i + 1], 1);
+  return strides;
+}
+} // namespace
+
+memory::desc plainDesc(const dims &shape) {
+  return memory::desc(shape, memory::data_type::f32, rowMajorStrides(shape));
+}
+
+void *address(const TensorSlot &slot, const KernelMemory &mem) {
+  return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
+}
+
+memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
+                const KernelMemory &mem, OneDnn &dnn, const dims &shape) {
+  if (slot.dtype != DType::F32)
+    spec.fail("element type " + std::string(dtypeName(slot.dtype)) +
+              " (only float32 kernels are implemented)");
+  dims d = shape.empty() ? dims(slot.shape) : shape;
+  return memory(plainDesc(d), dnn.engine, address(slot, mem));
+}
+
+memory::desc anyLayout(const memory &m) {
+  return memory::desc(m.get_desc().dims(), memory::data_type::f32,
+                      memory::format_tag::any);
+}
+
+memory zeroShift(const memory::desc &desc, OneDnn &dnn) {
+  memory shift(desc, dnn.engine);
+  std::memset(shift.get_data_handle(), 0, desc.get_size());
+  return shift;
+}
+
+dims padLeft(const std::vector<int64_t> &shape, size_t rank) {
+  dims d(rank - shape.size(), 1);
+  d.insert(d.end(), shape.begin(), shape.end());
+  return d;
+}
+
+void needEntries(const KernelSpec &spec, const std::string &key, size_t size) {
+  if (spec.ints(key).size() != size)
+    spec.fail("attribute '" + key + "' must have " + std::to_string(size) +
+              " entries");
+}
+
+void PrimitiveKernel::run() {
+  primitive.execute(dnn.stream, args);
+  dnn.stream.wait();
+  if (epilogue)
+    epilogue();
+}
+
+void ReorderedKernel::bind(int arg, const memory &plain,
+                           const memory::desc &chosen, bool output,
+                           bool constant) {
+  if (plain.get_desc() == chosen) {
+    args[arg] = plain;
+    return;
+  }
+  memory inner(chosen, dnn.engine);
+  args[arg] = inner;
+  if (output)
+    after.push_back({inner, plain});
+  else
+    (constant ? once : before).push_back({plain, inner});
+}
+
+void ReorderedKernel::run() {
+  for (auto &[from, to] : once)
+    dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  once.clear();
+  for (auto &[from, to] : before)
+    dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  primitive.execute(dnn.stream, args);
+  for (auto &[from, to] : after)
+    dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  dnn.stream.wait();
+}
+
+} // namespace gpipe::runtime::cpu

@@ -1,0 +1,99 @@
+// What the CPU backend's kernels share: the oneDNN engine and stream of a
+// device, tensor bindings and the two ways a primitive is run. Private to
+// runtime/lib/cpu.
+#ifndef GPIPE_RUNTIME_CPU_KERNELS_ONEDNN_H
+#define GPIPE_RUNTIME_CPU_KERNELS_ONEDNN_H
+
+#include "DeviceBackend.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <functional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace gpipe::runtime::cpu {
+
+using dnnl::memory;
+using dims = memory::dims;
+
+/// A CPU device's oneDNN objects: kernels are created on the engine and
+/// run on the stream.
+struct OneDnn {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+/// Row-major float32 memory descriptor.
+memory::desc plainDesc(const dims &shape);
+/// The address of a tensor of the stage.
+void *address(const TensorSlot &slot, const KernelMemory &mem);
+/// A oneDNN memory over a float32 tensor of the stage, optionally viewed
+/// with other dims (same element count, row-major); BundleError for other
+/// element types.
+memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
+                const KernelMemory &mem, OneDnn &dnn, const dims &shape = {});
+/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones).
+memory::desc anyLayout(const memory &m);
+/// Zeros in the layout of a normalization's scale/shift: the shift changes
+/// neither the statistics nor the gradients, and stands in for the one a
+/// backward primitive asks for.
+memory zeroShift(const memory::desc &desc, OneDnn &dnn);
+/// Right-aligns `shape` to `rank` dims with leading 1s.
+dims padLeft(const std::vector<int64_t> &shape, size_t rank);
+/// Checks that the array attribute `key` has `size` entries.
+void needEntries(const KernelSpec &spec, const std::string &key, size_t size);
+
+/// A primitive with its arguments, run as is, then an optional epilogue on
+/// the host.
+class PrimitiveKernel : public Kernel {
+public:
+  PrimitiveKernel(OneDnn &dnn, dnnl::primitive primitive,
+                  std::unordered_map<int, memory> args,
+                  std::function<void()> epilogue = nullptr)
+      : dnn(dnn), primitive(std::move(primitive)), args(std::move(args)),
+        epilogue(std::move(epilogue)) {}
+  void run() override;
+
+private:
+  OneDnn &dnn;
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  std::function<void()> epilogue;
+};
+
+/// A primitive that works in the layouts it chose (blocked, for speed):
+/// plain tensors of the arena are reordered into them before it runs and
+/// its results back after.
+class ReorderedKernel : public Kernel {
+public:
+  ReorderedKernel(OneDnn &dnn, dnnl::primitive primitive)
+      : dnn(dnn), primitive(std::move(primitive)) {}
+  /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
+  /// differs; `output` arguments are copied back to `plain` after a run. A
+  /// `constant` input (inference weights) is reordered on the first run
+  /// only.
+  void bind(int arg, const memory &plain, const memory::desc &chosen,
+            bool output, bool constant = false);
+  void run() override;
+
+private:
+  OneDnn &dnn;
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  std::vector<std::pair<memory, memory>> once, before, after;
+};
+
+/// How a kernel kind is created on a CPU device.
+using KernelFactory = std::unique_ptr<Kernel> (*)(const KernelSpec &,
+                                                  const KernelMemory &,
+                                                  OneDnn &);
+struct KernelFactoryEntry {
+  const char *kind;
+  KernelFactory create;
+};
+
+} // namespace gpipe::runtime::cpu
+
+#endif // GPIPE_RUNTIME_CPU_KERNELS_ONEDNN_H

@@ -1,0 +1,195 @@
+// Max, average and global average pooling and their gradients on oneDNN's
+// pooling primitives.
+#include "Families.h"
+
+namespace gpipe::runtime::cpu {
+
+namespace {
+
+/// Checks that the tensors have one rank, at least 3, and that the window
+/// attributes of `kind` have one entry per spatial axis.
+size_t checkPool(const KernelSpec &spec,
+                 std::initializer_list<const TensorSlot *> tensors, bool window,
+                 bool dilations) {
+  size_t rank = (*tensors.begin())->shape.size();
+  for (const TensorSlot *t : tensors)
+    if (rank < 3 || t->shape.size() != rank)
+      spec.fail("operands must have the same rank, at least 3");
+  size_t spatial = rank - 2;
+  if (window) {
+    needEntries(spec, "kernel_shape", spatial);
+    needEntries(spec, "strides", spatial);
+    needEntries(spec, "pads", 2 * spatial);
+  }
+  if (dilations)
+    needEntries(spec, "dilations", spatial);
+  return spatial;
+}
+
+/// The window of a pooling between `in` and `out`, with the right padding
+/// widened where ceil_mode windows run past the end (to reach the planned
+/// output size).
+struct Window {
+  dims kernel, strides, dilations, padL, padR;
+};
+Window poolWindow(const KernelSpec &spec, const TensorSlot &in,
+                  const TensorSlot &out, bool hasDilations) {
+  size_t spatial = in.shape.size() - 2;
+  std::vector<int64_t> k = spec.ints("kernel_shape"), s = spec.ints("strides"),
+                       p = spec.ints("pads");
+  std::vector<int64_t> d =
+      hasDilations ? spec.ints("dilations") : std::vector<int64_t>(spatial, 1);
+  Window w;
+  w.kernel.assign(k.begin(), k.end());
+  w.strides.assign(s.begin(), s.end());
+  w.padL.assign(p.begin(), p.begin() + spatial);
+  for (size_t i = 0; i < spatial; ++i) {
+    w.dilations.push_back(d[i] - 1);
+    int64_t extent = (k[i] - 1) * d[i] + 1;
+    w.padR.push_back((out.shape[i + 2] - 1) * s[i] + extent - in.shape[i + 2] -
+                     p[i]);
+  }
+  return w;
+}
+
+dnnl::algorithm averaging(const KernelSpec &spec) {
+  return spec.flag("count_include_pad")
+             ? dnnl::algorithm::pooling_avg_include_padding
+             : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
+                                    const KernelMemory &mem, OneDnn &dnn,
+                                    dnnl::algorithm algorithm,
+                                    const Window &w) {
+  memory src = bindSlot(spec, spec.operand("input"), mem, dnn);
+  memory dst = bindSlot(spec, spec.result("output"), mem, dnn);
+  dnnl::pooling_v2_forward::desc desc(
+      dnnl::prop_kind::forward_inference, algorithm, src.get_desc(),
+      dst.get_desc(), w.strides, w.kernel, w.dilations, w.padL, w.padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnn,
+      dnnl::pooling_v2_forward(
+          dnnl::pooling_v2_forward::primitive_desc(desc, dnn.engine)),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_DST, dst}});
+}
+
+std::unique_ptr<Kernel> createMaxPool(const KernelSpec &spec,
+                                      const KernelMemory &mem, OneDnn &dnn) {
+  const TensorSlot &x = spec.operand("input"), &out = spec.result("output");
+  checkPool(spec, {&x, &out}, true, true);
+  return forwardPool(spec, mem, dnn, dnnl::algorithm::pooling_max,
+                     poolWindow(spec, x, out, true));
+}
+
+std::unique_ptr<Kernel> createAvgPool(const KernelSpec &spec,
+                                      const KernelMemory &mem, OneDnn &dnn) {
+  const TensorSlot &x = spec.operand("input"), &out = spec.result("output");
+  checkPool(spec, {&x, &out}, true, false);
+  return forwardPool(spec, mem, dnn, averaging(spec),
+                     poolWindow(spec, x, out, false));
+}
+
+std::unique_ptr<Kernel> createGlobalAvgPool(const KernelSpec &spec,
+                                            const KernelMemory &mem,
+                                            OneDnn &dnn) {
+  const TensorSlot &x = spec.operand("input");
+  size_t spatial = checkPool(spec, {&x, &spec.result("output")}, false, false);
+  Window w;
+  w.kernel.assign(x.shape.begin() + 2, x.shape.end());
+  w.strides.assign(spatial, 1);
+  w.padL.assign(spatial, 0);
+  w.padR.assign(spatial, 0);
+  w.dilations.assign(spatial, 0);
+  return forwardPool(spec, mem, dnn,
+                     dnnl::algorithm::pooling_avg_include_padding, w);
+}
+
+/// Max pooling backward: re-runs the forward in training mode for its
+/// workspace (the arg-max positions), then routes the gradient.
+class MaxPoolGradKernel : public Kernel {
+public:
+  MaxPoolGradKernel(OneDnn &dnn, dnnl::pooling_v2_forward::primitive_desc fwd,
+                    dnnl::pooling_v2_backward::primitive_desc bwd, memory src,
+                    memory gradOut, memory gradIn)
+      : dnn(dnn), forward(fwd), backward(bwd), src(src), gradOut(gradOut),
+        gradIn(gradIn), scratch(fwd.dst_desc(), dnn.engine),
+        workspace(fwd.workspace_desc(), dnn.engine) {}
+  void run() override {
+    forward.execute(dnn.stream, {{DNNL_ARG_SRC, src},
+                                 {DNNL_ARG_DST, scratch},
+                                 {DNNL_ARG_WORKSPACE, workspace}});
+    backward.execute(dnn.stream, {{DNNL_ARG_DIFF_DST, gradOut},
+                                  {DNNL_ARG_WORKSPACE, workspace},
+                                  {DNNL_ARG_DIFF_SRC, gradIn}});
+    dnn.stream.wait();
+  }
+
+private:
+  OneDnn &dnn;
+  dnnl::pooling_v2_forward forward;
+  dnnl::pooling_v2_backward backward;
+  memory src, gradOut, gradIn, scratch, workspace;
+};
+
+std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
+                                          const KernelMemory &mem,
+                                          OneDnn &dnn) {
+  const TensorSlot &gradOut = spec.operand("grad_output");
+  const TensorSlot &x = spec.operand("input");
+  const TensorSlot &gradIn = spec.result("grad_input");
+  checkPool(spec, {&gradOut, &x, &gradIn}, true, true);
+  Window w = poolWindow(spec, x, gradOut, true);
+  memory src = bindSlot(spec, x, mem, dnn);
+  memory dOut = bindSlot(spec, gradOut, mem, dnn);
+  memory dIn = bindSlot(spec, gradIn, mem, dnn);
+  dnnl::pooling_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                     dnnl::algorithm::pooling_max,
+                                     src.get_desc(), dOut.get_desc(), w.strides,
+                                     w.kernel, w.dilations, w.padL, w.padR);
+  dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.engine);
+  dnnl::pooling_v2_backward::desc bwd(
+      dnnl::algorithm::pooling_max, dIn.get_desc(), dOut.get_desc(), w.strides,
+      w.kernel, w.dilations, w.padL, w.padR);
+  dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.engine, fwdPd);
+  return std::make_unique<MaxPoolGradKernel>(dnn, fwdPd, bwdPd, src, dOut, dIn);
+}
+
+/// Average pooling backward: the gradient spread evenly over each window.
+std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
+                                          const KernelMemory &mem,
+                                          OneDnn &dnn) {
+  const TensorSlot &gradOut = spec.operand("grad_output");
+  const TensorSlot &gradIn = spec.result("grad_input");
+  checkPool(spec, {&gradOut, &gradIn}, true, false);
+  Window w = poolWindow(spec, gradIn, gradOut, false);
+  dnnl::algorithm algorithm = averaging(spec);
+  memory dOut = bindSlot(spec, gradOut, mem, dnn);
+  memory dIn = bindSlot(spec, gradIn, mem, dnn);
+  dnnl::pooling_v2_forward::desc fwd(
+      dnnl::prop_kind::forward_training, algorithm, dIn.get_desc(),
+      dOut.get_desc(), w.strides, w.kernel, w.dilations, w.padL, w.padR);
+  dnnl::pooling_v2_forward::primitive_desc hint(fwd, dnn.engine);
+  dnnl::pooling_v2_backward::desc bwd(algorithm, dIn.get_desc(),
+                                      dOut.get_desc(), w.strides, w.kernel,
+                                      w.dilations, w.padL, w.padR);
+  return std::make_unique<PrimitiveKernel>(
+      dnn,
+      dnnl::pooling_v2_backward(
+          dnnl::pooling_v2_backward::primitive_desc(bwd, dnn.engine, hint)),
+      std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dOut},
+                                      {DNNL_ARG_DIFF_SRC, dIn}});
+}
+
+} // namespace
+
+std::vector<KernelFactoryEntry> poolKernels() {
+  return {{"max_pool", createMaxPool},
+          {"avg_pool", createAvgPool},
+          {"global_avg_pool", createGlobalAvgPool},
+          {"max_pool_grad", createMaxPoolGrad},
+          {"avg_pool_grad", createAvgPoolGrad}};
+}
+
+} // namespace gpipe::runtime::cpu
