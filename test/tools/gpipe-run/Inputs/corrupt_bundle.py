@@ -29,10 +29,12 @@ elif how == "flip-code":
 elif how == "truncate-manifest":
     text = open(manifest_path).read()
     open(manifest_path, "w").write(text[: len(text) // 2])
-elif how in ("other-version", "too-many-cores", "bad-sender"):
+elif how in ("other-version", "too-many-cores", "bad-sender", "kernel-contract"):
     manifest = json.load(open(manifest_path))
     if how == "other-version":
         manifest["version"] = 99
+    elif how == "kernel-contract":
+        del manifest["stages"][0]["phases"][0]["kernels"][0]["attributes"]["group"]
     elif how == "bad-sender":
         wiring = manifest["stages"][1]["wiring"]
         wiring["recv_activations"]["tensors"][0]["sender_output"] = 99
