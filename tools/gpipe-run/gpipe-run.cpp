@@ -1,6 +1,7 @@
 // gpipe-run: runs a bundle compiled by gpipe-opt.
 //
-// --infer runs inference bundles; --train arrives with the trainer.
+// Thin: parses the flags, then runs inference (InferenceSession) or the
+// training loop of the Trainer library (gpipe/runtime/Trainer.h).
 #include "gpipe/common/Version.h"
 #include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
