@@ -9,8 +9,8 @@
 # build-fuzz/fuzz/<name>/corpus for the next run, findings go to
 # build-fuzz/fuzz/<name>/artifacts; exits 1 if any target found something.
 # Needs clang-19, libclang-rt-19-dev and libomp-19-dev (the runtime uses
-# OpenMP). GPIPE_FUZZ_BUILD_DIR overrides the
-# build directory; extra libFuzzer flags can come in GPIPE_FUZZ_FLAGS.
+# OpenMP). GPIPE_FUZZ_BUILD_DIR overrides the build directory; extra
+# libFuzzer flags can come in GPIPE_FUZZ_FLAGS (e.g. -max_len=8192).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${GPIPE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
@@ -58,15 +58,16 @@ for name in "${names[@]}"; do
   mkdir -p "$work/corpus" "$work/artifacts"
   # A copy: libFuzzer adds what it finds to its first corpus directory.
   cp -n "$seeds"/* "$work/corpus/" 2>/dev/null || true
-  echo "== fuzz-$name: ${seconds}s on $(ls "$work/corpus" | wc -l) inputs"
+  echo "== fuzz-$name: ${seconds}s on $(find "$work/corpus" -type f | wc -l) inputs"
   status=0
   # shellcheck disable=SC2086
   "$build/bin/fuzz-$name" "$work/corpus" -max_total_time="$seconds" \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$work/artifacts/" ${GPIPE_FUZZ_FLAGS:-} \
     >"$work/log.txt" 2>&1 || status=$?
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log.txt")
-  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log.txt")
+  # (a crash prints the final statistics twice)
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log.txt" | tail -n 1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log.txt" | tail -n 1)
   cov=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$work/log.txt" |
     tail -n 1 | grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' || true)
   echo "fuzz-$name: ${runs:-?} runs, ${speed:-?} exec/s, $cov"

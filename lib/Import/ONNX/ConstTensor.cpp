@@ -90,8 +90,23 @@ int64_t ConstTensor::numElements() const {
   return n;
 }
 
+namespace {
+/// Saturating double -> int64 conversion (NaN becomes 0).
+int64_t toInt(double v) {
+  if (!(v == v))
+    return 0;
+  if (v >= 9.2e18)
+    return INT64_MAX;
+  if (v <= -9.2e18)
+    return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+} // namespace
+
 int64_t ConstTensor::intAt(size_t i) const {
-  return isFloat() ? static_cast<int64_t>(floats[i]) : ints[i];
+  // Saturating: a float constant read as integers (pads, shapes, ...) may be
+  // out of int64's range.
+  return isFloat() ? toInt(floats[i]) : ints[i];
 }
 
 double ConstTensor::floatAt(size_t i) const {
@@ -160,16 +175,6 @@ double roundFloat(double v, DType dtype) {
   return v;
 }
 
-/// Saturating double -> int64 conversion (NaN becomes 0).
-int64_t toInt(double v) {
-  if (!(v == v))
-    return 0;
-  if (v >= 9.2e18)
-    return INT64_MAX;
-  if (v <= -9.2e18)
-    return INT64_MIN;
-  return static_cast<int64_t>(v);
-}
 } // namespace
 
 ConstTensor ConstTensor::castTo(DType to) const {

@@ -150,9 +150,10 @@ LogicalResult importRange(GraphImporter &g) {
     g.setConstantOutput(0, ConstTensor::ofFloats(v, {count}, args[0]->dtype));
   } else {
     SmallVector<int64_t> v;
-    int64_t s = args[0]->intAt(0), d = args[2]->intAt(0);
+    // In uint64_t: i * d may overflow int64_t where s + i * d does not.
+    uint64_t s = args[0]->intAt(0), d = args[2]->intAt(0);
     for (int64_t i = 0; i < count; ++i)
-      v.push_back(s + i * d);
+      v.push_back(static_cast<int64_t>(s + static_cast<uint64_t>(i) * d));
     g.setConstantOutput(0, ConstTensor::ofInts(v, {count}, args[0]->dtype));
   }
   return success();
