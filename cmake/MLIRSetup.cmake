@@ -1,4 +1,5 @@
-# Finds MLIR/LLVM 19, ONNX and protobuf for the compiler side.
+# Finds MLIR/LLVM 19 for the compiler side (ONNX and protobuf:
+# cmake/OnnxProto.cmake, shared with the runtime).
 set(MLIR_DIR /usr/lib/llvm-19/lib/cmake/mlir CACHE PATH "MLIR CMake directory")
 find_package(MLIR REQUIRED CONFIG)
 if(NOT LLVM_VERSION_MAJOR EQUAL 19)
@@ -25,12 +26,5 @@ include_directories(${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/dialects
 include_directories(SYSTEM ${PROJECT_BINARY_DIR}/dialects
                     ${PROJECT_BINARY_DIR}/include)
 
-find_package(Protobuf REQUIRED)
-find_library(ONNX_PROTO_LIBRARY onnx_proto REQUIRED)
-add_library(gpipe_onnx_proto INTERFACE)
-target_link_libraries(gpipe_onnx_proto INTERFACE ${ONNX_PROTO_LIBRARY}
-                      protobuf::libprotobuf)
-target_compile_definitions(gpipe_onnx_proto INTERFACE ONNX_ML=1
-                           ONNX_NAMESPACE=onnx)
 
 set(GPIPE_LLVM_TOOLS_DIR ${LLVM_TOOLS_BINARY_DIR})

@@ -1,8 +1,10 @@
 #include "gpipe/runtime/TensorProto.h"
-#include "ProtoWire.h"
 #include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/Npy.h"
 
+#include "onnx/onnx_pb.h"
+
+#include <climits>
 #include <cstring>
 
 namespace gpipe::runtime {
@@ -13,129 +15,46 @@ namespace {
   throw TensorProtoError(name + ": " + reason);
 }
 
-/// Reads a repeated scalar field, packed (wire type 2) or not.
-template <typename F>
-void repeated(Reader &r, unsigned wireType, const std::string &name, F read) {
-  if (wireType == 2) {
-    Reader inner(r.take(r.varint()), name);
-    while (!inner.done())
-      read(inner);
-  } else {
-    read(r);
+/// Copies `values` into `out` as elements of type T.
+template <typename T, typename Values>
+void store(std::vector<std::byte> &out, const Values &values) {
+  out.resize(values.size() * sizeof(T));
+  for (int i = 0; i < values.size(); ++i) {
+    T v = static_cast<T>(values.Get(i));
+    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
   }
-}
-
-bool dtypeOf(int onnxType, DType &dtype) {
-  switch (onnxType) {
-  case 1:
-    dtype = DType::F32;
-    return true;
-  case 2:
-    dtype = DType::U8;
-    return true;
-  case 3:
-    dtype = DType::I8;
-    return true;
-  case 4:
-    dtype = DType::U16;
-    return true;
-  case 5:
-    dtype = DType::I16;
-    return true;
-  case 6:
-    dtype = DType::I32;
-    return true;
-  case 7:
-    dtype = DType::I64;
-    return true;
-  case 9:
-    dtype = DType::Bool;
-    return true;
-  case 10:
-    dtype = DType::F16;
-    return true;
-  case 11:
-    dtype = DType::F64;
-    return true;
-  case 12:
-    dtype = DType::U32;
-    return true;
-  case 13:
-    dtype = DType::U64;
-    return true;
-  case 16:
-    dtype = DType::BF16;
-    return true;
-  default:
-    return false;
-  }
-}
-
-template <typename T> void put(std::vector<std::byte> &out, size_t i, T v) {
-  std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
 }
 
 } // namespace
 
 HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
-  Reader r(bytes, name);
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    fail(name, "a TensorProto larger than 2 GiB needs external data, which "
+               "is not supported");
+  onnx::TensorProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    fail(name, "not a serialized ONNX TensorProto");
+  if (proto.data_type() == onnx::TensorProto::STRING)
+    fail(name, "string tensors are not supported");
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL ||
+      proto.external_data_size())
+    fail(name, "tensors with external data are not supported");
+  std::optional<DType> dtype = dtypeFromOnnxType(proto.data_type());
+  if (!dtype)
+    fail(name, "unsupported TensorProto data type " +
+                   std::to_string(proto.data_type()));
   HostTensor t;
-  int onnxType = 0;
-  std::string_view raw;
-  bool hasRaw = false;
-  std::vector<float> floats;
-  std::vector<double> doubles;
-  std::vector<int64_t> ints; // int32_data, int64_data and uint64_data
-  while (!r.done()) {
-    uint64_t key = r.varint();
-    unsigned field = static_cast<unsigned>(key >> 3), wire = key & 7;
-    switch (field) {
-    case 1:
-      repeated(r, wire, name, [&](Reader &x) {
-        t.shape.push_back(static_cast<int64_t>(x.varint()));
-      });
-      break;
-    case 2:
-      onnxType = static_cast<int>(r.varint());
-      break;
-    case 4:
-      repeated(r, wire, name,
-               [&](Reader &x) { floats.push_back(x.fixed<float>()); });
-      break;
-    case 5:
-    case 7:
-    case 11:
-      repeated(r, wire, name, [&](Reader &x) {
-        ints.push_back(static_cast<int64_t>(x.varint()));
-      });
-      break;
-    case 6:
-      fail(name, "string tensors are not supported");
-    case 9:
-      raw = r.take(r.varint());
-      hasRaw = true;
-      break;
-    case 10:
-      repeated(r, wire, name,
-               [&](Reader &x) { doubles.push_back(x.fixed<double>()); });
-      break;
-    case 13:
-      fail(name, "tensors with external data are not supported");
-    default:
-      r.skip(wire);
-    }
-  }
-  if (!dtypeOf(onnxType, t.dtype))
-    fail(name, "unsupported TensorProto data type " + std::to_string(onnxType));
+  t.dtype = *dtype;
   int64_t n = 1;
-  for (int64_t d : t.shape) {
+  for (int64_t d : proto.dims()) {
     if (d < 0 || (d > 0 && n > (int64_t(1) << 40) / d))
       fail(name, "invalid TensorProto dims");
     n *= d;
+    t.shape.push_back(d);
   }
   size_t width = dtypeSize(t.dtype);
-  // Check the data against the dims before allocating anything.
-  if (hasRaw) {
+  if (proto.has_raw_data()) {
+    const std::string &raw = proto.raw_data();
     if (raw.size() != static_cast<size_t>(n) * width)
       fail(name, "raw_data holds " + std::to_string(raw.size()) + " bytes, " +
                      t.describe() + " needs " +
@@ -145,47 +64,63 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
     t.data.assign(data, data + raw.size());
     return t;
   }
-  size_t have = t.dtype == DType::F32   ? floats.size()
-                : t.dtype == DType::F64 ? doubles.size()
-                                        : ints.size();
-  if (have != static_cast<size_t>(n))
+  // The typed field onnx.proto assigns to each data type.
+  int64_t have = 0;
+  switch (t.dtype) {
+  case DType::F32:
+    have = proto.float_data_size();
+    break;
+  case DType::F64:
+    have = proto.double_data_size();
+    break;
+  case DType::I64:
+    have = proto.int64_data_size();
+    break;
+  case DType::U32:
+  case DType::U64:
+    have = proto.uint64_data_size();
+    break;
+  default: // int32_data: the narrow integers, bool, float16, bfloat16
+    have = proto.int32_data_size();
+    break;
+  }
+  if (have != n)
     fail(name, "holds " + std::to_string(have) + " values, " + t.describe() +
                    " needs " + std::to_string(n));
-  t.data.resize(static_cast<size_t>(n) * width);
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-    case DType::F32:
-      put(t.data, i, floats[i]);
-      break;
-    case DType::F64:
-      put(t.data, i, doubles[i]);
-      break;
-    case DType::F16:
-    case DType::BF16:
-    case DType::U16:
-      put(t.data, i, static_cast<uint16_t>(ints[i]));
-      break;
-    case DType::I16:
-      put(t.data, i, static_cast<int16_t>(ints[i]));
-      break;
-    case DType::I8:
-      put(t.data, i, static_cast<int8_t>(ints[i]));
-      break;
-    case DType::U8:
-    case DType::Bool:
-      put(t.data, i, static_cast<uint8_t>(ints[i]));
-      break;
-    case DType::I32:
-      put(t.data, i, static_cast<int32_t>(ints[i]));
-      break;
-    case DType::U32:
-      put(t.data, i, static_cast<uint32_t>(ints[i]));
-      break;
-    case DType::I64:
-    case DType::U64:
-      put(t.data, i, ints[i]);
-      break;
-    }
+  switch (t.dtype) {
+  case DType::F32:
+    store<float>(t.data, proto.float_data());
+    break;
+  case DType::F64:
+    store<double>(t.data, proto.double_data());
+    break;
+  case DType::I64:
+    store<int64_t>(t.data, proto.int64_data());
+    break;
+  case DType::U32:
+    store<uint32_t>(t.data, proto.uint64_data());
+    break;
+  case DType::U64:
+    store<uint64_t>(t.data, proto.uint64_data());
+    break;
+  case DType::F16:
+  case DType::BF16: // the 16 bits of each value
+  case DType::U16:
+    store<uint16_t>(t.data, proto.int32_data());
+    break;
+  case DType::I16:
+    store<int16_t>(t.data, proto.int32_data());
+    break;
+  case DType::I8:
+    store<int8_t>(t.data, proto.int32_data());
+    break;
+  case DType::U8:
+  case DType::Bool:
+    store<uint8_t>(t.data, proto.int32_data());
+    break;
+  case DType::I32:
+    store<int32_t>(t.data, proto.int32_data());
+    break;
   }
   return t;
 }

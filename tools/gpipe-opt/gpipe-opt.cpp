@@ -4,24 +4,21 @@
 //   gpipe-opt model.onnx --emit=nn [--batch-size=N]   import and print
 //   gpipe-opt model.onnx -o model.gpipe               compile a bundle
 //   gpipe-opt file.mlir --<pass>...                   like mlir-opt
+// The main parses flags: an ONNX input goes to the driver (compileModel,
+// lib/Driver), MLIR input to MlirOptMain.
 //
 //===----------------------------------------------------------------------===//
-#include "Analysis/CostModel.h"
-#include "Analysis/ModelSummary.h"
-#include "Bundle/BundleWriter.h"
 #include "Calibrate.h"
-#include "Driver/TrainingPipeline.h"
-#include "GPipe/IR/GPipeDialect.h"
+#include "Driver/CompileModel.h"
 #include "Import/ONNX/ModelImporter.h"
-#include "NN/IR/NNDialect.h"
 #include "Pipelines/Pipelines.h"
-#include "Target/Native/NativeCodegen.h"
-#include "Target/StageTarget.h"
 #include "Transforms/Passes.h"
+
+#include "gpipe/common/BundleFormat.h"
+#include "gpipe/common/Version.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
@@ -29,19 +26,12 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
-#include "llvm/Config/llvm-config.h"
-
-#include "gpipe/common/BundleFormat.h"
-#include "gpipe/common/Version.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -53,22 +43,24 @@ namespace {
 // Named so that --help lists it before MLIR's "General options".
 cl::OptionCategory gpipeCategory("Compiling an ONNX model (gpipe options)");
 
-enum class Emit { None, NN, Summary, Stages, Autodiff, Schedule, LLVM };
+using gpipe::CompileOutput;
 
-cl::opt<Emit> emitOption(
+cl::opt<CompileOutput> emitOption(
     "emit", cl::desc("Stop after a phase and print its IR (ONNX input)"),
-    cl::init(Emit::None), cl::cat(gpipeCategory),
-    cl::values(
-        clEnumValN(Emit::NN, "nn", "the imported model in the nn dialect"),
-        clEnumValN(Emit::Summary, "summary",
-                   "inputs, outputs, parameters and per-op FLOPs of the "
-                   "imported model"),
-        clEnumValN(Emit::Stages, "stages",
-                   "after partitioning into gpipe.stage regions"),
-        clEnumValN(Emit::Autodiff, "autodiff", "after per-stage autodiff"),
-        clEnumValN(Emit::Schedule, "schedule",
-                   "after the static micro-batch schedule"),
-        clEnumValN(Emit::LLVM, "llvm", "the LLVM dialect of each stage")));
+    cl::init(CompileOutput::Bundle), cl::cat(gpipeCategory),
+    cl::values(clEnumValN(CompileOutput::NN, "nn",
+                          "the imported model in the nn dialect"),
+               clEnumValN(CompileOutput::Summary, "summary",
+                          "inputs, outputs, parameters and per-op FLOPs of the "
+                          "imported model"),
+               clEnumValN(CompileOutput::Stages, "stages",
+                          "after partitioning into gpipe.stage regions"),
+               clEnumValN(CompileOutput::Autodiff, "autodiff",
+                          "after per-stage autodiff"),
+               clEnumValN(CompileOutput::Schedule, "schedule",
+                          "after the static micro-batch schedule"),
+               clEnumValN(CompileOutput::LLVM, "llvm",
+                          "the LLVM dialect of each stage")));
 
 enum class Mode { Infer, Train };
 
@@ -200,181 +192,32 @@ bool isONNXFile(StringRef path) {
   return llvm::sys::path::extension(path).equals_insensitive(".onnx");
 }
 
-/// One line per diagnostic: "<file>: error: node 'n': message".
-void printDiagnostic(Diagnostic &diag) {
-  std::string file, node;
-  diag.getLocation()->walk([&](Location loc) {
-    if (auto f = dyn_cast<FileLineColLoc>(loc); f && file.empty())
-      file = f.getFilename().str();
-    if (auto n = dyn_cast<NameLoc>(loc); n && node.empty())
-      node = n.getName().str();
-    return WalkResult::advance();
-  });
-  llvm::raw_ostream &os = llvm::errs();
-  if (!file.empty())
-    os << file << ": ";
-  switch (diag.getSeverity()) {
-  case DiagnosticSeverity::Error:
-    os << "error: ";
-    break;
-  case DiagnosticSeverity::Warning:
-    os << "warning: ";
-    break;
-  case DiagnosticSeverity::Note:
-    os << "note: ";
-    break;
-  case DiagnosticSeverity::Remark:
-    os << "remark: ";
-    break;
-  }
-  if (!node.empty())
-    os << "node '" << node << "': ";
-  std::string message = diag.str();
-  std::replace(message.begin(), message.end(), '\n', ' ');
-  os << message << "\n";
-}
-
-/// Inference: the imported nn module lowered to one stage.
-LogicalResult lowerToStage(ModuleOp module) {
-  PassManager pm(module.getContext());
-  gpipe::buildInferencePipeline(pm);
-  return pm.run(module);
-}
-
-/// Writes `output` ("-" is stdout) through a temporary file renamed into
-/// place: a failed run leaves no partial output behind.
-int writeText(StringRef output,
-              llvm::function_ref<void(llvm::raw_ostream &)> write) {
-  llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
-    write(os);
-    return llvm::Error::success();
-  });
-  if (err) {
-    llvm::errs() << "gpipe-opt: error: cannot write '" << output
-                 << "': " << llvm::toString(std::move(err)) << "\n";
-    return 1;
-  }
-  return 0;
-}
-
-int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
-  MLIRContext context(registry);
-  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
-    printDiagnostic(diag);
-    return success();
-  });
-  bool pipelinePhase = emitOption == Emit::Stages ||
-                       emitOption == Emit::Autodiff ||
-                       emitOption == Emit::Schedule;
-  if (pipelinePhase && modeOption != Mode::Train) {
-    llvm::errs() << "gpipe-opt: error: --emit="
-                 << (emitOption == Emit::Stages     ? "stages"
-                     : emitOption == Emit::Autodiff ? "autodiff"
-                                                    : "schedule")
-                 << " shows a phase of the training pipeline (add "
-                    "--mode=train)\n";
-    return 1;
-  }
-  switch (emitOption) {
-  case Emit::Stages:
-  case Emit::Autodiff:
-  case Emit::Schedule:
-  case Emit::None:
-  case Emit::LLVM:
-    if (modeOption != Mode::Train) {
-      for (llvm::cl::Option *o : std::initializer_list<llvm::cl::Option *>{
-               &lossOption, &microBatchesOption, &recomputeOption,
-               &optimizerOption, &lrOption, &momentumOption, &nesterovOption,
-               &weightDecayOption, &beta1Option, &beta2Option, &epsOption,
-               &scheduleOption, &stagesOption, &deviceProfileOption,
-               &costTableOption, &reportOption})
-        if (o->getNumOccurrences()) {
-          llvm::errs() << "gpipe-opt: error: --" << o->ArgStr
-                       << " applies to training bundles only (add "
-                          "--mode=train)\n";
-          return 1;
-        }
-    }
-    if (modeOption == Mode::Train && recomputeOption != "never" &&
-        recomputeOption != "always" && recomputeOption != "except-last") {
-      llvm::errs() << "gpipe-opt: error: --recompute=" << recomputeOption
-                   << " is not a recompute mode: use never, always or "
-                      "except-last\n";
-      return 1;
-    }
-    if (modeOption == Mode::Train && scheduleOption != "gpipe" &&
-        scheduleOption != "1f1b") {
-      llvm::errs() << "gpipe-opt: error: --schedule=" << scheduleOption
-                   << " is not a schedule: use gpipe or 1f1b\n";
-      return 1;
-    }
-    if (modeOption == Mode::Train && optimizerOption != "sgd" &&
-        optimizerOption != "adam" && optimizerOption != "adamw") {
-      llvm::errs() << "gpipe-opt: error: --optimizer=" << optimizerOption
-                   << " is not an optimizer: use sgd, adam or adamw\n";
-      return 1;
-    }
-    if (emitOption == Emit::None && output == "-") {
-      llvm::errs() << "gpipe-opt: error: name the bundle to write with "
-                      "-o model.gpipe (or pass --emit=nn to print the IR)\n";
-      return 1;
-    }
-    break;
-  case Emit::NN:
-  case Emit::Summary:
-    break;
-  }
-  gpipe::ONNXImportOptions options;
-  if (batchSizeOption.getNumOccurrences())
-    options.batchSize = batchSizeOption;
-  bool training =
-      modeOption == Mode::Train &&
-      (emitOption == Emit::None || emitOption == Emit::LLVM || pipelinePhase);
-  if (microBatchesOption < 1) {
-    llvm::errs() << "gpipe-opt: error: --micro-batches must be at least 1\n";
-    return 1;
-  }
-  std::vector<std::string> devices{"cpu"};
-  if (devicesOption.getNumOccurrences()) {
-    llvm::Expected<std::vector<gpipe::Device>> parsed =
-        gpipe::parseDevices(devicesOption);
-    if (!parsed) {
-      llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
-                   << llvm::toString(parsed.takeError()) << "\n";
-      return 1;
-    }
-    devices.clear();
-    for (const gpipe::Device &d : *parsed)
-      devices.push_back(d.str());
-    if (devices.size() > 1 && modeOption != Mode::Train) {
-      llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption
-                   << ": pipelined inference is not implemented; compile "
-                      "inference for one device, or add --mode=train\n";
-      return 2;
-    }
-    for (const gpipe::Device &d : *parsed)
-      if (d.kind == gpipe::DeviceKind::Cuda) {
-        llvm::errs() << "gpipe-opt: error: --devices=" << devicesOption << ": "
-                     << d.str()
-                     << ": CUDA stages are not implemented yet; use cpu "
-                        "devices\n";
-        return 2;
+/// The flags, checked for what they combine with, as the driver's options.
+/// Returns an exit code when they do not combine.
+int compileOptions(StringRef input, StringRef output,
+                   gpipe::CompileOptions &o) {
+  o.input = input.str();
+  o.output = output.str();
+  o.emit = emitOption;
+  o.train = modeOption == Mode::Train;
+  if (o.emit != CompileOutput::NN && o.emit != CompileOutput::Summary &&
+      !o.train)
+    for (cl::Option *flag : std::initializer_list<cl::Option *>{
+             &lossOption, &microBatchesOption, &recomputeOption,
+             &optimizerOption, &lrOption, &momentumOption, &nesterovOption,
+             &weightDecayOption, &beta1Option, &beta2Option, &epsOption,
+             &scheduleOption, &stagesOption, &deviceProfileOption,
+             &costTableOption, &reportOption})
+      if (flag->getNumOccurrences()) {
+        llvm::errs() << "gpipe-opt: error: --" << flag->ArgStr
+                     << " applies to training bundles only (add "
+                        "--mode=train)\n";
+        return 1;
       }
-  }
-  if (training && microBatchesOption > 1) {
-    if (!batchSizeOption.getNumOccurrences()) {
-      llvm::errs() << "gpipe-opt: error: --micro-batches needs --batch-size "
-                      "(the samples of one optimizer step)\n";
-      return 1;
-    }
-    if (batchSizeOption % microBatchesOption != 0) {
-      llvm::errs() << "gpipe-opt: error: --batch-size=" << batchSizeOption
-                   << " does not split into " << microBatchesOption
-                   << " equal micro-batches\n";
-      return 1;
-    }
-    options.batchSize = batchSizeOption / microBatchesOption;
-  }
+  if (batchSizeOption.getNumOccurrences())
+    o.batchSize = batchSizeOption;
+  if (devicesOption.getNumOccurrences())
+    o.devices = devicesOption;
   for (const std::string &binding : constInputOption) {
     auto [name, file] = StringRef(binding).split('=');
     if (name.empty() || file.empty()) {
@@ -382,121 +225,26 @@ int compileONNX(StringRef input, StringRef output, DialectRegistry &registry) {
                    << binding << "'\n";
       return 1;
     }
-    auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
-                                              /*RequiresNullTerminator=*/false);
-    if (!buffer) {
-      llvm::errs() << "gpipe-opt: error: --const-input: cannot read '" << file
-                   << "': " << buffer.getError().message() << "\n";
-      return 1;
-    }
-    options.constantInputs.emplace_back(name.str(),
-                                        (*buffer)->getBuffer().str());
+    o.constInputFiles.emplace_back(name.str(), file.str());
   }
-  OwningOpRef<ModuleOp> module =
-      gpipe::importONNXFile(input, &context, options);
-  if (!module)
-    return 1;
-  if (training) {
-    // Read now: writing the bundle resets the command-line options
-    // (emitStageLibrary).
-    std::string reportPath = reportOption;
-    gpipe::TrainingPipelineOptions t;
-    t.loss = lossOption;
-    t.devices = devicesOption.getNumOccurrences() ? devicesOption.getValue()
-                                                  : std::string("cpu:0");
-    t.bundleDevices = devices;
-    t.stages = stagesOption;
-    t.schedule = scheduleOption;
-    t.recompute = recomputeOption;
-    t.microBatches = microBatchesOption;
-    t.optimizer = optimizerOption;
-    t.momentum = momentumOption != 0.0;
-    t.nesterov = nesterovOption;
-    t.deviceProfile = deviceProfileOption;
-    t.costTable = costTableOption;
-    gpipe::TrainingStop stop = gpipe::TrainingStop::Lowered;
-    if (emitOption == Emit::Stages)
-      stop = gpipe::TrainingStop::Stages;
-    else if (emitOption == Emit::Autodiff)
-      stop = gpipe::TrainingStop::Autodiff;
-    else if (emitOption == Emit::Schedule)
-      stop = gpipe::TrainingStop::Schedule;
-    std::string text;
-    llvm::raw_string_ostream phaseOS(text);
-    FailureOr<gpipe::TrainingPipelineResult> result =
-        gpipe::compileTrainingPipeline(*module, t, stop, phaseOS);
-    if (failed(result))
-      return 1;
-    if (stop != gpipe::TrainingStop::Lowered)
-      return writeText(output, [&](llvm::raw_ostream &os) { os << text; });
-    if (emitOption == Emit::LLVM) {
-      return writeText(output, [&](llvm::raw_ostream &os) {
-        for (auto [k, stage] : llvm::enumerate(result->stages)) {
-          auto target = gpipe::createStageTarget(devices[k], *stage);
-          if (failed(target) || failed((*target)->lower(*stage)))
-            return;
-          stage->print(os, OpPrintingFlags());
-          os << "\n";
-        }
-      });
-    }
-    gpipe::BundleOptions bundleOptions;
-    bundleOptions.sourceName = llvm::sys::path::filename(input).str();
-    bundleOptions.sourcePath = input.str();
-    bundleOptions.devices = devices;
-    bundleOptions.mode = "train";
-    bundleOptions.schedule = std::move(result->schedule);
-    gpipe::TrainingOptions &to = bundleOptions.training;
-    to.microBatches = microBatchesOption;
-    to.loss = lossOption;
-    to.optimizer = optimizerOption;
-    to.lr = lrOption;
-    to.momentum = momentumOption;
-    to.nesterov = nesterovOption;
-    to.weightDecay = weightDecayOption;
-    to.beta1 = beta1Option;
-    to.beta2 = beta2Option;
-    to.eps = epsOption;
-    to.batchSize = batchSizeOption.getNumOccurrences()
-                       ? static_cast<int64_t>(batchSizeOption)
-                       : 0; // filled from the model
-    SmallVector<ModuleOp> stages;
-    for (auto &stage : result->stages)
-      stages.push_back(*stage);
-    if (failed(gpipe::writeBundle(stages, output, bundleOptions)))
-      return 1;
-    gpipe::printStageReport(*result, llvm::outs());
-    if (!reportPath.empty()) {
-      auto name = (*module)->getAttrOfType<StringAttr>("gpipe.model_name");
-      std::string html = gpipe::stageReportHTML(
-          *result, name ? name.getValue() : StringRef("model"));
-      if (int rc =
-              writeText(reportPath, [&](llvm::raw_ostream &os) { os << html; }))
-        return rc;
-    }
-    return 0;
-  }
-  if (emitOption == Emit::None || emitOption == Emit::LLVM) {
-    if (failed(lowerToStage(*module)))
-      return 1;
-    if (emitOption == Emit::None) {
-      gpipe::BundleOptions bundleOptions;
-      bundleOptions.sourceName = llvm::sys::path::filename(input).str();
-      bundleOptions.sourcePath = input.str();
-      bundleOptions.devices = devices;
-      ModuleOp stage = *module;
-      return failed(gpipe::writeBundle(stage, output, bundleOptions)) ? 1 : 0;
-    }
-    auto target = gpipe::createStageTarget(devices.front(), *module);
-    if (failed(target) || failed((*target)->lower(*module)))
-      return 1;
-  }
-  return writeText(output, [&](llvm::raw_ostream &os) {
-    if (emitOption == Emit::Summary)
-      gpipe::printModelSummary(*module, os);
-    else
-      module->print(os, OpPrintingFlags());
-  });
+  gpipe::TrainingOptions &t = o.training;
+  t.microBatches = microBatchesOption;
+  t.loss = lossOption;
+  t.optimizer = optimizerOption;
+  t.lr = lrOption;
+  t.momentum = momentumOption;
+  t.nesterov = nesterovOption;
+  t.weightDecay = weightDecayOption;
+  t.beta1 = beta1Option;
+  t.beta2 = beta2Option;
+  t.eps = epsOption;
+  o.stages = stagesOption;
+  o.schedule = scheduleOption;
+  o.recompute = recomputeOption;
+  o.deviceProfile = deviceProfileOption;
+  o.costTable = costTableOption;
+  o.reportPath = reportOption;
+  return 0;
 }
 
 } // namespace
@@ -561,10 +309,23 @@ int main(int argc, char **argv) {
       return 1;
     }
     std::string profile = gpipe::calibrateCpu(llvm::errs());
-    return writeText(output, [&](llvm::raw_ostream &os) { os << profile; });
+    if (llvm::Error err =
+            llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
+              os << profile;
+              return llvm::Error::success();
+            })) {
+      llvm::errs() << "gpipe-opt: error: cannot write '" << output
+                   << "': " << llvm::toString(std::move(err)) << "\n";
+      return 1;
+    }
+    return 0;
   }
-  if (isONNXFile(input))
-    return compileONNX(input, output, registry);
+  if (isONNXFile(input)) {
+    gpipe::CompileOptions options;
+    if (int rc = compileOptions(input, output, options))
+      return rc;
+    return gpipe::compileModel(options, registry);
+  }
   if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences() ||
       constInputOption.getNumOccurrences()) {
     llvm::errs() << "gpipe-opt: error: --emit, --batch-size and --const-input "

@@ -1,5 +1,5 @@
 // Element types: one table for the manifest's names (NumPy's), MLIR's
-// spellings and sizes.
+// spellings, ONNX's TensorProto.DataType codes and sizes.
 #ifndef GPIPE_COMMON_DTYPE_H
 #define GPIPE_COMMON_DTYPE_H
 
@@ -31,10 +31,16 @@ size_t dtypeSize(DType dtype);
 std::string_view dtypeName(DType dtype);
 /// MLIR's spelling of the element type: "f32", "i64", "i1", ...
 std::string_view dtypeMlirName(DType dtype);
+/// ONNX's TensorProto.DataType code: 1 for float32, 7 for int64, ...
+int dtypeOnnxType(DType dtype);
 /// The type of a manifest name, or none.
 std::optional<DType> dtypeFromName(std::string_view name);
 /// The type of an MLIR spelling, or none.
 std::optional<DType> dtypeFromMlirName(std::string_view name);
+
+/// The type of an ONNX TensorProto.DataType code, or none (string,
+/// complex, float8, ...).
+std::optional<DType> dtypeFromOnnxType(int onnxType);
 
 } // namespace gpipe
 

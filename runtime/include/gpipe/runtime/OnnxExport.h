@@ -12,9 +12,10 @@ namespace gpipe::runtime {
 /// Copies the ONNX model at `modelPath` to `outPath` (atomically: a
 /// temporary file renamed into place), replacing the data of every
 /// initializer named in `parameters` with the given values (raw_data, same
-/// dims). Everything else is kept byte for byte. Returns how many
+/// dims and type). Everything else is kept (the model goes through ONNX's
+/// protobuf classes, unknown fields included). Returns how many
 /// initializers were replaced; throws if a parameter has no initializer of
-/// the same size.
+/// the same size and type.
 size_t
 writeOnnxWithParameters(const std::string &modelPath,
                         const std::map<std::string, HostTensor> &parameters,

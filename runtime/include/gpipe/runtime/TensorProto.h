@@ -1,5 +1,5 @@
 // ONNX TensorProto files (.pb), as the ONNX backend test data stores
-// tensors, read without a protobuf library.
+// tensors, read with ONNX's protobuf classes.
 #ifndef GPIPE_RUNTIME_TENSORPROTO_H
 #define GPIPE_RUNTIME_TENSORPROTO_H
 
@@ -16,8 +16,8 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-/// Decodes a serialized onnx.TensorProto (raw_data or typed fields); `name`
-/// is used in error messages.
+/// Decodes a serialized onnx.TensorProto (raw_data, or the typed field
+/// onnx.proto assigns to its data type); `name` is used in error messages.
 HostTensor parseTensorProto(std::string_view bytes, const std::string &name);
 HostTensor readTensorProto(const std::string &path);
 

@@ -1,0 +1,306 @@
+//===- CompileModel.cpp - From an ONNX file to a bundle or IR -------------===//
+
+#include "Driver/CompileModel.h"
+#include "Analysis/CostModel.h"
+#include "Analysis/ModelSummary.h"
+#include "Driver/TrainingPipeline.h"
+#include "Import/ONNX/ModelImporter.h"
+#include "Pipelines/Pipelines.h"
+#include "Target/StageTarget.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace gpipe {
+
+namespace {
+
+/// One line per diagnostic: "<file>: error: node 'n': message".
+void printDiagnostic(Diagnostic &diag) {
+  std::string file, node;
+  diag.getLocation()->walk([&](Location loc) {
+    if (auto f = dyn_cast<FileLineColLoc>(loc); f && file.empty())
+      file = f.getFilename().str();
+    if (auto n = dyn_cast<NameLoc>(loc); n && node.empty())
+      node = n.getName().str();
+    return WalkResult::advance();
+  });
+  llvm::raw_ostream &os = llvm::errs();
+  if (!file.empty())
+    os << file << ": ";
+  switch (diag.getSeverity()) {
+  case DiagnosticSeverity::Error:
+    os << "error: ";
+    break;
+  case DiagnosticSeverity::Warning:
+    os << "warning: ";
+    break;
+  case DiagnosticSeverity::Note:
+    os << "note: ";
+    break;
+  case DiagnosticSeverity::Remark:
+    os << "remark: ";
+    break;
+  }
+  if (!node.empty())
+    os << "node '" << node << "': ";
+  std::string message = diag.str();
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  os << message << "\n";
+}
+
+/// Writes `output` ("-" is stdout) through a temporary file renamed into
+/// place: a failed run leaves no partial output behind.
+int writeText(StringRef output,
+              llvm::function_ref<void(llvm::raw_ostream &)> write) {
+  llvm::Error err = llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
+    write(os);
+    return llvm::Error::success();
+  });
+  if (err) {
+    llvm::errs() << "gpipe-opt: error: cannot write '" << output
+                 << "': " << llvm::toString(std::move(err)) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int error(const llvm::Twine &message, int code = 1) {
+  llvm::errs() << "gpipe-opt: error: " << message << "\n";
+  return code;
+}
+
+bool isTrainingPhase(CompileOutput emit) {
+  return emit == CompileOutput::Stages || emit == CompileOutput::Autodiff ||
+         emit == CompileOutput::Schedule;
+}
+
+/// Checks the options that do not need the model.
+int validate(const CompileOptions &o) {
+  if (isTrainingPhase(o.emit) && !o.train)
+    return error("--emit=" + compileOutputName(o.emit) +
+                 " shows a phase of the training pipeline (add "
+                 "--mode=train)");
+  if (o.emit == CompileOutput::NN || o.emit == CompileOutput::Summary)
+    return 0;
+  if (o.train && o.recompute != "never" && o.recompute != "always" &&
+      o.recompute != "except-last")
+    return error("--recompute=" + o.recompute +
+                 " is not a recompute mode: use never, always or "
+                 "except-last");
+  if (o.train && o.schedule != "gpipe" && o.schedule != "1f1b")
+    return error("--schedule=" + o.schedule +
+                 " is not a schedule: use gpipe or 1f1b");
+  const std::string &opt = o.training.optimizer;
+  if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
+    return error("--optimizer=" + opt +
+                 " is not an optimizer: use sgd, adam or adamw");
+  if (o.emit == CompileOutput::Bundle && o.output == "-")
+    return error("name the bundle to write with -o model.gpipe (or pass "
+                 "--emit=nn to print the IR)");
+  return 0;
+}
+
+/// The stage devices as the bundle names them ("cpu": the whole host).
+int parseStageDevices(const CompileOptions &o,
+                      std::vector<std::string> &devices) {
+  devices = {"cpu"};
+  if (!o.devices)
+    return 0;
+  const std::string &flag = *o.devices;
+  llvm::Expected<std::vector<Device>> parsed = parseDevices(flag);
+  if (!parsed)
+    return error("--devices=" + flag + ": " +
+                 llvm::toString(parsed.takeError()));
+  devices.clear();
+  for (const Device &d : *parsed)
+    devices.push_back(d.str());
+  if (devices.size() > 1 && !o.train)
+    return error("--devices=" + flag +
+                     ": pipelined inference is not implemented; compile "
+                     "inference for one device, or add --mode=train",
+                 2);
+  for (const Device &d : *parsed)
+    if (d.kind == DeviceKind::Cuda)
+      return error("--devices=" + flag + ": " + d.str() +
+                       ": CUDA stages are not implemented yet; use cpu "
+                       "devices",
+                   2);
+  return 0;
+}
+
+int readConstInputs(const CompileOptions &o, ONNXImportOptions &import) {
+  for (const auto &[name, file] : o.constInputFiles) {
+    auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return error("--const-input: cannot read '" + file +
+                   "': " + buffer.getError().message());
+    import.constantInputs.emplace_back(name, (*buffer)->getBuffer().str());
+  }
+  return 0;
+}
+
+int compileTraining(const CompileOptions &o, ModuleOp module,
+                    const std::vector<std::string> &devices) {
+  TrainingPipelineOptions t;
+  t.loss = o.training.loss;
+  t.devices = o.devices.value_or("cpu:0");
+  t.bundleDevices = devices;
+  t.stages = o.stages;
+  t.schedule = o.schedule;
+  t.recompute = o.recompute;
+  t.microBatches = o.training.microBatches;
+  t.optimizer = o.training.optimizer;
+  t.momentum = o.training.momentum != 0.0;
+  t.nesterov = o.training.nesterov;
+  t.deviceProfile = o.deviceProfile;
+  t.costTable = o.costTable;
+  TrainingStop stop = TrainingStop::Lowered;
+  if (o.emit == CompileOutput::Stages)
+    stop = TrainingStop::Stages;
+  else if (o.emit == CompileOutput::Autodiff)
+    stop = TrainingStop::Autodiff;
+  else if (o.emit == CompileOutput::Schedule)
+    stop = TrainingStop::Schedule;
+  std::string text;
+  llvm::raw_string_ostream phaseOS(text);
+  FailureOr<TrainingPipelineResult> result =
+      compileTrainingPipeline(module, t, stop, phaseOS);
+  if (failed(result))
+    return 1;
+  if (stop != TrainingStop::Lowered)
+    return writeText(o.output, [&](llvm::raw_ostream &os) { os << text; });
+  if (o.emit == CompileOutput::LLVM) {
+    return writeText(o.output, [&](llvm::raw_ostream &os) {
+      for (auto [k, stage] : llvm::enumerate(result->stages)) {
+        auto target = createStageTarget(devices[k], *stage);
+        if (failed(target) || failed((*target)->lower(*stage)))
+          return;
+        stage->print(os, OpPrintingFlags());
+        os << "\n";
+      }
+    });
+  }
+  BundleOptions bundle;
+  bundle.sourceName = llvm::sys::path::filename(o.input).str();
+  bundle.sourcePath = o.input;
+  bundle.devices = devices;
+  bundle.mode = "train";
+  bundle.schedule = std::move(result->schedule);
+  bundle.training = o.training;
+  bundle.training.batchSize = o.batchSize.value_or(0); // 0: from the model
+  SmallVector<ModuleOp> stages;
+  for (auto &stage : result->stages)
+    stages.push_back(*stage);
+  if (failed(writeBundle(stages, o.output, bundle)))
+    return 1;
+  printStageReport(*result, llvm::outs());
+  if (o.reportPath.empty())
+    return 0;
+  auto name = module->getAttrOfType<StringAttr>("gpipe.model_name");
+  std::string html =
+      stageReportHTML(*result, name ? name.getValue() : StringRef("model"));
+  return writeText(o.reportPath, [&](llvm::raw_ostream &os) { os << html; });
+}
+
+int compileInference(const CompileOptions &o, ModuleOp module,
+                     const std::vector<std::string> &devices) {
+  PassManager pm(module.getContext());
+  buildInferencePipeline(pm);
+  if (failed(pm.run(module)))
+    return 1;
+  if (o.emit == CompileOutput::Bundle) {
+    BundleOptions bundle;
+    bundle.sourceName = llvm::sys::path::filename(o.input).str();
+    bundle.sourcePath = o.input;
+    bundle.devices = devices;
+    return failed(writeBundle(module, o.output, bundle)) ? 1 : 0;
+  }
+  auto target = createStageTarget(devices.front(), module);
+  if (failed(target) || failed((*target)->lower(module)))
+    return 1;
+  return writeText(o.output, [&](llvm::raw_ostream &os) {
+    module->print(os, OpPrintingFlags());
+  });
+}
+
+} // namespace
+
+StringRef compileOutputName(CompileOutput output) {
+  switch (output) {
+  case CompileOutput::Bundle:
+    return "bundle";
+  case CompileOutput::NN:
+    return "nn";
+  case CompileOutput::Summary:
+    return "summary";
+  case CompileOutput::Stages:
+    return "stages";
+  case CompileOutput::Autodiff:
+    return "autodiff";
+  case CompileOutput::Schedule:
+    return "schedule";
+  case CompileOutput::LLVM:
+    return "llvm";
+  }
+  return "bundle";
+}
+
+int compileModel(const CompileOptions &options, DialectRegistry &registry) {
+  MLIRContext context(registry);
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
+    printDiagnostic(diag);
+    return success();
+  });
+  if (int rc = validate(options))
+    return rc;
+  bool lowered = options.emit == CompileOutput::Bundle ||
+                 options.emit == CompileOutput::LLVM;
+  bool training = options.train && (lowered || isTrainingPhase(options.emit));
+  int64_t microBatches = options.training.microBatches;
+  if (microBatches < 1)
+    return error("--micro-batches must be at least 1");
+  std::vector<std::string> devices;
+  if (int rc = parseStageDevices(options, devices))
+    return rc;
+  ONNXImportOptions import;
+  import.batchSize = options.batchSize;
+  if (training && microBatches > 1) {
+    if (!options.batchSize)
+      return error("--micro-batches needs --batch-size (the samples of one "
+                   "optimizer step)");
+    if (*options.batchSize % microBatches != 0)
+      return error("--batch-size=" + llvm::Twine(*options.batchSize) +
+                   " does not split into " + llvm::Twine(microBatches) +
+                   " equal micro-batches");
+    import.batchSize = *options.batchSize / microBatches;
+  }
+  if (int rc = readConstInputs(options, import))
+    return rc;
+  OwningOpRef<ModuleOp> module =
+      importONNXFile(options.input, &context, import);
+  if (!module)
+    return 1;
+  if (training)
+    return compileTraining(options, *module, devices);
+  if (lowered)
+    return compileInference(options, *module, devices);
+  return writeText(options.output, [&](llvm::raw_ostream &os) {
+    if (options.emit == CompileOutput::Summary)
+      printModelSummary(*module, os);
+    else
+      module->print(os, OpPrintingFlags());
+  });
+}
+
+} // namespace gpipe
