@@ -30,11 +30,23 @@ constexpr std::pair<Hyper, std::string_view> kHypers[] = {
     {Hyper::StepSize, "step_size"},
     {Hyper::BiasCorrection2, "bias_correction2"}};
 
+constexpr std::pair<ParamKind, std::string_view> kParamKinds[] = {
+    {ParamKind::Weight, "weight"},
+    {ParamKind::Buffer, "buffer"},
+    {ParamKind::OptimizerState, "optimizer_state"},
+    {ParamKind::Constant, "constant"}};
+
 } // namespace
 
 std::string_view roleName(Role role) { return nameIn(kRoles, role); }
 std::optional<Role> roleFromName(std::string_view name) {
   return valueIn(kRoles, name);
+}
+std::string_view paramKindName(ParamKind kind) {
+  return nameIn(kParamKinds, kind);
+}
+std::optional<ParamKind> paramKindFromName(std::string_view name) {
+  return valueIn(kParamKinds, name);
 }
 std::string_view hyperName(Hyper hyper) { return nameIn(kHypers, hyper); }
 std::optional<Hyper> hyperFromName(std::string_view name) {

@@ -9,6 +9,7 @@
 #ifndef GPIPE_DRIVER_TRAININGPIPELINE_H
 #define GPIPE_DRIVER_TRAININGPIPELINE_H
 
+#include "Transforms/Passes.h"
 #include "Transforms/Schedule.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -22,18 +23,15 @@
 namespace gpipe {
 
 struct TrainingPipelineOptions {
-  std::string loss = "cross-entropy";
-  /// Devices as the partitioner sees them; bundleDevices as the runtime
-  /// pins them ("cpu" for the unpinned host when none were given).
-  std::string devices = "cpu:0";
+  AppendLossOptions loss;
+  /// The partition: devices as the partitioner sees them, stages,
+  /// micro-batches, schedule, recompute, cost model inputs (its
+  /// optimizerSlots follow from `optimizer`).
+  PartitionOptions partition;
+  AppendOptimizerOptions optimizer;
+  /// One per stage, as the runtime pins them ("cpu" for the unpinned host
+  /// when no devices were given).
   std::vector<std::string> bundleDevices{"cpu"};
-  std::string stages = "auto";
-  std::string schedule = "gpipe";
-  std::string recompute = "never";
-  int64_t microBatches = 1;
-  std::string optimizer = "sgd";
-  bool momentum = false, nesterov = false;
-  std::string deviceProfile, costTable;
 };
 
 /// Where to stop and what to print (gpipe-opt --emit).

@@ -15,6 +15,8 @@
 #ifndef GPIPE_PIPELINES_PIPELINES_H
 #define GPIPE_PIPELINES_PIPELINES_H
 
+#include "Transforms/Passes.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
@@ -83,6 +85,15 @@ struct TrainStagePipelineOptions
 /// the optimizer phase.
 void buildTrainStagePipeline(mlir::OpPassManager &pm,
                              const TrainStagePipelineOptions &options);
+
+/// The same two pipelines from the passes' own option structs, which the
+/// training driver holds (the registered pipelines above convert to them).
+void buildPartitionPipeline(mlir::OpPassManager &pm,
+                            const AppendLossOptions &loss,
+                            const PartitionOptions &partition);
+void buildTrainStagePipeline(mlir::OpPassManager &pm,
+                             const SplitForwardBackwardOptions &split,
+                             const AppendOptimizerOptions &optimizer);
 
 struct LowerTrainingStagePipelineOptions
     : public mlir::PassPipelineOptions<LowerTrainingStagePipelineOptions> {

@@ -168,7 +168,7 @@ FailureOr<StageParameters> collectParameters(ModuleOp m, int64_t size,
                      {"dtype", typeName(param.getType().getElementType())},
                      {"shape", json::Array(param.getType().getShape())},
                      {"offset", offset},
-                     {"trainable", param.getTrainable()}});
+                     {"kind", std::string(paramKindName(param.getKind()))}});
   }
   return out;
 }

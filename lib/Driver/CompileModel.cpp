@@ -153,18 +153,18 @@ int readConstInputs(const CompileOptions &o, ONNXImportOptions &import) {
 int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices) {
   TrainingPipelineOptions t;
-  t.loss = o.training.loss;
-  t.devices = o.devices.value_or("cpu:0");
+  t.loss.loss = o.training.loss;
+  t.partition.deviceList = o.devices.value_or("cpu:0");
+  t.partition.stages = o.stages;
+  t.partition.microBatches = o.training.microBatches;
+  t.partition.schedule = o.schedule;
+  t.partition.recompute = o.recompute;
+  t.partition.profile = o.deviceProfile;
+  t.partition.costTable = o.costTable;
+  t.optimizer.optimizer = o.training.optimizer;
+  t.optimizer.momentum = o.training.momentum != 0.0;
+  t.optimizer.nesterov = o.training.nesterov;
   t.bundleDevices = devices;
-  t.stages = o.stages;
-  t.schedule = o.schedule;
-  t.recompute = o.recompute;
-  t.microBatches = o.training.microBatches;
-  t.optimizer = o.training.optimizer;
-  t.momentum = o.training.momentum != 0.0;
-  t.nesterov = o.training.nesterov;
-  t.deviceProfile = o.deviceProfile;
-  t.costTable = o.costTable;
   TrainingStop stop = TrainingStop::Lowered;
   if (o.emit == CompileOutput::Stages)
     stop = TrainingStop::Stages;

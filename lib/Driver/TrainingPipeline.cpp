@@ -51,21 +51,15 @@ gpipe::compileTrainingPipeline(ModuleOp module,
                                const TrainingPipelineOptions &o,
                                TrainingStop stop, llvm::raw_ostream &os) {
   MLIRContext *context = module.getContext();
+  const PartitionOptions &p = o.partition;
   // State tensors per parameter: SGD's momentum buffer, Adam's two moments.
-  int64_t optimizerSlots = o.optimizer == "sgd" ? (o.momentum ? 1 : 0) : 2;
+  const AppendOptimizerOptions &opt = o.optimizer;
+  int64_t optimizerSlots = opt.optimizer == "sgd" ? (opt.momentum ? 1 : 0) : 2;
   {
-    PassManager pm(context);
-    PartitionPipelineOptions partition;
-    partition.loss = o.loss;
-    partition.devices = o.devices;
-    partition.stages = o.stages;
-    partition.microBatches = o.microBatches;
-    partition.schedule = o.schedule;
-    partition.recompute = o.recompute;
+    PartitionOptions partition = p;
     partition.optimizerSlots = optimizerSlots;
-    partition.profile = o.deviceProfile;
-    partition.costTable = o.costTable;
-    buildPartitionPipeline(pm, partition);
+    PassManager pm(context);
+    buildPartitionPipeline(pm, o.loss, partition);
     if (failed(pm.run(module)))
       return failure();
   }
@@ -85,25 +79,22 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     return failure();
 
   TrainingPipelineResult result;
-  result.scheduleKind = o.schedule;
-  result.microBatches = o.microBatches;
+  result.scheduleKind = p.schedule;
+  result.microBatches = p.microBatches;
   ScheduleRequest request;
-  request.kind = o.schedule;
-  request.microBatches = o.microBatches;
+  request.kind = p.schedule;
+  request.microBatches = p.microBatches;
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];
     bool last = s + 1 == k;
     bool recompute =
-        o.recompute == "always" || (o.recompute == "except-last" && !last);
+        p.recompute == "always" || (p.recompute == "except-last" && !last);
     {
       PassManager pm(context);
-      TrainStagePipelineOptions train;
-      train.recompute = o.recompute;
-      train.lastStage = last;
-      train.optimizer = o.optimizer;
-      train.momentum = o.momentum;
-      train.nesterov = o.nesterov;
-      buildTrainStagePipeline(pm, train);
+      SplitForwardBackwardOptions split;
+      split.recompute = p.recompute;
+      split.lastStage = last;
+      buildTrainStagePipeline(pm, split, o.optimizer);
       if (failed(pm.run(stage)))
         return failure();
     }
@@ -222,8 +213,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         {"instructions", std::move(instructions)}});
   }
   result.schedule =
-      llvm::json::Object{{"kind", o.schedule},
-                         {"micro_batches", o.microBatches},
+      llvm::json::Object{{"kind", p.schedule},
+                         {"micro_batches", p.microBatches},
                          {"predicted_step_seconds", result.prediction.stepTime},
                          {"predicted_bubble", result.prediction.bubble},
                          {"streams", std::move(streams)}};

@@ -1,8 +1,6 @@
 //===- Pipelines.cpp - gpipe's pass pipelines -----------------------------===//
 #include "Pipelines/Pipelines.h"
 
-#include "Transforms/Passes.h"
-
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -16,10 +14,16 @@ void gpipe::buildInferencePipeline(OpPassManager &pm) {
 }
 
 void gpipe::buildPartitionPipeline(OpPassManager &pm,
+                                   const AppendLossOptions &loss,
+                                   const PartitionOptions &partition) {
+  pm.addPass(createAppendLoss(loss));
+  pm.addPass(createPartition(partition));
+}
+
+void gpipe::buildPartitionPipeline(OpPassManager &pm,
                                    const PartitionPipelineOptions &o) {
   AppendLossOptions loss;
   loss.loss = o.loss;
-  pm.addPass(createAppendLoss(loss));
   PartitionOptions partition;
   partition.deviceList = o.devices;
   partition.stages = o.stages;
@@ -29,21 +33,27 @@ void gpipe::buildPartitionPipeline(OpPassManager &pm,
   partition.optimizerSlots = o.optimizerSlots;
   partition.profile = o.profile;
   partition.costTable = o.costTable;
-  pm.addPass(createPartition(partition));
+  buildPartitionPipeline(pm, loss, partition);
+}
+
+void gpipe::buildTrainStagePipeline(OpPassManager &pm,
+                                    const SplitForwardBackwardOptions &split,
+                                    const AppendOptimizerOptions &optimizer) {
+  pm.addPass(createAutodiff());
+  pm.addPass(createSplitForwardBackward(split));
+  pm.addPass(createAppendOptimizer(optimizer));
 }
 
 void gpipe::buildTrainStagePipeline(OpPassManager &pm,
                                     const TrainStagePipelineOptions &o) {
-  pm.addPass(createAutodiff());
   SplitForwardBackwardOptions split;
   split.recompute = o.recompute;
   split.lastStage = o.lastStage;
-  pm.addPass(createSplitForwardBackward(split));
   AppendOptimizerOptions optimizer;
   optimizer.optimizer = o.optimizer;
   optimizer.momentum = o.momentum;
   optimizer.nesterov = o.nesterov;
-  pm.addPass(createAppendOptimizer(optimizer));
+  buildTrainStagePipeline(pm, split, optimizer);
 }
 
 void gpipe::buildLowerTrainingStagePipeline(
@@ -67,11 +77,15 @@ void gpipe::registerGPipePipelines() {
   PassPipelineRegistration<PartitionPipelineOptions>(
       "gpipe-partition-pipeline",
       "Append the loss and cut the model into pipeline stages",
-      buildPartitionPipeline);
+      [](OpPassManager &pm, const PartitionPipelineOptions &o) {
+        buildPartitionPipeline(pm, o);
+      });
   PassPipelineRegistration<TrainStagePipelineOptions>(
       "gpipe-train-stage-pipeline",
       "One outlined stage: autodiff, forward/backward split, optimizer",
-      buildTrainStagePipeline);
+      [](OpPassManager &pm, const TrainStagePipelineOptions &o) {
+        buildTrainStagePipeline(pm, o);
+      });
   PassPipelineRegistration<LowerTrainingStagePipelineOptions>(
       "gpipe-lower-training-stage-pipeline",
       "A trained stage's phases lowered to entry points on arenas",

@@ -53,7 +53,7 @@ public:
     auto created = mb.create<ParameterOp>(
         param.getLoc(), name,
         DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType())),
-        false);
+        /*trainable=*/false, /*optimizer_state=*/true, /*constant=*/false);
     return {created.getSymName(), read(created)};
   }
   Value read(ParameterOp param) {

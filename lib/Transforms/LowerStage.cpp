@@ -117,7 +117,7 @@ LogicalResult StageLowering::placeParameters() {
     stagePrefix = "s" + std::to_string(stageIndex.getInt()) + "_";
   for (auto param : module.getOps<ParameterOp>()) {
     lastParam = param;
-    if (param.getSymName().starts_with("__constant_"))
+    if (param.getConstant())
       ++counter;
   }
   SmallVector<nn::ConstantOp> constants;
@@ -131,8 +131,9 @@ LogicalResult StageLowering::placeParameters() {
     // Every tensor of a bundle has its own name: constants of a pipeline
     // stage are named after it.
     std::string name = "__constant_" + stagePrefix + std::to_string(counter++);
-    auto param = moduleBuilder.create<ParameterOp>(c.getLoc(), name,
-                                                   c.getValue(), false);
+    auto param = moduleBuilder.create<ParameterOp>(
+        c.getLoc(), name, c.getValue(), /*trainable=*/false,
+        /*optimizer_state=*/false, /*constant=*/true);
     OpBuilder b(c);
     auto get = b.create<GetParameterOp>(
         c.getLoc(), c.getType(),

@@ -59,8 +59,14 @@ std::vector<int64_t> KernelSpec::ints(const std::string &key) const {
   if (it == numbers.end())
     fail("has no attribute '" + key + "'");
   std::vector<int64_t> out;
-  for (double v : it->second)
+  for (double v : it->second) {
+    // An integer attribute (kernel sizes, strides, axes): whole and far
+    // inside int64 (a cast of anything else is undefined).
+    if (!(v >= -9.0e15 && v <= 9.0e15) ||
+        v != static_cast<double>(static_cast<int64_t>(v)))
+      fail("attribute '" + key + "' is not a list of integers");
     out.push_back(static_cast<int64_t>(v));
+  }
   return out;
 }
 
@@ -120,7 +126,6 @@ TensorSlot parseSlot(const json &j) {
                         role + "'");
     slot.role = *r;
   }
-  slot.trainable = j.value("trainable", false);
   const json &shape = j.at("shape");
   if (!shape.is_array())
     throw BundleError("tensor '" + slot.name + "' has an invalid shape");
@@ -499,6 +504,12 @@ Bundle loadBundle(const std::string &path) {
       for (const json &t : p.at("tensors")) {
         TensorSlot slot = parseSlot(t);
         slot.space = "params";
+        std::string kind = t.at("kind").get<std::string>();
+        std::optional<ParamKind> parsed = paramKindFromName(kind);
+        if (!parsed)
+          throw BundleError("parameter '" + slot.name +
+                            "' has an unknown kind '" + kind + "'");
+        slot.kind = *parsed;
         s.parameters.tensors.push_back(slot);
       }
       for (const json &pj : j.at("phases")) {
@@ -506,6 +517,9 @@ Bundle loadBundle(const std::string &path) {
         phase.role = pj.at("role").get<std::string>();
         phase.entry = pj.at("entry").get<std::string>();
         phase.arenaSize = integer<int64_t>(pj.at("arena_size"));
+        if (phase.arenaSize < 0 || phase.arenaSize > kMaxOffset)
+          throw BundleError("phase '" + phase.role +
+                            "' has an invalid arena_size");
         for (const json &k : pj.at("kernels"))
           phase.kernels.push_back(parseKernel(k));
         for (const json &io : pj.at("inputs"))

@@ -241,8 +241,8 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
 std::map<std::string, HostTensor> TrainingSession::parameters() const {
   std::map<std::string, HostTensor> out;
   for (auto [stage, p] : modelState()) {
-    if (p->name.rfind("__", 0) == 0)
-      continue; // optimizer state
+    if (p->kind == ParamKind::OptimizerState)
+      continue;
     HostTensor t;
     t.dtype = p->dtype;
     t.shape = p->shape;
@@ -336,7 +336,7 @@ TrainingSession::modelState() const {
   std::vector<std::pair<const Stage *, const TensorSlot *>> out;
   for (const auto &st : stages)
     for (const TensorSlot &p : st->runner->spec().parameters.tensors)
-      if (p.name.rfind("__constant_", 0) != 0)
+      if (p.kind != ParamKind::Constant)
         out.push_back({st.get(), &p});
   return out;
 }

@@ -5,7 +5,7 @@
 // SGD with Nesterov momentum: a state parameter per trained one, the
 // update written back; the frozen parameter is left alone.
 // SGD: gpipe.parameter @w trainable
-// SGD-NEXT: gpipe.parameter @"__opt.momentum:w" = dense<0.000000e+00> : tensor<2x3xf32>
+// SGD-NEXT: gpipe.parameter @"__opt.momentum:w" optimizer_state = dense<0.000000e+00> : tensor<2x3xf32>
 // SGD-NOT: __opt.momentum:frozen
 // SGD-LABEL: func.func @optimizer
 // SGD-SAME: (%[[G:.*]]: tensor<2x3xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}, %[[LR:.*]]: tensor<f32> {gpipe.name = "hyper:lr", gpipe.role = #gpipe.role<hyper>}, %[[WD:.*]]: tensor<f32> {gpipe.name = "hyper:weight_decay", gpipe.role = #gpipe.role<hyper>}, %[[MU:.*]]: tensor<f32> {gpipe.name = "hyper:momentum", gpipe.role = #gpipe.role<hyper>})
@@ -24,8 +24,8 @@
 // SGD-NEXT: return
 
 // AdamW: two moments, decoupled decay, bias corrections from the runtime.
-// ADAMW-DAG: gpipe.parameter @"__opt.m:w"
-// ADAMW-DAG: gpipe.parameter @"__opt.v:w"
+// ADAMW-DAG: gpipe.parameter @"__opt.m:w" optimizer_state
+// ADAMW-DAG: gpipe.parameter @"__opt.v:w" optimizer_state
 // ADAMW-LABEL: func.func @optimizer
 // ADAMW-SAME: {gpipe.name = "hyper:step_size", gpipe.role = #gpipe.role<hyper>}, %{{.*}}: tensor<f32> {gpipe.name = "hyper:bias_correction2", gpipe.role = #gpipe.role<hyper>})
 // ADAMW: gpipe.assign_parameter @"__opt.m:w"

@@ -4,7 +4,7 @@
 // buffers whose live ranges do not overlap share memory, parameters and
 // constants live in the parameter blob.
 // CHECK: gpipe.parameter @w = dense<5.000000e-01> : tensor<4x6xf32> {gpipe.offset = 0 : i64}
-// CHECK: gpipe.parameter @__constant_0 = dense<1.000000e+00> : tensor<4xf32> {gpipe.offset = 128 : i64}
+// CHECK: gpipe.parameter @__constant_0 constant = dense<1.000000e+00> : tensor<4xf32> {gpipe.offset = 128 : i64}
 gpipe.parameter @w = dense<0.5> : tensor<4x6xf32>
 // CHECK-LABEL: func.func @gpipe_stage0_forward
 // CHECK-SAME: (%[[ARENA:.*]]: memref<128xi8>, %[[PARAMS:.*]]: memref<192xi8>, %[[CTX:.*]]: i64)

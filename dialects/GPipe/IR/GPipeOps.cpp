@@ -11,6 +11,9 @@ LogicalResult ParameterOp::verify() {
   if (!type || !type.hasStaticShape())
     return emitOpError("value must be a statically shaped tensor, got ")
            << getValue().getType();
+  if (int(getTrainable()) + int(getOptimizerState()) + int(getConstant()) > 1)
+    return emitOpError("is at most one of trainable, optimizer_state and "
+                       "constant");
   return success();
 }
 

@@ -34,22 +34,41 @@ class GPipe_Op<string mnemonic, list<Trait> traits = []>
 def GPipe_ParameterOp : GPipe_Op<"parameter", [Symbol]> {
   let summary = "A named model tensor with its initial value";
   let description = [{
-    Imported from an ONNX initializer. `trainable` parameters get gradients
-    and optimizer state; the others (BatchNorm running statistics, constant
-    tables) are only read, or updated by their op's own rule. Large values are
-    dense resources, so the IR text stays small.
+    Imported from an ONNX initializer, or created by the compiler. What it
+    is (`getKind()`, the manifest's `kind`, common/Role.h's ParamKind):
+    `trainable` parameters (weights) get gradients and optimizer state;
+    `optimizer_state` marks the optimizer's state of a weight (created by
+    gpipe-append-optimizer); `constant` a constant of the stage's code
+    (created by gpipe-lower-stage); a parameter with none of the three is
+    model state that is not trained (BatchNorm running statistics), read or
+    updated by its op's own rule. Large values are dense resources, so the
+    IR text stays small.
 
     ```mlir
     gpipe.parameter @"fc1.weight" trainable = dense_resource<fc1.weight> : tensor<64x784xf32>
+    gpipe.parameter @"__opt.momentum:fc1.weight" optimizer_state = dense<0.0> : tensor<64x784xf32>
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, ElementsAttr:$value,
-                       UnitAttr:$trainable);
-  let assemblyFormat = "$sym_name (`trainable` $trainable^)? `=` $value attr-dict";
+                       UnitAttr:$trainable, UnitAttr:$optimizer_state,
+                       UnitAttr:$constant);
+  let assemblyFormat = [{
+    $sym_name (`trainable` $trainable^)? (`optimizer_state` $optimizer_state^)?
+    (`constant` $constant^)? `=` $value attr-dict
+  }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::RankedTensorType getType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getValue().getType());
+    }
+    ::gpipe::ParamKind getKind() {
+      if (getTrainable())
+        return ::gpipe::ParamKind::Weight;
+      if (getOptimizerState())
+        return ::gpipe::ParamKind::OptimizerState;
+      if (getConstant())
+        return ::gpipe::ParamKind::Constant;
+      return ::gpipe::ParamKind::Buffer;
     }
   }];
 }

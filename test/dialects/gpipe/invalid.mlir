@@ -5,6 +5,11 @@ gpipe.parameter @p = dense<1.0> : vector<4xf32>
 
 // -----
 
+// expected-error @+1 {{is at most one of trainable, optimizer_state and constant}}
+gpipe.parameter @p trainable optimizer_state = dense<1.0> : tensor<4xf32>
+
+// -----
+
 func.func @missing_parameter() {
   // expected-error @+1 {{'q' does not name a gpipe.parameter}}
   %0 = gpipe.get_parameter @q : tensor<4xf32>

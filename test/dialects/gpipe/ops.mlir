@@ -5,6 +5,10 @@
 gpipe.parameter @w trainable = dense<1.0> : tensor<4x4xf32>
 // CHECK: gpipe.parameter @bn.running_mean = dense<0.000000e+00> : tensor<4xf32>
 gpipe.parameter @"bn.running_mean" = dense<0.0> : tensor<4xf32>
+// CHECK: gpipe.parameter @"__opt.momentum:w" optimizer_state = dense<0.000000e+00> : tensor<4x4xf32>
+gpipe.parameter @"__opt.momentum:w" optimizer_state = dense<0.0> : tensor<4x4xf32>
+// CHECK: gpipe.parameter @__constant_0 constant = dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+gpipe.parameter @__constant_0 constant = dense<[1.0, 2.0]> : tensor<2xf32>
 
 // CHECK-LABEL: func @update
 func.func @update(%v: tensor<4x4xf32>) {

@@ -8,8 +8,9 @@
 namespace gpipe {
 
 /// 6: roles, message layouts, backward wiring and per-stage parameters in
-/// the manifest.
-constexpr int64_t kBundleFormatVersion = 6;
+/// the manifest. 7: each parameter tensor has a kind (weight, buffer,
+/// optimizer_state, constant) in place of "trainable".
+constexpr int64_t kBundleFormatVersion = 7;
 
 } // namespace gpipe
 

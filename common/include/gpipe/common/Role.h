@@ -42,6 +42,24 @@ std::string_view roleName(Role role);
 /// The role of a manifest name, or none.
 std::optional<Role> roleFromName(std::string_view name);
 
+/// What a tensor of a stage's parameter blob is: the compiler marks each
+/// (gpipe.parameter), the manifest carries it, and the runtime decides by it
+/// what a checkpoint, --save-params and --save-onnx hold.
+enum class ParamKind {
+  /// A trainable parameter: it gets a gradient and optimizer state.
+  Weight,
+  /// Model state that is not trained (BatchNorm running statistics).
+  Buffer,
+  /// The optimizer's state of a weight (momentum, Adam's moments).
+  OptimizerState,
+  /// A constant of the stage's code: read-only, never saved.
+  Constant,
+};
+
+/// "weight", "buffer", "optimizer_state", "constant".
+std::string_view paramKindName(ParamKind kind);
+std::optional<ParamKind> paramKindFromName(std::string_view name);
+
 /// The optimizer hyper-parameters of Role::Hyper inputs.
 enum class Hyper {
   LR,

@@ -36,8 +36,9 @@ struct TensorSlot {
   int64_t offset = 0;
   /// What a phase's input or output is for (Role::Data elsewhere).
   Role role = Role::Data;
-  /// A parameter that the optimizer updates.
-  bool trainable = false;
+  /// In a parameter blob: what the tensor is (weight, buffer, optimizer
+  /// state or constant).
+  ParamKind kind = ParamKind::Buffer;
 
   int64_t numElements() const;
   int64_t byteSize() const;

@@ -120,9 +120,9 @@ public:
 
 private:
   struct Stage;
-  /// Every tensor that changes, per stage: trained, updated by its op
-  /// (BatchNorm's running statistics) or optimizer state (`__opt.*`); not
-  /// the constants the compiler moved into the blobs.
+  /// Every tensor that changes, per stage, by its manifest kind: weights,
+  /// buffers (BatchNorm's running statistics) and optimizer state; not the
+  /// constants the compiler moved into the blobs.
   std::vector<std::pair<const Stage *, const TensorSlot *>> modelState() const;
   /// Identifies the bundle's parameters in checkpoints.
   uint32_t modelChecksum() const;

@@ -29,12 +29,15 @@ elif how == "flip-code":
 elif how == "truncate-manifest":
     text = open(manifest_path).read()
     open(manifest_path, "w").write(text[: len(text) // 2])
-elif how in ("other-version", "too-many-cores", "bad-sender", "kernel-contract"):
+elif how in ("other-version", "too-many-cores", "bad-sender", "kernel-contract",
+             "param-kind"):
     manifest = json.load(open(manifest_path))
     if how == "other-version":
         manifest["version"] = 99
     elif how == "kernel-contract":
         del manifest["stages"][0]["phases"][0]["kernels"][0]["attributes"]["group"]
+    elif how == "param-kind":
+        manifest["stages"][0]["parameters"]["tensors"][0]["kind"] = "trainable"
     elif how == "bad-sender":
         wiring = manifest["stages"][1]["wiring"]
         wiring["recv_activations"]["tensors"][0]["sender_output"] = 99
