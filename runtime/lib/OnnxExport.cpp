@@ -29,7 +29,8 @@ writeOnnxWithParameters(const std::string &modelPath,
     const HostTensor &value = it->second;
     int64_t count = 1;
     for (int64_t d : init.dims()) {
-      if (d < 0 || (d > 0 && count > (int64_t(1) << 40) / d))
+      if (d < 0 || d > (int64_t(1) << 40) ||
+          (d > 0 && count > (int64_t(1) << 40) / d))
         throw std::runtime_error(modelPath + ": initializer '" + init.name() +
                                  "' has invalid dims");
       count *= d;

@@ -47,7 +47,8 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
   t.dtype = *dtype;
   int64_t n = 1;
   for (int64_t d : proto.dims()) {
-    if (d < 0 || (d > 0 && n > (int64_t(1) << 40) / d))
+    if (d < 0 || d > (int64_t(1) << 40) ||
+        (d > 0 && n > (int64_t(1) << 40) / d))
       fail(name, "invalid TensorProto dims");
     n *= d;
     t.shape.push_back(d);

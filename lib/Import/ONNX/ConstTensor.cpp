@@ -287,6 +287,10 @@ llvm::Expected<int64_t> validate(const onnx::TensorProto &proto) {
   for (int64_t d : proto.dims()) {
     if (d < 0)
       return fail(proto, "negative dimension " + llvm::Twine(d));
+    // Each dimension too, so that shape arithmetic on an empty tensor's
+    // other dimensions cannot overflow.
+    if (d > (int64_t(1) << 40))
+      return fail(proto, "dimension " + llvm::Twine(d) + " is over 2^40");
     if (d > 0 && n > (int64_t(1) << 40) / d)
       return fail(proto, "more than 2^40 elements");
     n *= d;

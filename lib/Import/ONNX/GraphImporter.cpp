@@ -225,9 +225,9 @@ FailureOr<RankedTensorType> GraphImporter::inputType(size_t i) {
       return failure();
     }
     for (int64_t d : e.initializer->dims())
-      if (d < 0) {
-        error() << "initializer '" << inputName(i)
-                << "' has a negative dimension";
+      if (d < 0 || d > (int64_t(1) << 40)) {
+        error() << "initializer '" << inputName(i) << "' has dimension " << d
+                << " (0..2^40 allowed)";
         return failure();
       }
     return RankedTensorType::get(

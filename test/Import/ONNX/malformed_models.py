@@ -131,6 +131,8 @@ def cases():
     neg = init("w", rand(2, 3))
     neg.dims[0] = -2
     yield "initializer_negative_dim", node_model("Add", ["x", "w"], inits=[neg])
+    empty_huge = helper.make_tensor("w", TensorProto.FLOAT, [0, 1 << 62, 1 << 62], [])
+    yield "initializer_empty_huge_dims", node_model("Add", ["x", "w"], inits=[empty_huge])
     yield "initializer_string", node_model("Add", ["x", "w"], inits=[helper.make_tensor("w", TensorProto.STRING, [1], [b"a"])])
     yield "unsupported_op", node_model("NonMaxSuppression", ["x"])
     yield "unknown_domain", model([helper.make_node("Relu", ["x"], ["y"], name="r", domain="com.example")], X23, Y,
