@@ -153,7 +153,8 @@ def main():
               f"medians; gpipe-bench figures are themselves medians over "
               f"{n} runs, pipeline figures gpipe-run's mean step over "
               f"{rp.STEPS} steps.")
-    text = header + "\n\n" + "\n".join(lines) + "\n"
+    text = ("# Two builds compared\n\n" + header + "\n\n" + "\n".join(lines) +
+            "\n")
     verdict = (f"{len(slower)} figure(s) slower by more than "
                f"{args.tolerance:.0%}: {', '.join(slower)}" if slower else
                f"no figure slower by more than {args.tolerance:.0%}")
