@@ -63,6 +63,7 @@ def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
                            "::mlir::memref::MemRefDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
+                           "::mlir::scf::SCFDialect",
                            "::gpipe::GPipeDialect"];
 }
 

@@ -60,6 +60,11 @@ void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
   }
   os << "parameters: " << trainable << " trainable tensors (" << trainableValues
      << " values), " << frozen << " other (" << frozenValues << " values)\n";
+  // Floating-point initializers that are not trained, and why.
+  for (auto param : module.getOps<ParameterOp>())
+    if (auto reason = param->getAttrOfType<StringAttr>("gpipe.frozen_reason"))
+      os << "frozen: " << param.getSymName() << " " << describe(param.getType())
+         << ": " << reason.getValue() << "\n";
 
   llvm::MapVector<StringRef, OpStats> stats;
   OpStats total;

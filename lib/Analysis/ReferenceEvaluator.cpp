@@ -394,6 +394,10 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       .Case([&](ReluGradOp o) -> LogicalResult {
         return binary(o, [](double g, double x) { return x > 0 ? g : 0.0; });
       })
+      .Case([&](LeakyReluGradOp o) -> LogicalResult {
+        double a = o.getAlpha().convertToDouble();
+        return binary(o, [a](double g, double x) { return x > 0 ? g : a * g; });
+      })
       .Case([&](ErfGradOp o) -> LogicalResult {
         return binary(o, [](double g, double x) {
           return g * 2.0 / std::sqrt(M_PI) * std::exp(-x * x);

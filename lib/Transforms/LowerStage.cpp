@@ -21,6 +21,7 @@
 #include "NN/IR/NNDialect.h"
 #include "NN/IR/NNOps.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -577,6 +578,60 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
               at.append(idx.begin() + axis + indexRank, idx.end());
               Value v = nb.create<memref::LoadOp>(l, data, at);
               nb.create<linalg::YieldOp>(l, v);
+            });
+        return true;
+      })
+      .Case([&](nn::GatherGradOp g) -> FailureOr<bool> {
+        // Serial loops over the gradient (indices may repeat, so the adds
+        // into one row must not race): out[pre, idx[mid], post] +=
+        // grad[pre, mid, post]; an index outside the data adds nothing.
+        auto gradType = cast<RankedTensorType>(g.getGradOutput().getType());
+        auto dataType = cast<RankedTensorType>(g.getGradData().getType());
+        auto indicesType = cast<RankedTensorType>(g.getIndices().getType());
+        Type element = dataType.getElementType();
+        Value grad = viewOf(b, g.getGradOutput()),
+              indices = viewOf(b, g.getIndices()),
+              out = viewOf(b, g.getGradData());
+        int64_t axis = g.getAxis(), indexRank = indicesType.getRank(),
+                dim = dataType.getDimSize(axis);
+        b.create<linalg::FillOp>(loc, ValueRange{zeroOf(b, loc, element)},
+                                 ValueRange{out});
+        Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+        Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+        SmallVector<Value> lbs, ubs, steps;
+        for (int64_t size : gradType.getShape()) {
+          lbs.push_back(zero);
+          ubs.push_back(b.create<arith::ConstantIndexOp>(loc, size));
+          steps.push_back(one);
+        }
+        scf::buildLoopNest(
+            b, loc, lbs, ubs, steps,
+            [&](OpBuilder &nb, Location l, ValueRange ivs) {
+              SmallVector<Value> where(ivs.begin() + axis,
+                                       ivs.begin() + axis + indexRank);
+              Value raw = nb.create<memref::LoadOp>(l, indices, where);
+              Value i =
+                  nb.create<arith::IndexCastOp>(l, nb.getIndexType(), raw);
+              Value size = nb.create<arith::ConstantIndexOp>(l, dim);
+              Value z = nb.create<arith::ConstantIndexOp>(l, 0);
+              Value negative =
+                  nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::slt, i, z);
+              i = nb.create<arith::SelectOp>(
+                  l, negative, nb.create<arith::AddIOp>(l, i, size), i);
+              Value inside = nb.create<arith::AndIOp>(
+                  l,
+                  nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::sge, i, z),
+                  nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::slt, i,
+                                           size));
+              auto guard = nb.create<scf::IfOp>(l, inside);
+              OpBuilder tb = guard.getThenBodyBuilder();
+              SmallVector<Value> at(ivs.begin(), ivs.begin() + axis);
+              at.push_back(i);
+              at.append(ivs.begin() + axis + indexRank, ivs.end());
+              Value g = tb.create<memref::LoadOp>(l, grad, ivs);
+              Value acc = tb.create<memref::LoadOp>(l, out, at);
+              Value sum = tb.create<arith::AddFOp>(l, acc, g);
+              tb.create<memref::StoreOp>(l, sum, out, at);
             });
         return true;
       })

@@ -53,9 +53,9 @@ func.func @forward() -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.r
 gpipe.parameter @q trainable = dense<2.0> : tensor<3xf32>
 func.func @forward() -> tensor<f32> {
   %q = gpipe.get_parameter @q : tensor<3xf32>
-  // expected-error @+1 {{'nn.leaky_relu' has no VJP rule yet (autodiff)}}
-  %s = nn.leaky_relu %q : tensor<3xf32>
-  %m = nn.reduce_mean %s {axes = array<i64: 0>, keepdims = false} : (tensor<3xf32>) -> tensor<f32>
+  // expected-error @+1 {{'nn.broadcast' has no VJP rule yet (autodiff)}}
+  %s = nn.broadcast %q {shape = array<i64: 2, 3>} : (tensor<3xf32>) -> tensor<2x3xf32>
+  %m = nn.reduce_mean %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<2x3xf32>) -> tensor<f32>
   return %m : tensor<f32>
 }
 
@@ -78,4 +78,26 @@ func.func @forward(%x: tensor<2x3x4xf32>) -> tensor<f32> {
   %y = nn.matmul %n, %w : (tensor<2x3x4xf32>, tensor<4x4xf32>) -> tensor<2x3x4xf32>
   %m = nn.reduce_mean %y {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<f32>
   return %m : tensor<f32>
+}
+
+// -----
+
+// LeakyReLU's gradient is its own op (grad, or alpha * grad where the input
+// is not positive, as PyTorch); a float-to-float cast casts the gradient
+// back.
+gpipe.parameter @lw trainable = dense<0.5> : tensor<4xf64>
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[W:.*]] = gpipe.get_parameter @lw
+// CHECK: %[[C:.*]] = nn.cast %[[W]] : tensor<4xf64> to tensor<4xf32>
+// CHECK: %[[A:.*]] = nn.add %{{.*}}, %[[C]]
+// CHECK: %[[LR:.*]] = nn.leaky_relu %[[A]] {alpha = 2.000000e-01 : f32}
+// CHECK: nn.leaky_relu_grad %{{.*}}, %[[A]] {alpha = 2.000000e-01 : f32} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+// CHECK: nn.cast %{{.*}} : tensor<4xf32> to tensor<4xf64>
+func.func @forward(%x: tensor<2x4xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}) -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
+  %w = gpipe.get_parameter @lw : tensor<4xf64>
+  %c = nn.cast %w : tensor<4xf64> to tensor<4xf32>
+  %a = nn.add %x, %c : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %r = nn.leaky_relu %a {alpha = 0.2 : f32} : tensor<2x4xf32>
+  %loss = nn.softmax_cross_entropy %r, %labels : (tensor<2x4xf32>, tensor<2xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
 }

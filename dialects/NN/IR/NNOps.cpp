@@ -135,6 +135,29 @@ LogicalResult ReluGradOp::verify() {
                         "grad_output and input");
 }
 
+LogicalResult GatherGradOp::verify() {
+  auto data = cast<RankedTensorType>(getGradData().getType());
+  auto indices = cast<RankedTensorType>(getIndices().getType());
+  auto grad = cast<RankedTensorType>(getGradOutput().getType());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= data.getRank())
+    return emitOpError("axis ")
+           << axis << " is out of range for rank " << data.getRank();
+  SmallVector<int64_t> gathered(data.getShape().take_front(axis));
+  llvm::append_range(gathered, indices.getShape());
+  llvm::append_range(gathered, data.getShape().drop_front(axis + 1));
+  if (grad.getShape() != ArrayRef<int64_t>(gathered) ||
+      grad.getElementType() != data.getElementType())
+    return emitOpError("grad_output ")
+           << grad << " is not the gather of " << data << " by " << indices;
+  return success();
+}
+
+LogicalResult LeakyReluGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
 LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be \"none\" or \"tanh\"");

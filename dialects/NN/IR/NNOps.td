@@ -69,7 +69,8 @@ def NN_ReluOp : NN_UnaryOp<"relu", 1,
   let summary = "max(x, 0)";
   let arguments = (ins NN_Tensor:$input);
 }
-def NN_LeakyReluOp : NN_UnaryOp<"leaky_relu", 2> {
+def NN_LeakyReluOp : NN_UnaryOp<"leaky_relu", 2,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "x if x >= 0 else alpha * x";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<F32Attr, "0.01">:$alpha);
 }
@@ -132,7 +133,8 @@ def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
 
 def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
     DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
-    DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>,
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Element type conversion";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$output);
@@ -372,7 +374,8 @@ def NN_SplitOp : NN_ForwardOp<"split",
   let results = (outs Variadic<NN_Tensor>:$outputs);
 }
 
-def NN_GatherOp : NN_ForwardOp<"gather"> {
+def NN_GatherOp : NN_ForwardOp<"gather",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Take slices along one axis at integer indices";
   let arguments = (ins NN_Tensor:$data, NN_Tensor:$indices, I64Attr:$axis);
   let results = (outs NN_Tensor:$output);
@@ -482,6 +485,24 @@ class NN_ActivationGradOp<string mnemonic, list<Trait> traits = []>
 def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad",
     [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
   let summary = "grad * (input > 0)";
+}
+def NN_GatherGradOp : NN_GradOp<"gather_grad"> {
+  let summary = "Gradient of gather with respect to its data (scatter-add)";
+  let description = [{
+    A zero tensor of the data's shape (the result type) with the gradient
+    of each gathered slice added at its index; indices that repeat (a token
+    that occurs twice) add up. The gradient of an embedding table.
+  }];
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs NN_Tensor:$grad_data);
+}
+def NN_LeakyReluGradOp : NN_GradOp<"leaky_relu_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "grad if input > 0 else alpha * grad (as PyTorch)";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   DefaultValuedAttr<F32Attr, "0.01">:$alpha);
+  let results = (outs NN_Tensor:$grad_input);
 }
 
 def NN_SoftmaxCrossEntropyGradOp : NN_GradOp<"softmax_cross_entropy_grad"> {

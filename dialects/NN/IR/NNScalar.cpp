@@ -234,6 +234,20 @@ Value ReluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   return b.create<arith::SelectOp>(loc, positive, operands[0], zero);
 }
 
+Value LeakyReluGradOp::buildScalar(OpBuilder &b, Location loc,
+                                   ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value grad = operands[0];
+  Value scaled = b.create<arith::MulFOp>(
+      loc, grad, floatConstant(b, loc, type, getAlpha().convertToDouble()));
+  Value positive =
+      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, operands[1],
+                              floatConstant(b, loc, type, 0.0));
+  return b.create<arith::SelectOp>(loc, positive, grad, scaled);
+}
+
 Value BroadcastOp::buildScalar(OpBuilder &, Location, ValueRange operands) {
   return operands[0];
 }

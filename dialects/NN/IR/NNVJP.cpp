@@ -93,6 +93,37 @@ LogicalResult ReluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult LeakyReluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<LeakyReluGradOp>(
+      getLoc(), getType(), resultGrads[0], getInput(), getAlphaAttr()));
+  return success();
+}
+
+LogicalResult GatherOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  RankedTensorType data = rankedType(getData());
+  int64_t axis = getAxis() < 0 ? getAxis() + data.getRank() : getAxis();
+  operandGrads.push_back(b.create<GatherGradOp>(
+      getLoc(), data, resultGrads[0], getIndices(), b.getI64IntegerAttr(axis)));
+  operandGrads.push_back(Value()); // indices: not differentiable
+  return success();
+}
+
+LogicalResult CastOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  // Between floating-point types the gradient is cast back; a cast to or
+  // from an integer type passes no gradient.
+  RankedTensorType in = rankedType(getInput());
+  if (!isa<FloatType>(in.getElementType()) ||
+      !isa<FloatType>(rankedType(getOutput()).getElementType())) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  operandGrads.push_back(b.create<CastOp>(getLoc(), in, resultGrads[0]));
+  return success();
+}
+
 LogicalResult AddOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                               SmallVectorImpl<Value> &operandGrads) {
   Value g = resultGrads[0];

@@ -79,9 +79,29 @@ FailureOr<Value> GraphImporter::valueOf(StringRef name, Location at) {
 void GraphImporter::finalizeParameters() {
   for (auto &[name, op] : parameters) {
     auto param = cast<ParameterOp>(op);
-    auto elementType = param.getType().getElementType();
-    if (isa<FloatType>(elementType) && !nonTrainable.contains(name))
+    if (!isa<FloatType>(param.getType().getElementType()))
+      continue;
+    auto it = frozen.find(name);
+    if (it == frozen.end())
       param.setTrainable(true);
+    else
+      param->setAttr("gpipe.frozen_reason",
+                     StringAttr::get(getContext(), it->second));
+  }
+}
+
+bool GraphImporter::isTrainableInitializer(const Entry &entry,
+                                           StringRef name) const {
+  if (!entry.initializer || frozen.count(name))
+    return false;
+  switch (entry.initializer->data_type()) {
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::DOUBLE:
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -247,6 +267,8 @@ const ConstTensor *GraphImporter::constantInput(size_t i) {
   if (it == values.end() || !it->second.unavailableReason.empty())
     return nullptr;
   Entry &e = it->second;
+  if (!e.constant && isTrainableInitializer(e, inputName(i)))
+    return nullptr;
   if (!e.constant && e.initializer) {
     auto decoded = decodeTensor(*e.initializer);
     if (!decoded) {
@@ -262,6 +284,8 @@ FailureOr<const ConstTensor *> GraphImporter::requireConstant(size_t i,
                                                               StringRef what) {
   if (::mlir::failed(lookup(i)))
     return failure();
+  markNonTrainable(i, Twine(node->op_type()) + " '" + node->name() +
+                          "' reads it as " + what + " at compile time");
   const ConstTensor *c = constantInput(i);
   if (!c) {
     if (!nodeFailed)
@@ -280,9 +304,12 @@ bool GraphImporter::allInputsConstant() {
   return true;
 }
 
-void GraphImporter::markNonTrainable(size_t i) {
-  if (hasInput(i))
-    nonTrainable.insert(inputName(i));
+void GraphImporter::markNonTrainable(size_t i, const Twine &reason) {
+  if (!hasInput(i))
+    return;
+  auto it = values.find(inputName(i));
+  if (it != values.end() && it->second.initializer)
+    frozen.try_emplace(inputName(i), reason.str());
 }
 
 const onnx::AttributeProto *GraphImporter::attr(StringRef name) const {

@@ -50,7 +50,8 @@ public:
   /// A graph output as a value (constants are materialized).
   mlir::FailureOr<mlir::Value> valueOf(llvm::StringRef name,
                                        mlir::Location loc);
-  /// Marks trainable parameters; BatchNorm statistics stay non-trainable.
+  /// Marks trainable parameters: every floating-point initializer but those
+  /// marked frozen, which get their reason as `gpipe.frozen_reason`.
   void finalizeParameters();
 
   //===--------------------------------------------------------------------===//
@@ -74,15 +75,19 @@ public:
   mlir::FailureOr<llvm::SmallVector<mlir::Value>> inputs(size_t n);
   /// The static type of input `i`, without materializing constants.
   mlir::FailureOr<mlir::RankedTensorType> inputType(size_t i);
-  /// Input `i` if its value is known at compile time, else null.
+  /// Input `i` if its value is known at compile time, else null. A
+  /// trainable initializer is never known at compile time: an op on it
+  /// stays an op (folding it would freeze the parameter).
   const ConstTensor *constantInput(size_t i);
-  /// Input `i`, which must be known at compile time (`what` names it).
+  /// Input `i`, which must be known at compile time (`what` names it); an
+  /// initializer read this way is frozen, with that as its reason.
   mlir::FailureOr<const ConstTensor *> requireConstant(size_t i,
                                                        llvm::StringRef what);
   /// Whether every present input is known at compile time.
   bool allInputsConstant();
-  /// Input `i` will be used as a non-trainable parameter if it is one.
-  void markNonTrainable(size_t i);
+  /// Input `i`, if it is an initializer, is model state that is not
+  /// trained; `reason` says why (--emit=summary lists it).
+  void markNonTrainable(size_t i, const llvm::Twine &reason);
 
   /// Attribute accessors. A present attribute of the wrong type is an error
   /// (reported once; `failed()` then turns true) and yields the default.
@@ -160,7 +165,9 @@ private:
   mlir::StringAttr fileName;
   int64_t opset;
   llvm::StringMap<Entry> values;
-  llvm::StringSet<> nonTrainable;
+  /// Initializers that are not trained, with the reason (the first given).
+  llvm::StringMap<std::string> frozen;
+  bool isTrainableInitializer(const Entry &entry, llvm::StringRef name) const;
   llvm::StringMap<mlir::Operation *> parameters;
 
   const onnx::NodeProto *node = nullptr;

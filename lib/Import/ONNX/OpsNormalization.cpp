@@ -108,8 +108,10 @@ LogicalResult importBatchNorm(GraphImporter &g) {
       g.named("momentum", b.getF32FloatAttr(g.floatAttr("momentum", 0.9f))),
       g.named("training", b.getBoolAttr(training))};
   // Running statistics are state, not trainable parameters.
-  g.markNonTrainable(3);
-  g.markNonTrainable(4);
+  g.markNonTrainable(3, "BatchNormalization running mean: updated by the op, "
+                        "not trained");
+  g.markNonTrainable(4, "BatchNormalization running variance: updated by the "
+                        "op, not trained");
   auto operands = g.inputs(5);
   if (failed(operands))
     return failure();

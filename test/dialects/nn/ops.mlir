@@ -113,6 +113,8 @@ func.func @gradients(%g: tensor<2x8x5x5xf32>, %w: tensor<8x4x3x3xf32>, %x: tenso
   %2:3 = nn.batch_norm_grad %g, %g, %c, %c, %c : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x5x5xf32>, tensor<8xf32>, tensor<8xf32>)
   // CHECK: nn.relu_grad
   %3 = nn.relu_grad %g, %g : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
+  // CHECK: nn.leaky_relu_grad %{{.*}} {alpha = 1.000000e-01 : f32}
+  %lg = nn.leaky_relu_grad %g, %g {alpha = 0.1 : f32} : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
   // CHECK: nn.max_pool_grad
   %4 = nn.max_pool_grad %g, %g {kernel_shape = array<i64: 1, 1>, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>}
       : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
