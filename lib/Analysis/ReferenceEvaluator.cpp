@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <functional>
+#include <type_traits>
 
 using namespace mlir;
 using namespace gpipe;
@@ -44,8 +45,10 @@ RefTensor gpipe::toRefTensor(DenseElementsAttr attr) {
     bool isUnsigned = element.isUnsignedInteger() || element.isInteger(1);
     int64_t i = 0;
     for (APInt v : attr.getValues<APInt>())
-      t.data[i++] =
-          static_cast<double>(isUnsigned ? v.getZExtValue() : v.getSExtValue());
+      // Two casts: `c ? uint64_t : int64_t` would be unsigned, turning -1
+      // into 2^64 - 1.
+      t.data[i++] = isUnsigned ? static_cast<double>(v.getZExtValue())
+                               : static_cast<double>(v.getSExtValue());
   }
   if (attr.isSplat())
     std::fill(t.data.begin(), t.data.end(), t.data.empty() ? 0 : t.data[0]);
@@ -848,6 +851,43 @@ LogicalResult Evaluator::evaluate(Operation *op) {
           offset += piece;
         }
         set(o.getResult(), std::move(out));
+        return success();
+      })
+      .Case<GatherOp, GatherGradOp>([&](auto o) -> LogicalResult {
+        // out[pre, i..., post] = data[pre, indices[i...], post], or for the
+        // gradient its transpose: grad_data[pre, indices[i...], post] +=
+        // grad[pre, i..., post].
+        constexpr bool grad = std::is_same_v<decltype(o), GatherGradOp>;
+        const RefTensor &x = in(o->getOperand(0));
+        const RefTensor &indices = in(o->getOperand(1));
+        SmallVector<int64_t> dataShape =
+            grad ? shapeOf(o->getResult(0)) : SmallVector<int64_t>(x.shape);
+        int64_t axis = normalizedAxis(o.getAxis(), dataShape.size());
+        int64_t indexRank = indices.shape.size();
+        SmallVector<int64_t> ds = stridesOf(dataShape),
+                             is = stridesOf(indices.shape);
+        RefTensor out = RefTensor::zeros(shapeOf(o->getResult(0)));
+        const RefTensor &gathered = grad ? x : out;
+
+        forEachIndex(gathered.shape,
+                     [&](ArrayRef<int64_t> idx, int64_t linear) {
+                       int64_t at = 0;
+                       for (int64_t k = 0; k < indexRank; ++k)
+                         at += idx[axis + k] * is[k];
+                       auto i = static_cast<int64_t>(indices.data[at]);
+                       if (i < 0)
+                         i += dataShape[axis];
+                       int64_t src = i * ds[axis];
+                       for (int64_t k = 0; k < axis; ++k)
+                         src += idx[k] * ds[k];
+                       for (size_t k = axis + indexRank; k < idx.size(); ++k)
+                         src += idx[k] * ds[k - indexRank + 1];
+                       if (grad)
+                         out.data[src] += x.data[linear];
+                       else
+                         out.data[linear] = x.data[src];
+                     });
+        set(o->getResult(0), std::move(out));
         return success();
       })
       .Case([&](SplitOp o) -> LogicalResult {

@@ -227,3 +227,33 @@ func.func @attention(%x: tensor<2x3x4xf64>, %w: tensor<4x4xf64>) -> tensor<2x3x4
   %o = nn.matmul %p, %x : (tensor<2x3x3xf64>, tensor<2x3x4xf64>) -> tensor<2x3x4xf64>
   return %o : tensor<2x3x4xf64>
 }
+
+// Rules added for parameters that models slice, index and cast.
+// CHECK: leaky_relu: ok
+func.func @leaky_relu(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %0 = nn.leaky_relu %x {alpha = 0.2 : f32} : tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}
+// Repeated and negative indices: the gradient of a row adds up.
+// CHECK: gather_rows: ok
+func.func @gather_rows(%table: tensor<5x3xf64>) -> tensor<2x3x3xf64> {
+  %i = nn.constant dense<[[4, 0, 4], [-1, 2, 1]]> : tensor<2x3xi64>
+  %0 = nn.gather %table, %i {axis = 0 : i64} : (tensor<5x3xf64>, tensor<2x3xi64>) -> tensor<2x3x3xf64>
+  return %0 : tensor<2x3x3xf64>
+}
+// CHECK: gather_middle_axis: ok
+func.func @gather_middle_axis(%x: tensor<2x4x3xf64>) -> tensor<2x2x3xf64> {
+  %i = nn.constant dense<[3, 3]> : tensor<2xi64>
+  %0 = nn.gather %x, %i {axis = 1 : i64} : (tensor<2x4x3xf64>, tensor<2xi64>) -> tensor<2x2x3xf64>
+  return %0 : tensor<2x2x3xf64>
+}
+// CHECK: broadcast: ok
+func.func @broadcast(%x: tensor<3x1xf64>) -> tensor<2x3x4xf64> {
+  %0 = nn.broadcast %x {shape = array<i64: 2, 3, 4>} : (tensor<3x1xf64>) -> tensor<2x3x4xf64>
+  return %0 : tensor<2x3x4xf64>
+}
+// CHECK: cast: ok
+func.func @cast(%x: tensor<3x5xf64>) -> tensor<3x5xf32> {
+  %0 = nn.cast %x : tensor<3x5xf64> to tensor<3x5xf32>
+  return %0 : tensor<3x5xf32>
+}

@@ -61,3 +61,21 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = nn.relu %x : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// gather_grad (an embedding's gradient): zero the table, then serial loops
+// over the gradient add each row at its index (repeated indices add up; an
+// index outside the table adds nothing).
+// CHECK-LABEL: func.func @gpipe_stage0_forward
+// CHECK: linalg.fill
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: memref.load
+// CHECK: scf.if
+// CHECK: arith.addf
+// CHECK: memref.store
+func.func @forward(%g: tensor<3x4xf32> {gpipe.name = "g"}, %i: tensor<3xi64> {gpipe.name = "i"}) -> (tensor<5x4xf32> {gpipe.name = "d"}) {
+  %0 = nn.gather_grad %g, %i {axis = 0 : i64} : (tensor<3x4xf32>, tensor<3xi64>) -> tensor<5x4xf32>
+  return %0 : tensor<5x4xf32>
+}

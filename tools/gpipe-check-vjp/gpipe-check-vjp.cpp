@@ -8,6 +8,11 @@
 // evaluated in float64 by the reference evaluator.
 //
 //   gpipe-check-vjp cases.mlir [--seed=N] [--tolerance=T] [--max-elements=K]
+//   gpipe-check-vjp --list-without-vjp
+//
+// The second form prints every differentiable nn op that has no VJP rule
+// (an nn op with operands that is not itself a gradient op, `*_grad*`), one
+// per line, and exits 1 if there is any.
 //
 // Argument attributes: `check.positive` draws from [0.5, 2] instead of a
 // standard normal (for sqrt, div, pow). Prints one line per function and
@@ -42,8 +47,12 @@ using namespace gpipe;
 
 namespace cl = llvm::cl;
 
+static cl::opt<bool> listWithoutVJP(
+    "list-without-vjp",
+    cl::desc("print the nn forward ops that have no VJP rule and exit"),
+    cl::init(false));
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<cases.mlir>"),
-                                      cl::Required);
+                                      cl::Optional);
 static cl::opt<unsigned> seed("seed", cl::desc("random seed (default 1)"),
                               cl::init(1));
 static cl::opt<double>
@@ -218,6 +227,25 @@ int main(int argc, char **argv) {
   registry.insert<func::FuncDialect, nn::NNDialect, GPipeDialect>();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  if (listWithoutVJP) {
+    // nn.constant has no operands: nothing to differentiate.
+    int missing = 0;
+    for (RegisteredOperationName op : context.getRegisteredOperations()) {
+      StringRef name = op.getStringRef();
+      if (!name.starts_with("nn.") || name.contains("_grad") ||
+          name == "nn.constant" || op.hasInterface<nn::VJPOpInterface>())
+        continue;
+      llvm::outs() << name << "\n";
+      ++missing;
+    }
+    llvm::outs() << missing << " nn forward ops without a VJP rule\n";
+    return missing ? 1 : 0;
+  }
+  if (inputFile.empty()) {
+    llvm::errs() << "gpipe-check-vjp: name the cases file (or pass "
+                    "--list-without-vjp)\n";
+    return 2;
+  }
   llvm::SourceMgr sources;
   OwningOpRef<ModuleOp> module =
       parseSourceFile<ModuleOp>(inputFile, sources, &context);

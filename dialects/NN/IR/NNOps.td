@@ -322,7 +322,8 @@ def NN_ReduceMeanOp : NN_ForwardOp<"reduce_mean",
 }
 
 def NN_BroadcastOp : NN_ForwardOp<"broadcast",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>,
+     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Repeat a tensor to a larger shape (NumPy broadcasting)";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$shape);
   let results = (outs NN_Tensor:$output);

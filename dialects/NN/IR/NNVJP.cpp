@@ -110,6 +110,13 @@ LogicalResult GatherOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult BroadcastOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      unbroadcast(b, getLoc(), resultGrads[0], rankedType(getInput())));
+  return success();
+}
+
 LogicalResult CastOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   // Between floating-point types the gradient is cast back; a cast to or

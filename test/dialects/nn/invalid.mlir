@@ -278,3 +278,11 @@ func.func @batch_norm_grad(%g: tensor<2x8x5x5xf32>, %c: tensor<8xf32>, %d: tenso
   %0:3 = nn.batch_norm_grad %g, %g, %c, %c, %c : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x5x5xf32>, tensor<7xf32>, tensor<8xf32>)
   return
 }
+
+// -----
+
+func.func @gather_grad_shape(%g: tensor<3x4xf32>, %i: tensor<2xi64>) -> tensor<5x4xf32> {
+  // expected-error @+1 {{grad_output 'tensor<3x4xf32>' is not the gather of 'tensor<5x4xf32>' by 'tensor<2xi64>'}}
+  %0 = nn.gather_grad %g, %i {axis = 0 : i64} : (tensor<3x4xf32>, tensor<2xi64>) -> tensor<5x4xf32>
+  return %0 : tensor<5x4xf32>
+}
