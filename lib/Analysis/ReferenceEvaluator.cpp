@@ -347,6 +347,27 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         double a = o.getAlpha().convertToDouble();
         return unary(o, [a](double x) { return x >= 0 ? x : a * x; });
       })
+      .Case([&](NegOp o) -> LogicalResult {
+        return unary(o, [](double x) { return -x; });
+      })
+      .Case([&](ClipOp o) -> LogicalResult {
+        double lo = o.getMin().convertToDouble(),
+               hi = o.getMax().convertToDouble();
+        return unary(o,
+                     [=](double x) { return std::min(std::max(x, lo), hi); });
+      })
+      .Case([&](HardSigmoidOp o) -> LogicalResult {
+        double a = o.getAlpha().convertToDouble(),
+               c = o.getBeta().convertToDouble();
+        return unary(o, [=](double x) {
+          return std::min(std::max(a * x + c, 0.0), 1.0);
+        });
+      })
+      .Case([&](HardSwishOp o) -> LogicalResult {
+        return unary(o, [](double x) {
+          return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+        });
+      })
       .Case([&](SigmoidOp o) -> LogicalResult {
         return unary(o, [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
       })
@@ -396,6 +417,25 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       // Element-wise gradient ops.
       .Case([&](ReluGradOp o) -> LogicalResult {
         return binary(o, [](double g, double x) { return x > 0 ? g : 0.0; });
+      })
+      .Case([&](ClipGradOp o) -> LogicalResult {
+        double lo = o.getMin().convertToDouble(),
+               hi = o.getMax().convertToDouble();
+        return binary(
+            o, [=](double g, double x) { return x > lo && x < hi ? g : 0.0; });
+      })
+      .Case([&](HardSigmoidGradOp o) -> LogicalResult {
+        double a = o.getAlpha().convertToDouble(),
+               c = o.getBeta().convertToDouble();
+        return binary(o, [=](double g, double x) {
+          double z = a * x + c;
+          return z > 0 && z < 1 ? a * g : 0.0;
+        });
+      })
+      .Case([&](HardSwishGradOp o) -> LogicalResult {
+        return binary(o, [](double g, double x) {
+          return x < -3 ? 0.0 : x <= 3 ? g * (x / 3 + 0.5) : g;
+        });
       })
       .Case([&](LeakyReluGradOp o) -> LogicalResult {
         double a = o.getAlpha().convertToDouble();

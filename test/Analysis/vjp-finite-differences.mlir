@@ -257,3 +257,25 @@ func.func @cast(%x: tensor<3x5xf64>) -> tensor<3x5xf32> {
   %0 = nn.cast %x : tensor<3x5xf64> to tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
+// CHECK: neg: ok
+func.func @neg(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %0 = nn.neg %x : tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}
+// CHECK: clip: ok
+func.func @clip(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %0 = nn.clip %x {min = -0.5 : f32, max = 0.7 : f32} : tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}
+// CHECK: hard_sigmoid: ok
+func.func @hard_sigmoid(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %0 = nn.hard_sigmoid %x {alpha = 0.6 : f32, beta = 0.5 : f32} : tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}
+// CHECK: hard_swish: ok
+func.func @hard_swish(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %s = nn.constant dense<3.0> : tensor<f64>
+  %y = nn.mul %x, %s : (tensor<3x5xf64>, tensor<f64>) -> tensor<3x5xf64>
+  %0 = nn.hard_swish %y : tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}

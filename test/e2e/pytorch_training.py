@@ -64,6 +64,8 @@ CASES.append(("mlp", 2, "sgd", "mse"))
 CASES.append(("mlp", 2, "sgd-nesterov-wd", "cross-entropy"))
 CASES.append(("mlp", 2, "adam-wd", "cross-entropy"))
 CASES.append(("cnn_avgpool", 2, "sgd", "cross-entropy"))
+CASES.append(("mlp_activations", 2, "sgd", "cross-entropy"))
+CASES.append(("mlp_activations", 1, "adamw", "cross-entropy"))
 # A conv + BatchNorm (batch statistics) + ReLU + linear model.
 CASES.append(("cnn_bn", 2, "sgd", "cross-entropy"))
 CASES += [("resnet18", micro, o, "cross-entropy") for o in ("sgd-lr0.01", "adamw")

@@ -25,6 +25,17 @@ def mlp_dropout():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def mlp_activations():
+    """The activations MobileNets and GANs use: LeakyReLU, ReLU6 (exported
+    as Clip), Hardswish and Hardsigmoid."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.LeakyReLU(0.1),
+                      nn.Linear(128, 64), nn.ReLU6(), nn.Linear(64, 64),
+                      nn.Hardswish(), nn.Linear(64, 32), nn.Hardsigmoid(),
+                      nn.Linear(32, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def cnn():
     torch.manual_seed(0)
     m = nn.Sequential(
@@ -88,7 +99,7 @@ def transformer_no_dropout():
 MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
           "resnet18": resnet18, "transformer": transformer}
 # Variants for the training tests (not in the import and inference suites).
-VARIANTS = {"mlp_dropout": mlp_dropout,
+VARIANTS = {"mlp_dropout": mlp_dropout, "mlp_activations": mlp_activations,
             "transformer_no_dropout": transformer_no_dropout}
 
 

@@ -153,6 +153,21 @@ LogicalResult GatherGradOp::verify() {
   return success();
 }
 
+LogicalResult ClipGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
+LogicalResult HardSigmoidGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
+LogicalResult HardSwishGradOp::verify() {
+  return verifySameType(*this, getGradOutput(), getInput(),
+                        "grad_output and input");
+}
+
 LogicalResult LeakyReluGradOp::verify() {
   return verifySameType(*this, getGradOutput(), getInput(),
                         "grad_output and input");

@@ -74,6 +74,28 @@ def NN_LeakyReluOp : NN_UnaryOp<"leaky_relu", 2,
   let summary = "x if x >= 0 else alpha * x";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<F32Attr, "0.01">:$alpha);
 }
+def NN_NegOp : NN_UnaryOp<"neg", 1,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "-x";
+  let arguments = (ins NN_Tensor:$input);
+}
+def NN_ClipOp : NN_UnaryOp<"clip", 2,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "min(max(x, min), max) (ReLU6, hardtanh)";
+  let arguments = (ins NN_Tensor:$input, F32Attr:$min, F32Attr:$max);
+}
+def NN_HardSigmoidOp : NN_UnaryOp<"hard_sigmoid", 3,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "max(0, min(1, alpha * x + beta))";
+  let arguments = (ins NN_Tensor:$input,
+                   DefaultValuedAttr<F32Attr, "0.2">:$alpha,
+                   DefaultValuedAttr<F32Attr, "0.5">:$beta);
+}
+def NN_HardSwishOp : NN_UnaryOp<"hard_swish", 4,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "x * min(max(x + 3, 0), 6) / 6";
+  let arguments = (ins NN_Tensor:$input);
+}
 def NN_SigmoidOp : NN_UnaryOp<"sigmoid", 4,
     [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "1 / (1 + exp(-x))";
@@ -497,6 +519,28 @@ def NN_GatherGradOp : NN_GradOp<"gather_grad"> {
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$indices,
                    I64Attr:$axis);
   let results = (outs NN_Tensor:$grad_data);
+}
+def NN_ClipGradOp : NN_GradOp<"clip_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "grad where min < input < max, else 0 (PyTorch's hardtanh)";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   F32Attr:$min, F32Attr:$max);
+  let results = (outs NN_Tensor:$grad_input);
+}
+def NN_HardSigmoidGradOp : NN_GradOp<"hard_sigmoid_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "alpha * grad where 0 < alpha * input + beta < 1, else 0";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
+                   DefaultValuedAttr<F32Attr, "0.2">:$alpha,
+                   DefaultValuedAttr<F32Attr, "0.5">:$beta);
+  let results = (outs NN_Tensor:$grad_input);
+}
+def NN_HardSwishGradOp : NN_GradOp<"hard_swish_grad",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let summary = "0 if input < -3, grad * (input / 3 + 0.5) if input <= 3, "
+                "else grad (PyTorch's hardswish)";
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input);
+  let results = (outs NN_Tensor:$grad_input);
 }
 def NN_LeakyReluGradOp : NN_GradOp<"leaky_relu_grad",
     [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {

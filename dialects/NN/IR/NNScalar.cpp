@@ -106,6 +106,58 @@ Value LeakyReluOp::buildScalar(OpBuilder &b, Location loc,
   return b.create<arith::SelectOp>(loc, positive, x, scaled);
 }
 
+Value NegOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (isa<FloatType>(type))
+    return b.create<arith::NegFOp>(loc, operands[0]);
+  return b.create<arith::SubIOp>(
+      loc, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(type, 0)),
+      operands[0]);
+}
+
+/// min(max(x, lo), hi), NaN passing through as in PyTorch's clamp.
+static Value clamp(OpBuilder &b, Location loc, Value x, Value lo, Value hi) {
+  return b.create<arith::MinimumFOp>(
+      loc, b.create<arith::MaximumFOp>(loc, x, lo), hi);
+}
+
+Value ClipOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  return clamp(b, loc, operands[0],
+               floatConstant(b, loc, type, getMin().convertToDouble()),
+               floatConstant(b, loc, type, getMax().convertToDouble()));
+}
+
+Value HardSigmoidOp::buildScalar(OpBuilder &b, Location loc,
+                                 ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value ax = b.create<arith::MulFOp>(
+      loc, operands[0],
+      floatConstant(b, loc, type, getAlpha().convertToDouble()));
+  Value z = b.create<arith::AddFOp>(
+      loc, ax, floatConstant(b, loc, type, getBeta().convertToDouble()));
+  return clamp(b, loc, z, floatConstant(b, loc, type, 0.0),
+               floatConstant(b, loc, type, 1.0));
+}
+
+Value HardSwishOp::buildScalar(OpBuilder &b, Location loc,
+                               ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[0];
+  Value shifted =
+      b.create<arith::AddFOp>(loc, x, floatConstant(b, loc, type, 3.0));
+  Value clamped = clamp(b, loc, shifted, floatConstant(b, loc, type, 0.0),
+                        floatConstant(b, loc, type, 6.0));
+  return b.create<arith::DivFOp>(loc, b.create<arith::MulFOp>(loc, x, clamped),
+                                 floatConstant(b, loc, type, 6.0));
+}
+
 Value SigmoidOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Type type = resultElementType(*this);
   if (!requireFloat(*this, type))
@@ -232,6 +284,62 @@ Value ReluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Value positive = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT,
                                            operands[1], zero);
   return b.create<arith::SelectOp>(loc, positive, operands[0], zero);
+}
+
+Value ClipGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value x = operands[1];
+  Value inside = b.create<arith::AndIOp>(
+      loc,
+      b.create<arith::CmpFOp>(
+          loc, arith::CmpFPredicate::OGT, x,
+          floatConstant(b, loc, type, getMin().convertToDouble())),
+      b.create<arith::CmpFOp>(
+          loc, arith::CmpFPredicate::OLT, x,
+          floatConstant(b, loc, type, getMax().convertToDouble())));
+  return b.create<arith::SelectOp>(loc, inside, operands[0],
+                                   floatConstant(b, loc, type, 0.0));
+}
+
+Value HardSigmoidGradOp::buildScalar(OpBuilder &b, Location loc,
+                                     ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value alpha = floatConstant(b, loc, type, getAlpha().convertToDouble());
+  Value z = b.create<arith::AddFOp>(
+      loc, b.create<arith::MulFOp>(loc, operands[1], alpha),
+      floatConstant(b, loc, type, getBeta().convertToDouble()));
+  Value inside = b.create<arith::AndIOp>(
+      loc,
+      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, z,
+                              floatConstant(b, loc, type, 0.0)),
+      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, z,
+                              floatConstant(b, loc, type, 1.0)));
+  return b.create<arith::SelectOp>(
+      loc, inside, b.create<arith::MulFOp>(loc, operands[0], alpha),
+      floatConstant(b, loc, type, 0.0));
+}
+
+Value HardSwishGradOp::buildScalar(OpBuilder &b, Location loc,
+                                   ValueRange operands) {
+  Type type = resultElementType(*this);
+  if (!requireFloat(*this, type))
+    return {};
+  Value g = operands[0], x = operands[1];
+  Value slope = b.create<arith::AddFOp>(
+      loc, b.create<arith::DivFOp>(loc, x, floatConstant(b, loc, type, 3.0)),
+      floatConstant(b, loc, type, 0.5));
+  Value below = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
+                                        floatConstant(b, loc, type, -3.0));
+  Value middle = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLE, x,
+                                         floatConstant(b, loc, type, 3.0));
+  Value inner = b.create<arith::SelectOp>(
+      loc, middle, b.create<arith::MulFOp>(loc, g, slope), g);
+  return b.create<arith::SelectOp>(loc, below, floatConstant(b, loc, type, 0.0),
+                                   inner);
 }
 
 Value LeakyReluGradOp::buildScalar(OpBuilder &b, Location loc,

@@ -100,6 +100,36 @@ LogicalResult LeakyReluOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult NegOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<NegOp>(getLoc(), ValueRange{resultGrads[0]},
+                                         ArrayRef<NamedAttribute>{}));
+  return success();
+}
+
+LogicalResult ClipOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                               SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<ClipGradOp>(getLoc(), getType(),
+                                              resultGrads[0], getInput(),
+                                              getMinAttr(), getMaxAttr()));
+  return success();
+}
+
+LogicalResult HardSigmoidOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(
+      b.create<HardSigmoidGradOp>(getLoc(), getType(), resultGrads[0],
+                                  getInput(), getAlphaAttr(), getBetaAttr()));
+  return success();
+}
+
+LogicalResult HardSwishOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(b.create<HardSwishGradOp>(getLoc(), getType(),
+                                                   resultGrads[0], getInput()));
+  return success();
+}
+
 LogicalResult GatherOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                  SmallVectorImpl<Value> &operandGrads) {
   RankedTensorType data = rankedType(getData());

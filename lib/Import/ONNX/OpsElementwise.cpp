@@ -12,6 +12,8 @@
 #include "NN/IR/NNOps.h"
 #include "onnx/onnx_pb.h"
 
+#include <limits>
+
 #include <cmath>
 
 using namespace mlir;
@@ -45,6 +47,44 @@ LogicalResult importLeakyRelu(GraphImporter &g) {
   float alpha = g.floatAttr("alpha", 0.01f);
   return importUnaryWith<nn::LeakyReluOp>(
       g, {g.named("alpha", g.getBuilder().getF32FloatAttr(alpha))});
+}
+
+/// Clip: bounds as attributes (opset 6) or optional constant inputs
+/// (opset 11); a missing bound is infinite.
+LogicalResult importClip(GraphImporter &g) {
+  bool inputs = g.getOpset() >= 11;
+  if (failed(g.checkAttrs(inputs ? ArrayRef<StringRef>{}
+                                 : ArrayRef<StringRef>{"min", "max"})))
+    return failure();
+  float inf = std::numeric_limits<float>::infinity();
+  float bounds[2] = {-inf, inf};
+  for (int k = 0; k < 2; ++k) {
+    if (!inputs) {
+      bounds[k] = g.floatAttr(k == 0 ? "min" : "max", bounds[k]);
+      continue;
+    }
+    if (!g.hasInput(1 + k))
+      continue;
+    auto c = g.requireConstant(1 + k, k == 0 ? "min" : "max");
+    if (failed(c))
+      return failure();
+    if ((*c)->numElements() != 1)
+      return g.error() << (k == 0 ? "min" : "max") << " must be a scalar";
+    bounds[k] = static_cast<float>((*c)->floatAt(0));
+  }
+  Builder &b = g.getBuilder();
+  return importUnaryWith<nn::ClipOp>(
+      g, {g.named("min", b.getF32FloatAttr(bounds[0])),
+          g.named("max", b.getF32FloatAttr(bounds[1]))});
+}
+
+LogicalResult importHardSigmoid(GraphImporter &g) {
+  if (failed(g.checkAttrs({"alpha", "beta"})))
+    return failure();
+  Builder &b = g.getBuilder();
+  return importUnaryWith<nn::HardSigmoidOp>(
+      g, {g.named("alpha", b.getF32FloatAttr(g.floatAttr("alpha", 0.2f))),
+          g.named("beta", b.getF32FloatAttr(g.floatAttr("beta", 0.5f)))});
 }
 
 LogicalResult importGelu(GraphImporter &g) {
@@ -207,6 +247,10 @@ void gpipe::onnx_import::registerElementwiseImporters(OpImporterTable &t) {
   t.add("Tanh", 6, importUnary<nn::TanhOp>);
   t.add("Erf", 9, importUnary<nn::ErfOp>);
   t.add("Sqrt", 6, importUnary<nn::SqrtOp>);
+  t.add("Neg", 6, importUnary<nn::NegOp>);
+  t.add("Clip", 6, importClip);
+  t.add("HardSigmoid", 6, importHardSigmoid);
+  t.add("HardSwish", 14, importUnary<nn::HardSwishOp>);
   // Gelu joined the default domain in opset 20; exporters of opsets <= 17
   // emit it in the com.microsoft domain.
   t.add("Gelu", 1, importGelu, "com.microsoft");
