@@ -66,6 +66,54 @@ LogicalResult reshapeTo(GraphImporter &g, ArrayRef<int64_t> shape) {
   return success();
 }
 
+/// Expand: the input broadcast (NumPy rules, both ways) with the constant
+/// target shape; an nn.broadcast, or the input itself when nothing grows.
+LogicalResult importExpand(GraphImporter &g) {
+  if (failed(g.checkAttrs({})))
+    return failure();
+  auto type = g.inputType(0);
+  if (failed(type))
+    return failure();
+  auto shapeTensor = g.requireConstant(1, "the target shape");
+  if (failed(shapeTensor))
+    return failure();
+  if ((*shapeTensor)->shape.size() != 1)
+    return g.error() << "the target shape must be 1-D";
+  std::vector<int64_t> requested = (*shapeTensor)->toInts();
+  ArrayRef<int64_t> in = type->getShape();
+  size_t rank = std::max(in.size(), requested.size());
+  SmallVector<int64_t> shape(rank);
+  int64_t count = 1;
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t a = i + in.size() >= rank ? in[i + in.size() - rank] : 1;
+    int64_t b = i + requested.size() >= rank
+                    ? requested[i + requested.size() - rank]
+                    : 1;
+    if (b < 0)
+      return g.error() << "invalid shape entry " << b;
+    if (a != b && a != 1 && b != 1)
+      return g.error() << "cannot expand dimension " << i << " of size " << a
+                       << " to " << b;
+    shape[i] = a == 1 ? b : a;
+    if (shape[i] && count > (int64_t(1) << 40) / shape[i])
+      return g.error() << "the expanded shape has more than 2^40 elements";
+    count *= shape[i];
+  }
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  if (ArrayRef<int64_t>(shape) == in) {
+    g.setOutput(0, *x);
+    return success();
+  }
+  auto result = g.createValue<nn::BroadcastOp>(
+      {*x}, {g.named("shape", g.getBuilder().getDenseI64ArrayAttr(shape))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
 LogicalResult importReshape(GraphImporter &g) {
   if (failed(g.checkAttrs({"allowzero"})))
     return failure();
@@ -549,6 +597,7 @@ LogicalResult importReduceMean(GraphImporter &g) {
 
 void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Reshape", 5, importReshape);
+  t.add("Expand", 8, importExpand);
   t.add("Flatten", 1, importFlatten);
   t.add("Squeeze", 1, importSqueeze);
   t.add("Unsqueeze", 1, importUnsqueeze);
