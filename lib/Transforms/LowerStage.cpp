@@ -395,6 +395,30 @@ Value zeroOf(OpBuilder &b, Location loc, Type type) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(type));
 }
 
+/// The gather index of element `ivs` of a gather's output (or of its
+/// gradient): indices[ivs[axis .. axis + rank(indices))] as an index,
+/// negative values counted from the end of the data's dimension `dim`.
+Value gatherIndex(OpBuilder &b, Location loc, Value indices, ValueRange ivs,
+                  int64_t axis, int64_t indexRank, Value dim) {
+  SmallVector<Value> where(ivs.begin() + axis, ivs.begin() + axis + indexRank);
+  Value raw = b.create<memref::LoadOp>(loc, indices, where);
+  Value i = b.create<arith::IndexCastOp>(loc, b.getIndexType(), raw);
+  Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+  Value negative =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, i, zero);
+  return b.create<arith::SelectOp>(loc, negative,
+                                   b.create<arith::AddIOp>(loc, i, dim), i);
+}
+
+/// `ivs` with the gathered positions replaced by the data index `i`.
+SmallVector<Value> dataIndex(ValueRange ivs, int64_t axis, int64_t indexRank,
+                             Value i) {
+  SmallVector<Value> at(ivs.begin(), ivs.begin() + axis);
+  at.push_back(i);
+  at.append(ivs.begin() + axis + indexRank, ivs.end());
+  return at;
+}
+
 } // namespace
 
 FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
@@ -561,22 +585,10 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
               SmallVector<Value> idx;
               for (int64_t i = 0; i < outRank; ++i)
                 idx.push_back(nb.create<linalg::IndexOp>(l, i));
-              SmallVector<Value> where(idx.begin() + axis,
-                                       idx.begin() + axis + indexRank);
-              Value raw = nb.create<memref::LoadOp>(l, indices, where);
-              Value i =
-                  nb.create<arith::IndexCastOp>(l, nb.getIndexType(), raw);
-              // Negative indices count from the end.
               Value size = nb.create<arith::ConstantIndexOp>(l, dim);
-              Value zero = nb.create<arith::ConstantIndexOp>(l, 0);
-              Value negative = nb.create<arith::CmpIOp>(
-                  l, arith::CmpIPredicate::slt, i, zero);
-              i = nb.create<arith::SelectOp>(
-                  l, negative, nb.create<arith::AddIOp>(l, i, size), i);
-              SmallVector<Value> at(idx.begin(), idx.begin() + axis);
-              at.push_back(i);
-              at.append(idx.begin() + axis + indexRank, idx.end());
-              Value v = nb.create<memref::LoadOp>(l, data, at);
+              Value i = gatherIndex(nb, l, indices, idx, axis, indexRank, size);
+              Value v = nb.create<memref::LoadOp>(
+                  l, data, dataIndex(idx, axis, indexRank, i));
               nb.create<linalg::YieldOp>(l, v);
             });
         return true;
@@ -607,17 +619,9 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
         scf::buildLoopNest(
             b, loc, lbs, ubs, steps,
             [&](OpBuilder &nb, Location l, ValueRange ivs) {
-              SmallVector<Value> where(ivs.begin() + axis,
-                                       ivs.begin() + axis + indexRank);
-              Value raw = nb.create<memref::LoadOp>(l, indices, where);
-              Value i =
-                  nb.create<arith::IndexCastOp>(l, nb.getIndexType(), raw);
               Value size = nb.create<arith::ConstantIndexOp>(l, dim);
               Value z = nb.create<arith::ConstantIndexOp>(l, 0);
-              Value negative =
-                  nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::slt, i, z);
-              i = nb.create<arith::SelectOp>(
-                  l, negative, nb.create<arith::AddIOp>(l, i, size), i);
+              Value i = gatherIndex(nb, l, indices, ivs, axis, indexRank, size);
               Value inside = nb.create<arith::AndIOp>(
                   l,
                   nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::sge, i, z),
@@ -625,9 +629,7 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
                                            size));
               auto guard = nb.create<scf::IfOp>(l, inside);
               OpBuilder tb = guard.getThenBodyBuilder();
-              SmallVector<Value> at(ivs.begin(), ivs.begin() + axis);
-              at.push_back(i);
-              at.append(ivs.begin() + axis + indexRank, ivs.end());
+              SmallVector<Value> at = dataIndex(ivs, axis, indexRank, i);
               Value g = tb.create<memref::LoadOp>(l, grad, ivs);
               Value acc = tb.create<memref::LoadOp>(l, out, at);
               Value sum = tb.create<arith::AddFOp>(l, acc, g);

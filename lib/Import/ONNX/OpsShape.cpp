@@ -66,6 +66,20 @@ LogicalResult reshapeTo(GraphImporter &g, ArrayRef<int64_t> shape) {
   return success();
 }
 
+/// Input `i`: a 1-D integer vector known at compile time (`what` names it
+/// in errors), e.g. a target shape.
+FailureOr<std::vector<int64_t>> requireShapeVector(GraphImporter &g, size_t i,
+                                                   StringRef what) {
+  auto t = g.requireConstant(i, what);
+  if (failed(t))
+    return failure();
+  if ((*t)->shape.size() != 1) {
+    g.error() << what << " must be 1-D";
+    return failure();
+  }
+  return (*t)->toInts();
+}
+
 /// Expand: the input broadcast (NumPy rules, both ways) with the constant
 /// target shape; an nn.broadcast, or the input itself when nothing grows.
 LogicalResult importExpand(GraphImporter &g) {
@@ -74,12 +88,10 @@ LogicalResult importExpand(GraphImporter &g) {
   auto type = g.inputType(0);
   if (failed(type))
     return failure();
-  auto shapeTensor = g.requireConstant(1, "the target shape");
-  if (failed(shapeTensor))
+  auto target = requireShapeVector(g, 1, "the target shape");
+  if (failed(target))
     return failure();
-  if ((*shapeTensor)->shape.size() != 1)
-    return g.error() << "the target shape must be 1-D";
-  std::vector<int64_t> requested = (*shapeTensor)->toInts();
+  const std::vector<int64_t> &requested = *target;
   ArrayRef<int64_t> in = type->getShape();
   size_t rank = std::max(in.size(), requested.size());
   SmallVector<int64_t> shape(rank);
@@ -121,14 +133,12 @@ LogicalResult importReshape(GraphImporter &g) {
   auto type = g.inputType(0);
   if (failed(type))
     return failure();
-  auto shapeTensor = g.requireConstant(1, "the target shape");
-  if (failed(shapeTensor))
+  auto target = requireShapeVector(g, 1, "the target shape");
+  if (failed(target))
     return failure();
-  if ((*shapeTensor)->shape.size() != 1)
-    return g.error() << "the target shape must be 1-D";
   SmallVector<int64_t> shape;
   int64_t inferred = -1, known = 1;
-  std::vector<int64_t> requested = (*shapeTensor)->toInts();
+  const std::vector<int64_t> &requested = *target;
   for (size_t i = 0; i < requested.size(); ++i) {
     int64_t d = requested[i];
     if (d == 0 && !allowZero) {
