@@ -65,62 +65,48 @@ HostTensor parseTensorProto(std::string_view bytes, const std::string &name) {
     t.data.assign(data, data + raw.size());
     return t;
   }
-  // The typed field onnx.proto assigns to each data type.
-  int64_t have = 0;
+  // The typed field onnx.proto assigns to each data type, checked against
+  // the dims and stored as elements of type T.
+  auto take = [&](auto element, const auto &values) {
+    using T = decltype(element);
+    if (values.size() != n)
+      fail(name, "holds " + std::to_string(values.size()) + " values, " +
+                     t.describe() + " needs " + std::to_string(n));
+    store<T>(t.data, values);
+  };
   switch (t.dtype) {
   case DType::F32:
-    have = proto.float_data_size();
+    take(float(), proto.float_data());
     break;
   case DType::F64:
-    have = proto.double_data_size();
+    take(double(), proto.double_data());
     break;
   case DType::I64:
-    have = proto.int64_data_size();
+    take(int64_t(), proto.int64_data());
     break;
   case DType::U32:
-  case DType::U64:
-    have = proto.uint64_data_size();
-    break;
-  default: // int32_data: the narrow integers, bool, float16, bfloat16
-    have = proto.int32_data_size();
-    break;
-  }
-  if (have != n)
-    fail(name, "holds " + std::to_string(have) + " values, " + t.describe() +
-                   " needs " + std::to_string(n));
-  switch (t.dtype) {
-  case DType::F32:
-    store<float>(t.data, proto.float_data());
-    break;
-  case DType::F64:
-    store<double>(t.data, proto.double_data());
-    break;
-  case DType::I64:
-    store<int64_t>(t.data, proto.int64_data());
-    break;
-  case DType::U32:
-    store<uint32_t>(t.data, proto.uint64_data());
+    take(uint32_t(), proto.uint64_data());
     break;
   case DType::U64:
-    store<uint64_t>(t.data, proto.uint64_data());
+    take(uint64_t(), proto.uint64_data());
     break;
   case DType::F16:
   case DType::BF16: // the 16 bits of each value
   case DType::U16:
-    store<uint16_t>(t.data, proto.int32_data());
+    take(uint16_t(), proto.int32_data());
     break;
   case DType::I16:
-    store<int16_t>(t.data, proto.int32_data());
+    take(int16_t(), proto.int32_data());
     break;
   case DType::I8:
-    store<int8_t>(t.data, proto.int32_data());
+    take(int8_t(), proto.int32_data());
     break;
   case DType::U8:
   case DType::Bool:
-    store<uint8_t>(t.data, proto.int32_data());
+    take(uint8_t(), proto.int32_data());
     break;
   case DType::I32:
-    store<int32_t>(t.data, proto.int32_data());
+    take(int32_t(), proto.int32_data());
     break;
   }
   return t;

@@ -24,6 +24,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytorch_training  # noqa: E402  (its PyTorch replay of a run)
+
 STEPS, BATCH, SAMPLES, SEQ, VOCAB = 10, 8, 32, 6, 20
 
 
@@ -143,24 +146,6 @@ def check_trainable_names(gpipe_opt, onnx_path, model, work, dynamic):
     return []
 
 
-def torch_run(model, x, y, micro, optimizer):
-    opt = OPTIMIZERS[optimizer][1](model.parameters())
-    loss_fn = nn.CrossEntropyLoss()
-    losses = []
-    for step in range(STEPS):
-        rows = [(step * BATCH + r) % SAMPLES for r in range(BATCH)]
-        xb, yb = x[rows], y[rows]
-        opt.zero_grad()
-        total = 0.0
-        for xc, yc in zip(xb.chunk(micro), yb.chunk(micro)):
-            loss = loss_fn(model(xc), yc)
-            (loss / micro).backward()
-            total += loss.item() / micro
-        opt.step()
-        losses.append(total)
-    return losses
-
-
 def check(name, optimizer, micro, devices, dynamic, gpipe_opt, gpipe_run,
           work):
     tag = f"{name}_{optimizer}_m{micro}_k{devices.count(',') + 1}" + (
@@ -196,8 +181,9 @@ def check(name, optimizer, micro, devices, dynamic, gpipe_opt, gpipe_run,
         return errors + [f"gpipe-run failed: {proc.stderr.strip()}"]
     with open(log) as f:
         got = [float(r["loss"]) for r in csv.DictReader(f)]
-    expected = torch_run(model, torch.from_numpy(x), torch.from_numpy(y),
-                         micro, optimizer)
+    expected, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), micro, optimizer,
+        steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
     worst = max(abs(g - e) / abs(e) for g, e in zip(got, expected))
     if len(got) != STEPS or worst > 1e-4:
         errors.append(f"losses differ (worst relative {worst:.2e}): "

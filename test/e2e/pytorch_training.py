@@ -93,17 +93,20 @@ PARAMETER_TOLERANCE = {"resnet18": 5e-3}
 
 
 def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
-              snapshot_at=None):
+              snapshot_at=None, batch=BATCH, samples=SAMPLES,
+              optimizers=OPTIMIZERS):
     """Returns the per-step losses and, with snapshot_at, the parameters
-    after that many steps."""
-    opt = OPTIMIZERS[optimizer][1](model.parameters())
+    after that many steps: `steps` steps of `batch` rows (the rows of step k
+    start at k * batch, modulo `samples`), each split into `micro`
+    micro-batches whose gradients add up."""
+    opt = optimizers[optimizer][1](model.parameters())
     loss_fn = torch.nn.MSELoss() if loss == "mse" else torch.nn.CrossEntropyLoss()
     losses, snapshot = [], None
     for step in range(steps):
         if step == snapshot_at:
             snapshot = {n: t.detach().double().numpy().copy()
                         for n, t in model.named_parameters()}
-        rows = [(step * BATCH + r) % SAMPLES for r in range(BATCH)]
+        rows = [(step * batch + r) % samples for r in range(batch)]
         xb, yb = x[rows], y[rows]
         opt.zero_grad()
         total = 0.0

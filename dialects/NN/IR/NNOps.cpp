@@ -130,11 +130,6 @@ LogicalResult LogSoftmaxGradOp::verify() {
                         "grad_output and output");
 }
 
-LogicalResult ReluGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
-}
-
 LogicalResult GatherGradOp::verify() {
   auto data = cast<RankedTensorType>(getGradData().getType());
   auto indices = cast<RankedTensorType>(getIndices().getType());
@@ -153,26 +148,6 @@ LogicalResult GatherGradOp::verify() {
   return success();
 }
 
-LogicalResult ClipGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
-}
-
-LogicalResult HardSigmoidGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
-}
-
-LogicalResult HardSwishGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
-}
-
-LogicalResult LeakyReluGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
-}
-
 LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be \"none\" or \"tanh\"");
@@ -186,11 +161,6 @@ LogicalResult DropoutGradOp::verify() {
     return emitOpError("ratio must be in (0, 1), got ") << ratio;
   return verifySameType(*this, getGradOutput(), getGradInput(),
                         "grad_output and result");
-}
-
-LogicalResult ErfGradOp::verify() {
-  return verifySameType(*this, getGradOutput(), getInput(),
-                        "grad_output and input");
 }
 
 LogicalResult SoftmaxCrossEntropyGradOp::verify() {

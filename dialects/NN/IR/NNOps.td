@@ -500,13 +500,22 @@ def NN_LogSoftmaxGradOp : NN_GradOp<"log_softmax_grad"> {
 }
 
 // Element-wise derivative of an activation, applied to the forward input.
-class NN_ActivationGradOp<string mnemonic, list<Trait> traits = []>
-    : NN_GradOp<mnemonic, traits> {
-  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input);
+// `extraArgs`: the forward's attributes the derivative needs. One verifier
+// for all: the gradient and the input have the same type.
+class NN_ActivationGradOp<string mnemonic, dag extraArgs = (ins)>
+    : NN_GradOp<mnemonic,
+        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+  let arguments = !con((ins NN_Tensor:$grad_output, NN_Tensor:$input),
+                       extraArgs);
   let results = (outs NN_Tensor:$grad_input);
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() {
+      return verifySameType(*this, getGradOutput(), getInput(),
+                            "grad_output and input");
+    }
+  }];
 }
-def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
   let summary = "grad * (input > 0)";
 }
 def NN_GatherGradOp : NN_GradOp<"gather_grad"> {
@@ -520,34 +529,22 @@ def NN_GatherGradOp : NN_GradOp<"gather_grad"> {
                    I64Attr:$axis);
   let results = (outs NN_Tensor:$grad_data);
 }
-def NN_ClipGradOp : NN_GradOp<"clip_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_ClipGradOp : NN_ActivationGradOp<"clip_grad",
+    (ins F32Attr:$min, F32Attr:$max)> {
   let summary = "grad where min < input < max, else 0 (PyTorch's hardtanh)";
-  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
-                   F32Attr:$min, F32Attr:$max);
-  let results = (outs NN_Tensor:$grad_input);
 }
-def NN_HardSigmoidGradOp : NN_GradOp<"hard_sigmoid_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_HardSigmoidGradOp : NN_ActivationGradOp<"hard_sigmoid_grad",
+    (ins DefaultValuedAttr<F32Attr, "0.2">:$alpha,
+         DefaultValuedAttr<F32Attr, "0.5">:$beta)> {
   let summary = "alpha * grad where 0 < alpha * input + beta < 1, else 0";
-  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
-                   DefaultValuedAttr<F32Attr, "0.2">:$alpha,
-                   DefaultValuedAttr<F32Attr, "0.5">:$beta);
-  let results = (outs NN_Tensor:$grad_input);
 }
-def NN_HardSwishGradOp : NN_GradOp<"hard_swish_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_HardSwishGradOp : NN_ActivationGradOp<"hard_swish_grad"> {
   let summary = "0 if input < -3, grad * (input / 3 + 0.5) if input <= 3, "
                 "else grad (PyTorch's hardswish)";
-  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input);
-  let results = (outs NN_Tensor:$grad_input);
 }
-def NN_LeakyReluGradOp : NN_GradOp<"leaky_relu_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_LeakyReluGradOp : NN_ActivationGradOp<"leaky_relu_grad",
+    (ins DefaultValuedAttr<F32Attr, "0.01">:$alpha)> {
   let summary = "grad if input > 0 else alpha * grad (as PyTorch)";
-  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
-                   DefaultValuedAttr<F32Attr, "0.01">:$alpha);
-  let results = (outs NN_Tensor:$grad_input);
 }
 
 def NN_SoftmaxCrossEntropyGradOp : NN_GradOp<"softmax_cross_entropy_grad"> {
@@ -568,8 +565,7 @@ def NN_DropoutGradOp : NN_GradOp<"dropout_grad"> {
   let arguments = (ins NN_Tensor:$grad_output, F32Attr:$ratio, I64Attr:$stream);
   let results = (outs NN_Tensor:$grad_input);
 }
-def NN_ErfGradOp : NN_ActivationGradOp<"erf_grad",
-    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]> {
+def NN_ErfGradOp : NN_ActivationGradOp<"erf_grad"> {
   let summary = "grad * 2 / sqrt(pi) * exp(-input^2)";
 }
 

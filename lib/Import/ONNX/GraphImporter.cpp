@@ -92,17 +92,8 @@ void GraphImporter::finalizeParameters() {
 
 bool GraphImporter::isTrainableInitializer(const Entry &entry,
                                            StringRef name) const {
-  if (!entry.initializer || frozen.count(name))
-    return false;
-  switch (entry.initializer->data_type()) {
-  case onnx::TensorProto::FLOAT:
-  case onnx::TensorProto::FLOAT16:
-  case onnx::TensorProto::BFLOAT16:
-  case onnx::TensorProto::DOUBLE:
-    return true;
-  default:
-    return false;
-  }
+  return entry.initializer && !frozen.count(name) &&
+         isFloatDType(static_cast<DType>(entry.initializer->data_type()));
 }
 
 void GraphImporter::beginNode(const onnx::NodeProto &n, size_t index) {
