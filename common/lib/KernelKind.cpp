@@ -32,7 +32,8 @@ constexpr std::string_view kAxis[] = {"axis"};
 constexpr std::string_view kLayerNormOperands[] = {"input", "scale", "bias"},
                            kLayerNormAttributes[] = {"axis", "epsilon"};
 constexpr std::string_view kCrossEntropyOperands[] = {"logits", "labels"},
-                           kLoss[] = {"loss"};
+                           kLoss[] = {"loss"},
+                           kCrossEntropyAttributes[] = {"ignore_index"};
 constexpr std::string_view kConvGradInputOperands[] = {"grad_output", "weight"},
                            kConvGradWeightOperands[] = {"grad_output", "input"},
                            kGradWeight[] = {"grad_weight"};
@@ -78,7 +79,8 @@ constexpr KernelKind kKinds[] = {
     kind("softmax", kInput, 0, kOutput, kAxis),
     kind("log_softmax", kInput, 0, kOutput, kAxis),
     kind("layer_norm", kLayerNormOperands, 1, kOutput, kLayerNormAttributes),
-    kind("softmax_cross_entropy", kCrossEntropyOperands, 0, kLoss),
+    kind("softmax_cross_entropy", kCrossEntropyOperands, 0, kLoss,
+         kCrossEntropyAttributes),
     kind("dropout", kInput, 0, kOutput, kDropoutAttributes),
     kind("conv_grad_input", kConvGradInputOperands, 0, kGradInput,
          kConvAttributes),
@@ -94,7 +96,7 @@ constexpr KernelKind kKinds[] = {
     kind("softmax_grad", kSoftmaxGradOperands, 0, kGradInput, kAxis),
     kind("log_softmax_grad", kSoftmaxGradOperands, 0, kGradInput, kAxis),
     kind("softmax_cross_entropy_grad", kCrossEntropyGradOperands, 0,
-         kGradLogits),
+         kGradLogits, kCrossEntropyAttributes),
     kind("dropout_grad", kGradOutput, 0, kGradInput, kDropoutGradAttributes),
 };
 

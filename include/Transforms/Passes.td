@@ -70,15 +70,20 @@ def LowerStage : Pass<"gpipe-lower-stage", "::mlir::ModuleOp"> {
 def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
   let summary = "Append the training loss to @forward";
   let description = [{
-    `cross-entropy`: @forward must return one [N, C] float tensor of logits;
-    an argument `labels` (tensor<N x i64>, class indices) is added and
-    @forward returns (loss, logits), loss the mean softmax cross-entropy.
+    `cross-entropy`: @forward must return one float tensor of logits whose
+    last axis holds the classes ([N, C], or [B, T, V] for a language model);
+    an argument `labels` (i64 class indices shaped like the logits without
+    their last axis) is added and @forward returns (loss, logits), loss the
+    softmax cross-entropy averaged over the labels that are not
+    `ignore-index`.
     `output:NAME`: the model computes its loss itself; the scalar output
     NAME moves to the front of the results.
   }];
   let options = [
     Option<"loss", "loss", "std::string", "\"cross-entropy\"",
            "cross-entropy | mse | output:NAME">,
+    Option<"ignoreIndex", "ignore-index", "int64_t", "-100",
+           "cross-entropy: labels with this value count for nothing">,
   ];
   let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect"];
 }

@@ -65,6 +65,12 @@ void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
     if (auto reason = param->getAttrOfType<StringAttr>("gpipe.frozen_reason"))
       os << "frozen: " << param.getSymName() << " " << describe(param.getType())
          << ": " << reason.getValue() << "\n";
+  if (auto folded =
+          module->getAttrOfType<DictionaryAttr>("gpipe.folded_frozen"))
+    for (NamedAttribute entry : folded)
+      os << "frozen: " << entry.getName().getValue()
+         << " (folded into constants): "
+         << cast<StringAttr>(entry.getValue()).getValue() << "\n";
 
   llvm::MapVector<StringRef, OpStats> stats;
   OpStats total;

@@ -242,6 +242,14 @@ double logSumExp(const double *v, int64_t size, int64_t stride) {
   return mx + std::log(sum);
 }
 
+/// Rows of a cross-entropy whose label is not `ignoreIndex`.
+int64_t countedRows(const RefTensor &labels, int64_t ignoreIndex) {
+  int64_t counted = 0;
+  for (double l : labels.data)
+    counted += static_cast<int64_t>(l) != ignoreIndex;
+  return counted;
+}
+
 /// Rows of a layer_norm(_grad): the product of the axes before `axis`.
 int64_t layerNormRows(const RefTensor &x, int64_t axis) {
   int64_t rows = 1;
@@ -406,6 +414,50 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       })
       .Case([&](PowOp o) -> LogicalResult {
         return binary(o, [](double a, double b) { return std::pow(a, b); });
+      })
+      .Case([&](ModOp o) -> LogicalResult {
+        if (o.getFmod())
+          return binary(o, [](double a, double b) { return std::fmod(a, b); });
+        return binary(o, [](double a, double b) {
+          double r = std::fmod(a, b);
+          return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+        });
+      })
+      .Case([&](EqualOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a == b); });
+      })
+      .Case([&](LessOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a < b); });
+      })
+      .Case([&](LessEqualOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a <= b); });
+      })
+      .Case([&](GreaterOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a > b); });
+      })
+      .Case([&](GreaterEqualOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a >= b); });
+      })
+      .Case([&](AndOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a && b); });
+      })
+      .Case([&](OrOp o) -> LogicalResult {
+        return binary(o, [](double a, double b) { return double(a || b); });
+      })
+      .Case([&](XorOp o) -> LogicalResult {
+        return binary(
+            o, [](double a, double b) { return double((a != 0) != (b != 0)); });
+      })
+      .Case([&](NotOp o) -> LogicalResult {
+        return unary(o, [](double x) { return double(x == 0); });
+      })
+      .Case([&](WhereOp o) -> LogicalResult {
+        const RefTensor &c = in(o.getCondition()), &x = in(o.getX()),
+                        &y = in(o.getY());
+        set(o.getResult(),
+            elementwise(shapeOf(o.getResult()), {&c, &x, &y},
+                        [](ArrayRef<double> a) { return a[0] ? a[1] : a[2]; }));
+        return success();
       })
       .Case([&](BroadcastOp o) -> LogicalResult {
         const RefTensor &x = in(o.getInput());
@@ -791,12 +843,15 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       })
       .Case([&](SoftmaxCrossEntropyOp o) -> LogicalResult {
         const RefTensor &x = in(o.getLogits()), &l = in(o.getLabels());
-        int64_t n = x.shape[0], c = x.shape[1];
+        int64_t n = x.shape[0], c = x.shape[1],
+                counted = countedRows(l, o.getIgnoreIndex());
         double loss = 0;
         for (int64_t i = 0; i < n; ++i) {
-          double lse = logSumExp(&x.data[i * c], c, 1);
           int64_t label = static_cast<int64_t>(l.data[i]);
-          loss += -(x.data[i * c + label] - lse) / n;
+          if (label == o.getIgnoreIndex())
+            continue;
+          double lse = logSumExp(&x.data[i * c], c, 1);
+          loss += -(x.data[i * c + label] - lse) / counted;
         }
         RefTensor out = RefTensor::zeros({});
         out.data[0] = loss;
@@ -806,16 +861,19 @@ LogicalResult Evaluator::evaluate(Operation *op) {
       .Case([&](SoftmaxCrossEntropyGradOp o) -> LogicalResult {
         const RefTensor &gl = in(o.getGradLoss()), &x = in(o.getLogits()),
                         &l = in(o.getLabels());
-        int64_t n = x.shape[0], c = x.shape[1];
+        int64_t n = x.shape[0], c = x.shape[1],
+                counted = countedRows(l, o.getIgnoreIndex());
         RefTensor dx = RefTensor::zeros(x.shape);
         for (int64_t i = 0; i < n; ++i) {
+          if (static_cast<int64_t>(l.data[i]) == o.getIgnoreIndex())
+            continue;
           double lse = logSumExp(&x.data[i * c], c, 1);
           for (int64_t k = 0; k < c; ++k)
             dx.data[i * c + k] =
                 gl.data[0] *
                 (std::exp(x.data[i * c + k] - lse) -
                  (k == static_cast<int64_t>(l.data[i]) ? 1.0 : 0.0)) /
-                n;
+                counted;
         }
         set(o.getGradLogits(), std::move(dx));
         return success();

@@ -154,6 +154,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices) {
   TrainingPipelineOptions t;
   t.loss.loss = o.training.loss;
+  t.loss.ignoreIndex = o.training.ignoreIndex;
   t.partition.deviceList = o.devices.value_or("cpu:0");
   t.partition.stages = o.stages;
   t.partition.microBatches = o.training.microBatches;

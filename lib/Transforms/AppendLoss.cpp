@@ -43,22 +43,39 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
                                "output (the logits), this one has ")
              << ret.getNumOperands();
     auto logits = dyn_cast<RankedTensorType>(ret.getOperand(0).getType());
-    if (!logits || logits.getRank() != 2 ||
+    if (!logits || logits.getRank() < 2 ||
         !isa<FloatType>(logits.getElementType()))
-      return forward.emitError("--loss=cross-entropy needs [N, C] float "
-                               "logits, the model returns ")
+      return forward.emitError("--loss=cross-entropy needs float logits with "
+                               "the classes on the last axis ([N, C] or "
+                               "[B, T, V]), the model returns ")
              << ret.getOperand(0).getType();
     OpBuilder b(ret);
-    auto labelsType =
-        RankedTensorType::get({logits.getDimSize(0)}, b.getIntegerType(64));
+    Location loc = ret.getLoc();
+    // Labels: one class index per row of logits (a [B, T] sequence of
+    // tokens for [B, T, V] logits).
+    ArrayRef<int64_t> rowShape = logits.getShape().drop_back();
+    auto labelsType = RankedTensorType::get(rowShape, b.getIntegerType(64));
     unsigned index = forward.getNumArguments();
     forward.insertArgument(
         index, labelsType,
         gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
         forward.getLoc());
+    Value rows = ret.getOperand(0), labels = forward.getArgument(index);
+    if (logits.getRank() > 2) {
+      int64_t n = labelsType.getNumElements();
+      auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
+        return b.create<gpipe::nn::ReshapeOp>(
+            loc, ValueRange{v},
+            ArrayRef<NamedAttribute>{
+                b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
+      };
+      rows = reshape(rows, {n, logits.getShape().back()});
+      labels = reshape(labels, {n});
+    }
     Value lossValue = b.create<gpipe::nn::SoftmaxCrossEntropyOp>(
-        ret.getLoc(), ValueRange{ret.getOperand(0), forward.getArgument(index)},
-        ArrayRef<NamedAttribute>{});
+        loc, ValueRange{rows, labels},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("ignore_index", b.getI64IntegerAttr(ignoreIndex))});
     return setResults(forward, ret, {lossValue, ret.getOperand(0)},
                       {"loss", resultName(forward, 0)});
   }

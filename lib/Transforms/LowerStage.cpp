@@ -330,7 +330,10 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
                              "not supported by code generation yet");
   }
   // The runtime reads operands and attributes by the contract's names.
-  DictionaryAttr attributes = op->getAttrDictionary();
+  // Attributes left at their defaults are written out too.
+  NamedAttrList attrList(op->getAttrDictionary());
+  op->getName().populateDefaultAttrs(attrList);
+  DictionaryAttr attributes = attrList.getDictionary(op->getContext());
   std::string wrong = checkKernelEntry(
       *findKernelKind(op->getName().stripDialect().str()), op->getNumOperands(),
       op->getNumResults(), [&](std::string_view name) {

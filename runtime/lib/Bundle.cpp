@@ -479,6 +479,7 @@ Bundle loadBundle(const std::string &path) {
       b.training.batchSize = integer<int64_t>(t.at("batch_size"));
       b.training.microBatches = integer<int64_t>(t.at("micro_batches"));
       b.training.loss = t.at("loss").get<std::string>();
+      b.training.ignoreIndex = integer<int64_t>(t.at("ignore_index"));
       const json &o = t.at("optimizer");
       b.training.optimizer = o.at("kind").get<std::string>();
       b.training.lr = o.at("lr").get<double>();

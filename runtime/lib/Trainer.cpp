@@ -61,14 +61,19 @@ void checkLabels(TrainingSession &session,
                  const std::string &source) {
   auto it = data.find("labels");
   int64_t classes = session.classCount();
-  if (it == data.end() || it->second.dtype != DType::I64 || classes <= 0)
+  if (it == data.end() || it->second.dtype != DType::I64 || classes <= 0 ||
+      session.bundle().training.loss != "cross-entropy")
     return;
   const int64_t *l = reinterpret_cast<const int64_t *>(it->second.data.data());
+  int64_t ignored = session.bundle().training.ignoreIndex;
   for (int64_t i = 0; i < it->second.numElements(); ++i)
-    if (l[i] < 0 || l[i] >= classes)
+    if (l[i] != ignored && (l[i] < 0 || l[i] >= classes))
       throw InputError(source + ": labels[" + std::to_string(i) +
                        "] = " + std::to_string(l[i]) + " is outside [0, " +
-                       std::to_string(classes) + ")");
+                       std::to_string(classes) +
+                       ") and is not the ignore "
+                       "index " +
+                       std::to_string(ignored));
 }
 
 /// Accuracy of the model's class predictions on a labelled data set, run in

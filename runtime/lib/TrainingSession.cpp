@@ -95,8 +95,10 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
 }
 
 int64_t TrainingSession::classCount() const {
-  return modelOutput && modelOutput->shape.size() == 2 ? modelOutput->shape[1]
-                                                       : 0;
+  // Logits with the classes on the last axis: [N, C] or [B, T, V].
+  return modelOutput && modelOutput->shape.size() >= 2
+             ? modelOutput->shape.back()
+             : 0;
 }
 
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {

@@ -18,7 +18,7 @@ func.func @forward(%x: tensor<2xf32>, %s: tensor<f32>) -> (tensor<2xf32>, tensor
 
 // -----
 
-// expected-error @+1 {{--loss=cross-entropy needs [N, C] float logits, the model returns 'tensor<2xf32>'}}
+// expected-error @+1 {{--loss=cross-entropy needs float logits with the classes on the last axis ([N, C] or [B, T, V]), the model returns 'tensor<2xf32>'}}
 func.func @forward(%x: tensor<2xf32>) -> tensor<2xf32> {
   return %x : tensor<2xf32>
 }

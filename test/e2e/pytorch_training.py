@@ -100,7 +100,14 @@ def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
     start at k * batch, modulo `samples`), each split into `micro`
     micro-batches whose gradients add up."""
     opt = optimizers[optimizer][1](model.parameters())
-    loss_fn = torch.nn.MSELoss() if loss == "mse" else torch.nn.CrossEntropyLoss()
+    if loss == "mse":
+        loss_fn = torch.nn.MSELoss()
+    else:
+        # Classes on the last axis: [N, C] or a language model's [B, T, V]
+        # with [B, T] labels, as gpipe's --loss=cross-entropy.
+        def loss_fn(out, target):
+            return torch.nn.functional.cross_entropy(
+                out.reshape(-1, out.shape[-1]), target.reshape(-1))
     losses, snapshot = [], None
     for step in range(steps):
         if step == snapshot_at:

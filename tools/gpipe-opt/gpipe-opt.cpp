@@ -81,6 +81,13 @@ cl::opt<std::string> lossOption(
              "NAME) (--mode=train)"),
     cl::init("cross-entropy"), cl::cat(gpipeCategory));
 
+cl::opt<int64_t> ignoreIndexOption(
+    "ignore-index",
+    cl::desc("--loss=cross-entropy: labels equal to this value count for "
+             "nothing (padding tokens); the loss is the mean over the others "
+             "(default -100, as PyTorch)"),
+    cl::init(-100), cl::cat(gpipeCategory));
+
 cl::opt<int64_t> microBatchesOption(
     "micro-batches",
     cl::desc("Split each training batch into M micro-batches whose "
@@ -203,10 +210,10 @@ int compileOptions(StringRef input, StringRef output,
   if (o.emit != CompileOutput::NN && o.emit != CompileOutput::Summary &&
       !o.train)
     for (cl::Option *flag : std::initializer_list<cl::Option *>{
-             &lossOption, &microBatchesOption, &recomputeOption,
-             &optimizerOption, &lrOption, &momentumOption, &nesterovOption,
-             &weightDecayOption, &beta1Option, &beta2Option, &epsOption,
-             &scheduleOption, &stagesOption, &deviceProfileOption,
+             &lossOption, &ignoreIndexOption, &microBatchesOption,
+             &recomputeOption, &optimizerOption, &lrOption, &momentumOption,
+             &nesterovOption, &weightDecayOption, &beta1Option, &beta2Option,
+             &epsOption, &scheduleOption, &stagesOption, &deviceProfileOption,
              &costTableOption, &reportOption})
       if (flag->getNumOccurrences()) {
         llvm::errs() << "gpipe-opt: error: --" << flag->ArgStr
@@ -230,6 +237,7 @@ int compileOptions(StringRef input, StringRef output,
   gpipe::TrainingOptions &t = o.training;
   t.microBatches = microBatchesOption;
   t.loss = lossOption;
+  t.ignoreIndex = ignoreIndexOption;
   t.optimizer = optimizerOption;
   t.lr = lrOption;
   t.momentum = momentumOption;

@@ -55,6 +55,16 @@ int64_t SubOp::getFlops() { return outputElements(*this); }
 int64_t MulOp::getFlops() { return outputElements(*this); }
 int64_t DivOp::getFlops() { return outputElements(*this); }
 int64_t PowOp::getFlops() { return 4 * outputElements(*this); }
+int64_t ModOp::getFlops() { return 2 * outputElements(*this); }
+int64_t EqualOp::getFlops() { return outputElements(*this); }
+int64_t LessOp::getFlops() { return outputElements(*this); }
+int64_t LessEqualOp::getFlops() { return outputElements(*this); }
+int64_t GreaterOp::getFlops() { return outputElements(*this); }
+int64_t GreaterEqualOp::getFlops() { return outputElements(*this); }
+int64_t AndOp::getFlops() { return outputElements(*this); }
+int64_t OrOp::getFlops() { return outputElements(*this); }
+int64_t XorOp::getFlops() { return outputElements(*this); }
+int64_t WhereOp::getFlops() { return outputElements(*this); }
 
 int64_t GemmOp::getFlops() {
   auto a = llvm::cast<RankedTensorType>(getA().getType());

@@ -18,6 +18,20 @@ LogicalResult GeluOp::verify() {
   return success();
 }
 
+LogicalResult ModOp::verify() {
+  Type element = cast<RankedTensorType>(getType()).getElementType();
+  if (isa<FloatType>(element) && !getFmod())
+    return emitOpError("on floating-point tensors needs fmod = true (the "
+                       "remainder with the sign of the dividend)");
+  return success();
+}
+
+LogicalResult NotOp::verify() {
+  if (!cast<RankedTensorType>(getType()).getElementType().isInteger(1))
+    return emitOpError("operand must be an i1 tensor, got ") << getType();
+  return success();
+}
+
 LogicalResult DropoutOp::verify() {
   float ratio = getRatio().convertToFloat();
   if (!(ratio >= 0.0f && ratio < 1.0f))

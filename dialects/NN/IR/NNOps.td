@@ -184,6 +184,66 @@ def NN_PowOp : NN_BinaryOp<"pow", [
   let summary = "lhs ** rhs (the exponent may have another element type)";
 }
 
+def NN_ModOp : NN_BinaryOp<"mod", [
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "Remainder of lhs / rhs";
+  let description = [{
+    With `fmod` false (integers only, as ONNX Mod) the remainder takes the
+    sign of the divisor (Python's %); with `fmod` true it takes the sign of
+    the dividend (C's fmod; required for floats).
+  }];
+  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs,
+                   DefaultValuedAttr<BoolAttr, "false">:$fmod);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Comparison, logic and selection (attention masks). Comparisons and logic
+// produce i1 tensors and pass no gradient; `where` routes the gradient to
+// the operand each element was taken from.
+//===----------------------------------------------------------------------===//
+
+// Two operands of one element type broadcast against each other; i1 result.
+class NN_CompareOp<string mnemonic, string symbol>
+    : NN_BinaryOp<mnemonic, [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "lhs " # symbol # " rhs, element-wise (i1)";
+}
+def NN_EqualOp : NN_CompareOp<"equal", "==">;
+def NN_LessOp : NN_CompareOp<"less", "<">;
+def NN_LessEqualOp : NN_CompareOp<"less_equal", "<=">;
+def NN_GreaterOp : NN_CompareOp<"greater", ">">;
+def NN_GreaterEqualOp : NN_CompareOp<"greater_equal", ">=">;
+
+// Boolean logic on i1 tensors (broadcast).
+class NN_LogicalOp<string mnemonic, string symbol>
+    : NN_BinaryOp<mnemonic, [Commutative,
+        DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "lhs " # symbol # " rhs on i1 tensors";
+}
+def NN_AndOp : NN_LogicalOp<"and", "and">;
+def NN_OrOp : NN_LogicalOp<"or", "or">;
+def NN_XorOp : NN_LogicalOp<"xor", "xor">;
+def NN_NotOp : NN_UnaryOp<"not", 1,
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "logical negation of an i1 tensor";
+  let arguments = (ins NN_Tensor:$input);
+  let hasVerifier = 1;
+}
+
+def NN_WhereOp : NN_ForwardOp<"where",
+    [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>,
+     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "x where condition else y (the three broadcast)";
+  let description = [{
+    `condition` is i1; `x` and `y` have one element type. Masked fills such
+    as `scores.masked_fill(mask, -inf)` import as this op; the gradient of
+    each branch is the output gradient where that branch was taken and
+    exactly zero elsewhere.
+  }];
+  let arguments = (ins NN_Tensor:$condition, NN_Tensor:$x, NN_Tensor:$y);
+  let results = (outs NN_Tensor:$output);
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra and convolution
 //===----------------------------------------------------------------------===//
@@ -364,9 +424,11 @@ def NN_SoftmaxCrossEntropyOp : NN_ForwardOp<"softmax_cross_entropy",
   let summary = "Mean over the batch of -log(softmax(logits))[label]";
   let description = [{
     `logits` is [N, C], `labels` [N] integer class indices in [0, C); the
-    result is the scalar mean loss (PyTorch's CrossEntropyLoss).
+    result is the scalar mean loss over the rows whose label is not
+    `ignore_index` (PyTorch's CrossEntropyLoss, whose default is -100).
   }];
-  let arguments = (ins NN_Tensor:$logits, NN_Tensor:$labels);
+  let arguments = (ins NN_Tensor:$logits, NN_Tensor:$labels,
+                   DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
   let results = (outs NN_Tensor:$loss);
 }
 
@@ -548,9 +610,11 @@ def NN_LeakyReluGradOp : NN_ActivationGradOp<"leaky_relu_grad",
 }
 
 def NN_SoftmaxCrossEntropyGradOp : NN_GradOp<"softmax_cross_entropy_grad"> {
-  let summary = "grad_loss * (softmax(logits) - onehot(labels)) / N";
+  let summary = "grad_loss * (softmax(logits) - onehot(labels)) / count, "
+                "zero on rows labelled ignore_index";
   let arguments = (ins NN_Tensor:$grad_loss, NN_Tensor:$logits,
-                   NN_Tensor:$labels);
+                   NN_Tensor:$labels,
+                   DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
   let results = (outs NN_Tensor:$grad_logits);
 }
 def NN_GeluGradOp : NN_GradOp<"gelu_grad",

@@ -276,6 +276,78 @@ Value PowOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
                        type);
 }
 
+Value ModOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Type type = resultElementType(*this);
+  Value lhs = operands[0], rhs = operands[1];
+  if (isa<FloatType>(type))
+    return b.create<arith::RemFOp>(loc, lhs, rhs);
+  if (isUnsigned(type))
+    return b.create<arith::RemUIOp>(loc, lhs, rhs);
+  Value rem = b.create<arith::RemSIOp>(loc, lhs, rhs);
+  if (getFmod())
+    return rem;
+  // Python's %: a non-zero remainder whose sign differs from the divisor's
+  // moves by one divisor.
+  Value zero = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(type, 0));
+  Value nonZero =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, rem, zero);
+  Value signsDiffer = b.create<arith::XOrIOp>(
+      loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, rem, zero),
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, rhs, zero));
+  return b.create<arith::SelectOp>(
+      loc, b.create<arith::AndIOp>(loc, nonZero, signsDiffer),
+      b.create<arith::AddIOp>(loc, rem, rhs), rem);
+}
+
+namespace {
+/// An ordered float comparison or a signed/unsigned integer one.
+Value buildCompare(OpBuilder &b, Location loc, ValueRange operands,
+                   arith::CmpFPredicate floatPredicate,
+                   arith::CmpIPredicate signedPredicate,
+                   arith::CmpIPredicate unsignedPredicate, Type element) {
+  if (isa<FloatType>(element))
+    return b.create<arith::CmpFOp>(loc, floatPredicate, operands[0],
+                                   operands[1]);
+  return b.create<arith::CmpIOp>(
+      loc, isUnsigned(element) ? unsignedPredicate : signedPredicate,
+      operands[0], operands[1]);
+}
+Type operandElementType(Operation *op) {
+  return cast<RankedTensorType>(op->getOperand(0).getType()).getElementType();
+}
+} // namespace
+
+#define GPIPE_COMPARE_SCALAR(OP, F, S, U)                                      \
+  Value OP::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {     \
+    return buildCompare(b, loc, operands, arith::CmpFPredicate::F,             \
+                        arith::CmpIPredicate::S, arith::CmpIPredicate::U,      \
+                        operandElementType(*this));                            \
+  }
+GPIPE_COMPARE_SCALAR(EqualOp, OEQ, eq, eq)
+GPIPE_COMPARE_SCALAR(LessOp, OLT, slt, ult)
+GPIPE_COMPARE_SCALAR(LessEqualOp, OLE, sle, ule)
+GPIPE_COMPARE_SCALAR(GreaterOp, OGT, sgt, ugt)
+GPIPE_COMPARE_SCALAR(GreaterEqualOp, OGE, sge, uge)
+#undef GPIPE_COMPARE_SCALAR
+
+Value AndOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return b.create<arith::AndIOp>(loc, operands[0], operands[1]);
+}
+Value OrOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return b.create<arith::OrIOp>(loc, operands[0], operands[1]);
+}
+Value XorOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return b.create<arith::XOrIOp>(loc, operands[0], operands[1]);
+}
+Value NotOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  Value one = b.create<arith::ConstantOp>(loc, b.getBoolAttr(true));
+  return b.create<arith::XOrIOp>(loc, operands[0], one);
+}
+
+Value WhereOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
+  return b.create<arith::SelectOp>(loc, operands[0], operands[1], operands[2]);
+}
+
 Value ReluGradOp::buildScalar(OpBuilder &b, Location loc, ValueRange operands) {
   Type type = resultElementType(*this);
   if (!requireFloat(*this, type))

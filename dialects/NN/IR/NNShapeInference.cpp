@@ -159,7 +159,86 @@ GPIPE_BINARY_INFER(AddOp, "add")
 GPIPE_BINARY_INFER(SubOp, "sub")
 GPIPE_BINARY_INFER(MulOp, "mul")
 GPIPE_BINARY_INFER(DivOp, "div")
+GPIPE_BINARY_INFER(ModOp, "mod")
 #undef GPIPE_BINARY_INFER
+
+namespace {
+/// Comparisons: operands of one element type, an i1 result.
+LogicalResult inferCompare(MLIRContext *ctx, std::optional<Location> loc,
+                           StringRef opName, Value lhsValue, Value rhsValue,
+                           SmallVectorImpl<Type> &results) {
+  RankedTensorType lhs = rankedType(lhsValue), rhs = rankedType(rhsValue);
+  if (lhs.getElementType() != rhs.getElementType())
+    return emitOptionalError(
+        loc, "'nn.", opName, "' operands must have the same element type, got ",
+        lhs.getElementType(), " and ", rhs.getElementType());
+  return inferBroadcast(loc, opName, lhs, rhs, IntegerType::get(ctx, 1),
+                        results);
+}
+
+/// Logic: i1 operands, an i1 result.
+LogicalResult inferLogical(std::optional<Location> loc, StringRef opName,
+                           Value lhsValue, Value rhsValue,
+                           SmallVectorImpl<Type> &results) {
+  RankedTensorType lhs = rankedType(lhsValue), rhs = rankedType(rhsValue);
+  for (RankedTensorType t : {lhs, rhs})
+    if (!t.getElementType().isInteger(1))
+      return emitOptionalError(loc, "'nn.", opName,
+                               "' operands must be i1 tensors, got ", t);
+  return inferBroadcast(loc, opName, lhs, rhs, lhs.getElementType(), results);
+}
+} // namespace
+
+#define GPIPE_COMPARE_INFER(OP, NAME)                                          \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,          \
+      SmallVectorImpl<Type> &results) {                                        \
+    return inferCompare(ctx, loc, NAME, adaptor.getLhs(), adaptor.getRhs(),    \
+                        results);                                              \
+  }
+GPIPE_COMPARE_INFER(EqualOp, "equal")
+GPIPE_COMPARE_INFER(LessOp, "less")
+GPIPE_COMPARE_INFER(LessEqualOp, "less_equal")
+GPIPE_COMPARE_INFER(GreaterOp, "greater")
+GPIPE_COMPARE_INFER(GreaterEqualOp, "greater_equal")
+#undef GPIPE_COMPARE_INFER
+
+#define GPIPE_LOGICAL_INFER(OP, NAME)                                          \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
+    return inferLogical(loc, NAME, adaptor.getLhs(), adaptor.getRhs(),         \
+                        results);                                              \
+  }
+GPIPE_LOGICAL_INFER(AndOp, "and")
+GPIPE_LOGICAL_INFER(OrOp, "or")
+GPIPE_LOGICAL_INFER(XorOp, "xor")
+#undef GPIPE_LOGICAL_INFER
+
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  RankedTensorType cond = rankedType(adaptor.getCondition()),
+                   x = rankedType(adaptor.getX()),
+                   y = rankedType(adaptor.getY());
+  if (!cond.getElementType().isInteger(1))
+    return emitOptionalError(loc,
+                             "'nn.where' condition must be an i1 tensor, "
+                             "got ",
+                             cond);
+  if (x.getElementType() != y.getElementType())
+    return emitOptionalError(
+        loc, "'nn.where' x and y must have the same element type, got ",
+        x.getElementType(), " and ", y.getElementType());
+  SmallVector<int64_t> xy, shape;
+  if (!OpTrait::util::getBroadcastedShape(x.getShape(), y.getShape(), xy) ||
+      !OpTrait::util::getBroadcastedShape(cond.getShape(), xy, shape))
+    return emitOptionalError(loc, "'nn.where' operands ", cond, ", ", x,
+                             " and ", y, " are not broadcast-compatible");
+  results.push_back(RankedTensorType::get(shape, x.getElementType()));
+  return success();
+}
 
 LogicalResult PowOp::inferReturnTypes(MLIRContext *,
                                       std::optional<Location> loc,

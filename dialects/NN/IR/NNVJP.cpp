@@ -267,8 +267,8 @@ LogicalResult
 SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                 SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(b.create<SoftmaxCrossEntropyGradOp>(
-      getLoc(), getLogits().getType(), resultGrads[0], getLogits(),
-      getLabels()));
+      getLoc(), getLogits().getType(), resultGrads[0], getLogits(), getLabels(),
+      getIgnoreIndexAttr()));
   operandGrads.push_back(Value()); // labels: not differentiable
   return success();
 }
@@ -649,5 +649,62 @@ LogicalResult SplitOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
       b.create<ConcatOp>(getLoc(), ValueRange(resultGrads),
                          ArrayRef<NamedAttribute>{b.getNamedAttr(
                              "axis", b.getI64IntegerAttr(getAxis()))}));
+  return success();
+}
+
+LogicalResult ModOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                              SmallVectorImpl<Value> &operandGrads) {
+  // fmod(a, b) = a - trunc(a / b) * b: d a = g; d b = -g * trunc(a / b),
+  // with trunc(a / b) = (a - y) / b exactly where y = fmod(a, b).
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  if (!isa<FloatType>(getType().getElementType()))
+    return emitOpError("has a VJP rule for floating-point types only");
+  operandGrads.push_back(unbroadcast(b, loc, g, rankedType(getLhs())));
+  Value quotient = binary<DivOp>(
+      b, loc, binary<SubOp>(b, loc, getLhs(), getOutput()), getRhs());
+  Value minusOne = scalarConstant(b, loc, getType().getElementType(), -1.0);
+  operandGrads.push_back(unbroadcast(
+      b, loc,
+      binary<MulOp>(b, loc, binary<MulOp>(b, loc, g, quotient), minusOne),
+      rankedType(getRhs())));
+  return success();
+}
+
+// Comparisons and logic have i1 results: no gradient reaches them, and
+// none leaves them.
+#define GPIPE_NO_GRADIENT_VJP(OP)                                              \
+  LogicalResult OP::buildVJP(OpBuilder &, ValueRange,                          \
+                             SmallVectorImpl<Value> &operandGrads) {           \
+    operandGrads.append(getOperation()->getNumOperands(), Value());            \
+    return success();                                                          \
+  }
+GPIPE_NO_GRADIENT_VJP(EqualOp)
+GPIPE_NO_GRADIENT_VJP(LessOp)
+GPIPE_NO_GRADIENT_VJP(LessEqualOp)
+GPIPE_NO_GRADIENT_VJP(GreaterOp)
+GPIPE_NO_GRADIENT_VJP(GreaterEqualOp)
+GPIPE_NO_GRADIENT_VJP(AndOp)
+GPIPE_NO_GRADIENT_VJP(OrOp)
+GPIPE_NO_GRADIENT_VJP(XorOp)
+GPIPE_NO_GRADIENT_VJP(NotOp)
+#undef GPIPE_NO_GRADIENT_VJP
+
+LogicalResult WhereOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                SmallVectorImpl<Value> &operandGrads) {
+  // Each branch gets the gradient where it was taken and exactly zero
+  // elsewhere (a -inf fill passes nothing back).
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  Value zero = scalarConstant(b, loc, getType().getElementType(), 0.0);
+  auto select = [&](Value x, Value y) {
+    return b.create<WhereOp>(loc, ValueRange{getCondition(), x, y},
+                             ArrayRef<NamedAttribute>{});
+  };
+  operandGrads.push_back(Value()); // the condition
+  operandGrads.push_back(
+      unbroadcast(b, loc, select(g, zero), rankedType(getX())));
+  operandGrads.push_back(
+      unbroadcast(b, loc, select(zero, g), rankedType(getY())));
   return success();
 }

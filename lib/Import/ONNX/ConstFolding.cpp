@@ -57,25 +57,51 @@ ConstTensor emptyLike(const ConstTensor &src, llvm::ArrayRef<int64_t> shape) {
 }
 } // namespace
 
+std::optional<ConstTensor> gpipe::onnx_import::foldBroadcast(
+    llvm::ArrayRef<const ConstTensor *> inputs, DType dtype,
+    llvm::function_ref<void(llvm::ArrayRef<int64_t>, ConstTensor &, int64_t)>
+        fn) {
+  llvm::SmallVector<int64_t> shape;
+  for (const ConstTensor *t : inputs) {
+    llvm::SmallVector<int64_t> joined;
+    if (!mlir::OpTrait::util::getBroadcastedShape(shape, t->shape, joined))
+      return std::nullopt;
+    shape = std::move(joined);
+  }
+  ConstTensor out;
+  out.dtype = dtype;
+  out.shape = shape;
+  if (out.isFloat())
+    out.floats.resize(out.numElements());
+  else
+    out.ints.resize(out.numElements());
+  llvm::SmallVector<int64_t> at(inputs.size());
+  for (int64_t i = 0, e = out.numElements(); i < e; ++i) {
+    std::vector<int64_t> idx = unflatten(i, shape);
+    for (size_t k = 0; k < inputs.size(); ++k)
+      at[k] = broadcastIndex(inputs[k]->shape, shape, idx);
+    fn(at, out, i);
+  }
+  return out;
+}
+
 std::optional<ConstTensor> gpipe::onnx_import::foldBinary(
     const ConstTensor &a, const ConstTensor &b,
     const std::function<int64_t(int64_t, int64_t)> &intFn,
     const std::function<double(double, double)> &floatFn) {
-  llvm::SmallVector<int64_t> shape;
-  if (a.dtype != b.dtype ||
-      !mlir::OpTrait::util::getBroadcastedShape(a.shape, b.shape, shape))
+  if (a.dtype != b.dtype)
     return std::nullopt;
-  ConstTensor out = emptyLike(a, shape);
-  for (int64_t i = 0, e = out.numElements(); i < e; ++i) {
-    std::vector<int64_t> idx = unflatten(i, shape);
-    int64_t ia = broadcastIndex(a.shape, shape, idx);
-    int64_t ib = broadcastIndex(b.shape, shape, idx);
-    if (out.isFloat())
-      out.floats[i] = floatFn(a.floats[ia], b.floats[ib]);
-    else
-      out.ints[i] = intFn(a.ints[ia], b.ints[ib]);
-  }
-  return out.castTo(out.dtype); // wrap to the dtype's range
+  std::optional<ConstTensor> out = foldBroadcast(
+      {&a, &b}, a.dtype,
+      [&](llvm::ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
+        if (out.isFloat())
+          out.floats[i] = floatFn(a.floats[at[0]], b.floats[at[1]]);
+        else
+          out.ints[i] = intFn(a.ints[at[0]], b.ints[at[1]]);
+      });
+  if (!out)
+    return std::nullopt;
+  return out->castTo(out->dtype); // wrap to the dtype's range
 }
 
 ConstTensor gpipe::onnx_import::foldGather(const ConstTensor &data,

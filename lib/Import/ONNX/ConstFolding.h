@@ -10,10 +10,22 @@
 
 #include "ConstTensor.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <functional>
 #include <optional>
 
 namespace gpipe::onnx_import {
+
+/// NumPy-broadcast element-wise function of several tensors: a tensor of
+/// `dtype` and the broadcast shape whose element i `fn` writes, given the
+/// flat index `at[k]` of the element of input k that it combines; nullopt
+/// if the shapes do not broadcast.
+std::optional<ConstTensor>
+foldBroadcast(llvm::ArrayRef<const ConstTensor *> inputs, DType dtype,
+              llvm::function_ref<void(llvm::ArrayRef<int64_t> at,
+                                      ConstTensor &out, int64_t i)>
+                  fn);
 
 /// NumPy-broadcast element-wise op on two tensors of the same dtype; nullopt
 /// if the shapes do not broadcast. Integer tensors use `intFn`, float ones

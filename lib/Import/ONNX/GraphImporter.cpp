@@ -88,6 +88,16 @@ void GraphImporter::finalizeParameters() {
       param->setAttr("gpipe.frozen_reason",
                      StringAttr::get(getContext(), it->second));
   }
+  // Frozen initializers that folded into constants leave no parameter; the
+  // module keeps their reasons for --emit=summary.
+  SmallVector<NamedAttribute> folded;
+  for (auto &[name, reason] : frozen)
+    if (!parameters.count(name))
+      folded.push_back(NamedAttribute(StringAttr::get(getContext(), name),
+                                      StringAttr::get(getContext(), reason)));
+  if (!folded.empty())
+    module->setAttr("gpipe.folded_frozen",
+                    DictionaryAttr::get(getContext(), folded));
 }
 
 bool GraphImporter::isTrainableInitializer(const Entry &entry,

@@ -88,6 +88,11 @@ public:
   /// Input `i`, if it is an initializer, is model state that is not
   /// trained; `reason` says why (--emit=summary lists it).
   void markNonTrainable(size_t i, const llvm::Twine &reason);
+  /// The initializer `name` is model state that is not trained (and may
+  /// fold into constants); `reason` says why.
+  void freezeInitializer(llvm::StringRef name, llvm::StringRef reason) {
+    frozen.try_emplace(name, reason.str());
+  }
 
   /// Attribute accessors. A present attribute of the wrong type is an error
   /// (reported once; `failed()` then turns true) and yields the default.

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Import/ONNX/ModelImporter.h"
 
+#include "GradientReach.h"
 #include "GraphImporter.h"
 #include "OpImporterTable.h"
 
@@ -393,6 +394,8 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   g.getBuilder().setInsertionPointToEnd(body);
   for (const onnx::TensorProto &t : graph.initializer())
     g.addInitializer(t);
+  for (auto &[name, reason] : initializersWithoutGradient(graph))
+    g.freezeInitializer(name, reason);
   if (failed(bindConstantInputs(g, constantInputs)))
     return nullptr;
   for (auto [i, name] : llvm::enumerate(argNames)) {

@@ -46,6 +46,7 @@ const OpImporterTable &gpipe::onnx_import::getOpImporterTable() {
   static const OpImporterTable table = [] {
     OpImporterTable t;
     registerElementwiseImporters(t);
+    registerLogicalImporters(t);
     registerLinearImporters(t);
     registerNormalizationImporters(t);
     registerPoolingImporters(t);

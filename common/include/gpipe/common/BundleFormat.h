@@ -9,8 +9,9 @@ namespace gpipe {
 
 /// 6: roles, message layouts, backward wiring and per-stage parameters in
 /// the manifest. 7: each parameter tensor has a kind (weight, buffer,
-/// optimizer_state, constant) in place of "trainable".
-constexpr int64_t kBundleFormatVersion = 7;
+/// optimizer_state, constant) in place of "trainable". 8: the cross-entropy
+/// kernels take `ignore_index`; the training section names it.
+constexpr int64_t kBundleFormatVersion = 8;
 
 } // namespace gpipe
 

@@ -156,6 +156,7 @@ struct StageSpec {
 struct TrainingSpec {
   int64_t batchSize = 0, microBatches = 1;
   std::string loss;
+  int64_t ignoreIndex = -100; // cross-entropy labels that count for nothing
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool nesterov = false;

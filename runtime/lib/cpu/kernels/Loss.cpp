@@ -2,6 +2,7 @@
 // (the work is tiny next to the layers that produce the logits).
 #include "Families.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gpipe::runtime::cpu {
@@ -23,6 +24,7 @@ public:
       spec.fail("needs float32 [N, C] logits and int64 [N] labels");
     rows = logits.shape[0];
     classes = logits.shape[1];
+    ignoreIndex = static_cast<int64_t>(spec.number("ignore_index"));
     this->logits = static_cast<const float *>(address(logits, mem));
     this->labels = static_cast<const int64_t *>(address(labels, mem));
     if (gradient)
@@ -31,10 +33,19 @@ public:
     this->out = static_cast<float *>(address(out, mem));
   }
   void run() override {
+    // The mean is over the rows that count: those not labelled ignoreIndex.
+    int64_t counted = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      counted += labels[i] != ignoreIndex;
     double total = 0;
     for (int64_t i = 0; i < rows; ++i) {
       const float *row = logits + i * classes;
       int64_t label = labels[i];
+      if (label == ignoreIndex) {
+        if (gradient)
+          std::fill(out + i * classes, out + (i + 1) * classes, 0.0f);
+        continue;
+      }
       if (label < 0 || label >= classes)
         throw std::runtime_error("label " + std::to_string(label) + " of row " +
                                  std::to_string(i) + " is outside [0, " +
@@ -49,19 +60,20 @@ public:
         total += std::log(sum) - (row[label] - max);
         continue;
       }
-      float scale = *seed / static_cast<float>(rows);
+      float scale = *seed / static_cast<float>(counted);
       float *g = out + i * classes;
       for (int64_t c = 0; c < classes; ++c)
         g[c] = scale * (static_cast<float>(std::exp(row[c] - max) / sum) -
                         (c == label ? 1.0f : 0.0f));
     }
     if (!gradient)
-      *out = static_cast<float>(total / static_cast<double>(rows));
+      // No row counts: 0 / 0, NaN, as PyTorch.
+      *out = static_cast<float>(total / static_cast<double>(counted));
   }
 
 private:
   bool gradient;
-  int64_t rows = 0, classes = 0;
+  int64_t rows = 0, classes = 0, ignoreIndex = -100;
   const float *logits = nullptr, *seed = nullptr;
   const int64_t *labels = nullptr;
   float *out = nullptr;

@@ -1,0 +1,31 @@
+//===- GradientReach.h - Initializers no gradient reaches -------*- C++ -*-===//
+//
+// ONNX does not say which initializers a model trains: PyTorch exports its
+// buffers (a causal mask, position ids) as initializers like its
+// parameters. A floating-point initializer is trained when a gradient can
+// flow to it from a graph output; this analysis finds those it cannot reach
+// (used only as a comparison operand, a `Where` condition, indices, shapes,
+// or not used at all), so that the importer freezes and folds them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_LIB_IMPORT_ONNX_GRADIENTREACH_H
+#define GPIPE_LIB_IMPORT_ONNX_GRADIENTREACH_H
+
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+
+namespace onnx {
+class GraphProto;
+} // namespace onnx
+
+namespace gpipe::onnx_import {
+
+/// Floating-point initializers no output's gradient reaches, each with the
+/// reason in words.
+llvm::StringMap<std::string>
+initializersWithoutGradient(const onnx::GraphProto &graph);
+
+} // namespace gpipe::onnx_import
+
+#endif // GPIPE_LIB_IMPORT_ONNX_GRADIENTREACH_H
