@@ -3,9 +3,9 @@
 
 #include "ConstTensor.h"
 
+#include "onnx/onnx_pb.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
-#include "onnx/onnx_pb.h"
 
 using namespace gpipe::onnx_import;
 

@@ -25,12 +25,11 @@ namespace {
 /// Folds when every input is a constant (`folder` returns nullopt when it
 /// cannot), else builds `OpTy` on the inputs.
 template <typename OpTy>
-LogicalResult
-importFoldable(GraphImporter &g, size_t numInputs,
-               llvm::function_ref<std::optional<ConstTensor>(
-                   ArrayRef<const ConstTensor *>)>
-                   folder,
-               ArrayRef<NamedAttribute> attrs = {}) {
+LogicalResult importFoldable(GraphImporter &g, size_t numInputs,
+                             llvm::function_ref<std::optional<ConstTensor>(
+                                 ArrayRef<const ConstTensor *>)>
+                                 folder,
+                             ArrayRef<NamedAttribute> attrs = {}) {
   SmallVector<const ConstTensor *> constants;
   for (size_t i = 0; i < numInputs; ++i)
     constants.push_back(g.constantInput(i));
@@ -51,28 +50,28 @@ importFoldable(GraphImporter &g, size_t numInputs,
 }
 
 /// A comparison: `cmp(a, b)` on doubles for float inputs, on int64 else.
-template <typename OpTy, typename Cmp> LogicalResult importCompare(GraphImporter &g) {
+template <typename OpTy, typename Cmp>
+LogicalResult importCompare(GraphImporter &g) {
   if (failed(g.checkAttrs({})))
     return failure();
   return importFoldable<OpTy>(
-      g, 2,
-      [](ArrayRef<const ConstTensor *> in) -> std::optional<ConstTensor> {
+      g, 2, [](ArrayRef<const ConstTensor *> in) -> std::optional<ConstTensor> {
         const ConstTensor &a = *in[0], &b = *in[1];
         if (a.dtype != b.dtype)
           return std::nullopt; // the op's verifier says why
-        return foldBroadcast(in, DType::Bool,
-                             [&](ArrayRef<int64_t> at, ConstTensor &out,
-                                 int64_t i) {
-                               out.ints[i] =
-                                   a.isFloat()
-                                       ? Cmp()(a.floats[at[0]], b.floats[at[1]])
-                                       : Cmp()(a.ints[at[0]], b.ints[at[1]]);
-                             });
+        return foldBroadcast(
+            in, DType::Bool,
+            [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
+              out.ints[i] = a.isFloat()
+                                ? Cmp()(a.floats[at[0]], b.floats[at[1]])
+                                : Cmp()(a.ints[at[0]], b.ints[at[1]]);
+            });
       });
 }
 
 /// Boolean logic on bool tensors.
-template <typename OpTy, typename Fn> LogicalResult importLogical(GraphImporter &g) {
+template <typename OpTy, typename Fn>
+LogicalResult importLogical(GraphImporter &g) {
   if (failed(g.checkAttrs({})))
     return failure();
   return importFoldable<OpTy>(
@@ -82,7 +81,8 @@ template <typename OpTy, typename Fn> LogicalResult importLogical(GraphImporter 
         return foldBroadcast(
             in, DType::Bool,
             [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
-              out.ints[i] = Fn()(in[0]->ints[at[0]] != 0, in[1]->ints[at[1]] != 0);
+              out.ints[i] =
+                  Fn()(in[0]->ints[at[0]] != 0, in[1]->ints[at[1]] != 0);
             });
       });
 }
@@ -110,7 +110,8 @@ LogicalResult importWhere(GraphImporter &g) {
         if (c.dtype != DType::Bool || x.dtype != y.dtype)
           return std::nullopt;
         return foldBroadcast(
-            in, x.dtype, [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
+            in, x.dtype,
+            [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
               bool takeX = c.ints[at[0]] != 0;
               if (out.isFloat())
                 out.floats[i] = takeX ? x.floats[at[1]] : y.floats[at[2]];
@@ -143,7 +144,8 @@ LogicalResult importMod(GraphImporter &g) {
         if (a.dtype != b.dtype)
           return std::nullopt;
         std::optional<ConstTensor> out = foldBroadcast(
-            in, a.dtype, [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
+            in, a.dtype,
+            [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
               if (out.isFloat()) {
                 out.floats[i] = std::fmod(a.floats[at[0]], b.floats[at[1]]);
                 return;
@@ -181,8 +183,7 @@ LogicalResult importTrilu(GraphImporter &g) {
   if (failed(type))
     return failure();
   if (type->getRank() < 2)
-    return g.error() << "Trilu needs an input of rank 2 or more, got "
-                     << *type;
+    return g.error() << "Trilu needs an input of rank 2 or more, got " << *type;
   int64_t rows = type->getDimSize(type->getRank() - 2),
           cols = type->getDimSize(type->getRank() - 1);
   std::vector<int64_t> keep(rows * cols);
@@ -191,15 +192,15 @@ LogicalResult importTrilu(GraphImporter &g) {
       keep[i * cols + j] = upper ? j - i >= k : j - i <= k;
   ConstTensor mask = ConstTensor::ofInts(keep, {rows, cols}, DType::Bool);
   if (const ConstTensor *x = g.constantInput(0)) {
-    std::optional<ConstTensor> out = foldBroadcast(
-        {&mask, x}, x->dtype,
-        [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
-          bool keep = mask.ints[at[0]] != 0;
-          if (out.isFloat())
-            out.floats[i] = keep ? x->floats[at[1]] : 0.0;
-          else
-            out.ints[i] = keep ? x->ints[at[1]] : 0;
-        });
+    std::optional<ConstTensor> out =
+        foldBroadcast({&mask, x}, x->dtype,
+                      [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
+                        bool keep = mask.ints[at[0]] != 0;
+                        if (out.isFloat())
+                          out.floats[i] = keep ? x->floats[at[1]] : 0.0;
+                        else
+                          out.ints[i] = keep ? x->ints[at[1]] : 0;
+                      });
     g.setConstantOutput(0, std::move(*out));
     return success();
   }
@@ -213,8 +214,7 @@ LogicalResult importTrilu(GraphImporter &g) {
                                 g.getBuilder().getZeroAttr(element)))});
   if (failed(zero))
     return failure();
-  auto result = g.createValue<nn::WhereOp>(
-      {g.materialize(mask), *x, *zero});
+  auto result = g.createValue<nn::WhereOp>({g.materialize(mask), *x, *zero});
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
