@@ -147,17 +147,22 @@ struct StageParameters {
   SmallVector<StringRef> names;
 };
 
-FailureOr<StageParameters> collectParameters(ModuleOp m, int64_t size,
-                                             llvm::StringSet<> &names) {
+/// A parameter may be in several stages (a tied weight and its optimizer
+/// state have a copy in each stage that reads it); the copies start equal.
+FailureOr<StageParameters>
+collectParameters(ModuleOp m, int64_t size,
+                  llvm::StringMap<std::vector<char>> &initial) {
   StageParameters out;
   out.blob.assign(size, 0);
   for (auto param : m.getOps<ParameterOp>()) {
-    if (!names.insert(param.getSymName()).second)
-      return param.emitError("parameter '")
-             << param.getSymName() << "' is placed by two stages";
     auto bytes = valueBytes(param);
     if (failed(bytes))
       return failure();
+    auto [copy, first] = initial.try_emplace(param.getSymName(), *bytes);
+    if (!first && copy->second != *bytes)
+      return param.emitError("parameter '")
+             << param.getSymName()
+             << "' is in two stages with different initial values";
     int64_t offset = cast<IntegerAttr>(param->getAttr("gpipe.offset")).getInt();
     if (offset + static_cast<int64_t>(bytes->size()) > size)
       return param.emitError("parameter does not fit the planned blob");
@@ -192,7 +197,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
   // parameters in its own blob.
   std::vector<SmallVector<func::FuncOp>> phases;
   std::vector<StageParameters> params;
-  llvm::StringSet<> paramNames;
+  llvm::StringMap<std::vector<char>> paramNames;
   for (ModuleOp m : stageModules) {
     SmallVector<func::FuncOp> stagePhases;
     for (auto f : m.getOps<func::FuncOp>())

@@ -5,6 +5,8 @@
 
 #include "gpipe/common/DType.h"
 
+#include "llvm/ADT/MapVector.h"
+
 using namespace mlir;
 namespace json = llvm::json;
 
@@ -74,6 +76,13 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
                    slotsOf(s.backward, "gpipe.inputs"),
                    slotsOf(s.backward, "gpipe.outputs"),
                    slotsOf(s.optimizer, "gpipe.inputs")});
+  // Weights trained by several stages (tied embeddings): the stages of
+  // each, and one tie id per weight in order of first appearance.
+  llvm::MapVector<StringRef, SmallVector<int64_t>> trainedBy;
+  for (auto [k, stage] : llvm::enumerate(stages))
+    for (StringRef param : stage.parameters)
+      if (findSlot(all[k].bwdOut, ("grad:" + param).str()))
+        trainedBy[param].push_back(static_cast<int64_t>(k));
   SmallVector<json::Object> out;
   for (auto [k, stage] : llvm::enumerate(stages)) {
     const Phases &p = all[k];
@@ -184,9 +193,15 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       if (grad->role != Role::ParamGrad || !sum ||
           sum->role != Role::ParamGrad || sum->bytes != grad->bytes)
         return fail("the gradient of '" + param + "' has no optimizer input");
-      trained.push_back(json::Object{{"parameter", static_cast<int64_t>(i)},
-                                     {"gradient", grad->index},
-                                     {"sum", sum->index}});
+      json::Object entry{{"parameter", static_cast<int64_t>(i)},
+                         {"gradient", grad->index},
+                         {"sum", sum->index}};
+      auto tied = trainedBy.find(param);
+      if (tied->second.size() > 1) {
+        entry["tie"] = static_cast<int64_t>(tied - trainedBy.begin());
+        entry["tied_stages"] = json::Array(tied->second);
+      }
+      trained.push_back(std::move(entry));
     }
     wiring["trained"] = std::move(trained);
     json::Array hyper;

@@ -19,7 +19,6 @@ gpipe::outlineStages(ModuleOp module) {
   if (stages.empty())
     return forward.emitError("@forward has no gpipe.stage (run "
                              "gpipe-partition first)");
-  llvm::StringMap<int64_t> reader;
   SmallVector<OwningOpRef<ModuleOp>> out;
   for (StageOp stage : stages) {
     OpBuilder b(module.getContext());
@@ -38,14 +37,8 @@ gpipe::outlineStages(ModuleOp module) {
     for (auto param : module.getOps<ParameterOp>()) {
       if (!used.contains(param.getSymName()))
         continue;
-      auto [it, first] =
-          reader.try_emplace(param.getSymName(), stage.getIndex());
-      if (!first && param.getTrainable())
-        return param.emitError("trainable parameter '")
-               << param.getSymName() << "' is read by stages " << it->second
-               << " and " << stage.getIndex()
-               << "; shared weights must stay in one stage (choose the cuts "
-                  "with --stages=manual:...)";
+      // A weight that several stages read (tied embeddings) gets a copy in
+      // each; they train it together (docs/training.md, "Tied weights").
       b.clone(*param);
     }
     Block &body = stage.getBody().front();

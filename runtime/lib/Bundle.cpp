@@ -381,6 +381,23 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     trained.gradient =
         index(t.at("gradient"), bwd->outputs.size(), "backward output");
     trained.sum = index(t.at("sum"), opt->inputs.size(), "optimizer input");
+    if (t.contains("tied_stages")) {
+      trained.tie = integer<int64_t>(t.at("tie"));
+      for (const json &s : t.at("tied_stages"))
+        trained.tiedStages.push_back(integer<int64_t>(s));
+      bool self = false, ascending = trained.tie >= 0;
+      for (size_t i = 0; i < trained.tiedStages.size(); ++i) {
+        self |= trained.tiedStages[i] == stage.index;
+        ascending &=
+            trained.tiedStages[i] >= 0 &&
+            (i == 0 || trained.tiedStages[i] > trained.tiedStages[i - 1]);
+      }
+      if (!self || !ascending || trained.tiedStages.size() < 2)
+        throw BundleError(
+            where + "the stages sharing '" +
+            stage.parameters.tensors[trained.parameter].name +
+            "' must be two or more, ascending, this one included");
+    }
     const TensorSlot &p = stage.parameters.tensors[trained.parameter];
     if (p.dtype != DType::F32 ||
         bwd->outputs[trained.gradient].byteSize() != p.byteSize() ||
@@ -415,6 +432,30 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
         index(j.at("output"), fwd->outputs.size(), "forward output"));
   return w;
 }
+/// Stages that share a weight agree on it: each one they name has the same
+/// tie, the same list of stages and a parameter of the same size (else a
+/// stage would wait for a gradient that never comes).
+void checkTies(const std::vector<StageSpec> &stages) {
+  for (const StageSpec &s : stages)
+    for (const WiringSpec::Trained &t : s.wiring.trained) {
+      const TensorSlot &param = s.parameters.tensors[t.parameter];
+      for (int64_t peer : t.tiedStages) {
+        const WiringSpec::Trained *match = nullptr;
+        if (peer < static_cast<int64_t>(stages.size()))
+          for (const WiringSpec::Trained &u : stages[peer].wiring.trained)
+            if (u.tie == t.tie)
+              match = &u;
+        if (!match || match->tiedStages != t.tiedStages ||
+            stages[peer].parameters.tensors[match->parameter].byteSize() !=
+                param.byteSize())
+          throw BundleError(
+              "stage " + std::to_string(s.index) + " wiring: shared weight '" +
+              param.name + "' (tie " + std::to_string(t.tie) +
+              ") is not shared the same way by stage " + std::to_string(peer));
+      }
+    }
+}
+
 /// Neighbouring stages agree on their messages: what stage k receives is
 /// what stage k-1 (activations) or k+1 (gradients) sends, tensor by tensor.
 void checkMessages(const std::vector<StageSpec> &stages) {
@@ -544,6 +585,7 @@ Bundle loadBundle(const std::string &path) {
           parseSchedule(m.at("schedule"), static_cast<int64_t>(b.stages.size()),
                         b.training.microBatches);
       checkMessages(b.stages);
+      checkTies(b.stages);
     } else if (b.stages.size() != 1) {
       fail(path, "manifest.json",
            "an inference bundle has one stage (pipelined inference is not "

@@ -2,14 +2,22 @@
 
 namespace gpipe::runtime {
 
-InProcessTransport::InProcessTransport(int64_t stages) {
+InProcessTransport::InProcessTransport(int64_t stages) : stages(stages) {
   for (int64_t s = 0; s + 1 < stages; ++s) {
     activations.push_back(std::make_unique<Channel>());
     gradients.push_back(std::make_unique<Channel>());
   }
+  for (int64_t s = 0; s < stages * stages; ++s)
+    tied.push_back(std::make_unique<Channel>());
 }
 
 Channel &InProcessTransport::channel(const MessageKey &key) {
+  if (key.kind == MessageKind::TiedGradient) {
+    if (key.from < 0 || key.to < 0 || key.from >= stages || key.to >= stages ||
+        key.from == key.to)
+      throw TransportError("no link for the " + key.str());
+    return *tied[key.from * stages + key.to];
+  }
   bool forward = key.kind == MessageKind::Activation;
   int64_t link = forward ? key.from : key.to;
   if (key.to - key.from != (forward ? 1 : -1) || link < 0 ||
@@ -52,12 +60,16 @@ void InProcessTransport::abort(const std::string &why) {
     c->close();
   for (auto &c : gradients)
     c->close();
+  for (auto &c : tied)
+    c->close();
 }
 
 void InProcessTransport::reset() {
   for (auto &c : activations)
     c->reset();
   for (auto &c : gradients)
+    c->reset();
+  for (auto &c : tied)
     c->reset();
 }
 

@@ -28,8 +28,10 @@ public:
 private:
   Channel &channel(const MessageKey &key);
 
-  /// activations[s]: stage s to s+1; gradients[s]: stage s+1 to s.
-  std::vector<std::unique_ptr<Channel>> activations, gradients;
+  /// activations[s]: stage s to s+1; gradients[s]: stage s+1 to s;
+  /// tied[from * stages + to]: tied gradients between any two stages.
+  int64_t stages;
+  std::vector<std::unique_ptr<Channel>> activations, gradients, tied;
   std::mutex reasonMutex;
   std::string abortReason;
 };

@@ -219,12 +219,62 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
   }
 }
 
+void StreamRunner::sumTiedGradients() {
+  char *oa = exec->arena(opt);
+  int64_t self = spec_.index;
+  auto tiedKey = [](int64_t from, int64_t to, int64_t tie) {
+    return MessageKey{from, to, MessageKind::TiedGradient, tie};
+  };
+  // Every receive is posted before any send, every send before any wait.
+  for (const WiringSpec::Trained &t : wiring.trained)
+    for (int64_t peer : t.tiedStages)
+      if (peer != self)
+        transport.postReceive(tiedKey(peer, self, t.tie),
+                              optSpec->inputs[t.sum].byteSize());
+  for (const WiringSpec::Trained &t : wiring.trained)
+    for (int64_t peer : t.tiedStages) {
+      if (peer == self)
+        continue;
+      const TensorSlot &sum = optSpec->inputs[t.sum];
+      MessageKey k = tiedKey(self, peer, t.tie);
+      Transport::Message msg = transport.acquire(k, sum.byteSize());
+      exec->device().copyToHost(msg.data(), oa + sum.offset, sum.byteSize());
+      transport.postSend(k, std::move(msg));
+    }
+  for (const WiringSpec::Trained &t : wiring.trained) {
+    if (t.tiedStages.empty())
+      continue;
+    const TensorSlot &sum = optSpec->inputs[t.sum];
+    size_t n = static_cast<size_t>(sum.numElements());
+    tiedOwn.resize(n);
+    tiedSum.assign(n, 0.0f);
+    exec->device().copyToHost(tiedOwn.data(), oa + sum.offset, sum.byteSize());
+    for (size_t i = 0; i < t.tiedStages.size(); ++i) {
+      int64_t peer = t.tiedStages[i];
+      MessageKey k = tiedKey(peer, self, t.tie);
+      Transport::Message msg;
+      const float *part = tiedOwn.data();
+      if (peer != self) {
+        msg = transport.wait(k);
+        part = reinterpret_cast<const float *>(msg.data());
+      }
+      for (size_t e = 0; e < n; ++e)
+        tiedSum[e] = i == 0 ? part[e] : tiedSum[e] + part[e];
+      if (peer != self)
+        transport.release(k, std::move(msg));
+    }
+    exec->device().copyToDevice(oa + sum.offset, tiedSum.data(),
+                                sum.byteSize());
+  }
+}
+
 void StreamRunner::optimizerStep(const StepContext &context) {
   if (backwards != context.microBatches)
     throw std::runtime_error(
         "stage " + std::to_string(spec_.index) + ": optimizer step after " +
         std::to_string(backwards) + " of " +
         std::to_string(context.microBatches) + " backwards");
+  sumTiedGradients();
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.
   for (auto &[hyper, input] : wiring.hyper) {

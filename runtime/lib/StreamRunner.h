@@ -81,6 +81,10 @@ private:
   void forward(int64_t mb, const StepContext &context);
   void backward(int64_t mb, const StepContext &context);
   void optimizerStep(const StepContext &context);
+  /// Adds up, on every stage that shares a weight, the step's gradients of
+  /// that weight from all of them (in stage order, so that every copy
+  /// takes the same optimizer step).
+  void sumTiedGradients();
   void loadStash(int64_t mb, const StepContext &context);
   void send(const MessageLayout &layout, const PhaseSpec &phase,
             const char *arena, const MessageKey &key);
@@ -104,6 +108,7 @@ private:
   const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
   std::vector<const TensorSlot *> dataIn;
 
+  std::vector<float> tiedSum, tiedOwn;  // host scratch of sumTiedGradients
   std::vector<DeviceBuffer> stashSlots; // device memory
   std::vector<int> freeSlots;
   std::map<int64_t, int> slotOf;

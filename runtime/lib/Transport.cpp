@@ -3,10 +3,14 @@
 namespace gpipe::runtime {
 
 std::string MessageKey::str() const {
-  return std::string(kind == MessageKind::Activation ? "activations"
-                                                     : "gradients") +
-         " of micro-batch " + std::to_string(microBatch) + " from stage " +
-         std::to_string(from) + " to stage " + std::to_string(to);
+  std::string what =
+      kind == MessageKind::TiedGradient
+          ? "gradient of shared weight " + std::to_string(microBatch)
+          : std::string(kind == MessageKind::Activation ? "activations"
+                                                        : "gradients") +
+                " of micro-batch " + std::to_string(microBatch);
+  return what + " from stage " + std::to_string(from) + " to stage " +
+         std::to_string(to);
 }
 
 } // namespace gpipe::runtime

@@ -12,10 +12,14 @@
 
 namespace gpipe::runtime {
 
-enum class MessageKind { Activation, Gradient };
+/// Activations go forward to the next stage, gradients back to the
+/// previous one; a tied gradient (the step's gradient of a weight that
+/// several stages share) goes to each other stage that shares it.
+enum class MessageKind { Activation, Gradient, TiedGradient };
 
 /// Which message: from stage `from` to stage `to`, of `kind`, for one
-/// micro-batch. The tag a transport matches sends and receives by.
+/// micro-batch (for a tied gradient: the shared weight's tie id). The tag a
+/// transport matches sends and receives by.
 struct MessageKey {
   int64_t from = 0, to = 0;
   MessageKind kind = MessageKind::Activation;

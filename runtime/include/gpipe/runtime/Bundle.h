@@ -116,9 +116,14 @@ struct WiringSpec {
   int64_t stashBytes = 0;
   /// A trained parameter (index into the stage's parameters), its gradient
   /// (backward output) and the optimizer input where the micro-batches'
-  /// gradients are summed.
+  /// gradients are summed. A weight that several stages share (tied
+  /// embeddings) lists them all in `tiedStages` (ascending, this one
+  /// included) under one `tie` id: before the optimizer step their sums
+  /// are added up, in stage order, on every one of them.
   struct Trained {
     size_t parameter = 0, gradient = 0, sum = 0;
+    std::vector<int64_t> tiedStages;
+    int64_t tie = -1;
   };
   std::vector<Trained> trained;
   std::vector<std::pair<Hyper, size_t>> hyper; // optimizer inputs
