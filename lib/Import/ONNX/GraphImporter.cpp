@@ -100,6 +100,17 @@ void GraphImporter::finalizeParameters() {
                     DictionaryAttr::get(getContext(), folded));
 }
 
+void GraphImporter::recordShapes(
+    llvm::StringMap<SmallVector<int64_t>> &out) const {
+  for (const auto &[name, e] : values) {
+    if (e.value)
+      out[name] = SmallVector<int64_t>(
+          cast<RankedTensorType>(e.value.getType()).getShape());
+    else if (e.constant)
+      out[name] = e.constant->shape;
+  }
+}
+
 bool GraphImporter::isTrainableInitializer(const Entry &entry,
                                            StringRef name) const {
   return entry.initializer && !frozen.count(name) &&

@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <functional>
 #include <optional>
 
 namespace onnx {
@@ -53,6 +54,36 @@ public:
   /// Marks trainable parameters: every floating-point initializer but those
   /// marked frozen, which get their reason as `gpipe.frozen_reason`.
   void finalizeParameters();
+  /// The static shape of every value and constant defined so far, by name.
+  void recordShapes(llvm::StringMap<llvm::SmallVector<int64_t>> &out) const;
+  /// For a model exported with a static batch and compiled for another:
+  /// the shape a named value has at the exported batch (from an import at
+  /// that batch), or null when unknown or when the batch is the exported one.
+  using ExportShapeFn =
+      std::function<const llvm::SmallVector<int64_t> *(llvm::StringRef)>;
+  void setExportShapes(ExportShapeFn fn) { exportShapes = std::move(fn); }
+  /// The batch of the export and the batch compiled for, when they differ.
+  void setBatches(int64_t exported, int64_t compiled) {
+    exportBatch = exported;
+    compiledBatch = compiled;
+  }
+  int64_t getExportBatch() const { return exportBatch; }
+  int64_t getCompiledBatch() const { return compiledBatch; }
+  /// Where the batch sits inside the dimension that carries it: the
+  /// product of that dimension's factors inside (after) the batch; 1 for
+  /// a dimension that is the batch, recorded by the Reshapes that fold it
+  /// and passed on to the outputs of the ops that keep it.
+  std::optional<int64_t> batchInner(llvm::StringRef name) const {
+    auto it = batchInners.find(name);
+    return it == batchInners.end() ? std::nullopt
+                                   : std::optional<int64_t>(it->second);
+  }
+  void setBatchInner(llvm::StringRef name, int64_t inner) {
+    batchInners[name] = inner;
+  }
+  const llvm::SmallVector<int64_t> *exportShape(llvm::StringRef name) {
+    return exportShapes ? exportShapes(name) : nullptr;
+  }
 
   //===--------------------------------------------------------------------===//
   // The node being imported.
@@ -172,6 +203,9 @@ private:
   llvm::StringMap<Entry> values;
   /// Initializers that are not trained, with the reason (the first given).
   llvm::StringMap<std::string> frozen;
+  ExportShapeFn exportShapes;
+  int64_t exportBatch = 0, compiledBatch = 0;
+  llvm::StringMap<int64_t> batchInners;
   bool isTrainableInitializer(const Entry &entry, llvm::StringRef name) const;
   llvm::StringMap<mlir::Operation *> parameters;
 

@@ -74,7 +74,34 @@ private:
   llvm::StringSet<> initializerNames, inputNames;
   std::vector<size_t> order;
   bool batchOverridden = false;
+  int64_t exportBatch = 0; // the static batch of the export, if overridden
+  /// Where an import records its values' shapes (the import at the
+  /// exported batch), and those shapes once computed.
+  llvm::StringMap<SmallVector<int64_t>> *recordShapesInto = nullptr;
+  std::optional<llvm::StringMap<SmallVector<int64_t>>> exportShapes;
+
+public:
+  /// The shape of `name` at the model's exported batch: imports the model
+  /// once more at that batch (errors silenced) on first use.
+  const SmallVector<int64_t> *exportShape(StringRef name);
 };
+
+const SmallVector<int64_t> *ModelImporter::exportShape(StringRef name) {
+  if (!batchOverridden)
+    return nullptr;
+  if (!exportShapes) {
+    exportShapes.emplace();
+    ONNXImportOptions exported = options;
+    exported.batchSize.reset();
+    ScopedDiagnosticHandler silence(context,
+                                    [](Diagnostic &) { return success(); });
+    ModelImporter shadow(model, fileName, context, exported);
+    shadow.recordShapesInto = &*exportShapes;
+    (void)shadow.run();
+  }
+  auto it = exportShapes->find(name);
+  return it == exportShapes->end() ? nullptr : &it->second;
+}
 
 LogicalResult ModelImporter::checkModel() {
   if (model.ir_version() < 3 || model.ir_version() > 10)
@@ -230,6 +257,7 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   }
   if (options.batchSize && !symbolic && !shape.empty() &&
       shape[0] != *options.batchSize) {
+    exportBatch = shape[0];
     shape[0] = *options.batchSize;
     batchOverridden = true;
   }
@@ -282,6 +310,15 @@ LogicalResult ModelImporter::importNodes(GraphImporter &g) {
       if (!out.empty() && !g.isDefined(out))
         return emitError(g.getLoc())
                << qualified << ": output '" << out << "' was not produced";
+    // Ops other than Reshape keep the batch's place inside its dimension.
+    std::optional<int64_t> inner;
+    for (const std::string &in : node.input())
+      if (!inner && !in.empty())
+        inner = g.batchInner(in);
+    if (inner)
+      for (const std::string &out : node.output())
+        if (!out.empty() && !g.batchInner(out))
+          g.setBatchInner(out, *inner);
   }
   return success();
 }
@@ -402,7 +439,13 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
     g.defineValue(name, body->getArgument(i));
     func.setArgAttr(i, "gpipe.name", b.getStringAttr(name));
   }
-  if (failed(importNodes(g)))
+  g.setExportShapes([this](StringRef name) { return exportShape(name); });
+  if (batchOverridden)
+    g.setBatches(exportBatch, *options.batchSize);
+  LogicalResult imported = importNodes(g);
+  if (recordShapesInto)
+    g.recordShapes(*recordShapesInto);
+  if (failed(imported))
     return nullptr;
 
   SmallVector<Value> results;

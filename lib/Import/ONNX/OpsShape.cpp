@@ -126,6 +126,66 @@ LogicalResult importExpand(GraphImporter &g) {
   return success();
 }
 
+/// A Reshape of a model exported with a static batch B and compiled for
+/// batch b: its constant target holds B (or B folded with other dims, as
+/// an attention's [B * heads, T, d] or [T * B, E]). The import at the
+/// exported batch gives the input's and the output's shapes at B; the one
+/// input dimension d that differs carries the batch. A reshape keeps the
+/// row-major order, so the batch index keeps its stride S (the elements
+/// after it: the factors of d inside the batch times the dimensions after
+/// d); the output dimension j whose trailing dimensions divide S and whose
+/// own span holds S * B carries the batch and scales by b / B. Null when
+/// the input's batch cannot be located.
+std::optional<SmallVector<int64_t>> rebatchedTarget(GraphImporter &g,
+                                                    RankedTensorType in) {
+  const onnx::NodeProto &node = g.getNode();
+  const SmallVector<int64_t> *inB = g.exportShape(node.input(0));
+  const SmallVector<int64_t> *outB = g.exportShape(node.output(0));
+  int64_t batchThen = g.getExportBatch(), batchNow = g.getCompiledBatch();
+  if (!inB || !outB || inB->size() != static_cast<size_t>(in.getRank()) ||
+      batchThen <= 0 || batchNow <= 0)
+    return std::nullopt;
+  SmallVector<int64_t> differ;
+  for (int64_t i = 0; i < in.getRank(); ++i)
+    if ((*inB)[i] != in.getDimSize(i))
+      differ.push_back(i);
+  if (differ.size() != 1)
+    return std::nullopt;
+  size_t d = differ[0];
+  int64_t then = (*inB)[d];
+  if (then % batchThen != 0 || then / batchThen * batchNow != in.getDimSize(d))
+    return std::nullopt;
+  // Unknown: the batch outermost in its dimension (as PyTorch folds it
+  // with attention heads).
+  int64_t inner = g.batchInner(node.input(0)).value_or(then / batchThen);
+  int64_t stride = inner;
+  for (size_t i = d + 1; i < inB->size(); ++i)
+    stride *= (*inB)[i];
+  int64_t suffix = 1;
+  for (size_t j = outB->size(); j-- > 0;) {
+    int64_t span = suffix * (*outB)[j];
+    if (suffix != 0 && stride % suffix == 0 &&
+        span % (stride * batchThen) == 0) {
+      SmallVector<int64_t> shape(*outB);
+      shape[j] = (*outB)[j] / batchThen * batchNow;
+      g.setBatchInner(node.output(0), stride / suffix);
+      return shape;
+    }
+    suffix = span;
+  }
+  return std::nullopt;
+}
+
+/// Says how to export a model whose static batch its constants carry.
+InFlightDiagnostic &staticBatchHint(GraphImporter &g, InFlightDiagnostic &d) {
+  if (g.exportShape(g.getNode().input(0)))
+    d << "; the model was exported with a static batch that this shape "
+         "carries and gpipe cannot tell which dimension holds it: export "
+         "with the batch dynamic (torch.onnx.export(..., dynamic_axes={"
+         "'input': {0: 'batch'}, ...}))";
+  return d;
+}
+
 LogicalResult importReshape(GraphImporter &g) {
   if (failed(g.checkAttrs({"allowzero"})))
     return failure();
@@ -162,14 +222,29 @@ LogicalResult importReshape(GraphImporter &g) {
     known *= d;
   }
   int64_t total = type->getNumElements();
-  if (inferred >= 0) {
-    if (known == 0 || total % known != 0)
-      return g.error() << "cannot infer the -1 entry: " << total
-                       << " elements are not divisible by " << known;
+  bool fits = inferred >= 0 ? known != 0 && total % known == 0 : known == total;
+  if (fits && inferred >= 0)
     shape[inferred] = total / known;
-  } else if (known != total) {
-    return g.error() << "cannot reshape " << *type << " (" << total
-                     << " elements) to " << known << " elements";
+  if (!fits || g.exportShape(g.getNode().input(0))) {
+    // A static-batch export at another batch: the target may carry the
+    // exported batch even where it fits (a -1 absorbing it elsewhere).
+    if (std::optional<SmallVector<int64_t>> rebatched =
+            rebatchedTarget(g, *type)) {
+      int64_t count = 1;
+      for (int64_t d : *rebatched)
+        count *= d;
+      if (count == total)
+        return reshapeTo(g, *rebatched);
+    }
+  }
+  if (!fits) {
+    InFlightDiagnostic d =
+        inferred >= 0 ? g.error() << "cannot infer the -1 entry: " << total
+                                  << " elements are not divisible by " << known
+                      : g.error() << "cannot reshape " << *type << " (" << total
+                                  << " elements) to " << known << " elements";
+    staticBatchHint(g, d);
+    return failure();
   }
   return reshapeTo(g, shape);
 }
