@@ -1,0 +1,236 @@
+"""Language models as users write and export them, trained in a pipeline
+and compared with PyTorch step by step.
+
+  * gpt: a GPT-2-style decoder (token and learned position embeddings,
+    causal self-attention masked with `masked_fill(mask == 0, -inf)` from a
+    registered `tril` buffer, GELU MLP, LM head tied to the token embedding
+    `lm_head.weight = wte.weight`), next-token cross-entropy over
+    [B, T, V] logits with [B, T] labels;
+  * gpt_triu: the same with the mask built in forward from
+    `torch.triu(torch.ones(T, T), 1).bool()` and `masked_fill(mask, -inf)`;
+  * each exported in training mode (opset 17, no constant folding) with a
+    static batch and with `dynamic_axes`, trained 10 steps as a two-stage
+    pipeline (M = 4; SGD with momentum and AdamW), some labels set to the
+    ignore index -100; every step's loss within 1e-4 relative of PyTorch's
+    run with the same micro-batching, and the trainable parameters exactly
+    PyTorch's named_parameters() (the mask buffer is not one of them);
+  * encoder: nn.TransformerEncoder (batch_first) exported with a static
+    batch of 8 trains at M = 1, 2, 4 and 8 with the same losses.
+
+usage: language_models.py GPIPE_OPT GPIPE_RUN WORK_DIR
+"""
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pytorch_training  # noqa: E402  (its PyTorch replay of a run)
+
+STEPS, BATCH, SAMPLES, SEQ, VOCAB = 10, 8, 32, 12, 48
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, triu):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.heads, self.triu = heads, triu
+        if not triu:
+            self.register_buffer(
+                "mask", torch.tril(torch.ones(SEQ, SEQ)).view(1, 1, SEQ, SEQ))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+        if self.triu:
+            mask = torch.triu(torch.ones(t, t), diagonal=1).bool()
+            att = att.masked_fill(mask, float("-inf"))
+        else:
+            att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, triu, dim=32, heads=4, layers=2):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VOCAB, dim), nn.Embedding(SEQ, dim)
+        self.blocks = nn.Sequential(*[Block(dim, heads, triu)
+                                      for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(dim)
+        self.lm_head = nn.Linear(dim, VOCAB, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as GPT-2
+        for p in self.parameters():  # small logits: a loss that falls
+            nn.init.normal_(p, std=0.1) if p.dim() > 1 else None
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0,
+                                           batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.head(self.enc(x).mean(dim=1))
+
+
+OPTIMIZERS = {
+    "sgd": (["--optimizer=sgd", "--lr=0.1", "--momentum=0.9"],
+            lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+    # eps 1e-6: see parameter_training.py (attention's key bias).
+    "adamw": (["--optimizer=adamw", "--lr=0.01", "--weight-decay=0.01",
+               "--eps=1e-6"],
+              lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.01,
+                                          eps=1e-6)),
+}
+SUMMARY_RE = re.compile(r"^parameters: (\d+) trainable tensors \((\d+) values\)",
+                        re.M)
+
+
+def export(model, example, path, dynamic):
+    model.train()
+    torch.onnx.export(
+        model, example, path, opset_version=17,
+        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+        input_names=["input"], output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}
+        if dynamic else None)
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def train(gpipe_opt, gpipe_run, onnx_path, data, tag, micro, devices,
+          optimizer, work):
+    bundle = os.path.join(work, tag + ".gpipe")
+    rc, out = run([gpipe_opt, onnx_path, "--mode=train",
+                   f"--batch-size={BATCH}", f"--micro-batches={micro}",
+                   f"--devices={devices}", "-o", bundle]
+                  + OPTIMIZERS[optimizer][0])
+    if rc != 0:
+        return None, f"compile failed: {out.strip()}"
+    log = os.path.join(work, tag + ".csv")
+    rc, out = run([gpipe_run, bundle, "--train", f"--data={data}",
+                   f"--steps={STEPS}", "--no-shuffle", f"--loss-log={log}"])
+    if rc != 0:
+        return None, f"gpipe-run failed: {out.strip()}"
+    with open(log) as f:
+        return [float(r["loss"]) for r in csv.DictReader(f)], None
+
+
+def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
+    tag = f"gpt{'_triu' if triu else ''}_{optimizer}" + (
+        "_dyn" if dynamic else "_static")
+    torch.manual_seed(0)
+    model = GPT(triu)
+    onnx_path = os.path.join(work, tag + ".onnx")
+    export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), onnx_path, dynamic)
+    errors = []
+    rc, out = run([gpipe_opt, onnx_path, "--emit=summary"]
+                  + ([f"--batch-size={BATCH}"] if dynamic else []))
+    m = SUMMARY_RE.search(out)
+    params = list(model.named_parameters())  # the tied weight once
+    expected = (len(params), sum(p.numel() for _, p in params))
+    if rc != 0 or not m or (int(m.group(1)), int(m.group(2))) != expected:
+        errors.append(f"summary {m.group(0) if m else out!r}, PyTorch "
+                      f"{expected[0]} trainable tensors ({expected[1]} values)")
+    rng = np.random.RandomState(3)
+    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
+    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    y[rng.rand(*y.shape) < 0.1] = -100  # padding: counts for nothing
+    data = os.path.join(work, tag + ".npz")
+    np.savez(data, input=x, labels=y)
+    got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
+                     "cpu:0,cpu:1", optimizer, work)
+    if err:
+        return errors + [err]
+    want, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), 4, optimizer,
+        steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
+    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+    if len(got) != STEPS or worst > 1e-4:
+        errors.append(f"losses differ (worst relative {worst:.2e}): "
+                      f"{got[:3]}... vs {want[:3]}...")
+    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
+          f"error {worst:.2e}")
+    return errors
+
+
+def check_encoder(gpipe_opt, gpipe_run, work):
+    torch.manual_seed(0)
+    model = Encoder()
+    onnx_path = os.path.join(work, "encoder_static.onnx")
+    export(model, torch.randn(BATCH, 6, 16), onnx_path, dynamic=False)
+    rng = np.random.RandomState(1)
+    x = rng.randn(SAMPLES, 6, 16).astype(np.float32)
+    y = rng.randint(0, 5, size=SAMPLES).astype(np.int64)
+    data = os.path.join(work, "encoder.npz")
+    np.savez(data, input=x, labels=y)
+    runs, errors = {}, []
+    for micro in (1, 2, 4, 8):
+        got, err = train(gpipe_opt, gpipe_run, onnx_path, data,
+                         f"encoder_m{micro}", micro, "cpu:0,cpu:1", "sgd",
+                         work)
+        if err:
+            errors.append(f"M={micro}: {err}")
+            continue
+        runs[micro] = got
+    want, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), 1, "sgd",
+        steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
+    for micro, got in runs.items():
+        worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+        if len(got) != STEPS or worst > 1e-4:
+            errors.append(f"M={micro}: losses differ from M=1 PyTorch (worst "
+                          f"relative {worst:.2e})")
+        print(f"encoder static batch, M={micro}: loss {got[0]:.4f} -> "
+              f"{got[-1]:.4f}, worst relative loss error {worst:.2e}")
+    return errors
+
+
+def main():
+    gpipe_opt, gpipe_run, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    failed = total = 0
+    cases = [(triu, dynamic, optimizer) for triu in (False, True)
+             for dynamic in (False, True) for optimizer in ("sgd", "adamw")
+             if not (triu and optimizer == "adamw")]
+    for triu, dynamic, optimizer in cases:
+        total += 1
+        errors = check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work)
+        for e in errors:
+            print(f"FAIL gpt triu={triu} dynamic={dynamic} {optimizer}: {e}")
+        failed += bool(errors)
+    total += 1
+    errors = check_encoder(gpipe_opt, gpipe_run, work)
+    for e in errors:
+        print(f"FAIL encoder: {e}")
+    failed += bool(errors)
+    print(f"{total - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
