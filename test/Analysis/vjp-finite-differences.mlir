@@ -279,3 +279,28 @@ func.func @hard_swish(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
   %0 = nn.hard_swish %y : tensor<3x5xf64>
   return %0 : tensor<3x5xf64>
 }
+
+// Masks: `where` passes the gradient to the branch each element took (a
+// constant causal mask, a mask compared from data, broadcast branches) and
+// nothing through the condition; fmod's gradient in both operands.
+// CHECK: where_causal: ok
+func.func @where_causal(%x: tensor<2x3x3xf64>) -> tensor<2x3x3xf64> {
+  %mask = nn.constant dense<[[true, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>
+  %fill = nn.constant dense<-1.0e+09> : tensor<f64>
+  %0 = nn.where %mask, %x, %fill : (tensor<3x3xi1>, tensor<2x3x3xf64>, tensor<f64>) -> tensor<2x3x3xf64>
+  %1 = nn.softmax %0 {axis = 2 : i64} : (tensor<2x3x3xf64>) -> tensor<2x3x3xf64>
+  return %1 : tensor<2x3x3xf64>
+}
+// CHECK: where_compared: ok
+func.func @where_compared(%x: tensor<4x5xf64>, %y: tensor<5xf64>) -> tensor<4x5xf64> {
+  %zero = nn.constant dense<0.0> : tensor<f64>
+  %c = nn.greater %x, %zero : (tensor<4x5xf64>, tensor<f64>) -> tensor<4x5xi1>
+  %n = nn.not %c : tensor<4x5xi1>
+  %0 = nn.where %n, %y, %x : (tensor<4x5xi1>, tensor<5xf64>, tensor<4x5xf64>) -> tensor<4x5xf64>
+  return %0 : tensor<4x5xf64>
+}
+// CHECK: fmod: ok
+func.func @fmod(%a: tensor<3x4xf64>, %b: tensor<4xf64> {check.positive}) -> tensor<3x4xf64> {
+  %0 = nn.mod %a, %b {fmod = true} : (tensor<3x4xf64>, tensor<4xf64>) -> tensor<3x4xf64>
+  return %0 : tensor<3x4xf64>
+}

@@ -286,3 +286,29 @@ func.func @gather_grad_shape(%g: tensor<3x4xf32>, %i: tensor<2xi64>) -> tensor<5
   %0 = nn.gather_grad %g, %i {axis = 0 : i64} : (tensor<3x4xf32>, tensor<2xi64>) -> tensor<5x4xf32>
   return %0 : tensor<5x4xf32>
 }
+
+// -----
+
+func.func @where_condition(%c: tensor<2xf32>, %x: tensor<2xf32>) {
+  // expected-error @+2 {{'nn.where' condition must be an i1 tensor, got 'tensor<2xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.where %c, %x, %x : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @logic_on_floats(%x: tensor<2xf32>) {
+  // expected-error @+2 {{'nn.and' operands must be i1 tensors, got 'tensor<2xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.and %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @float_mod(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'nn.mod' op on floating-point tensors needs fmod = true}}
+  %0 = nn.mod %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return
+}

@@ -120,3 +120,21 @@ func.func @gradients(%g: tensor<2x8x5x5xf32>, %w: tensor<8x4x3x3xf32>, %x: tenso
       : (tensor<2x8x5x5xf32>, tensor<2x8x5x5xf32>) -> tensor<2x8x5x5xf32>
   return %0 : tensor<2x4x5x5xf32>
 }
+
+// CHECK-LABEL: func @masks
+func.func @masks(%x: tensor<2x3xf32>, %ids: tensor<2x3xi64>, %pad: tensor<i64>) -> (tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xi64>) {
+  // CHECK: nn.equal %{{.*}}, %{{.*}} : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi1>
+  %0 = nn.equal %ids, %pad : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi1>
+  // CHECK: nn.less_equal
+  %1 = nn.less_equal %ids, %pad : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi1>
+  // CHECK: nn.or
+  %2 = nn.or %0, %1 : (tensor<2x3xi1>, tensor<2x3xi1>) -> tensor<2x3xi1>
+  // CHECK: nn.not %{{.*}} : tensor<2x3xi1>
+  %3 = nn.not %2 : tensor<2x3xi1>
+  %inf = nn.constant dense<0xFF800000> : tensor<f32>
+  // CHECK: nn.where %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %4 = nn.where %3, %x, %inf : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  // CHECK: nn.mod %{{.*}}, %{{.*}} : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi64>
+  %5 = nn.mod %ids, %pad : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi64>
+  return %4, %3, %5 : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xi64>
+}
