@@ -148,18 +148,20 @@ struct StageParameters {
 };
 
 /// A parameter may be in several stages (a tied weight and its optimizer
-/// state have a copy in each stage that reads it); the copies start equal.
+/// state have a copy in each stage that reads it); the copies start equal:
+/// clones of one gpipe.parameter, whose value attributes are uniqued.
 FailureOr<StageParameters>
 collectParameters(ModuleOp m, int64_t size,
-                  llvm::StringMap<std::vector<char>> &initial) {
+                  llvm::StringMap<Attribute> &initial) {
   StageParameters out;
   out.blob.assign(size, 0);
   for (auto param : m.getOps<ParameterOp>()) {
     auto bytes = valueBytes(param);
     if (failed(bytes))
       return failure();
-    auto [copy, first] = initial.try_emplace(param.getSymName(), *bytes);
-    if (!first && copy->second != *bytes)
+    auto [copy, first] =
+        initial.try_emplace(param.getSymName(), param.getValue());
+    if (!first && copy->second != param.getValue())
       return param.emitError("parameter '")
              << param.getSymName()
              << "' is in two stages with different initial values";
@@ -197,7 +199,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
   // parameters in its own blob.
   std::vector<SmallVector<func::FuncOp>> phases;
   std::vector<StageParameters> params;
-  llvm::StringMap<std::vector<char>> paramNames;
+  llvm::StringMap<Attribute> paramNames;
   for (ModuleOp m : stageModules) {
     SmallVector<func::FuncOp> stagePhases;
     for (auto f : m.getOps<func::FuncOp>())

@@ -22,7 +22,6 @@ usage: language_models.py GPIPE_OPT GPIPE_RUN WORK_DIR
 import csv
 import math
 import os
-import re
 import subprocess
 import sys
 
@@ -33,6 +32,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_training  # noqa: E402  (its PyTorch replay of a run)
+# The optimizers, the summary's parameter line and the export call of the
+# parameter test (training mode, opset 17, no constant folding).
+from parameter_training import OPTIMIZERS, SUMMARY_RE, export  # noqa: E402
 
 STEPS, BATCH, SAMPLES, SEQ, VOCAB = 10, 8, 32, 12, 48
 
@@ -92,29 +94,6 @@ class Encoder(nn.Module):
 
     def forward(self, x):
         return self.head(self.enc(x).mean(dim=1))
-
-
-OPTIMIZERS = {
-    "sgd": (["--optimizer=sgd", "--lr=0.1", "--momentum=0.9"],
-            lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
-    # eps 1e-6: see parameter_training.py (attention's key bias).
-    "adamw": (["--optimizer=adamw", "--lr=0.01", "--weight-decay=0.01",
-               "--eps=1e-6"],
-              lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.01,
-                                          eps=1e-6)),
-}
-SUMMARY_RE = re.compile(r"^parameters: (\d+) trainable tensors \((\d+) values\)",
-                        re.M)
-
-
-def export(model, example, path, dynamic):
-    model.train()
-    torch.onnx.export(
-        model, example, path, opset_version=17,
-        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-        input_names=["input"], output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}
-        if dynamic else None)
 
 
 def run(cmd):

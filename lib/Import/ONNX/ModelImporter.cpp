@@ -310,7 +310,10 @@ LogicalResult ModelImporter::importNodes(GraphImporter &g) {
       if (!out.empty() && !g.isDefined(out))
         return emitError(g.getLoc())
                << qualified << ": output '" << out << "' was not produced";
-    // Ops other than Reshape keep the batch's place inside its dimension.
+    // Ops other than Reshape keep the batch's place inside its dimension
+    // (tracked only for a static-batch export compiled at another batch).
+    if (!batchOverridden)
+      continue;
     std::optional<int64_t> inner;
     for (const std::string &in : node.input())
       if (!inner && !in.empty())

@@ -139,26 +139,14 @@ LogicalResult importMod(GraphImporter &g) {
     return g.error() << "Mod by a constant divisor that holds 0";
   return importFoldable<nn::ModOp>(
       g, 2,
-      [&](ArrayRef<const ConstTensor *> in) -> std::optional<ConstTensor> {
-        const ConstTensor &a = *in[0], &b = *in[1];
-        if (a.dtype != b.dtype)
-          return std::nullopt;
-        std::optional<ConstTensor> out = foldBroadcast(
-            in, a.dtype,
-            [&](ArrayRef<int64_t> at, ConstTensor &out, int64_t i) {
-              if (out.isFloat()) {
-                out.floats[i] = std::fmod(a.floats[at[0]], b.floats[at[1]]);
-                return;
-              }
-              int64_t x = a.ints[at[0]], y = b.ints[at[1]];
+      [&](ArrayRef<const ConstTensor *> in) {
+        return foldBinary(
+            *in[0], *in[1],
+            [&](int64_t x, int64_t y) {
               int64_t r = (x == INT64_MIN && y == -1) ? 0 : x % y;
-              if (!fmod && r != 0 && ((r < 0) != (y < 0)))
-                r += y;
-              out.ints[i] = r;
-            });
-        if (!out)
-          return std::nullopt;
-        return out->castTo(out->dtype);
+              return !fmod && r != 0 && ((r < 0) != (y < 0)) ? r + y : r;
+            },
+            [](double x, double y) { return std::fmod(x, y); });
       },
       {g.named("fmod", g.getBuilder().getBoolAttr(fmod))});
 }
