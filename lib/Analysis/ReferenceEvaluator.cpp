@@ -802,6 +802,29 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         set(o.getGradBias(), std::move(db));
         return success();
       })
+      .Case([&](CumSumOp o) -> LogicalResult {
+        const RefTensor &x = in(o.getInput());
+        int64_t outer, size, inner;
+        around(x.shape, normalizedAxis(o.getAxis(), x.shape.size()), outer,
+               size, inner);
+        RefTensor out = RefTensor::zeros(x.shape);
+        bool reverse = o.getReverse(), exclusive = o.getExclusive();
+        for (int64_t a = 0; a < outer; ++a)
+          for (int64_t b = 0; b < inner; ++b) {
+            double sum = 0.0;
+            for (int64_t j = 0; j < size; ++j) {
+              int64_t at =
+                  (a * size + (reverse ? size - 1 - j : j)) * inner + b;
+              if (exclusive)
+                out.data[at] = sum;
+              sum += x.data[at];
+              if (!exclusive)
+                out.data[at] = sum;
+            }
+          }
+        set(o.getResult(), std::move(out));
+        return success();
+      })
       .Case<SoftmaxOp, LogSoftmaxOp>([&](auto o) -> LogicalResult {
         const RefTensor &x = in(o.getInput());
         int64_t outer, size, inner;

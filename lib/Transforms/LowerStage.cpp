@@ -596,6 +596,69 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
             });
         return true;
       })
+      .Case([&](nn::CumSumOp c) -> FailureOr<bool> {
+        // A serial loop nest (the sum runs along the axis); step j of the
+        // axis visits position p = j (or size - 1 - j in reverse):
+        // out[p] = out[p - 1] + in[p], or out[p - 1] + in[p - 1] when
+        // exclusive, with zero before the first position ("p - 1" is the
+        // previous position visited).
+        auto type = cast<RankedTensorType>(c.getInput().getType());
+        Type element = type.getElementType();
+        bool isFloat = isa<FloatType>(element);
+        if (!isFloat && !isa<IntegerType>(element))
+          return fail("on " + std::string("this element type is not "
+                                          "supported by code generation"));
+        int64_t rank = type.getRank();
+        int64_t axis = c.getAxis() < 0 ? c.getAxis() + rank : c.getAxis();
+        int64_t size = type.getDimSize(axis);
+        bool reverse = c.getReverse(), exclusive = c.getExclusive();
+        Value in = viewOf(b, c.getInput()), out = viewOf(b, c.getResult());
+        Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+        Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+        SmallVector<Value> lbs, ubs, steps;
+        for (int64_t d : type.getShape()) {
+          lbs.push_back(zero);
+          ubs.push_back(b.create<arith::ConstantIndexOp>(loc, d));
+          steps.push_back(one);
+        }
+        scf::buildLoopNest(
+            b, loc, lbs, ubs, steps,
+            [&](OpBuilder &nb, Location l, ValueRange ivs) {
+              Value j = ivs[axis];
+              Value last = nb.create<arith::ConstantIndexOp>(l, size - 1);
+              auto position = [&](Value step) -> Value {
+                return reverse
+                           ? nb.create<arith::SubIOp>(l, last, step).getResult()
+                           : step;
+              };
+              SmallVector<Value> at(ivs.begin(), ivs.end());
+              at[axis] = position(j);
+              Value z = zeroOf(nb, l, element);
+              Value first = nb.create<arith::CmpIOp>(
+                  l, arith::CmpIPredicate::eq, j,
+                  nb.create<arith::ConstantIndexOp>(l, 0));
+              // The previous position, clamped to 0 at the first step (its
+              // value is then not used).
+              Value prevStep = nb.create<arith::SelectOp>(
+                  l, first, j, nb.create<arith::SubIOp>(l, j, one));
+              SmallVector<Value> prevAt(ivs.begin(), ivs.end());
+              prevAt[axis] = position(prevStep);
+              Value prevSum = nb.create<arith::SelectOp>(
+                  l, first, z, nb.create<memref::LoadOp>(l, out, prevAt));
+              Value term =
+                  exclusive ? nb.create<arith::SelectOp>(
+                                    l, first, z,
+                                    nb.create<memref::LoadOp>(l, in, prevAt))
+                                  .getResult()
+                            : nb.create<memref::LoadOp>(l, in, at).getResult();
+              Value sum =
+                  isFloat
+                      ? nb.create<arith::AddFOp>(l, prevSum, term).getResult()
+                      : nb.create<arith::AddIOp>(l, prevSum, term).getResult();
+              nb.create<memref::StoreOp>(l, sum, out, at);
+            });
+        return true;
+      })
       .Case([&](nn::GatherGradOp g) -> FailureOr<bool> {
         // Serial loops over the gradient (indices may repeat, so the adds
         // into one row must not race): out[pre, idx[mid], post] +=

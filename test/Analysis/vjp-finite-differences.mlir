@@ -304,3 +304,16 @@ func.func @fmod(%a: tensor<3x4xf64>, %b: tensor<4xf64> {check.positive}) -> tens
   %0 = nn.mod %a, %b {fmod = true} : (tensor<3x4xf64>, tensor<4xf64>) -> tensor<3x4xf64>
   return %0 : tensor<3x4xf64>
 }
+
+// Running sums: the gradient is the running sum of the cotangent in the
+// other direction (exclusive stays exclusive).
+// CHECK: cumsum: ok
+func.func @cumsum(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
+  %0 = nn.cumsum %x {axis = 1 : i64} : (tensor<3x5xf64>) -> tensor<3x5xf64>
+  return %0 : tensor<3x5xf64>
+}
+// CHECK: cumsum_exclusive_reverse: ok
+func.func @cumsum_exclusive_reverse(%x: tensor<4x3xf64>) -> tensor<4x3xf64> {
+  %0 = nn.cumsum %x {axis = 0 : i64, exclusive = true, reverse = true} : (tensor<4x3xf64>) -> tensor<4x3xf64>
+  return %0 : tensor<4x3xf64>
+}

@@ -90,6 +90,7 @@ int64_t BatchNormOp::getFlops() { return 4 * outputElements(*this); }
 int64_t LayerNormOp::getFlops() { return 8 * outputElements(*this); }
 int64_t SoftmaxOp::getFlops() { return 5 * outputElements(*this); }
 int64_t LogSoftmaxOp::getFlops() { return 5 * outputElements(*this); }
+int64_t CumSumOp::getFlops() { return outputElements(*this); }
 
 int64_t MaxPoolOp::getFlops() {
   int64_t window = 1;

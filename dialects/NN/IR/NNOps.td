@@ -326,6 +326,20 @@ def NN_SoftmaxOp : NN_ForwardOp<"softmax",
   let results = (outs NN_Tensor:$output);
 }
 
+def NN_CumSumOp : NN_ForwardOp<"cumsum",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+  let summary = "Running sum along one axis";
+  let description = [{
+    out[i] = sum of input[j] for j <= i along `axis` (j < i when `exclusive`;
+    summed from the end when `reverse`), as ONNX CumSum. Integer (token
+    types, positions from a padding mask) or float.
+  }];
+  let arguments = (ins NN_Tensor:$input, I64Attr:$axis,
+                   DefaultValuedAttr<BoolAttr, "false">:$exclusive,
+                   DefaultValuedAttr<BoolAttr, "false">:$reverse);
+  let results = (outs NN_Tensor:$output);
+}
+
 def NN_LogSoftmaxOp : NN_ForwardOp<"log_softmax",
     [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "log(softmax(x)) along one axis";

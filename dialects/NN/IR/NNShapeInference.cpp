@@ -413,6 +413,7 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   }
 GPIPE_AXIS_SAME_TYPE_INFER(SoftmaxOp, "softmax")
 GPIPE_AXIS_SAME_TYPE_INFER(LogSoftmaxOp, "log_softmax")
+GPIPE_AXIS_SAME_TYPE_INFER(CumSumOp, "cumsum")
 #undef GPIPE_AXIS_SAME_TYPE_INFER
 
 LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *,

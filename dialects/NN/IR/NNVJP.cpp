@@ -140,6 +140,16 @@ LogicalResult GatherOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+LogicalResult CumSumOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  // Input j reaches every output the sum runs over after it: the gradient
+  // is the running sum of the output gradient in the other direction.
+  operandGrads.push_back(b.create<CumSumOp>(getLoc(), resultGrads[0],
+                                            getAxisAttr(), getExclusiveAttr(),
+                                            b.getBoolAttr(!getReverse())));
+  return success();
+}
+
 LogicalResult BroadcastOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
   operandGrads.push_back(

@@ -84,6 +84,12 @@ public:
   const llvm::SmallVector<int64_t> *exportShape(llvm::StringRef name) {
     return exportShapes ? exportShapes(name) : nullptr;
   }
+  /// Before a broadcasting op or a Concat (`concatAxis`) of a static-batch
+  /// export compiled at another batch: inputs that still hold the exported
+  /// batch where another input holds the compiled one (a constant the same
+  /// for every sample, a broadcast along the batch) get the compiled batch;
+  /// a constant with per-sample values is an error (StaticBatch.cpp).
+  mlir::LogicalResult rebatchInputs(std::optional<int64_t> concatAxis);
 
   //===--------------------------------------------------------------------===//
   // The node being imported.

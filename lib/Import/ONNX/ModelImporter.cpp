@@ -272,6 +272,44 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   return RankedTensorType::get(shape, *elementType);
 }
 
+/// A static-batch export compiled at another batch: the inputs of a
+/// broadcasting op or a Concat that still hold the exported batch get the
+/// compiled one where that is exact (GraphImporter::rebatchInputs).
+static LogicalResult rebatchInputs(GraphImporter &g,
+                                   const onnx::NodeProto &node) {
+  static const llvm::StringSet<> broadcasting = {"Add",
+                                                 "Sub",
+                                                 "Mul",
+                                                 "Div",
+                                                 "Pow",
+                                                 "Where",
+                                                 "Equal",
+                                                 "Less",
+                                                 "Greater",
+                                                 "LessOrEqual",
+                                                 "GreaterOrEqual",
+                                                 "And",
+                                                 "Or",
+                                                 "Xor",
+                                                 "Mod",
+                                                 "Max",
+                                                 "Min",
+                                                 "Sum",
+                                                 "Mean",
+                                                 "PRelu"};
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return success();
+  if (broadcasting.contains(node.op_type()))
+    return g.rebatchInputs(std::nullopt);
+  if (node.op_type() != "Concat")
+    return success();
+  auto type = g.inputType(0);
+  if (failed(type))
+    return success(); // the importer reports it
+  int64_t rank = type->getRank(), axis = g.intAttr("axis", 0);
+  return g.rebatchInputs(axis < 0 ? axis + rank : axis);
+}
+
 LogicalResult ModelImporter::importNodes(GraphImporter &g) {
   const OpImporterTable &table = getOpImporterTable();
   for (size_t index : order) {
@@ -301,6 +339,8 @@ LogicalResult ModelImporter::importNodes(GraphImporter &g) {
              << nodeName(node, index) << "' (opset " << domainOpset
              << "); supported ops: " << table.supportedOps();
     }
+    if (batchOverridden && failed(rebatchInputs(g, node)))
+      return failure();
     if (failed(importer->import(g)) || g.failed()) {
       if (!g.failed())
         emitError(g.getLoc()) << qualified << ": import failed";

@@ -1,8 +1,9 @@
 //===- OpsShape.cpp - Importers of shape and data-movement ops ------------===//
 //
 // Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split,
-// Gather, Pad and ReduceMean. Shape arguments must be known at compile time;
-// on constant data the ops are folded (that is how Shape -> Gather -> Concat
+// Gather, Pad, ReduceMean and CumSum. Shape arguments must be known at compile
+// time; on constant data the ops are folded (that is how Shape -> Gather ->
+// Concat
 // -> Reshape chains of exporters disappear).
 //
 //===----------------------------------------------------------------------===//
@@ -678,6 +679,65 @@ LogicalResult importReduceMean(GraphImporter &g) {
   return success();
 }
 
+/// CumSum: the axis must be a compile-time constant; folded on constants
+/// (token types from a [SEP] position, positions from a padding mask).
+LogicalResult importCumSum(GraphImporter &g) {
+  if (failed(g.checkAttrs({"exclusive", "reverse"})))
+    return failure();
+  auto type = g.inputType(0);
+  auto axisInput = g.requireConstant(1, "axis");
+  if (failed(type) || failed(axisInput))
+    return failure();
+  if ((*axisInput)->numElements() != 1)
+    return g.error() << "axis must be a scalar";
+  int64_t rank = type->getRank(), axis = (*axisInput)->intAt(0);
+  if (rank == 0 || axis < -rank || axis >= rank)
+    return g.error() << "axis " << axis << " is out of range for rank " << rank;
+  if (axis < 0)
+    axis += rank;
+  bool exclusive = g.intAttr("exclusive", 0) != 0,
+       reverse = g.intAttr("reverse", 0) != 0;
+  if (const ConstTensor *x = g.constantInput(0)) {
+    ConstTensor out = *x;
+    int64_t outer = 1, size = x->shape[axis], inner = 1;
+    for (int64_t i = 0; i < axis; ++i)
+      outer *= x->shape[i];
+    for (int64_t i = axis + 1; i < rank; ++i)
+      inner *= x->shape[i];
+    for (int64_t a = 0; a < outer; ++a)
+      for (int64_t b = 0; b < inner; ++b) {
+        double fsum = 0.0;
+        int64_t isum = 0;
+        for (int64_t j = 0; j < size; ++j) {
+          int64_t at = (a * size + (reverse ? size - 1 - j : j)) * inner + b;
+          if (x->isFloat()) {
+            double v = x->floats[at];
+            out.floats[at] = exclusive ? fsum : fsum + v;
+            fsum += v;
+          } else {
+            int64_t v = x->ints[at];
+            out.ints[at] = exclusive ? isum : isum + v;
+            isum += v;
+          }
+        }
+      }
+    g.setConstantOutput(0, out.castTo(out.dtype)); // rounds to the dtype
+    return success();
+  }
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  Builder &b = g.getBuilder();
+  auto result = g.createValue<nn::CumSumOp>(
+      {*x}, {g.named("axis", b.getI64IntegerAttr(axis)),
+             g.named("exclusive", b.getBoolAttr(exclusive)),
+             g.named("reverse", b.getBoolAttr(reverse))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
 } // namespace
 
 void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
@@ -693,4 +753,5 @@ void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Gather", 1, importGather);
   t.add("Pad", 2, importPad);
   t.add("ReduceMean", 1, importReduceMean);
+  t.add("CumSum", 11, importCumSum);
 }

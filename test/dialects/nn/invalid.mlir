@@ -140,6 +140,15 @@ func.func @softmax_axis(%x: tensor<2x5xf32>) {
 
 // -----
 
+func.func @cumsum_axis(%x: tensor<2x5xi64>) {
+  // expected-error @+2 {{'nn.cumsum' axis -3 is out of range for rank 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.cumsum %x {axis = -3 : i64} : (tensor<2x5xi64>) -> tensor<2x5xi64>
+  return
+}
+
+// -----
+
 func.func @pool_pads(%x: tensor<1x2x8x8xf32>) {
   // expected-error @+2 {{'nn.max_pool' attribute 'pads' must have 4 entries, got 2}}
   // expected-error @+1 {{failed to infer returned types}}

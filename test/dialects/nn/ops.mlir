@@ -138,3 +138,12 @@ func.func @masks(%x: tensor<2x3xf32>, %ids: tensor<2x3xi64>, %pad: tensor<i64>) 
   %5 = nn.mod %ids, %pad : (tensor<2x3xi64>, tensor<i64>) -> tensor<2x3xi64>
   return %4, %3, %5 : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xi64>
 }
+
+// CHECK-LABEL: func @running_sums
+func.func @running_sums(%ids: tensor<2x5xi64>, %x: tensor<2x5xf32>) -> (tensor<2x5xi64>, tensor<2x5xf32>) {
+  // CHECK: nn.cumsum %{{.*}} {axis = 1 : i64} : (tensor<2x5xi64>) -> tensor<2x5xi64>
+  %0 = nn.cumsum %ids {axis = 1 : i64} : (tensor<2x5xi64>) -> tensor<2x5xi64>
+  // CHECK: nn.cumsum %{{.*}} {axis = -1 : i64, exclusive = true, reverse = true}
+  %1 = nn.cumsum %x {axis = -1 : i64, exclusive = true, reverse = true} : (tensor<2x5xf32>) -> tensor<2x5xf32>
+  return %0, %1 : tensor<2x5xi64>, tensor<2x5xf32>
+}
