@@ -23,6 +23,7 @@
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace gpipe {
@@ -80,6 +81,15 @@ private:
   inPlaceUpdate(Value result, const DenseMap<Operation *, int64_t> &position);
   LogicalResult emit();
   Value viewOf(OpBuilder &b, Value tensor);
+  /// The buffer of `tensor` viewed with another static shape of the same
+  /// number of elements (row-major, contiguous).
+  Value viewOf(OpBuilder &b, Value tensor, ArrayRef<int64_t> shape);
+  /// For each o < outer: copy elements [o * fromRow + fromAt, + length) of
+  /// `from` to [o * toRow + toAt, + length) of `to` (contiguous runs:
+  /// memcpy).
+  void copyRuns(OpBuilder &b, Location loc, Value from, int64_t fromRow,
+                int64_t fromAt, Value to, int64_t toRow, int64_t toAt,
+                int64_t outer, int64_t length);
   DictionaryAttr describe(Value tensor);
   LogicalResult emitKernel(OpBuilder &b, Operation *op);
   /// Data movement and reductions as linalg on memref views; failure if
@@ -288,6 +298,50 @@ Value StageLowering::viewOf(OpBuilder &b, Value tensor) {
                 tensor.getType());
 }
 
+Value StageLowering::viewOf(OpBuilder &b, Value tensor,
+                            ArrayRef<int64_t> shape) {
+  Location_ loc = where.lookup(tensor);
+  auto type = cast<RankedTensorType>(tensor.getType());
+  return viewAt(b, tensor.getLoc(), loc.inParams ? params : arena,
+                loc.inParams ? loc.paramOffset : plan.offsets[loc.cls],
+                RankedTensorType::get(shape, type.getElementType()));
+}
+
+void StageLowering::copyRuns(OpBuilder &b, Location loc, Value from,
+                             int64_t fromRow, int64_t fromAt, Value to,
+                             int64_t toRow, int64_t toAt, int64_t outer,
+                             int64_t length) {
+  auto run = [&](OpBuilder &nb, Location l, Value tensor, Value row,
+                 int64_t rowElements, int64_t at) {
+    auto type = cast<RankedTensorType>(tensor.getType());
+    Location_ place = where.lookup(tensor);
+    int64_t bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+    int64_t base = place.inParams ? place.paramOffset : plan.offsets[place.cls];
+    Value shift = nb.create<arith::AddIOp>(
+        l, nb.create<arith::ConstantIndexOp>(l, base + at * bytes),
+        nb.create<arith::MulIOp>(
+            l, row, nb.create<arith::ConstantIndexOp>(l, rowElements * bytes)));
+    return nb.create<memref::ViewOp>(
+        l, MemRefType::get({length}, type.getElementType()),
+        place.inParams ? params : arena, shift, ValueRange{});
+  };
+  auto body = [&](OpBuilder &nb, Location l, Value o) {
+    nb.create<memref::CopyOp>(l, run(nb, l, from, o, fromRow, fromAt),
+                              run(nb, l, to, o, toRow, toAt));
+  };
+  if (outer == 1) {
+    body(b, loc, b.create<arith::ConstantIndexOp>(loc, 0));
+    return;
+  }
+  b.create<scf::ForOp>(loc, b.create<arith::ConstantIndexOp>(loc, 0),
+                       b.create<arith::ConstantIndexOp>(loc, outer),
+                       b.create<arith::ConstantIndexOp>(loc, 1), ValueRange{},
+                       [&](OpBuilder &nb, Location l, Value o, ValueRange) {
+                         body(nb, l, o);
+                         nb.create<scf::YieldOp>(l);
+                       });
+}
+
 DictionaryAttr StageLowering::describe(Value tensor) {
   auto type = cast<RankedTensorType>(tensor.getType());
   Location_ loc = where.lookup(tensor);
@@ -394,6 +448,13 @@ Value subview(OpBuilder &b, Location loc, Value source,
   return b.create<memref::SubViewOp>(loc, source, offsets, sizes, strides);
 }
 
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
 Value zeroOf(OpBuilder &b, Location loc, Type type) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(type));
 }
@@ -446,6 +507,23 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
         auto inType = cast<RankedTensorType>(s.getInput().getType());
         auto outType = cast<RankedTensorType>(s.getResult().getType());
         int64_t rank = inType.getRank();
+        // One axis cut with step 1 (the others whole): contiguous runs.
+        SmallVector<int64_t> cut;
+        for (int64_t i = 0; i < rank; ++i)
+          if (inType.getDimSize(i) != outType.getDimSize(i) ||
+              s.getSteps()[i] != 1)
+            cut.push_back(i);
+        if (cut.size() == 1 && s.getSteps()[cut[0]] == 1 &&
+            outType.getNumElements() > 0) {
+          int64_t a = cut[0];
+          int64_t inner = product(inType.getShape().drop_front(a + 1));
+          int64_t outer = product(inType.getShape().take_front(a));
+          int64_t inRow = inType.getDimSize(a) * inner;
+          int64_t outRow = outType.getDimSize(a) * inner;
+          copyRuns(b, loc, s.getInput(), inRow, s.getStarts()[a] * inner,
+                   s.getResult(), outRow, 0, outer, outRow);
+          return true;
+        }
         SmallVector<int64_t> offsets, sizes, strides;
         SmallVector<AffineExpr> exprs;
         for (int64_t i = 0; i < rank; ++i) {
@@ -470,31 +548,36 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
         return true;
       })
       .Case([&](nn::ConcatOp c) -> FailureOr<bool> {
-        Value out = viewOf(b, c.getResult());
-        auto outType = cast<MemRefType>(out.getType());
-        int64_t axis = c.getAxis(), at = 0;
+        // Row-major, each input is `outer` runs of `inner` elements that go
+        // to columns [at, at + inner) of the output's rows: memcpy per run.
+        auto outType = cast<RankedTensorType>(c.getResult().getType());
+        int64_t axis = c.getAxis();
+        int64_t outer = product(outType.getShape().take_front(axis));
+        int64_t total = product(outType.getShape().drop_front(axis));
+        int64_t at = 0;
         for (Value in : c.getInputs()) {
           auto inType = cast<RankedTensorType>(in.getType());
-          SmallVector<int64_t> offsets(outType.getRank(), 0);
-          offsets[axis] = at;
-          at += inType.getDimSize(axis);
-          copyWithMap(b, loc, viewOf(b, in),
-                      subview(b, loc, out, offsets, inType.getShape()),
-                      b.getMultiDimIdentityMap(inType.getRank()));
+          int64_t inner = product(inType.getShape().drop_front(axis));
+          if (inner)
+            copyRuns(b, loc, in, inner, 0, c.getResult(), total, at, outer,
+                     inner);
+          at += inner;
         }
         return true;
       })
       .Case([&](nn::SplitOp sp) -> FailureOr<bool> {
-        Value in = viewOf(b, sp.getInput());
-        int64_t axis = sp.getAxis(), at = 0;
+        auto inType = cast<RankedTensorType>(sp.getInput().getType());
+        int64_t axis = sp.getAxis();
+        int64_t outer = product(inType.getShape().take_front(axis));
+        int64_t total = product(inType.getShape().drop_front(axis));
+        int64_t at = 0;
         for (Value result : sp.getResults()) {
           auto type = cast<RankedTensorType>(result.getType());
-          SmallVector<int64_t> offsets(type.getRank(), 0);
-          offsets[axis] = at;
-          at += type.getDimSize(axis);
-          copyWithMap(b, loc, subview(b, loc, in, offsets, type.getShape()),
-                      viewOf(b, result),
-                      b.getMultiDimIdentityMap(type.getRank()));
+          int64_t inner = product(type.getShape().drop_front(axis));
+          if (inner)
+            copyRuns(b, loc, sp.getInput(), total, at, result, inner, 0, outer,
+                     inner);
+          at += inner;
         }
         return true;
       })
@@ -729,6 +812,44 @@ LogicalResult StageLowering::emit() {
   ctx = block->getArgument(2);
   b.setInsertionPointToStart(block);
 
+  // Each op's loops go into a function of their own, called in order by
+  // the stage function and never inlined into it: LLVM's analyses grow
+  // faster than linearly with a function's blocks, and a stage of a few
+  // hundred ops in one function took minutes to compile.
+  Value stageArena = arena, stageParams = params, stageCtx = ctx;
+  Operation *lastOp = stage;
+  int64_t opCount = 0;
+  func::FuncOp opFunction;
+  auto beginOp = [&](Location loc) {
+    OpBuilder mb(context);
+    mb.setInsertionPointAfter(lastOp);
+    opFunction = mb.create<func::FuncOp>(
+        loc, (entry + "_op" + Twine(opCount)).str(), stage.getFunctionType());
+    opFunction.setPrivate();
+    opFunction->setAttr("passthrough",
+                        mb.getArrayAttr({mb.getStringAttr("noinline")}));
+    opFunction->setAttr("gpipe.stage_op", mb.getUnitAttr());
+    Block *body = opFunction.addEntryBlock();
+    arena = body->getArgument(0);
+    params = body->getArgument(1);
+    ctx = body->getArgument(2);
+    return OpBuilder::atBlockBegin(body);
+  };
+  auto endOp = [&](OpBuilder &b, OpBuilder &ob, bool keep) {
+    arena = stageArena;
+    params = stageParams;
+    ctx = stageCtx;
+    if (!keep) {
+      opFunction.erase();
+      return;
+    }
+    ob.create<func::ReturnOp>(opFunction.getLoc());
+    b.create<func::CallOp>(opFunction.getLoc(), opFunction,
+                           ValueRange{arena, params, ctx});
+    lastOp = opFunction;
+    ++opCount;
+  };
+
   IRMapping mapping;
   for (Operation &op : forward.front()) {
     if (isa<GetParameterOp, nn::ReshapeOp, tensor::EmptyOp>(op))
@@ -743,15 +864,48 @@ LogicalResult StageLowering::emit() {
         if (generic.payloadUsesValueFromOperand(&out))
           return generic.emitOpError("reads its outputs; only element-wise "
                                      "generics are supported");
+      OpBuilder ob = beginOp(op.getLoc());
+      // The scalars the body reads, defined again in the op's function.
+      IRMapping local;
+      SetVector<Value> above;
+      getUsedValuesDefinedAbove(generic.getRegion(), above);
+      for (Value v : above) {
+        auto constant = v.getDefiningOp<arith::ConstantOp>();
+        if (!constant)
+          return generic.emitOpError("reads a value defined outside it that "
+                                     "is not a constant");
+        local.map(v, ob.clone(*constant)->getResult(0));
+      }
+      // Element-wise over operands of one shape (identity maps, no
+      // index reads): one loop over the elements instead of a nest.
+      SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
+      SmallVector<utils::IteratorType> iterators =
+          generic.getIteratorTypesArray();
+      std::optional<SmallVector<int64_t>> flat;
+      if (llvm::all_of(maps, [](AffineMap m) { return m.isIdentity(); }) &&
+          llvm::all_of(iterators,
+                       [](utils::IteratorType t) {
+                         return t == utils::IteratorType::parallel;
+                       }) &&
+          generic.getRegion().getOps<linalg::IndexOp>().empty() &&
+          generic.getNumLoops() > 1)
+        flat = SmallVector<int64_t>{product(generic.getStaticLoopRanges())};
+      if (flat) {
+        maps.assign(maps.size(), ob.getMultiDimIdentityMap(1));
+        iterators.assign(1, utils::IteratorType::parallel);
+      }
+      auto view = [&](Value v) {
+        return flat ? viewOf(ob, v, *flat) : viewOf(ob, v);
+      };
       SmallVector<Value> ins, outs;
       for (Value v : generic.getDpsInputs())
-        ins.push_back(viewOf(b, v));
+        ins.push_back(view(v));
       for (Value v : generic.getResults())
-        outs.push_back(viewOf(b, v));
-      auto lowered = b.create<linalg::GenericOp>(
-          generic.getLoc(), TypeRange{}, ins, outs,
-          generic.getIndexingMapsArray(), generic.getIteratorTypesArray());
-      generic.getRegion().cloneInto(&lowered.getRegion(), mapping);
+        outs.push_back(view(v));
+      auto lowered = ob.create<linalg::GenericOp>(generic.getLoc(), TypeRange{},
+                                                  ins, outs, maps, iterators);
+      generic.getRegion().cloneInto(&lowered.getRegion(), local);
+      endOp(b, ob, /*keep=*/true);
       continue;
     }
     if (isKernelOp(&op)) {
@@ -770,9 +924,11 @@ LogicalResult StageLowering::emit() {
                                       assign.getValue().getType()));
       continue;
     }
-    FailureOr<bool> moved = emitDataMovement(b, &op);
+    OpBuilder ob = beginOp(op.getLoc());
+    FailureOr<bool> moved = emitDataMovement(ob, &op);
     if (failed(moved))
       return failure();
+    endOp(b, ob, /*keep=*/*moved);
     if (*moved)
       continue;
     if (isa<func::ReturnOp>(op)) {

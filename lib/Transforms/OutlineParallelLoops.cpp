@@ -116,7 +116,8 @@ struct OutlineParallelLoopsPass
     SymbolTable symbols(module);
     SmallVector<func::FuncOp> stageFunctions;
     for (auto func : module.getOps<func::FuncOp>())
-      if (func->hasAttr("gpipe.phase") && !func.isExternal())
+      if ((func->hasAttr("gpipe.phase") || func->hasAttr("gpipe.stage_op")) &&
+          !func.isExternal())
         stageFunctions.push_back(func);
     for (func::FuncOp func : stageFunctions)
       if (failed(outlineLoops(func, symbols)))

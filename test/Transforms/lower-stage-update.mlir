@@ -3,8 +3,12 @@
 // An optimizer update computed element-wise is written straight into the
 // parameter (no copy): the generic's output is a view of the parameter
 // blob. @w's old value is read only by that generic.
-// CHECK-LABEL: func.func @gpipe_stage0_optimizer
-// CHECK-SAME: (%[[ARENA:.*]]: memref<{{.*}}xi8>, %[[PARAMS:.*]]: memref<64xi8>, %{{.*}}: i64)
+// Each op's code is a function of its own, called in order by the stage
+// function and never inlined into it.
+// CHECK-LABEL: func.func @gpipe_stage0_optimizer(
+// CHECK-NEXT: call @gpipe_stage0_optimizer_op0(
+// CHECK-NEXT: return
+// CHECK: func.func private @gpipe_stage0_optimizer_op0(%[[ARENA:.*]]: memref<{{.*}}xi8>, %[[PARAMS:.*]]: memref<64xi8>, %{{.*}}: i64) attributes {gpipe.stage_op, passthrough = ["noinline"]}
 // CHECK: %[[W:.*]] = memref.view %[[PARAMS]][%{{.*}}][] : memref<64xi8> to memref<4xf32>
 // CHECK: %[[LR:.*]] = memref.view %[[ARENA]]{{.*}} to memref<f32>
 // CHECK: %[[G:.*]] = memref.view %[[ARENA]]{{.*}} to memref<4xf32>
@@ -25,10 +29,13 @@ func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w", gpipe.role = #gpi
 
 // The old value of @w is still read after the new one is computed: the new
 // value gets a buffer of its own and is copied in at the assignment.
-// CHECK-LABEL: func.func @gpipe_stage0_optimizer
-// CHECK: linalg.generic
+// CHECK-LABEL: func.func @gpipe_stage0_optimizer(
+// CHECK: call @gpipe_stage0_optimizer_op0(
+// CHECK: call @gpipe_stage0_optimizer_op1(
 // CHECK: memref.copy
 // CHECK: return
+// CHECK: func.func private @gpipe_stage0_optimizer_op0(
+// CHECK: linalg.generic
 gpipe.parameter @w trainable = dense<1.0> : tensor<4xf32>
 gpipe.parameter @v = dense<0.0> : tensor<4xf32>
 func.func @optimizer(%g: tensor<4xf32> {gpipe.name = "grad:w", gpipe.role = #gpipe.role<param_grad>}) {

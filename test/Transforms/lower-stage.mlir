@@ -79,3 +79,41 @@ func.func @forward(%g: tensor<3x4xf32> {gpipe.name = "g"}, %i: tensor<3xi64> {gp
   %0 = nn.gather_grad %g, %i {axis = 0 : i64} : (tensor<3x4xf32>, tensor<3xi64>) -> tensor<5x4xf32>
   return %0 : tensor<5x4xf32>
 }
+
+// -----
+
+// Data movement as contiguous runs: a Concat copies each input's rows into
+// its columns of the output's rows, a Slice that cuts one axis with step 1
+// copies runs of the rows it keeps (memref.copy of contiguous views, a loop
+// over the rows); an element-wise op on operands of one shape is one loop
+// over the elements. Each op's code is in a function of its own.
+// CHECK-LABEL: func.func @gpipe_stage0_forward(
+// CHECK-NEXT: call @gpipe_stage0_forward_op0(
+// CHECK-NEXT: call @gpipe_stage0_forward_op1(
+// CHECK-NEXT: call @gpipe_stage0_forward_op2(
+// CHECK: func.func private @gpipe_stage0_forward_op0({{.*}} attributes {gpipe.stage_op, passthrough = ["noinline"]}
+// CHECK: scf.for %[[ROW:.*]] = %c0 to %c2 step %c1 {
+// CHECK: memref.view {{.*}} to memref<12xf32>
+// CHECK: memref.view {{.*}} to memref<12xf32>
+// CHECK: memref.copy {{.*}} : memref<12xf32> to memref<12xf32>
+// CHECK: scf.for
+// CHECK: memref.copy {{.*}} : memref<4xf32> to memref<4xf32>
+// CHECK: func.func private @gpipe_stage0_forward_op1(
+// CHECK: scf.for
+// CHECK: memref.copy {{.*}} : memref<8xf32> to memref<8xf32>
+// CHECK: func.func private @gpipe_stage0_forward_op2(
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel"]} ins(%{{.*}} : memref<16xf32>) outs(%{{.*}} : memref<16xf32>)
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @forward(%x: tensor<2x3x4xf32> {gpipe.name = "x"}, %y: tensor<2x1x4xf32> {gpipe.name = "y"}) -> (tensor<2x2x4xf32> {gpipe.name = "z"}) {
+  %0 = nn.concat %x, %y {axis = 1 : i64} : (tensor<2x3x4xf32>, tensor<2x1x4xf32>) -> tensor<2x4x4xf32>
+  %1 = nn.slice %0 {starts = array<i64: 0, 1, 0>, ends = array<i64: 2, 3, 4>, steps = array<i64: 1, 1, 1>} : (tensor<2x4x4xf32>) -> tensor<2x2x4xf32>
+  %e = tensor.empty() : tensor<2x2x4xf32>
+  %2 = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%1 : tensor<2x2x4xf32>) outs(%e : tensor<2x2x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %c = arith.constant 0.0 : f32
+    %m = arith.maximumf %a, %c : f32
+    linalg.yield %m : f32
+  } -> tensor<2x2x4xf32>
+  return %2 : tensor<2x2x4xf32>
+}
