@@ -24,6 +24,8 @@ packages=(
   python3-torch python3-torchvision
   # Reference data
   libonnx-testdata dataset-fashion-mnist
+  # Plain-text corpus of the language-model example (scripts/language-model-demo.sh)
+  fortunes
 )
 
 missing=()

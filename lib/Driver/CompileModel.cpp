@@ -4,7 +4,9 @@
 #include "Analysis/CostModel.h"
 #include "Analysis/ModelSummary.h"
 #include "Driver/TrainingPipeline.h"
+#include "GPipe/IR/GPipeOps.h"
 #include "Import/ONNX/ModelImporter.h"
+#include "NN/IR/NNOps.h"
 #include "Pipelines/Pipelines.h"
 #include "Target/StageTarget.h"
 
@@ -150,8 +152,47 @@ int readConstInputs(const CompileOptions &o, ONNXImportOptions &import) {
   return 0;
 }
 
+/// A model exported in eval mode trains as exported, which is not what its
+/// PyTorch module does in training: BatchNorm with its running statistics
+/// (training_mode=0), and weights PyTorch's constant folding computed and
+/// renamed `onnx::...` (BatchNorm folded into a convolution, a transposed
+/// weight). One warning, at the first such op or parameter.
+void warnIfEvalModeExport(ModuleOp module) {
+  Operation *firstNorm = nullptr, *firstFolded = nullptr;
+  int64_t norms = 0, folded = 0;
+  module.walk([&](Operation *op) {
+    if (auto bn = dyn_cast<nn::BatchNormOp>(op); bn && !bn.getTraining()) {
+      firstNorm = firstNorm ? firstNorm : op;
+      ++norms;
+    }
+    if (auto p = dyn_cast<ParameterOp>(op);
+        p && p.getTrainable() && p.getSymName().starts_with("onnx::")) {
+      firstFolded = firstFolded ? firstFolded : op;
+      ++folded;
+    }
+  });
+  if (!norms && !folded)
+    return;
+  std::string what;
+  llvm::raw_string_ostream os(what);
+  os << "the model looks exported in eval mode: ";
+  if (norms)
+    os << norms << " BatchNormalization node(s) normalize with their running "
+       << "statistics (training_mode=0)" << (folded ? " and " : "");
+  if (folded)
+    os << folded << " trainable weight(s) are named 'onnx::...' (computed "
+       << "by PyTorch's constant folding, e.g. BatchNorm folded into a "
+       << "convolution)";
+  os << "; it trains as exported, not as the PyTorch module trains. Export "
+        "with torch.onnx.export(model.train(), ..., "
+        "training=torch.onnx.TrainingMode.TRAINING, "
+        "do_constant_folding=False) (docs/export-from-pytorch.md)";
+  (firstNorm ? firstNorm : firstFolded)->emitWarning(what);
+}
+
 int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices) {
+  warnIfEvalModeExport(module);
   TrainingPipelineOptions t;
   t.loss.loss = o.training.loss;
   t.loss.ignoreIndex = o.training.ignoreIndex;

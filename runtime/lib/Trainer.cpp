@@ -5,6 +5,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/OnnxExport.h"
+#include "gpipe/runtime/TextData.h"
 
 #include <algorithm>
 #include <chrono>
@@ -36,14 +37,44 @@ HostTensor gatherRows(const HostTensor &all, int64_t rows, RowOf rowOf) {
   return t;
 }
 
-/// A data set by path: an .npz (arrays by input name and 'labels') or a
-/// directory of IDX files (Fashion-MNIST layout; `split` train or t10k),
-/// whose images feed the model's first input.
+/// Plain text as byte-level language-modelling data: sequences as long as
+/// the model's token input, labels the next bytes.
+std::map<std::string, HostTensor> loadText(const std::string &path,
+                                           TrainingSession &session) {
+  const TensorSlot *tokens = nullptr, *labels = nullptr;
+  for (const TensorSlot *slot : session.dataInputs())
+    (slot->name == "labels" ? labels : tokens) = slot;
+  auto isSequence = [](const TensorSlot *slot) {
+    return slot && slot->dtype == DType::I64 && slot->shape.size() == 2;
+  };
+  if (session.dataInputs().size() != 2 || !isSequence(tokens) ||
+      !isSequence(labels) || labels->shape[1] != tokens->shape[1])
+    throw InputError(path +
+                     " is read as plain text (it is neither an .npz archive "
+                     "nor a directory of IDX files), which needs a language "
+                     "model: one input of int64 token ids [batch, T] and "
+                     "labels [batch, T] (--loss=cross-entropy over [batch, "
+                     "T, V] logits)");
+  TokenDataset ds = readByteSequences(path, tokens->shape[1]);
+  std::map<std::string, HostTensor> data;
+  data[tokens->name] = std::move(ds.tokens);
+  data["labels"] = std::move(ds.labels);
+  return data;
+}
+
+/// A data set by path: an .npz (by name or by its zip signature; arrays by
+/// input name and 'labels'), a directory of IDX files (Fashion-MNIST
+/// layout; `split` train or t10k), whose images feed the model's first
+/// input, or any other file as plain text for a byte-level language model.
 std::map<std::string, HostTensor> loadData(const std::string &path,
                                            const std::string &split,
                                            TrainingSession &session) {
-  if (!std::filesystem::is_directory(path))
-    return readNpz(path);
+  if (!std::filesystem::is_directory(path)) {
+    if (!std::filesystem::exists(path))
+      throw InputError(path + ": no such file or directory");
+    bool npzName = std::filesystem::path(path).extension() == ".npz";
+    return npzName || isZipFile(path) ? readNpz(path) : loadText(path, session);
+  }
   ImageDataset ds = readIdxDataset(path, split);
   std::map<std::string, HostTensor> data;
   for (const TensorSlot *slot : session.dataInputs())
@@ -171,8 +202,9 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     if (o.lrSchedule == "step" && o.lrStepSize <= 0)
       throw InputError("--lr-schedule=step needs --lr-step-size=N");
     if (o.data.empty())
-      throw InputError("--train needs --data=FILE.npz or a directory of IDX "
-                       "files");
+      throw InputError("--train needs --data=FILE.npz, a directory of IDX "
+                       "files or a plain-text file (byte-level language "
+                       "models)");
     std::map<std::string, HostTensor> data = loadData(o.data, "train", session);
     std::map<std::string, HostTensor> evalData;
     if (!o.evalData.empty())
@@ -251,6 +283,12 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     };
     if (!o.noShuffle)
       shuffleFor(firstStep * batch / samples);
+    // Sequence models (labels [batch, T, ...]) count tokens, not samples.
+    int64_t tokensPerSample = 1;
+    for (const TensorSlot *slot : session.dataInputs())
+      if (slot->name == "labels")
+        for (size_t i = 1; i < slot->shape.size(); ++i)
+          tokensPerSample *= slot->shape[i];
     for (int64_t step = firstStep; step < steps; ++step) {
       int64_t first = step * batch;
       // A new pass over the data gets its own permutation (a function of
@@ -282,7 +320,8 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
           (step + 1) % std::max<int64_t>(1, perEpoch / 10) == 0) {
         out << (terminal ? "\r" : "") << "epoch " << epoch << "  step "
             << step + 1 << "/" << steps << "  loss " << loss << "  "
-            << static_cast<int64_t>(rate) << " samples/s  ETA "
+            << static_cast<int64_t>(rate * tokensPerSample)
+            << (tokensPerSample > 1 ? " tokens/s  ETA " : " samples/s  ETA ")
             << static_cast<int64_t>(eta) << " s"
             << (terminal && !last ? "   " : "\n") << std::flush;
       }

@@ -5,6 +5,7 @@
 #include "gpipe/common/Version.h"
 #include "gpipe/runtime/DeviceList.h"
 #include "gpipe/runtime/FileIO.h"
+#include "gpipe/runtime/Generate.h"
 #include "gpipe/runtime/Idx.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
@@ -94,6 +95,23 @@ int runInference(const std::string &bundlePath,
   return 0;
 }
 
+/// gpipe-run --infer --generate=N: continue a prompt byte by byte.
+int runGeneration(const std::string &bundlePath,
+                  const gpipe::runtime::GenerateOptions &options) {
+  using namespace gpipe::runtime;
+  try {
+    InferenceSession session(bundlePath);
+    std::cout << options.prompt << std::flush;
+    generateBytes(session, options,
+                  [](char c) { std::cout << c << std::flush; });
+    std::cout << "\n";
+  } catch (const std::exception &e) {
+    std::cerr << "\ngpipe-run: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 /// gpipe-run --train: optimizer steps over the rows of a data set.
 int runTraining(const std::string &bundlePath,
                 gpipe::runtime::TrainerOptions options) {
@@ -115,7 +133,8 @@ int main(int argc, char **argv) {
                "gpipe-opt\n\n"
                "  gpipe-run model.gpipe --train --data=FILE [--epochs=E]\n"
                "  gpipe-run model.gpipe --infer --input NAME=FILE "
-               "--output DIR\n",
+               "--output DIR\n"
+               "  gpipe-run lm.gpipe --infer --generate=N --prompt=TEXT\n",
                "gpipe-run"};
   app.set_version_flag("--version", std::string("gpipe-run ") +
                                         gpipe::kVersion + "\n" +
@@ -145,9 +164,13 @@ int main(int argc, char **argv) {
   gpipe::runtime::TrainerOptions trainOptions;
   app.add_option("--data", trainOptions.data,
                  "Training data (--train): a .npz with one array per model "
-                 "input and 'labels', or a directory of IDX files as "
-                 "Debian's dataset-fashion-mnist installs them")
-      ->type_name("FILE.npz|DIR");
+                 "input and 'labels', a directory of IDX files as "
+                 "Debian's dataset-fashion-mnist installs them, or a "
+                 "plain-text file for a byte-level language model (int64 "
+                 "token ids [batch, T] in, [batch, T, V] logits out): "
+                 "sequences of T bytes, each labelled with the bytes one "
+                 "further on")
+      ->type_name("FILE.npz|DIR|FILE.txt");
   app.add_option("--eval-data", trainOptions.evalData,
                  "Evaluation data (--train): .npz or IDX directory (its t10k "
                  "split); accuracy is printed after each epoch")
@@ -211,6 +234,23 @@ int main(int argc, char **argv) {
   app.add_option("--save-params", trainOptions.saveParams,
                  "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");
+  gpipe::runtime::GenerateOptions generate;
+  auto *generateFlag = app.add_option(
+      "--generate", generate.count,
+      "With --infer on a byte-level language model (int64 token ids "
+      "[batch, T] in, [batch, T, V] logits out): print --prompt and N more "
+      "bytes, each drawn from the model given the T bytes before it");
+  generateFlag->type_name("N");
+  app.add_option("--prompt", generate.prompt,
+                 "The text --generate continues (default: a newline)")
+      ->needs(generateFlag);
+  app.add_option("--temperature", generate.temperature,
+                 "--generate: 0 takes the most likely byte (default); above "
+                 "0 samples from softmax(logits / temperature)")
+      ->needs(generateFlag);
+  app.add_option("--generate-seed", generate.seed,
+                 "--generate: seed of the sampling (default 0)")
+      ->needs(generateFlag);
   std::string devices;
   app.add_option("--devices", devices,
                  "Check a device list (cpu:N, cpu:A-B, cuda:N, "
@@ -232,6 +272,12 @@ int main(int argc, char **argv) {
     if (!train && !infer)
       return 0;
   }
+  if (generateFlag->count() && !infer) {
+    std::cerr << "gpipe-run: error: --generate needs --infer (and an "
+                 "inference bundle: gpipe-opt model.onnx --batch-size=1 -o "
+                 "gen.gpipe)\n";
+    return 1;
+  }
   if (!train && !infer) {
     std::cerr << app.help()
               << "\ngpipe-run: error: nothing to do: pass "
@@ -241,6 +287,18 @@ int main(int argc, char **argv) {
   if (bundle.empty()) {
     std::cerr << "gpipe-run: error: --train and --infer need a bundle\n";
     return 1;
+  }
+  if (infer && generateFlag->count()) {
+    if (generate.count <= 0) {
+      std::cerr << "gpipe-run: error: --generate needs a positive count\n";
+      return 1;
+    }
+    if (!inputSpecs.empty()) {
+      std::cerr << "gpipe-run: error: --generate takes its input from "
+                   "--prompt, not --input\n";
+      return 1;
+    }
+    return runGeneration(bundle, generate);
   }
   if (infer)
     return runInference(bundle, inputSpecs, outputDir);

@@ -1,0 +1,235 @@
+"""Compile times and a GPT-2-small training step, side by side in one run:
+
+1. Compile time of two-stage training pipelines (cpu:0,cpu:1, M = 4):
+   torchvision's DenseNet-121 (batch 8, 224x224) and a GPT-2-small-size
+   decoder (12 layers, d = 768, 12 heads, sequence 256, vocabulary 50257,
+   tied LM head; about 124M parameters), each exported as users export
+   (training mode, opset 17, dynamic batch); wall time of `gpipe-opt`,
+   median over ROUNDS runs.
+2. One training step of that GPT-2-small at batch 8, sequence 256, on this
+   machine's cores: gpipe's two-stage pipeline (M = 4, `gpipe-bench
+   train`, timed in process) against PyTorch eager (the same module,
+   float32, one batch of 8, forward + cross-entropy + backward + SGD step,
+   timed in process, as many threads as cores); medians over the steps
+   after warm-up.
+3. Peak memory of that gpipe step (the process's maximum resident set)
+   against the compiler's prediction (the sum of the stages' peak memory
+   in gpipe-opt's stage table).
+
+usage: bench/run_language_model_benchmarks.py [--build build]
+       [--out docs/language-model-benchmarks.md] [--rounds 3] [--steps 3]
+"""
+import argparse
+import datetime
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+import language_models  # noqa: E402  (the GPT-2-style module)
+from parameter_training import export  # noqa: E402
+
+BATCH, SEQ, VOCAB, MICRO = 8, 256, 50257, 4
+
+
+def gpt2_small():
+    language_models.SEQ, language_models.VOCAB = SEQ, VOCAB
+    torch.manual_seed(0)
+    return language_models.GPT(triu=False, dim=768, heads=12, layers=12)
+
+
+def densenet121():
+    torch.manual_seed(0)
+    return torchvision.models.densenet121(num_classes=1000)
+
+
+def compile_pipeline(build, onnx_path, bundle):
+    """Returns (seconds, gpipe-opt's output)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
+         f"--batch-size={BATCH}", f"--micro-batches={MICRO}",
+         "--devices=cpu:0,cpu:1", "--optimizer=sgd", "--lr=0.01", "-o",
+         bundle], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"gpipe-opt failed on {onnx_path}: {proc.stderr}")
+    return seconds, proc.stdout + proc.stderr
+
+
+def predicted_peak_mib(table):
+    """The sum of the stage table's 'peak memory' column (MiB)."""
+    total = 0.0
+    for line in table.splitlines():
+        m = re.match(r"^\d+\s+cpu:\d+\s.*\s([\d.]+) MiB$", line)
+        if m:
+            total += float(m.group(1))
+    return total
+
+
+def gpipe_step(build, bundle, steps):
+    """Median step seconds and the child's peak resident set (MiB)."""
+    proc = subprocess.run([os.path.join(build, "bin", "gpipe-bench"), "train",
+                           bundle, str(steps)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"gpipe-bench failed: {proc.stderr}")
+    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1)), \
+        rss_kib / 1024.0
+
+
+def torch_step_worker(steps):
+    threads = os.cpu_count()
+    torch.set_num_threads(threads)
+    model = gpt2_small().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randint(0, VOCAB, (BATCH, SEQ))
+    y = torch.randint(0, VOCAB, (BATCH, SEQ))
+
+    def step():
+        opt.zero_grad()
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)).backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    print(f"median_s={statistics.median(times)}")
+
+
+def torch_step(steps):
+    env = dict(os.environ)
+    threads = str(os.cpu_count())
+    env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
+               MKL_NUM_THREADS=threads)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__),
+                           "--torch-worker", str(steps)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"PyTorch worker failed: {proc.stderr}")
+    return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out", default=os.path.join(
+        ROOT, "docs", "language-model-benchmarks.md"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_worker:
+        return torch_step_worker(args.torch_worker)
+
+    work = tempfile.mkdtemp(prefix="gpipe-lm-bench-")
+    models = {
+        "DenseNet-121, batch 8, 224x224": (
+            densenet121, torch.randn(BATCH, 3, 224, 224)),
+        "GPT-2-small size, batch 8, sequence 256": (
+            gpt2_small, torch.randint(0, VOCAB, (BATCH, SEQ))),
+    }
+    compile_rows, outputs, bundles = [], {}, {}
+    for i, (title, (make, example)) in enumerate(models.items()):
+        onnx_path = os.path.join(work, f"model{i}.onnx")
+        export(make(), example, onnx_path, dynamic=True)
+        bundle = os.path.join(work, f"model{i}.gpipe")
+        times = []
+        for _ in range(args.rounds):
+            seconds, outputs[title] = compile_pipeline(args.build, onnx_path,
+                                                       bundle)
+            times.append(seconds)
+            print(f"compile {title}: {seconds:.1f} s", flush=True)
+        bundles[title] = bundle
+        compile_rows.append((title, statistics.median(times), min(times),
+                             max(times)))
+    gpt = "GPT-2-small size, batch 8, sequence 256"
+    ours, rss = gpipe_step(args.build, bundles[gpt], args.steps)
+    print(f"gpipe step {ours:.2f} s, peak RSS {rss:.0f} MiB", flush=True)
+    theirs = torch_step(args.steps)
+    print(f"PyTorch step {theirs:.2f} s", flush=True)
+    predicted = predicted_peak_mib(outputs[gpt])
+
+    lines = [
+        "# Language-model benchmarks",
+        "",
+        "Produced by `bench/run_language_model_benchmarks.py` (one command, "
+        "after `scripts/build.sh`).",
+        "",
+        f"- date: {datetime.date.today()}; machine: {platform.machine()}, "
+        f"{os.cpu_count()} cores; PyTorch {torch.__version__}",
+        "- models: torchvision's DenseNet-121 and a GPT-2-small-size decoder "
+        "(`test/e2e/language_models.py`'s GPT at 12 layers, d = 768, 12 "
+        "heads, sequence 256, vocabulary 50257, LM head tied to the token "
+        "embedding: 124M parameters), exported in training mode (opset 17, "
+        "dynamic batch).",
+        "",
+        "## Compile time",
+        "",
+        f"`gpipe-opt model.onnx --mode=train --batch-size={BATCH} "
+        f"--micro-batches={MICRO} --devices=cpu:0,cpu:1 -o model.gpipe` "
+        f"(import, partition, autodiff, schedule, native code for forward, "
+        f"backward and optimizer of both stages, bundle written); wall "
+        f"time over {args.rounds} runs.",
+        "",
+        "| model | median s | min s | max s |",
+        "| --- | --- | --- | --- |",
+    ]
+    for title, median, low, high in compile_rows:
+        lines.append(f"| {title} | {median:.1f} | {low:.1f} | {high:.1f} |")
+    lines += [
+        "",
+        "## GPT-2-small training step",
+        "",
+        f"One SGD step at batch {BATCH}, sequence {SEQ} (cross-entropy over "
+        f"every position). gpipe: the two-stage pipeline above (M = "
+        f"{MICRO}), `gpipe-bench train`; PyTorch: eager, the same module, "
+        f"one batch of {BATCH}, {os.cpu_count()} threads. Medians over "
+        f"{args.steps} steps after 2 warm-up steps.",
+        "",
+        "| gpipe s | PyTorch s | PyTorch / gpipe |",
+        "| --- | --- | --- |",
+        f"| {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x |",
+        "",
+        "## Peak memory",
+        "",
+        "The gpipe-bench process's maximum resident set against the sum of "
+        "the stages' predicted peak memory (parameters, gradients, "
+        "optimizer state, activations kept for backward, arena) in "
+        "gpipe-opt's stage table.",
+        "",
+        "| predicted MiB | measured MiB | measured / predicted |",
+        "| --- | --- | --- |",
+        f"| {predicted:.0f} | {rss:.0f} | {rss / predicted:.3f} |",
+        "",
+        "gpipe-opt's stage table for the GPT:",
+        "",
+        "```",
+    ]
+    lines += [l for l in outputs[gpt].strip().splitlines()]
+    lines += ["```", ""]
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
