@@ -211,7 +211,8 @@ def main():
         "",
         "The gpipe-bench process's maximum resident set against the sum of "
         "the stages' predicted peak memory (parameters, gradients, "
-        "optimizer state, activations kept for backward, arena) in "
+        "optimizer state, activations kept for backward, arenas, stage "
+        "messages and the tied embedding's gradient exchange) in "
         "gpipe-opt's stage table.",
         "",
         "| predicted MiB | measured MiB | measured / predicted |",

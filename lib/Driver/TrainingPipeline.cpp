@@ -78,6 +78,14 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   if (failed(outlined))
     return failure();
 
+  // Trainable parameters by name: how many stages train a copy (tied
+  // weights), for the buffers of their gradient exchange.
+  llvm::StringMap<int64_t> copies;
+  for (OwningOpRef<ModuleOp> &stage : *outlined)
+    for (ParameterOp param : stage->getOps<ParameterOp>())
+      if (param.getTrainable())
+        ++copies[param.getSymName()];
+
   TrainingPipelineResult result;
   result.scheduleKind = p.schedule;
   result.microBatches = p.microBatches;
@@ -129,12 +137,21 @@ gpipe::compileTrainingPipeline(ModuleOp module,
             paramsSize,
             f->getAttrOfType<IntegerAttr>("gpipe.params_size").getInt());
       }
+    // A tied weight's gradient exchange (StreamRunner::sumTiedGradients):
+    // the summed gradient on the host and one message to each other copy.
+    int64_t tiedBytes = 0;
+    for (ParameterOp param : stage.getOps<ParameterOp>())
+      if (param.getTrainable() && copies.lookup(param.getSymName()) > 1) {
+        RankedTensorType type = param.getType();
+        tiedBytes += copies.lookup(param.getSymName()) * type.getNumElements() *
+                     std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+      }
     StageOp op = stageOps[s];
     auto limit = op->getAttrOfType<IntegerAttr>("gpipe.memory_limit");
     request.devices.push_back(o.bundleDevices[s]);
     request.recompute.push_back(recompute);
     request.memory.push_back(
-        {arenas + paramsSize + messageBytes, stashBytes,
+        {arenas + paramsSize + messageBytes + tiedBytes, stashBytes,
          limit ? std::optional<int64_t>(limit.getInt()) : std::nullopt});
 
     StageReport row;

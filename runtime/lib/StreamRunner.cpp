@@ -231,40 +231,67 @@ void StreamRunner::sumTiedGradients() {
       if (peer != self)
         transport.postReceive(tiedKey(peer, self, t.tie),
                               optSpec->inputs[t.sum].byteSize());
-  for (const WiringSpec::Trained &t : wiring.trained)
-    for (int64_t peer : t.tiedStages) {
-      if (peer == self)
-        continue;
-      const TensorSlot &sum = optSpec->inputs[t.sum];
-      MessageKey k = tiedKey(self, peer, t.tie);
-      Transport::Message msg = transport.acquire(k, sum.byteSize());
-      exec->device().copyToHost(msg.data(), oa + sum.offset, sum.byteSize());
-      transport.postSend(k, std::move(msg));
-    }
+  // Memory: the own gradient on the host (then the sum) and one message to
+  // each other copy, as the compiler's prediction counts.
   for (const WiringSpec::Trained &t : wiring.trained) {
     if (t.tiedStages.empty())
       continue;
     const TensorSlot &sum = optSpec->inputs[t.sum];
     size_t n = static_cast<size_t>(sum.numElements());
-    tiedOwn.resize(n);
-    tiedSum.assign(n, 0.0f);
-    exec->device().copyToHost(tiedOwn.data(), oa + sum.offset, sum.byteSize());
-    for (size_t i = 0; i < t.tiedStages.size(); ++i) {
-      int64_t peer = t.tiedStages[i];
-      MessageKey k = tiedKey(peer, self, t.tie);
-      Transport::Message msg;
-      const float *part = tiedOwn.data();
-      if (peer != self) {
-        msg = transport.wait(k);
-        part = reinterpret_cast<const float *>(msg.data());
-      }
-      for (size_t e = 0; e < n; ++e)
-        tiedSum[e] = i == 0 ? part[e] : tiedSum[e] + part[e];
-      if (peer != self)
-        transport.release(k, std::move(msg));
+    std::vector<float> &own = tiedSums[t.tie];
+    own.resize(n);
+    exec->device().copyToHost(own.data(), oa + sum.offset, sum.byteSize());
+    for (int64_t peer : t.tiedStages) {
+      if (peer == self)
+        continue;
+      MessageKey k = tiedKey(self, peer, t.tie);
+      Transport::Message msg = transport.acquire(k, sum.byteSize());
+      std::memcpy(msg.data(), own.data(), sum.byteSize());
+      transport.postSend(k, std::move(msg));
     }
-    exec->device().copyToDevice(oa + sum.offset, tiedSum.data(),
-                                sum.byteSize());
+  }
+  // The sum in stage order, the same on every copy: ((g0 + g1) + g2) ...
+  // The parts before this stage's own add up in the first one's message
+  // (held until released); adding the own part to that partial sum in
+  // place (a + b is b + a exactly) continues in the own buffer.
+  for (const WiringSpec::Trained &t : wiring.trained) {
+    if (t.tiedStages.empty())
+      continue;
+    const TensorSlot &sum = optSpec->inputs[t.sum];
+    size_t n = static_cast<size_t>(sum.numElements());
+    float *acc = tiedSums[t.tie].data();
+    Transport::Message first;
+    MessageKey firstKey{};
+    float *partial = nullptr; // the sum of the parts before the own one
+    bool ownSeen = false;
+    for (int64_t peer : t.tiedStages) {
+      if (peer == self) {
+        if (partial)
+          for (size_t e = 0; e < n; ++e)
+            acc[e] = partial[e] + acc[e];
+        ownSeen = true;
+        continue;
+      }
+      MessageKey k = tiedKey(peer, self, t.tie);
+      Transport::Message msg = transport.wait(k);
+      const float *part = reinterpret_cast<const float *>(msg.data());
+      if (ownSeen) {
+        for (size_t e = 0; e < n; ++e)
+          acc[e] = acc[e] + part[e];
+      } else if (!partial) {
+        first = std::move(msg);
+        firstKey = k;
+        partial = reinterpret_cast<float *>(first.data());
+        continue;
+      } else {
+        for (size_t e = 0; e < n; ++e)
+          partial[e] = partial[e] + part[e];
+      }
+      transport.release(k, std::move(msg));
+    }
+    if (partial)
+      transport.release(firstKey, std::move(first));
+    exec->device().copyToDevice(oa + sum.offset, acc, sum.byteSize());
   }
 }
 

@@ -108,7 +108,8 @@ private:
   const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
   std::vector<const TensorSlot *> dataIn;
 
-  std::vector<float> tiedSum, tiedOwn;  // host scratch of sumTiedGradients
+  /// The host copy of each tied gradient (by tie), then its sum.
+  std::map<int64_t, std::vector<float>> tiedSums;
   std::vector<DeviceBuffer> stashSlots; // device memory
   std::vector<int> freeSlots;
   std::map<int64_t, int> slotOf;
