@@ -448,6 +448,18 @@ Value subview(OpBuilder &b, Location loc, Value source,
   return b.create<memref::SubViewOp>(loc, source, offsets, sizes, strides);
 }
 
+/// Serial loops over every index of `shape`, outermost first.
+void serialLoopNest(
+    OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
+    function_ref<void(OpBuilder &, Location, ValueRange)> body) {
+  Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
+  Value one = b.create<arith::ConstantIndexOp>(loc, 1);
+  SmallVector<Value> lbs(shape.size(), zero), steps(shape.size(), one), ubs;
+  for (int64_t d : shape)
+    ubs.push_back(b.create<arith::ConstantIndexOp>(loc, d));
+  scf::buildLoopNest(b, loc, lbs, ubs, steps, body);
+}
+
 int64_t product(ArrayRef<int64_t> dims) {
   int64_t n = 1;
   for (int64_t d : dims)
@@ -696,16 +708,9 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
         int64_t size = type.getDimSize(axis);
         bool reverse = c.getReverse(), exclusive = c.getExclusive();
         Value in = viewOf(b, c.getInput()), out = viewOf(b, c.getResult());
-        Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
         Value one = b.create<arith::ConstantIndexOp>(loc, 1);
-        SmallVector<Value> lbs, ubs, steps;
-        for (int64_t d : type.getShape()) {
-          lbs.push_back(zero);
-          ubs.push_back(b.create<arith::ConstantIndexOp>(loc, d));
-          steps.push_back(one);
-        }
-        scf::buildLoopNest(
-            b, loc, lbs, ubs, steps,
+        serialLoopNest(
+            b, loc, type.getShape(),
             [&](OpBuilder &nb, Location l, ValueRange ivs) {
               Value j = ivs[axis];
               Value last = nb.create<arith::ConstantIndexOp>(l, size - 1);
@@ -757,16 +762,8 @@ FailureOr<bool> StageLowering::emitDataMovement(OpBuilder &b, Operation *op) {
                 dim = dataType.getDimSize(axis);
         b.create<linalg::FillOp>(loc, ValueRange{zeroOf(b, loc, element)},
                                  ValueRange{out});
-        Value zero = b.create<arith::ConstantIndexOp>(loc, 0);
-        Value one = b.create<arith::ConstantIndexOp>(loc, 1);
-        SmallVector<Value> lbs, ubs, steps;
-        for (int64_t size : gradType.getShape()) {
-          lbs.push_back(zero);
-          ubs.push_back(b.create<arith::ConstantIndexOp>(loc, size));
-          steps.push_back(one);
-        }
-        scf::buildLoopNest(
-            b, loc, lbs, ubs, steps,
+        serialLoopNest(
+            b, loc, gradType.getShape(),
             [&](OpBuilder &nb, Location l, ValueRange ivs) {
               Value size = nb.create<arith::ConstantIndexOp>(l, dim);
               Value z = nb.create<arith::ConstantIndexOp>(l, 0);
@@ -850,15 +847,13 @@ LogicalResult StageLowering::emit() {
     ++opCount;
   };
 
-  IRMapping mapping;
   for (Operation &op : forward.front()) {
-    if (isa<GetParameterOp, nn::ReshapeOp, tensor::EmptyOp>(op))
+    // Scalar constants are defined again in the op functions that read
+    // them (below); reshapes alias their input.
+    if (isa<GetParameterOp, nn::ReshapeOp, tensor::EmptyOp>(op) ||
+        (isa<arith::ConstantOp>(op) &&
+         !isa<ShapedType>(op.getResult(0).getType())))
       continue;
-    if (isa<arith::ConstantOp>(op) &&
-        !isa<ShapedType>(op.getResult(0).getType())) {
-      b.clone(op, mapping);
-      continue;
-    }
     if (auto generic = dyn_cast<linalg::GenericOp>(op)) {
       for (OpOperand &out : generic.getDpsInitsMutable())
         if (generic.payloadUsesValueFromOperand(&out))
