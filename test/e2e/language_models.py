@@ -14,6 +14,10 @@ and compared with PyTorch step by step.
     ignore index -100; every step's loss within 1e-4 relative of PyTorch's
     run with the same micro-batching, and the trainable parameters exactly
     PyTorch's named_parameters() (the mask buffer is not one of them);
+  * own loss: the GPT returning its own loss from (idx, targets) with
+    F.cross_entropy (nanoGPT's line, ignore_index=-1; classes on axis 1;
+    reduction sum; reduction none weighed in the model) or F.nll_loss of
+    F.log_softmax, trained with --loss=output:loss;
   * encoder: nn.TransformerEncoder (batch_first) exported with a static
     batch of 8 trains at M = 1, 2, 4 and 8 with the same losses.
 
@@ -84,6 +88,32 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(self.blocks(x)))
 
 
+class GPTWithLoss(GPT):
+    """The GPT returning its own loss from (idx, targets), as nanoGPT and
+    most training scripts write it; `kind` picks how."""
+
+    def __init__(self, kind):
+        super().__init__(triu=True)
+        self.kind = kind
+
+    def forward(self, idx, targets):
+        logits = super().forward(idx)
+        flat, labels = logits.view(-1, VOCAB), targets.view(-1)
+        if self.kind == "nanogpt":  # nanoGPT's own line
+            return F.cross_entropy(flat, labels, ignore_index=-1)
+        if self.kind == "transposed":  # classes on axis 1: [B, V, T]
+            return F.cross_entropy(logits.transpose(1, 2), targets)
+        if self.kind == "nll":
+            return F.nll_loss(F.log_softmax(logits, dim=-1).view(-1, VOCAB),
+                              labels)
+        if self.kind == "sum":
+            return F.cross_entropy(flat, labels, reduction="sum") / 100.0
+        # "none": per-token losses weighed in the model.
+        per_token = F.cross_entropy(flat, labels, reduction="none")
+        weight = (labels != -100).float() * (1.0 + 0.01 * labels.float())
+        return (per_token * weight).sum() / weight.sum()
+
+
 class Encoder(nn.Module):
     def __init__(self):
         super().__init__()
@@ -102,12 +132,12 @@ def run(cmd):
 
 
 def train(gpipe_opt, gpipe_run, onnx_path, data, tag, micro, devices,
-          optimizer, work):
+          optimizer, work, flags=()):
     bundle = os.path.join(work, tag + ".gpipe")
     rc, out = run([gpipe_opt, onnx_path, "--mode=train",
                    f"--batch-size={BATCH}", f"--micro-batches={micro}",
                    f"--devices={devices}", "-o", bundle]
-                  + OPTIMIZERS[optimizer][0])
+                  + OPTIMIZERS[optimizer][0] + list(flags))
     if rc != 0:
         return None, f"compile failed: {out.strip()}"
     log = os.path.join(work, tag + ".csv")
@@ -157,6 +187,46 @@ def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     return errors
 
 
+def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
+    """A model that computes its loss (SoftmaxCrossEntropyLoss or
+    NegativeLogLikelihoodLoss in the export) trains with
+    --loss=output:loss, its labels read as a second model input."""
+    tag = f"own_loss_{kind}" + ("_dyn" if dynamic else "_static")
+    torch.manual_seed(0)
+    model = GPTWithLoss(kind)
+    onnx_path = os.path.join(work, tag + ".onnx")
+    example = (torch.randint(0, VOCAB, (BATCH, SEQ)),
+               torch.randint(0, VOCAB, (BATCH, SEQ)))
+    model.train()
+    torch.onnx.export(
+        model, example, onnx_path, opset_version=17,
+        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+        input_names=["idx", "targets"], output_names=["loss"],
+        dynamic_axes={"idx": {0: "batch"}, "targets": {0: "batch"}}
+        if dynamic else None)
+    rng = np.random.RandomState(5)
+    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
+    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    y[rng.rand(*y.shape) < 0.1] = -1 if kind == "nanogpt" else -100
+    data = os.path.join(work, tag + ".npz")
+    np.savez(data, idx=x, targets=y)
+    got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
+                     "cpu:0,cpu:1", "sgd", work, ["--loss=output:loss"])
+    if err:
+        return [err]
+    want, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), 4, "sgd",
+        loss="output", steps=STEPS, batch=BATCH, samples=SAMPLES,
+        optimizers=OPTIMIZERS)
+    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
+          f"error {worst:.2e}")
+    if len(got) != STEPS or worst > 1e-4:
+        return [f"losses differ (worst relative {worst:.2e}): {got[:3]}... "
+                f"vs {want[:3]}..."]
+    return []
+
+
 def check_encoder(gpipe_opt, gpipe_run, work):
     torch.manual_seed(0)
     model = Encoder()
@@ -201,6 +271,14 @@ def main():
         errors = check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work)
         for e in errors:
             print(f"FAIL gpt triu={triu} dynamic={dynamic} {optimizer}: {e}")
+        failed += bool(errors)
+    for kind, dynamic in (("nanogpt", False), ("nanogpt", True),
+                          ("transposed", False), ("nll", False),
+                          ("sum", False), ("none", False)):
+        total += 1
+        errors = check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work)
+        for e in errors:
+            print(f"FAIL own loss {kind} dynamic={dynamic}: {e}")
         failed += bool(errors)
     total += 1
     errors = check_encoder(gpipe_opt, gpipe_run, work)

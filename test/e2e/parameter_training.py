@@ -1,7 +1,8 @@
 """Every parameter a model trains is trained: models that slice, index or
 split their own weights (a position table used as `pos[:T]`, embeddings
 looked up by token and by `arange(T)`, nn.MultiheadAttention with a query
-that is not its key, which splits `in_proj_weight` and `in_proj_bias`).
+that is not its key, which splits `in_proj_weight` and `in_proj_bias`, a
+parameter tiled with `.repeat` next to rank-5 batched matmuls).
 
 For each model: export in training mode (opset 17, no constant folding,
 static batch and `dynamic_axes`), then
@@ -65,6 +66,27 @@ class CrossAttention(nn.Module):
         return self.head(out.mean(dim=1))
 
 
+class TiledMixer(nn.Module):
+    """Tile on an input (`x.repeat`) and on a parameter (`pattern.repeat`),
+    and batched matmuls of rank 5 broadcast against a rank-4 parameter and
+    against themselves."""
+
+    def __init__(self, dim=16, classes=5):
+        super().__init__()
+        self.proj = nn.Linear(8, dim)
+        self.pattern = nn.Parameter(torch.randn(2, dim // 2) * 0.1)
+        self.mix = nn.Parameter(torch.randn(3, 1, 4, 4) * 0.3)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        b = x.shape[0]
+        h = torch.tanh(self.proj(x.repeat(1, 1, 2)))
+        h = h + self.pattern.repeat(SEQ // 2, 2)
+        g = torch.matmul(h.view(b, 1, SEQ, 4, 4), self.mix)
+        g = torch.matmul(g, g.transpose(-1, -2))
+        return self.head(g.mean(dim=(1, 2)).reshape(b, 16))
+
+
 def embedding_classifier():
     torch.manual_seed(0)
     return EmbeddingClassifier(), torch.randint(0, VOCAB, (BATCH, SEQ))
@@ -75,8 +97,13 @@ def cross_attention():
     return CrossAttention(), torch.randn(BATCH, SEQ, 16)
 
 
+def tiled_mixer():
+    torch.manual_seed(0)
+    return TiledMixer(), torch.randn(BATCH, SEQ, 4)
+
+
 MODELS = {"embedding_classifier": embedding_classifier,
-          "cross_attention": cross_attention}
+          "cross_attention": cross_attention, "tiled_mixer": tiled_mixer}
 OPTIMIZERS = {
     "sgd": (["--optimizer=sgd", "--lr=0.1", "--momentum=0.9"],
             lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),

@@ -98,7 +98,8 @@ def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
     """Returns the per-step losses and, with snapshot_at, the parameters
     after that many steps: `steps` steps of `batch` rows (the rows of step k
     start at k * batch, modulo `samples`), each split into `micro`
-    micro-batches whose gradients add up."""
+    micro-batches whose gradients add up. loss="output": the model takes
+    (input, labels) and returns its own loss."""
     opt = optimizers[optimizer][1](model.parameters())
     if loss == "mse":
         loss_fn = torch.nn.MSELoss()
@@ -108,6 +109,7 @@ def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
         def loss_fn(out, target):
             return torch.nn.functional.cross_entropy(
                 out.reshape(-1, out.shape[-1]), target.reshape(-1))
+    own_loss = loss == "output"  # the model computes it from both
     losses, snapshot = [], None
     for step in range(steps):
         if step == snapshot_at:
@@ -118,7 +120,7 @@ def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
         opt.zero_grad()
         total = 0.0
         for xc, yc in zip(xb.chunk(micro), yb.chunk(micro)):
-            loss = loss_fn(model(xc), yc)
+            loss = model(xc, yc) if own_loss else loss_fn(model(xc), yc)
             (loss / micro).backward()
             total += loss.item() / micro
         opt.step()

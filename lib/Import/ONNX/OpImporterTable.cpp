@@ -47,6 +47,7 @@ const OpImporterTable &gpipe::onnx_import::getOpImporterTable() {
     OpImporterTable t;
     registerElementwiseImporters(t);
     registerLogicalImporters(t);
+    registerLossImporters(t);
     registerLinearImporters(t);
     registerNormalizationImporters(t);
     registerPoolingImporters(t);

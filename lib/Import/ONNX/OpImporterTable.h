@@ -50,6 +50,7 @@ const OpImporterTable &getOpImporterTable();
 // Registration of each op family (one per Ops*.cpp).
 void registerElementwiseImporters(OpImporterTable &table);
 void registerLogicalImporters(OpImporterTable &table);
+void registerLossImporters(OpImporterTable &table);
 void registerLinearImporters(OpImporterTable &table);
 void registerNormalizationImporters(OpImporterTable &table);
 void registerPoolingImporters(OpImporterTable &table);

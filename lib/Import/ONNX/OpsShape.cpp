@@ -1,10 +1,9 @@
 //===- OpsShape.cpp - Importers of shape and data-movement ops ------------===//
 //
 // Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split,
-// Gather, Pad, ReduceMean and CumSum. Shape arguments must be known at compile
-// time; on constant data the ops are folded (that is how Shape -> Gather ->
-// Concat
-// -> Reshape chains of exporters disappear).
+// Gather, Pad, Tile, ReduceMean, ReduceSum and CumSum. Shape arguments must be
+// known at compile time; on constant data the ops are folded (that is how
+// Shape -> Gather -> Concat -> Reshape chains of exporters disappear).
 //
 //===----------------------------------------------------------------------===//
 #include "ConstFolding.h"
@@ -15,6 +14,7 @@
 #include "onnx/onnx_pb.h"
 
 #include <set>
+#include <type_traits>
 
 using namespace mlir;
 using namespace gpipe;
@@ -121,6 +121,86 @@ LogicalResult importExpand(GraphImporter &g) {
   }
   auto result = g.createValue<nn::BroadcastOp>(
       {*x}, {g.named("shape", g.getBuilder().getDenseI64ArrayAttr(shape))});
+  if (failed(result))
+    return failure();
+  g.setOutput(0, *result);
+  return success();
+}
+
+/// Tile: the input repeated `repeats[i]` times along each axis i; the
+/// repeats must be known at compile time. Folded on constants; otherwise
+/// the input gets a unit axis before each repeated one, is broadcast along
+/// those and reshaped back, so that the gradient is the broadcast's (a sum
+/// over the copies).
+LogicalResult importTile(GraphImporter &g) {
+  if (failed(g.checkAttrs({})))
+    return failure();
+  auto type = g.inputType(0);
+  auto reps = requireShapeVector(g, 1, "repeats");
+  if (failed(type) || failed(reps))
+    return failure();
+  ArrayRef<int64_t> in = type->getShape();
+  if (reps->size() != in.size())
+    return g.error() << "repeats has " << reps->size()
+                     << " entries for an input of rank " << in.size();
+  SmallVector<int64_t> unit, expanded, out;
+  for (auto [d, r] : llvm::zip_equal(in, *reps)) {
+    if (r < 1)
+      return g.error() << "repeats must be positive, got " << r;
+    if (r != 1) {
+      unit.push_back(1);
+      expanded.push_back(r);
+    }
+    unit.push_back(d);
+    expanded.push_back(d);
+    out.push_back(d * r);
+  }
+  if (out == in) {
+    auto x = g.input(0);
+    if (failed(x))
+      return failure();
+    g.setOutput(0, *x);
+    return success();
+  }
+  if (const ConstTensor *c = g.constantInput(0)) {
+    ConstTensor result;
+    result.dtype = c->dtype;
+    result.shape.assign(out.begin(), out.end());
+    int64_t n = result.numElements();
+    std::vector<int64_t> index(n);
+    for (int64_t i = 0; i < n; ++i) {
+      // Row-major position in the output -> the input element it copies.
+      int64_t rest = i, source = 0, stride = 1;
+      for (int64_t a = int64_t(in.size()) - 1; a >= 0; --a) {
+        source += (rest % out[a]) % in[a] * stride;
+        rest /= out[a];
+        stride *= in[a];
+      }
+      index[i] = source;
+    }
+    if (c->isFloat())
+      for (int64_t s : index)
+        result.floats.push_back(c->floats[s]);
+    else
+      for (int64_t s : index)
+        result.ints.push_back(c->ints[s]);
+    g.setConstantOutput(0, std::move(result));
+    return success();
+  }
+  auto x = g.input(0);
+  if (failed(x))
+    return failure();
+  Builder &b = g.getBuilder();
+  auto withUnits = g.createValue<nn::ReshapeOp>(
+      {*x}, {g.named("shape", b.getDenseI64ArrayAttr(unit))});
+  if (failed(withUnits))
+    return failure();
+  auto copies = g.createValue<nn::BroadcastOp>(
+      {*withUnits}, {g.named("shape", b.getDenseI64ArrayAttr(expanded))});
+  if (failed(copies))
+    return failure();
+  auto result = g.createValue<nn::ReshapeOp>(
+      {*copies}, {g.named("shape", b.getDenseI64ArrayAttr(out))});
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
@@ -650,26 +730,44 @@ LogicalResult importPad(GraphImporter &g) {
   return success();
 }
 
-LogicalResult importReduceMean(GraphImporter &g) {
-  if (failed(g.checkAttrs({"axes", "keepdims"})))
+/// ReduceMean and ReduceSum: the axes from the attribute, or (ReduceSum
+/// since opset 13) from the optional second input, which must be known at
+/// compile time; no axes reduce every axis unless noop_with_empty_axes.
+template <typename OpTy> LogicalResult importReduce(GraphImporter &g) {
+  bool axesInput = std::is_same_v<OpTy, nn::ReduceSumOp> && g.getOpset() >= 13;
+  if (failed(axesInput ? g.checkAttrs({"keepdims", "noop_with_empty_axes"})
+                       : g.checkAttrs({"axes", "keepdims"})))
     return failure();
   auto x = g.input(0);
   if (failed(x))
     return failure();
   int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
+  std::optional<SmallVector<int64_t>> given;
+  if (!axesInput) {
+    given = g.intsAttr("axes");
+  } else if (g.hasInput(1)) {
+    auto t = g.requireConstant(1, "axes");
+    if (failed(t))
+      return failure();
+    std::vector<int64_t> ints = (*t)->toInts();
+    given.emplace(ints.begin(), ints.end());
+  }
   SmallVector<int64_t> axes;
-  if (auto a = g.intsAttr("axes"); a && !a->empty()) {
-    auto normalized = normalizeAxes(g, *a, rank);
+  if (given && !given->empty()) {
+    auto normalized = normalizeAxes(g, *given, rank);
     if (failed(normalized))
       return failure();
     axes = *normalized;
     llvm::sort(axes);
+  } else if (axesInput && g.intAttr("noop_with_empty_axes", 0) != 0) {
+    g.setOutput(0, *x);
+    return success();
   } else {
     for (int64_t i = 0; i < rank; ++i)
       axes.push_back(i);
   }
   Builder &b = g.getBuilder();
-  auto result = g.createValue<nn::ReduceMeanOp>(
+  auto result = g.createValue<OpTy>(
       {*x},
       {g.named("axes", b.getDenseI64ArrayAttr(axes)),
        g.named("keepdims", b.getBoolAttr(g.intAttr("keepdims", 1) != 0))});
@@ -743,6 +841,7 @@ LogicalResult importCumSum(GraphImporter &g) {
 void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Reshape", 5, importReshape);
   t.add("Expand", 8, importExpand);
+  t.add("Tile", 6, importTile);
   t.add("Flatten", 1, importFlatten);
   t.add("Squeeze", 1, importSqueeze);
   t.add("Unsqueeze", 1, importUnsqueeze);
@@ -752,6 +851,7 @@ void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Split", 2, importSplit);
   t.add("Gather", 1, importGather);
   t.add("Pad", 2, importPad);
-  t.add("ReduceMean", 1, importReduceMean);
+  t.add("ReduceMean", 1, importReduce<nn::ReduceMeanOp>);
+  t.add("ReduceSum", 1, importReduce<nn::ReduceSumOp>);
   t.add("CumSum", 11, importCumSum);
 }
