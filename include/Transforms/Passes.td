@@ -24,6 +24,18 @@ def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
   }];
 }
 
+def MarkBatchPlacement : Pass<"gpipe-mark-batch-placement", "mlir::ModuleOp"> {
+  let summary = "Record where the batch sits in each output of @forward";
+  let description = [{
+    Each result of `@forward` that carries the inputs' batch gets
+    `gpipe.batch = array<i64: axis, inner>`: the batch is in dimension
+    `axis`, `inner` consecutive elements of which belong to one sample (a
+    language model's logits viewed as [B * T, V]: axis 0, inner T). The
+    runtime splits a large inference batch into runs of the compiled one
+    and places each run's outputs by it (Analysis/BatchPlacement.h).
+  }];
+}
+
 def ConvertElementwiseToLinalg : Pass<"gpipe-convert-elementwise-to-linalg"> {
   let summary = "Turn element-wise nn ops into linalg.generic on tensors";
   let description = [{

@@ -8,6 +8,7 @@ using namespace mlir;
 
 void gpipe::buildInferencePipeline(OpPassManager &pm) {
   pm.addPass(createSetInferenceMode());
+  pm.addPass(createMarkBatchPlacement());
   pm.addPass(createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
   pm.addPass(createLowerStage());

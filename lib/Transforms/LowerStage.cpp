@@ -964,8 +964,16 @@ LogicalResult StageLowering::emit() {
   }
   for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
     auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
-    outputs.push_back(ioEntry(name ? name : builder.getStringAttr("output"),
-                              resultRole(forward, i), type, outputClasses[i]));
+    DictionaryAttr entry =
+        ioEntry(name ? name : builder.getStringAttr("output"),
+                resultRole(forward, i), type, outputClasses[i]);
+    // Where the batch sits (gpipe-mark-batch-placement), for the runtime.
+    if (auto batch = forward.getResultAttr(i, "gpipe.batch")) {
+      NamedAttrList attrs(entry);
+      attrs.set("batch", batch);
+      entry = attrs.getDictionary(builder.getContext());
+    }
+    outputs.push_back(entry);
   }
   stage->setAttr("gpipe.phase", builder.getStringAttr(forward.getSymName()));
   stage->setAttr("gpipe.arena_size", builder.getI64IntegerAttr(plan.size));

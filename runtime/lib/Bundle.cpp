@@ -131,6 +131,17 @@ TensorSlot parseSlot(const json &j) {
     throw BundleError("tensor '" + slot.name + "' has an invalid shape");
   for (const json &d : shape)
     slot.shape.push_back(integer<int64_t>(d));
+  if (j.contains("batch")) {
+    const json &batch = j.at("batch");
+    if (!batch.is_array() || batch.size() != 2)
+      throw BundleError("tensor '" + slot.name + "' has an invalid batch");
+    slot.batchAxis = integer<int64_t>(batch[0]);
+    slot.batchInner = integer<int64_t>(batch[1]);
+    if (slot.batchAxis < 0 || slot.batchAxis >= int64_t(slot.shape.size()) ||
+        slot.batchInner < 1 ||
+        slot.shape[slot.batchAxis] % slot.batchInner != 0)
+      throw BundleError("tensor '" + slot.name + "' has an invalid batch");
+  }
   slot.space = j.value("space", "arena");
   slot.offset = integer<int64_t>(j.at("offset"));
   int64_t count = 1; // of the non-zero dimensions

@@ -81,20 +81,38 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
   if (exact)
     rows = batch;
   int64_t chunks = exact ? 1 : (rows + batch - 1) / batch;
-  if (!exact)
-    for (const TensorSlot &slot : bundle_.outputs)
-      if (slot.shape.empty() || slot.shape.front() != batch)
-        throw InputError("the model was compiled for batch " +
-                         std::to_string(batch) + " and its output '" +
-                         slot.name + "' is not batched, so " +
-                         std::to_string(rows) + " rows cannot be split");
+  // Where each output carries the batch: viewed as [outer, batch, span
+  // bytes], run c fills rows [c * batch, ...) of the middle dimension.
+  struct Split {
+    int64_t outer = 1, span = 0;
+  };
+  std::map<std::string, Split> splits;
   std::map<std::string, HostTensor> outputs;
   for (const TensorSlot &slot : bundle_.outputs) {
     HostTensor t;
     t.dtype = slot.dtype;
     t.shape = slot.shape;
-    if (!exact)
-      t.shape.front() = rows;
+    if (!exact) {
+      int64_t axis = slot.batchAxis, inner = slot.batchInner;
+      if (axis < 0 && !slot.shape.empty() && slot.shape.front() == batch)
+        axis = 0, inner = 1; // a bundle without placements
+      if (axis < 0 || slot.shape[axis] % (batch * inner) != 0)
+        throw InputError(
+            "the model was compiled for batch " + std::to_string(batch) +
+            " and its output '" + slot.name + "' " + describeSlot(slot) +
+            " does not carry the batch where gpipe can find "
+            "it, so " +
+            std::to_string(rows) + " rows cannot be split (give exactly " +
+            std::to_string(batch) + " rows)");
+      Split &s = splits[slot.name];
+      s.outer = slot.shape[axis] / (batch * inner);
+      for (int64_t i = 0; i < axis; ++i)
+        s.outer *= slot.shape[i];
+      s.span = inner * dtypeSize(slot.dtype);
+      for (size_t i = axis + 1; i < slot.shape.size(); ++i)
+        s.span *= slot.shape[i];
+      t.shape[axis] = slot.shape[axis] / batch * rows;
+    }
     t.data.resize(t.numElements() * dtypeSize(t.dtype));
     outputs[slot.name] = std::move(t);
   }
@@ -126,9 +144,11 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
         stage->read(0, slot, dst);
         continue;
       }
-      int64_t rowBytes = slot.byteSize() / batch;
-      device.copyToHost(dst + first * rowBytes, stage->arena() + slot.offset,
-                        count * rowBytes);
+      const Split &s = splits.at(slot.name);
+      for (int64_t o = 0; o < s.outer; ++o)
+        device.copyToHost(dst + (o * rows + first) * s.span,
+                          stage->arena() + slot.offset + o * batch * s.span,
+                          count * s.span);
     }
   }
   return outputs;

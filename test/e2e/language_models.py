@@ -18,6 +18,10 @@ and compared with PyTorch step by step.
     F.cross_entropy (nanoGPT's line, ignore_index=-1; classes on axis 1;
     reduction sum; reduction none weighed in the model) or F.nll_loss of
     F.log_softmax, trained with --loss=output:loss;
+  * folded inference: the GPT returning logits as [B * T, V], [T, B, V]
+    or [T * B, V], exported with a static batch, runs `gpipe-run --infer`
+    on more rows than the compiled batch (not a multiple of it) and matches
+    PyTorch eval;
   * encoder: nn.TransformerEncoder (batch_first) exported with a static
     batch of 8 trains at M = 1, 2, 4 and 8 with the same losses.
 
@@ -112,6 +116,25 @@ class GPTWithLoss(GPT):
         per_token = F.cross_entropy(flat, labels, reduction="none")
         weight = (labels != -100).float() * (1.0 + 0.01 * labels.float())
         return (per_token * weight).sum() / weight.sum()
+
+
+class GPTFoldedLogits(GPT):
+    """The GPT's logits with the batch folded into another dimension:
+    `flat` [B * T, V] (view(-1, V)), `time_major` [T, B, V] and
+    `time_major_flat` [T * B, V]."""
+
+    def __init__(self, layout):
+        super().__init__(triu=False)
+        self.layout = layout
+
+    def forward(self, idx):
+        logits = super().forward(idx)
+        if self.layout == "flat":
+            return logits.view(-1, VOCAB)
+        logits = logits.transpose(0, 1)
+        if self.layout == "time_major":
+            return logits
+        return logits.reshape(-1, VOCAB)
 
 
 class Encoder(nn.Module):
@@ -227,6 +250,46 @@ def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
     return []
 
 
+def check_folded_inference(layout, gpipe_opt, gpipe_run, work):
+    """gpipe-run --infer splits rows that are not the compiled batch also
+    for outputs that fold the batch into another dimension, and puts each
+    run's rows where PyTorch has them."""
+    tag = f"folded_{layout}"
+    torch.manual_seed(0)
+    model = GPTFoldedLogits(layout).eval()
+    onnx_path = os.path.join(work, tag + ".onnx")
+    export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), onnx_path, False)
+    bundle = os.path.join(work, tag + ".gpipe")
+    rc, out = run([gpipe_opt, onnx_path, "-o", bundle])
+    if rc != 0:
+        return [f"compile failed: {out.strip()}"]
+    errors = []
+    rng = np.random.RandomState(2)
+    for rows in (BATCH, 2 * BATCH + 3):
+        x = rng.randint(0, VOCAB, size=(rows, SEQ)).astype(np.int64)
+        x_path = os.path.join(work, f"{tag}_{rows}.npy")
+        out_dir = os.path.join(work, f"{tag}_{rows}_out")
+        np.save(x_path, x)
+        rc, out = run([gpipe_run, bundle, "--infer", f"--input=input={x_path}",
+                       "--output", out_dir])
+        if rc != 0:
+            errors.append(f"{rows} rows: gpipe-run failed: {out.strip()}")
+            continue
+        got = np.load(os.path.join(out_dir, "logits.npy"))
+        with torch.no_grad():
+            want = model(torch.from_numpy(x)).numpy()
+        if got.shape != want.shape:
+            errors.append(f"{rows} rows: shape {got.shape}, PyTorch "
+                          f"{want.shape}")
+            continue
+        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        print(f"{tag}: {rows} rows, logits {list(got.shape)}, relative L2 "
+              f"error {err:.2e}")
+        if not err < 1e-5:
+            errors.append(f"{rows} rows: relative L2 error {err:.2e}")
+    return errors
+
+
 def check_encoder(gpipe_opt, gpipe_run, work):
     torch.manual_seed(0)
     model = Encoder()
@@ -279,6 +342,12 @@ def main():
         errors = check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work)
         for e in errors:
             print(f"FAIL own loss {kind} dynamic={dynamic}: {e}")
+        failed += bool(errors)
+    for layout in ("flat", "time_major", "time_major_flat"):
+        total += 1
+        errors = check_folded_inference(layout, gpipe_opt, gpipe_run, work)
+        for e in errors:
+            print(f"FAIL folded inference {layout}: {e}")
         failed += bool(errors)
     total += 1
     errors = check_encoder(gpipe_opt, gpipe_run, work)

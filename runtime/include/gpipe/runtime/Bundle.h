@@ -39,6 +39,11 @@ struct TensorSlot {
   /// In a parameter blob: what the tensor is (weight, buffer, optimizer
   /// state or constant).
   ParamKind kind = ParamKind::Buffer;
+  /// A model output that carries the batch: it is in dimension batchAxis,
+  /// batchInner consecutive elements of which belong to one sample (-1: not
+  /// known; inputs carry it on axis 0).
+  int64_t batchAxis = -1;
+  int64_t batchInner = 1;
 
   int64_t numElements() const;
   int64_t byteSize() const;

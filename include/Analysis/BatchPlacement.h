@@ -1,0 +1,40 @@
+//===- BatchPlacement.h - Where the batch sits in each value ----*- C++ -*-===//
+//
+// A model's inputs carry the batch on their first axis. Ops move it: a
+// Reshape can fold it into a larger dimension (logits [B, T, V] viewed as
+// [B * T, V], or an attention's [B * heads, T, d]), a Transpose moves it to
+// another axis. The runtime needs to know where it is in each output to
+// split a large inference batch into runs of the compiled one and put the
+// pieces of every output in their places.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_BATCHPLACEMENT_H
+#define GPIPE_ANALYSIS_BATCHPLACEMENT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <optional>
+
+namespace gpipe {
+
+/// The batch sits in dimension `axis`, whose size is (outer * batch *
+/// inner): `inner` consecutive elements of that dimension belong to one
+/// sample (1 when the dimension is the batch itself).
+struct BatchPlacement {
+  int64_t axis = 0;
+  int64_t inner = 1;
+  bool operator==(const BatchPlacement &o) const {
+    return axis == o.axis && inner == o.inner;
+  }
+};
+
+/// The placement of the batch in each result of `forward`, whose arguments
+/// all carry a batch of `batch` rows on axis 0; nullopt for a result that
+/// does not carry it (a scalar, a reduction over the batch) or where the
+/// analysis cannot prove where it is.
+llvm::SmallVector<std::optional<BatchPlacement>>
+resultBatchPlacements(mlir::func::FuncOp forward, int64_t batch);
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_BATCHPLACEMENT_H
