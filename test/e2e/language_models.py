@@ -18,6 +18,8 @@ and compared with PyTorch step by step.
     F.cross_entropy (nanoGPT's line, ignore_index=-1; classes on axis 1;
     reduction sum; reduction none weighed in the model) or F.nll_loss of
     F.log_softmax, trained with --loss=output:loss;
+  * shared: one Linear used at three depths of a three-stage pipeline (its
+    weight in every stage), SGD and AdamW against PyTorch;
   * folded inference: the GPT returning logits as [B * T, V], [T, B, V]
     or [T * B, V], exported with a static batch, runs `gpipe-run --infer`
     on more rows than the compiled batch (not a multiple of it) and matches
@@ -135,6 +137,24 @@ class GPTFoldedLogits(GPT):
         if self.layout == "time_major":
             return logits
         return logits.reshape(-1, VOCAB)
+
+
+class SharedLayer(nn.Module):
+    """One Linear applied at three depths (ALBERT-style sharing): in a
+    three-stage pipeline its weight is in every stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(16, 16)
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(6)])
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = torch.tanh(layer(x))
+            if i % 2 == 1:
+                x = torch.tanh(self.shared(x))
+        return self.head(x)
 
 
 class Encoder(nn.Module):
@@ -290,6 +310,34 @@ def check_folded_inference(layout, gpipe_opt, gpipe_run, work):
     return errors
 
 
+def check_shared_three_stages(optimizer, gpipe_opt, gpipe_run, work):
+    """A weight used in all three stages of a pipeline: its gradients are
+    summed over the three before the step, equal to PyTorch."""
+    tag = f"shared_{optimizer}"
+    torch.manual_seed(0)
+    model = SharedLayer()
+    onnx_path = os.path.join(work, tag + ".onnx")
+    export(model, torch.randn(BATCH, 16), onnx_path, dynamic=False)
+    rng = np.random.RandomState(4)
+    x = rng.randn(SAMPLES, 16).astype(np.float32)
+    y = rng.randint(0, 5, size=SAMPLES).astype(np.int64)
+    data = os.path.join(work, tag + ".npz")
+    np.savez(data, input=x, labels=y)
+    got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
+                     "cpu:0,cpu:1,cpu:0", optimizer, work)
+    if err:
+        return [err]
+    want, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), 4, optimizer,
+        steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
+    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+    print(f"{tag}: three stages, loss {got[0]:.4f} -> {got[-1]:.4f}, worst "
+          f"relative loss error {worst:.2e}")
+    if len(got) != STEPS or worst > 1e-4:
+        return [f"losses differ (worst relative {worst:.2e})"]
+    return []
+
+
 def check_encoder(gpipe_opt, gpipe_run, work):
     torch.manual_seed(0)
     model = Encoder()
@@ -342,6 +390,13 @@ def main():
         errors = check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work)
         for e in errors:
             print(f"FAIL own loss {kind} dynamic={dynamic}: {e}")
+        failed += bool(errors)
+    for optimizer in ("sgd", "adamw"):
+        total += 1
+        errors = check_shared_three_stages(optimizer, gpipe_opt, gpipe_run,
+                                           work)
+        for e in errors:
+            print(f"FAIL shared weight in three stages {optimizer}: {e}")
         failed += bool(errors)
     for layout in ("flat", "time_major", "time_major_flat"):
         total += 1
