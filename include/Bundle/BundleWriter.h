@@ -36,6 +36,8 @@ struct BundleOptions {
   std::string mode = "infer";
   /// One per stage; "cpu" is the whole host, unpinned.
   std::vector<std::string> devices{"cpu"};
+  /// The MPI rank of each stage (docs/distributed.md); empty: one process.
+  std::vector<int64_t> ranks;
   std::string sourceName;
   /// Path of the source model; training bundles keep a copy (model.onnx)
   /// so that gpipe-run can write the trained weights back into it.

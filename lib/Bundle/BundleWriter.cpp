@@ -194,6 +194,10 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     return module.emitError("the bundle has ")
            << stageModules.size() << " stages but " << options.devices.size()
            << " devices";
+  if (!options.ranks.empty() && options.ranks.size() != stageModules.size())
+    return module.emitError("the bundle has ")
+           << stageModules.size() << " stages but " << options.ranks.size()
+           << " ranks";
   // The lowered phases of each stage (forward only, or forward, backward
   // and optimizer), in the order they were lowered, and each stage's
   // parameters in its own blob.
@@ -317,6 +321,8 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     };
     if (!wiring.empty())
       stageJSON["wiring"] = std::move(wiring[k]);
+    if (!options.ranks.empty())
+      stageJSON["rank"] = options.ranks[k];
     stageJSONs.push_back(std::move(stageJSON));
   }
 

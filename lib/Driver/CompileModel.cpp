@@ -112,14 +112,38 @@ int validate(const CompileOptions &o) {
   return 0;
 }
 
-/// The stage devices as the bundle names them ("cpu": the whole host).
+/// The stage devices as the bundle names them ("cpu": the whole host), and
+/// the MPI rank of each stage: a device may be prefixed `rN:` (rank N of
+/// an mpirun job; docs/distributed.md); `stripped` is the list without
+/// the prefixes, for the partitioner.
 int parseStageDevices(const CompileOptions &o,
-                      std::vector<std::string> &devices) {
+                      std::vector<std::string> &devices,
+                      std::vector<int64_t> &ranks, std::string &stripped) {
   devices = {"cpu"};
+  ranks.clear();
   if (!o.devices)
     return 0;
   const std::string &flag = *o.devices;
-  llvm::Expected<std::vector<Device>> parsed = parseDevices(flag);
+  SmallVector<StringRef> items;
+  StringRef(flag).split(items, ',');
+  bool anyRank = false;
+  std::vector<std::string> plain;
+  for (StringRef item : items) {
+    int64_t rank = 0;
+    if (item.size() > 1 && item[0] == 'r' && llvm::isDigit(item[1])) {
+      auto [prefix, rest] = item.split(':');
+      if (prefix.drop_front().getAsInteger(10, rank) || rank > 4095 ||
+          rest.empty())
+        return error("--devices=" + flag + ": '" + item.str() +
+                     "': a rank prefix is rN: followed by a device (r1:cpu:0)");
+      item = rest;
+      anyRank = true;
+    }
+    ranks.push_back(rank);
+    plain.push_back(item.str());
+  }
+  stripped = llvm::join(plain, ",");
+  llvm::Expected<std::vector<Device>> parsed = parseDevices(stripped);
   if (!parsed)
     return error("--devices=" + flag + ": " +
                  llvm::toString(parsed.takeError()));
@@ -137,6 +161,29 @@ int parseStageDevices(const CompileOptions &o,
                        ": CUDA stages are not implemented yet; use cpu "
                        "devices",
                    2);
+  if (!anyRank) {
+    ranks.clear();
+    return 0;
+  }
+  if (ranks.size() != devices.size())
+    return error("--devices=" + flag +
+                 ": a rank prefix needs one device "
+                 "per stage (cpu:N or cpu:A-B, not a list)");
+  if (!o.train)
+    return error("--devices=" + flag +
+                 ": ranks apply to training bundles "
+                 "(add --mode=train)");
+  // Every rank from 0 to the largest has a stage.
+  int64_t count = *std::max_element(ranks.begin(), ranks.end()) + 1;
+  for (int64_t r = 0; r < count; ++r)
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end())
+      return error("--devices=" + flag + ": rank " + std::to_string(r) +
+                   " has no stage (number the ranks 0.." +
+                   std::to_string(count - 1) + " without gaps)");
+  if (o.stages != "auto" && o.stages != std::to_string(devices.size()))
+    return error("--devices=" + flag +
+                 ": with rank prefixes every device "
+                 "is one stage; leave out --stages");
   return 0;
 }
 
@@ -191,12 +238,14 @@ void warnIfEvalModeExport(ModuleOp module) {
 }
 
 int compileTraining(const CompileOptions &o, ModuleOp module,
-                    const std::vector<std::string> &devices) {
+                    const std::vector<std::string> &devices,
+                    const std::vector<int64_t> &ranks,
+                    const std::string &deviceList) {
   warnIfEvalModeExport(module);
   TrainingPipelineOptions t;
   t.loss.loss = o.training.loss;
   t.loss.ignoreIndex = o.training.ignoreIndex;
-  t.partition.deviceList = o.devices.value_or("cpu:0");
+  t.partition.deviceList = o.devices ? deviceList : "cpu:0";
   t.partition.stages = o.stages;
   t.partition.microBatches = o.training.microBatches;
   t.partition.schedule = o.schedule;
@@ -237,6 +286,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   bundle.sourceName = llvm::sys::path::filename(o.input).str();
   bundle.sourcePath = o.input;
   bundle.devices = devices;
+  bundle.ranks = ranks;
   bundle.mode = "train";
   bundle.schedule = std::move(result->schedule);
   bundle.training = o.training;
@@ -313,7 +363,9 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   if (microBatches < 1)
     return error("--micro-batches must be at least 1");
   std::vector<std::string> devices;
-  if (int rc = parseStageDevices(options, devices))
+  std::vector<int64_t> ranks;
+  std::string deviceList;
+  if (int rc = parseStageDevices(options, devices, ranks, deviceList))
     return rc;
   ONNXImportOptions import;
   import.batchSize = options.batchSize;
@@ -334,7 +386,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   if (!module)
     return 1;
   if (training)
-    return compileTraining(options, *module, devices);
+    return compileTraining(options, *module, devices, ranks, deviceList);
   if (lowered)
     return compileInference(options, *module, devices);
   return writeText(options.output, [&](llvm::raw_ostream &os) {

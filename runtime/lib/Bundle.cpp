@@ -70,6 +70,13 @@ std::vector<int64_t> KernelSpec::ints(const std::string &key) const {
   return out;
 }
 
+int64_t Bundle::rankCount() const {
+  int64_t count = 1;
+  for (const StageSpec &s : stages)
+    count = std::max(count, s.rank + 1);
+  return count;
+}
+
 std::string Bundle::partPath(const std::string &file) const {
   return path + "/" + file;
 }
@@ -548,6 +555,10 @@ Bundle loadBundle(const std::string &path) {
       StageSpec s;
       s.index = integer<int64_t>(j.at("index"));
       s.device = j.at("device").get<std::string>();
+      s.rank = integer<int64_t>(j, "rank", int64_t(0));
+      if (s.rank < 0 || s.rank > 4095)
+        fail(path, "manifest.json",
+             "stage " + std::to_string(s.index) + " has an invalid rank");
       s.library = j.at("library").get<std::string>();
       s.crc32 = integer<uint32_t>(j.at("crc32"));
       const json &p = j.at("parameters");

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -148,12 +149,19 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
        << static_cast<double>(bytes) / (1 << 20) << " MiB";
     return os.str();
   };
-  out << std::fixed << std::setprecision(2) << "pipeline: " << s.stages.size()
-      << " stage(s), " << schedule.kind << " schedule, "
-      << schedule.microBatches << " micro-batches\n";
-  for (size_t i = 0; i < s.stages.size(); ++i) {
-    const auto &st = s.stages[i];
-    out << "  stage " << i << " on " << st.device << ": busy "
+  int64_t ranks = session.rankCount();
+  out << std::fixed << std::setprecision(2)
+      << "pipeline: " << session.bundle().stages.size() << " stage(s)";
+  if (ranks > 1)
+    out << " on " << ranks << " ranks (rank " << session.rank()
+        << "'s stages below)";
+  out << ", " << schedule.kind << " schedule, " << schedule.microBatches
+      << " micro-batches\n";
+  for (const auto &st : s.stages) {
+    out << "  stage " << st.index;
+    if (ranks > 1)
+      out << " on rank " << st.rank << ",";
+    out << " on " << st.device << ": busy "
         << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps, "
         << mib(st.allocatedBytes) << " allocated (predicted peak "
         << mib(st.predictedPeakBytes) << ")\n";
@@ -326,7 +334,10 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
             << (terminal && !last ? "   " : "\n") << std::flush;
       }
       if (lossLog)
-        lossLog << step + 1 << "," << loss << std::endl;
+        // Every digit: logs of two runs compare bit for bit.
+        lossLog << step + 1 << ","
+                << std::setprecision(std::numeric_limits<double>::max_digits10)
+                << loss << std::endl;
       if (!checkpoint.empty() &&
           ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) ||
            step + 1 == steps))

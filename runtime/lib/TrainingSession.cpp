@@ -8,6 +8,7 @@
 
 #include "DeviceWorker.h"
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/ProcessGroup.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,9 +31,19 @@ TrainingSession::TrainingSession(const std::string &bundlePath)
     : TrainingSession(bundlePath, nullptr) {}
 
 TrainingSession::TrainingSession(const std::string &bundlePath,
+                                 bool allStagesHere)
+    : TrainingSession(bundlePath, nullptr, nullptr, nullptr, allStagesHere) {}
+
+TrainingSession::TrainingSession(const std::string &bundlePath,
+                                 ProcessGroup &group)
+    : TrainingSession(bundlePath, nullptr, nullptr, &group) {}
+
+TrainingSession::TrainingSession(const std::string &bundlePath,
                                  std::unique_ptr<Transport> transport_,
-                                 BackendFactory backends)
-    : bundle_(loadBundle(bundlePath)), transport(std::move(transport_)) {
+                                 BackendFactory backends, ProcessGroup *group_,
+                                 bool allStagesHere)
+    : bundle_(loadBundle(bundlePath)), group(group_),
+      transport(std::move(transport_)) {
   if (!backends)
     backends = createBackend;
   auto fail = [&](const std::string &why) {
@@ -46,12 +57,46 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
     throw fail("unknown optimizer '" + kind + "'");
   lr_ = bundle_.training.lr;
   size_t k = bundle_.stages.size();
+  int64_t ranks = bundle_.rankCount();
+  if (ranks > 1 && !group && !allStagesHere)
+    throw BundleError(bundlePath + ": the bundle's stages run in " +
+                      std::to_string(ranks) + " processes (ranks 0.." +
+                      std::to_string(ranks - 1) +
+                      "): launch it with mpirun "
+                      "-np " +
+                      std::to_string(ranks) + " gpipe-run ..." +
+                      " (or run every stage here with --in-one-process)");
+  if (group && group->size() != ranks)
+    throw BundleError(bundlePath + ": the bundle's stages are on " +
+                      std::to_string(ranks) + " rank(s), but mpirun started " +
+                      std::to_string(group->size()) + " processes (use " +
+                      "mpirun -np " + std::to_string(ranks) + ")");
+  if (!group && ranks > 1) // every stage here
+    for (StageSpec &spec : bundle_.stages)
+      spec.rank = 0;
+  ranks = bundle_.rankCount();
+  localRank = group ? group->rank() : 0;
+  ownsLastStage = bundle_.stages.back().rank == localRank;
+  if (!transport && ranks > 1) {
+    std::vector<int64_t> stageRanks;
+    for (const StageSpec &spec : bundle_.stages)
+      stageRanks.push_back(spec.rank);
+    transport = group->createTransport(stageRanks);
+  }
   if (!transport)
     transport = std::make_unique<InProcessTransport>(static_cast<int64_t>(k));
   std::set<std::string> seenInputs;
   for (size_t s = 0; s < k; ++s) {
     StageSpec &spec = bundle_.stages[s];
     const StreamSpec &stream = bundle_.schedule.streams.at(s);
+    // Every rank reads every stage's data inputs (the batch is checked
+    // whole); it loads and runs its own stages only.
+    if (const PhaseSpec *fwd = spec.phase("forward"))
+      for (const TensorSlot &in : fwd->inputs)
+        if (in.role == Role::Data && seenInputs.insert(in.name).second)
+          dataInputs_.push_back(&in);
+    if (spec.rank != localRank)
+      continue;
     auto stage = std::make_unique<Stage>();
     if (spec.device != "cpu") {
       std::vector<Device> devices = parseDevices(spec.device);
@@ -59,7 +104,7 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
         throw fail("stage " + std::to_string(s) + " is on '" + spec.device +
                    "': this runtime runs stages on CPU devices");
       stage->worker = std::make_unique<DeviceWorker>(devices[0].ids);
-    } else if (k > 1) {
+    } else if (k > 1 || ranks > 1) {
       throw fail("a pipeline stage must name its device");
     }
     if (s + 1 == k && (spec.wiring.loss < 0 || spec.wiring.lossGrad < 0))
@@ -79,9 +124,6 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
     } else {
       load();
     }
-    for (const TensorSlot *in : stage->runner->dataInputs())
-      if (seenInputs.insert(in->name).second)
-        dataInputs_.push_back(in);
     if (s + 1 == k) {
       const PhaseSpec &fwd = stage->runner->forwardPhase();
       const TensorSlot &loss = fwd.outputs[spec.wiring.loss];
@@ -178,8 +220,20 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   ++statSteps;
   ++profileSteps;
   statSeconds += steadySeconds() - start;
-  return stages.back()->runner->lossSum() /
-         static_cast<double>(bundle_.training.microBatches);
+  double loss = ownsLastStage
+                    ? stages.back()->runner->lossSum() /
+                          static_cast<double>(bundle_.training.microBatches)
+                    : 0.0;
+  // The last stage's rank has the loss; every rank returns it.
+  if (group && bundle_.rankCount() > 1)
+    loss = group->broadcast(loss, bundle_.stages.back().rank);
+  return loss;
+}
+
+void TrainingSession::requireOneProcess(const std::string &what) const {
+  if (bundle_.rankCount() > 1)
+    throw InputError(what + " is not implemented yet for a bundle whose "
+                            "stages run on several ranks");
 }
 
 void TrainingSession::setHyperParameter(const std::string &name, double value) {
@@ -215,6 +269,7 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
 
 HostTensor
 TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
+  requireOneProcess("evaluation (--eval-data)");
   if (!modelOutput)
     throw InputError("the model has no output besides its loss");
   // The stages' forwards one after the other on this thread, each reading
@@ -241,6 +296,8 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
 }
 
 std::map<std::string, HostTensor> TrainingSession::parameters() const {
+  requireOneProcess("reading the trained parameters (--save-params, "
+                    "--save-onnx)");
   std::map<std::string, HostTensor> out;
   for (auto [stage, p] : modelState()) {
     if (p->kind == ParamKind::OptimizerState)
@@ -306,6 +363,8 @@ TrainingSession::Stats TrainingSession::stats() const {
   for (const auto &st : stages) {
     const StreamRunner &runner = *st->runner;
     StageStats s;
+    s.index = runner.spec().index;
+    s.rank = runner.spec().rank;
     s.device = runner.spec().device;
     s.busySeconds = runner.busySeconds();
     s.allocatedBytes =
@@ -353,6 +412,7 @@ uint32_t TrainingSession::modelChecksum() const {
 
 void TrainingSession::saveCheckpoint(const std::string &path,
                                      uint64_t extra) const {
+  requireOneProcess("checkpointing (--checkpoint-dir)");
   Checkpoint c;
   c.model = modelChecksum();
   c.steps = steps;
@@ -365,6 +425,7 @@ void TrainingSession::saveCheckpoint(const std::string &path,
 }
 
 uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
+  requireOneProcess("resuming (--resume)");
   Checkpoint c = readCheckpoint(path);
   auto state = modelState();
   bool matches = c.model == modelChecksum() && c.tensors.size() == state.size();

@@ -109,8 +109,10 @@ cl::opt<std::string> devicesOption(
     "devices",
     cl::desc("Pipeline devices, comma-separated, one stage each: cpu:N (one "
              "core), cpu:A-B (cores A..B), cuda:N; may repeat "
-             "(cpu:0,cpu:1,cpu:0). Without it the model is one stage on the "
-             "whole host, unpinned (--mode=train for more than one device)"),
+             "(cpu:0,cpu:1,cpu:0). A prefix rN: puts the stage in rank N "
+             "of an mpirun job (r0:cpu:0,r1:cpu:0; docs/distributed.md). "
+             "Without it the model is one stage on the whole host, unpinned "
+             "(--mode=train for more than one device)"),
     cl::value_desc("LIST"), cl::cat(gpipeCategory));
 
 cl::opt<std::string> scheduleOption(

@@ -10,6 +10,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/OnnxExport.h"
+#include "gpipe/runtime/ProcessGroup.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TensorProto.h"
 #include "gpipe/runtime/Trainer.h"
@@ -113,13 +114,57 @@ int runGeneration(const std::string &bundlePath,
 }
 
 /// gpipe-run --train: optimizer steps over the rows of a data set.
+/// The flags that need every stage in this process, and whether each is
+/// given.
+std::vector<std::pair<const char *, bool>>
+oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
+  return {{"--save-params", !o.saveParams.empty()},
+          {"--save-onnx", !o.saveOnnx.empty()},
+          {"--checkpoint-dir", !o.checkpointDir.empty()},
+          {"--resume", o.resume},
+          {"--eval-data", !o.evalData.empty()},
+          {"--trace", !o.trace.empty()},
+          {"--profile-ops", !o.profileOps.empty()}};
+}
+
+/// Trains in this process, or as one rank of an mpirun job: each rank
+/// runs its own stages, rank 0 prints and writes the run's outputs, and an
+/// error on any rank ends every rank (docs/distributed.md).
 int runTraining(const std::string &bundlePath,
-                gpipe::runtime::TrainerOptions options) {
+                gpipe::runtime::TrainerOptions options, bool inOneProcess) {
+  using gpipe::runtime::ProcessGroup;
+  std::unique_ptr<ProcessGroup> group;
   try {
-    gpipe::runtime::TrainingSession session(bundlePath);
-    options.terminal = isatty(STDOUT_FILENO);
-    gpipe::runtime::runTrainer(session, options, std::cout);
+    group = ProcessGroup::fromLauncher();
   } catch (const std::exception &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  }
+  try {
+    if (group && inOneProcess)
+      throw gpipe::runtime::InputError(
+          "--in-one-process runs every stage in one process, not under "
+          "mpirun");
+    auto session = group ? std::make_unique<gpipe::runtime::TrainingSession>(
+                               bundlePath, *group)
+                         : std::make_unique<gpipe::runtime::TrainingSession>(
+                               bundlePath, inOneProcess);
+    if (session->rankCount() > 1)
+      for (auto [flag, given] : oneProcessFlags(options))
+        if (given)
+          throw gpipe::runtime::InputError(
+              std::string(flag) +
+              " is not implemented yet for a bundle whose stages run on "
+              "several ranks");
+    std::ostream silent(nullptr);
+    bool speaks = !group || group->rank() == 0;
+    if (!speaks)
+      options.lossLog.clear();
+    options.terminal = speaks && isatty(STDOUT_FILENO);
+    gpipe::runtime::runTrainer(*session, options, speaks ? std::cout : silent);
+  } catch (const std::exception &e) {
+    if (group && group->size() > 1)
+      group->abort(e.what()); // every rank ends, now
     std::cerr << "gpipe-run: error: " << e.what() << "\n";
     return 1;
   }
@@ -180,6 +225,11 @@ int main(int argc, char **argv) {
   app.add_option("--epochs", trainOptions.epochs,
                  "Passes over the data (--train; default 1 when --steps is "
                  "not given)");
+  bool inOneProcess = false;
+  app.add_flag("--in-one-process", inOneProcess,
+               "Run every stage of a bundle compiled for several MPI ranks "
+               "in this process, as threads (without mpirun; e.g. to compare "
+               "with an mpirun run)");
   app.add_flag("--no-shuffle", trainOptions.noShuffle,
                "Step i uses samples [i*B, (i+1)*B) in order, wrapping");
   app.add_option("--seed", trainOptions.seed,
@@ -302,5 +352,5 @@ int main(int argc, char **argv) {
   }
   if (infer)
     return runInference(bundle, inputSpecs, outputDir);
-  return runTraining(bundle, trainOptions);
+  return runTraining(bundle, trainOptions, inOneProcess);
 }

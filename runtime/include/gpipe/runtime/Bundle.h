@@ -151,6 +151,8 @@ struct ParameterBlob {
 struct StageSpec {
   int64_t index = 0;
   std::string device;
+  /// The MPI rank that runs the stage (0 in a one-process bundle).
+  int64_t rank = 0;
   std::string library; // file name inside the bundle
   uint32_t crc32 = 0;
   ParameterBlob parameters;
@@ -210,6 +212,8 @@ struct Bundle {
   std::string sourceModel; // the ONNX model kept by training bundles, or ""
 
   std::string partPath(const std::string &file) const;
+  /// The processes the bundle runs in: 1 + its stages' largest rank.
+  int64_t rankCount() const;
 };
 
 /// Reads `path`/manifest.json and checks the format, version, every part's

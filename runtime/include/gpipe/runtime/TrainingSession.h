@@ -14,6 +14,7 @@
 
 namespace gpipe::runtime {
 
+class ProcessGroup;
 class StreamRunner;
 class Transport;
 class DeviceWorker;
@@ -31,12 +32,26 @@ public:
   /// `backends` creates (tests record the calls); null: the runtime's.
   TrainingSession(const std::string &bundlePath,
                   std::unique_ptr<Transport> transport,
-                  BackendFactory backends = nullptr);
+                  BackendFactory backends = nullptr,
+                  ProcessGroup *group = nullptr, bool allStagesHere = false);
+  /// The stages of this rank of an mpirun job (`group` outlives the
+  /// session); the other ranks run the others (docs/distributed.md). With
+  /// allStagesHere (and no group), a bundle whose stages name several
+  /// ranks runs them all in this process, as threads.
+  TrainingSession(const std::string &bundlePath, ProcessGroup &group);
+  /// Every stage in this process (as threads), also those of a bundle
+  /// compiled for several ranks when allStagesHere.
+  TrainingSession(const std::string &bundlePath, bool allStagesHere);
+
+  /// The rank whose stages this session runs, and the bundle's ranks.
+  int64_t rank() const { return localRank; }
+  int64_t rankCount() const { return bundle_.rankCount(); }
 
   const Bundle &bundle() const { return bundle_; }
   /// Samples per optimizer step.
   int64_t batchSize() const { return bundle_.training.batchSize; }
-  /// The graph inputs a batch must provide (labels included, loss_grad not).
+  /// The graph inputs a batch must provide (labels included, loss_grad not),
+  /// of every stage (also those of other ranks).
   const std::vector<const TensorSlot *> &dataInputs() const {
     return dataInputs_;
   }
@@ -99,8 +114,10 @@ public:
   /// enableOpProfile(). The cost table gpipe-opt --cost-table reads.
   std::map<std::string, std::pair<double, double>> opProfile() const;
 
-  /// What the steps so far measured, for the end-of-run summary.
+  /// What the steps so far measured, for the end-of-run summary (of this
+  /// rank's stages).
   struct StageStats {
+    int64_t index = 0, rank = 0;
     std::string device;
     double busySeconds = 0; // forward, backward and optimizer work
     int64_t allocatedBytes = 0;
@@ -127,7 +144,15 @@ private:
   /// Identifies the bundle's parameters in checkpoints.
   uint32_t modelChecksum() const;
 
+  /// Throws InputError naming `what` when the stages are spread over
+  /// several ranks (not implemented across ranks yet).
+  void requireOneProcess(const std::string &what) const;
+
   Bundle bundle_;
+  ProcessGroup *group = nullptr;
+  int64_t localRank = 0;
+  bool ownsLastStage = true;
+  /// This rank's stages.
   std::vector<std::unique_ptr<Stage>> stages;
   std::unique_ptr<Transport> transport;
   std::vector<const TensorSlot *> dataInputs_;

@@ -1,0 +1,45 @@
+// ProcessGroup where the runtime is built without MPI: one process runs
+// every stage, and a launch by mpirun is refused.
+#include "gpipe/runtime/ProcessGroup.h"
+
+#include "Transport.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+
+namespace gpipe::runtime {
+
+bool ProcessGroup::launchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+ProcessGroup::ProcessGroup(int64_t rank, int64_t size, std::string host)
+    : rank_(rank), size_(size), host_(std::move(host)) {}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::fromLauncher() {
+  if (launchedByMpirun())
+    throw std::runtime_error("started by mpirun, but this gpipe-run was "
+                             "built without MPI (install libopenmpi-dev and "
+                             "rebuild)");
+  return nullptr;
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::unique_ptr<Transport>
+ProcessGroup::createTransport(const std::vector<int64_t> &) {
+  throw std::runtime_error("this gpipe-run was built without MPI");
+}
+
+void ProcessGroup::abort(const std::string &why, int code) {
+  std::cerr << "gpipe-run: error: " << why << std::endl;
+  std::_Exit(code);
+}
+
+double ProcessGroup::broadcast(double value, int64_t) { return value; }
+
+void ProcessGroup::barrier() {}
+
+} // namespace gpipe::runtime
