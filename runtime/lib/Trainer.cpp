@@ -365,21 +365,30 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       out << "wrote the trace to " << o.trace
           << " (open it in ui.perfetto.dev or chrome://tracing)\n";
     }
+    // Across ranks, every rank gathers its parameters to rank 0, which
+    // writes the files.
+    bool writes = session.rank() == 0;
     if (!o.saveOnnx.empty()) {
       const Bundle &b = session.bundle();
       if (b.sourceModel.empty())
         throw InputError("--save-onnx: the bundle keeps no ONNX model "
                          "(recompile it with this gpipe-opt)");
-      size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel),
-                                         session.parameters(), o.saveOnnx);
-      out << "wrote the trained model (" << n << " parameters) to "
-          << o.saveOnnx << "\n";
+      std::map<std::string, HostTensor> params = session.parameters();
+      if (writes) {
+        size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel), params,
+                                           o.saveOnnx);
+        out << "wrote the trained model (" << n << " parameters) to "
+            << o.saveOnnx << "\n";
+      }
     }
     if (!o.saveParams.empty()) {
-      std::filesystem::create_directories(o.saveParams);
-      for (auto &[name, tensor] : session.parameters())
-        writeNpy(o.saveParams + "/" + name + ".npy", tensor);
-      out << "wrote the parameters to " << o.saveParams << "\n";
+      std::map<std::string, HostTensor> params = session.parameters();
+      if (writes) {
+        std::filesystem::create_directories(o.saveParams);
+        for (auto &[name, tensor] : params)
+          writeNpy(o.saveParams + "/" + name + ".npy", tensor);
+        out << "wrote the parameters to " << o.saveParams << "\n";
+      }
     }
   }
 }

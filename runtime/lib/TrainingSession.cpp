@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace gpipe::runtime {
 
@@ -295,9 +296,71 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   return out;
 }
 
+namespace {
+/// The tensors of a map as bytes (name, dtype, shape, data), for a gather.
+std::string serialize(const std::map<std::string, HostTensor> &tensors) {
+  std::string out;
+  auto put = [&](const void *p, size_t n) {
+    out.append(static_cast<const char *>(p), n);
+  };
+  for (const auto &[name, t] : tensors) {
+    uint64_t length = name.size(), rank = t.shape.size(), bytes = t.data.size();
+    int32_t dtype = static_cast<int32_t>(t.dtype);
+    put(&length, sizeof length);
+    put(name.data(), name.size());
+    put(&dtype, sizeof dtype);
+    put(&rank, sizeof rank);
+    put(t.shape.data(), rank * sizeof(int64_t));
+    put(&bytes, sizeof bytes);
+    put(t.data.data(), bytes);
+  }
+  return out;
+}
+
+void deserialize(const std::string &in,
+                 std::map<std::string, HostTensor> &tensors) {
+  size_t at = 0;
+  auto get = [&](void *p, size_t n) {
+    if (at + n > in.size())
+      throw std::runtime_error("a rank sent truncated parameters");
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  };
+  while (at < in.size()) {
+    uint64_t length = 0, rank = 0, bytes = 0;
+    int32_t dtype = 0;
+    get(&length, sizeof length);
+    std::string name(length, '\0');
+    get(name.data(), length);
+    get(&dtype, sizeof dtype);
+    get(&rank, sizeof rank);
+    HostTensor t;
+    t.dtype = static_cast<DType>(dtype);
+    t.shape.resize(rank);
+    get(t.shape.data(), rank * sizeof(int64_t));
+    get(&bytes, sizeof bytes);
+    t.data.resize(bytes);
+    get(t.data.data(), bytes);
+    tensors[name] = std::move(t);
+  }
+}
+} // namespace
+
 std::map<std::string, HostTensor> TrainingSession::parameters() const {
-  requireOneProcess("reading the trained parameters (--save-params, "
-                    "--save-onnx)");
+  std::map<std::string, HostTensor> out = localParameters();
+  // Across ranks: every rank's tensors to rank 0 (a tied weight comes
+  // from each rank that holds it, equal).
+  if (group && bundle_.rankCount() > 1) {
+    std::vector<std::string> parts = group->gather(serialize(out), 0);
+    for (const std::string &part : parts)
+      deserialize(part, out);
+    if (group->rank() != 0)
+      out.clear();
+  }
+  return out;
+}
+
+std::map<std::string, HostTensor> TrainingSession::localParameters() const {
   std::map<std::string, HostTensor> out;
   for (auto [stage, p] : modelState()) {
     if (p->kind == ParamKind::OptimizerState)

@@ -1,8 +1,9 @@
 """Pipelines over MPI ranks: a bundle whose stages name ranks
 (`--devices=r0:cpu:0,r1:cpu:1`) trains under `mpirun -np R gpipe-run`
 exactly as the same bundle does with every stage in one process
-(`--in-one-process`): the loss logs are byte-identical (the same schedule,
-the same arithmetic; only the transport differs).
+(`--in-one-process`): the loss logs and the trained parameters
+(`--save-params`, gathered to rank 0) are identical to the last bit (the
+same schedule, the same arithmetic; only the transport differs).
 
 Cases: the MLP over two ranks (both schedules, recompute never and always)
 and four ranks (`--oversubscribe`, two stages per core), the CNN and the
@@ -86,22 +87,33 @@ def check_equal(models, gpipe_run, work, case):
     tag, bundle, data = models.bundle(name, ranks, schedule, recompute)
     here, there = (os.path.join(work, tag + s) for s in ("_one.csv",
                                                          "_mpi.csv"))
+    params_here, params_there = (os.path.join(work, tag + s)
+                                 for s in ("_one_params", "_mpi_params"))
     rc, out = run([gpipe_run, bundle, "--train", f"--data={data}",
                    f"--steps={STEPS}", "--no-shuffle", f"--loss-log={here}",
-                   "--in-one-process"])
+                   f"--save-params={params_here}", "--in-one-process"])
     if rc != 0:
         return [f"one process failed: {out.strip()}"]
     rc, out = run(MPIRUN + ["-np", str(ranks), gpipe_run, bundle, "--train",
                             f"--data={data}", f"--steps={STEPS}",
-                            "--no-shuffle", f"--loss-log={there}"])
+                            "--no-shuffle", f"--loss-log={there}",
+                            f"--save-params={params_there}"])
     if rc != 0:
         return [f"mpirun failed: {out.strip()}"]
     if f"on {ranks} ranks" not in out:
         return [f"the summary does not name the ranks: {out.strip()}"]
     if read(here) != read(there):
         return [f"loss logs differ:\n{read(here)}\nvs\n{read(there)}"]
-    print(f"{tag}: {ranks} ranks, {STEPS} losses byte-identical to one "
-          f"process ({read(there).splitlines()[-1]})")
+    names = sorted(os.listdir(params_here))
+    if not names or names != sorted(os.listdir(params_there)):
+        return [f"parameters {names} vs {sorted(os.listdir(params_there))}"]
+    for n in names:
+        if not np.array_equal(np.load(os.path.join(params_here, n)),
+                              np.load(os.path.join(params_there, n))):
+            return [f"parameter {n[:-4]} differs"]
+    print(f"{tag}: {ranks} ranks, {STEPS} losses and {len(names)} "
+          f"parameters bit-identical to one process "
+          f"({read(there).splitlines()[-1]})")
     return []
 
 
@@ -119,9 +131,9 @@ def check_failures(models, gpipe_run, work):
         errors.append(f"-np 3: rc {rc}: {out.strip()}")
     rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
                             f"--data={data}", "--steps=1",
-                            f"--save-params={os.path.join(work, 'p')}"])
-    if rc == 0 or "--save-params is not implemented yet" not in out:
-        errors.append(f"--save-params: rc {rc}: {out.strip()}")
+                            f"--trace={os.path.join(work, 't.json')}"])
+    if rc == 0 or "--trace is not implemented yet" not in out:
+        errors.append(f"--trace: rc {rc}: {out.strip()}")
     # SIGKILL of each rank in turn, once training runs.
     for victim in (0, 1):
         proc = subprocess.Popen(

@@ -118,9 +118,7 @@ int runGeneration(const std::string &bundlePath,
 /// given.
 std::vector<std::pair<const char *, bool>>
 oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
-  return {{"--save-params", !o.saveParams.empty()},
-          {"--save-onnx", !o.saveOnnx.empty()},
-          {"--checkpoint-dir", !o.checkpointDir.empty()},
+  return {{"--checkpoint-dir", !o.checkpointDir.empty()},
           {"--resume", o.resume},
           {"--eval-data", !o.evalData.empty()},
           {"--trace", !o.trace.empty()},

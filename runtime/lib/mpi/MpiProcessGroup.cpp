@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <climits>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
@@ -68,6 +69,39 @@ void ProcessGroup::abort(const std::string &why, int code) {
 double ProcessGroup::broadcast(double value, int64_t root) {
   MPI_Bcast(&value, 1, MPI_DOUBLE, static_cast<int>(root), MPI_COMM_WORLD);
   return value;
+}
+
+std::vector<std::string> ProcessGroup::gather(const std::string &bytes,
+                                              int64_t root) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("rank " + std::to_string(rank_) +
+                             " has more "
+                             "than 2 GiB to gather");
+  int size = static_cast<int>(bytes.size());
+  std::vector<int> sizes(static_cast<size_t>(size_));
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT,
+             static_cast<int>(root), MPI_COMM_WORLD);
+  std::vector<int> offsets(sizes.size());
+  std::string all;
+  if (rank_ == root) {
+    int64_t total = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    if (total > INT_MAX)
+      throw std::runtime_error("more than 2 GiB to gather on rank " +
+                               std::to_string(root));
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_Gatherv(bytes.data(), size, MPI_BYTE, all.data(), sizes.data(),
+              offsets.data(), MPI_BYTE, static_cast<int>(root), MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  if (rank_ == root)
+    for (size_t r = 0; r < sizes.size(); ++r)
+      out.push_back(all.substr(static_cast<size_t>(offsets[r]),
+                               static_cast<size_t>(sizes[r])));
+  return out;
 }
 
 void ProcessGroup::barrier() { MPI_Barrier(MPI_COMM_WORLD); }

@@ -42,6 +42,8 @@ public:
 
   /// The value `root` holds, on every rank.
   double broadcast(double value, int64_t root);
+  /// Every rank's `bytes`, by rank, on `root`; empty elsewhere.
+  std::vector<std::string> gather(const std::string &bytes, int64_t root);
   /// Waits for every rank.
   void barrier();
 

@@ -96,7 +96,8 @@ public:
   uint64_t loadCheckpoint(const std::string &path);
 
   /// The model's tensors by name: trainable parameters and the state ops
-  /// update (BatchNorm running statistics).
+  /// update (BatchNorm running statistics). Across ranks every rank calls
+  /// it (a gather): rank 0 gets them all, the others nothing.
   std::map<std::string, HostTensor> parameters() const;
 
   /// Records every instruction and kernel of the following steps for
@@ -147,6 +148,8 @@ private:
   /// Throws InputError naming `what` when the stages are spread over
   /// several ranks (not implemented across ranks yet).
   void requireOneProcess(const std::string &what) const;
+  /// parameters() of this rank's stages.
+  std::map<std::string, HostTensor> localParameters() const;
 
   Bundle bundle_;
   ProcessGroup *group = nullptr;
