@@ -871,7 +871,7 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         double loss = 0;
         for (int64_t i = 0; i < n; ++i) {
           int64_t label = static_cast<int64_t>(l.data[i]);
-          if (label == o.getIgnoreIndex())
+          if (label == static_cast<int64_t>(o.getIgnoreIndex()))
             continue;
           double lse = logSumExp(&x.data[i * c], c, 1);
           loss += -(x.data[i * c + label] - lse) / counted;
@@ -888,7 +888,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
                 counted = countedRows(l, o.getIgnoreIndex());
         RefTensor dx = RefTensor::zeros(x.shape);
         for (int64_t i = 0; i < n; ++i) {
-          if (static_cast<int64_t>(l.data[i]) == o.getIgnoreIndex())
+          if (static_cast<int64_t>(l.data[i]) ==
+              static_cast<int64_t>(o.getIgnoreIndex()))
             continue;
           double lse = logSumExp(&x.data[i * c], c, 1);
           for (int64_t k = 0; k < c; ++k)

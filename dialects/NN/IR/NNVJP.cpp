@@ -133,7 +133,10 @@ LogicalResult HardSwishOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
 LogicalResult GatherOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                  SmallVectorImpl<Value> &operandGrads) {
   RankedTensorType data = rankedType(getData());
-  int64_t axis = getAxis() < 0 ? getAxis() + data.getRank() : getAxis();
+  // I64Attr reads back unsigned: a negative axis wraps.
+  int64_t axis = static_cast<int64_t>(getAxis());
+  if (axis < 0)
+    axis += data.getRank();
   operandGrads.push_back(b.create<GatherGradOp>(
       getLoc(), data, resultGrads[0], getIndices(), b.getI64IntegerAttr(axis)));
   operandGrads.push_back(Value()); // indices: not differentiable
