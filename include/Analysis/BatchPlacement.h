@@ -28,6 +28,16 @@ struct BatchPlacement {
   }
 };
 
+/// Where a batch of `batch` samples placed at `p` in a tensor of shape
+/// `in` sits after a reshape to `out`. A reshape keeps the row-major
+/// order, so each sample keeps its element stride (p.inner times the
+/// dimensions after p.axis): the output dimension whose trailing
+/// dimensions divide that stride and whose own span holds the whole batch
+/// carries it. Nullopt when the reshape splits the batch over dimensions.
+std::optional<BatchPlacement>
+reshapedBatchPlacement(llvm::ArrayRef<int64_t> in, BatchPlacement p,
+                       llvm::ArrayRef<int64_t> out, int64_t batch);
+
 /// The placement of the batch in each result of `forward`, whose arguments
 /// all carry a batch of `batch` rows on axis 0; nullopt for a result that
 /// does not carry it (a scalar, a reduction over the batch) or where the

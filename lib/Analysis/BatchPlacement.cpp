@@ -34,31 +34,12 @@ ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-/// A reshape keeps the row-major order, so one sample's elements keep
-/// their stride: the output dimension j whose trailing dimensions divide
-/// that stride and whose own size holds the whole batch carries it.
-Placement throughReshape(ArrayRef<int64_t> in, BatchPlacement p,
-                         ArrayRef<int64_t> out, int64_t batch) {
-  int64_t stride = p.inner * product(in.drop_front(p.axis + 1));
-  for (int64_t j = int64_t(out.size()) - 1; j >= 0; --j) {
-    int64_t suffix = product(out.drop_front(j + 1));
-    if (suffix > stride)
-      break;
-    if (stride % suffix != 0)
-      continue;
-    int64_t inner = stride / suffix;
-    if (out[j] % (inner * batch) == 0 && (out[j] != 1 || batch == 1))
-      return BatchPlacement{j, inner};
-  }
-  return std::nullopt;
-}
-
 /// Where the batch of operand `operand` (placed at `p`) is in `result`.
 Placement transfer(Operation *op, OpOperand &operand, BatchPlacement p,
                    Value result, int64_t batch) {
   ArrayRef<int64_t> in = shapeOf(operand.get()), out = shapeOf(result);
   if (auto reshape = dyn_cast<nn::ReshapeOp>(op))
-    return throughReshape(in, p, out, batch);
+    return reshapedBatchPlacement(in, p, out, batch);
   if (auto transpose = dyn_cast<nn::TransposeOp>(op)) {
     for (auto [j, from] : llvm::enumerate(transpose.getPerm()))
       if (from == p.axis)
@@ -102,6 +83,22 @@ Placement transfer(Operation *op, OpOperand &operand, BatchPlacement p,
 }
 
 } // namespace
+
+std::optional<BatchPlacement> reshapedBatchPlacement(ArrayRef<int64_t> in,
+                                                     BatchPlacement p,
+                                                     ArrayRef<int64_t> out,
+                                                     int64_t batch) {
+  int64_t stride = p.inner * product(in.drop_front(p.axis + 1));
+  if (stride <= 0 || batch <= 0)
+    return std::nullopt; // zero-sized
+  int64_t suffix = 1;    // the elements of out's dimensions after j
+  for (int64_t j = int64_t(out.size()) - 1; j >= 0 && suffix != 0; --j) {
+    if (stride % suffix == 0 && (suffix * out[j]) % (stride * batch) == 0)
+      return BatchPlacement{j, stride / suffix};
+    suffix *= out[j];
+  }
+  return std::nullopt;
+}
 
 SmallVector<std::optional<BatchPlacement>>
 resultBatchPlacements(func::FuncOp forward, int64_t batch) {

@@ -368,12 +368,14 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     // Across ranks, every rank gathers its parameters to rank 0, which
     // writes the files.
     bool writes = session.rank() == 0;
+    std::map<std::string, HostTensor> params;
+    if (!o.saveOnnx.empty() || !o.saveParams.empty())
+      params = session.parameters();
     if (!o.saveOnnx.empty()) {
       const Bundle &b = session.bundle();
       if (b.sourceModel.empty())
         throw InputError("--save-onnx: the bundle keeps no ONNX model "
                          "(recompile it with this gpipe-opt)");
-      std::map<std::string, HostTensor> params = session.parameters();
       if (writes) {
         size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel), params,
                                            o.saveOnnx);
@@ -382,7 +384,6 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       }
     }
     if (!o.saveParams.empty()) {
-      std::map<std::string, HostTensor> params = session.parameters();
       if (writes) {
         std::filesystem::create_directories(o.saveParams);
         for (auto &[name, tensor] : params)

@@ -83,6 +83,21 @@ llvm::Expected<Type> gpipe::onnx_import::elementTypeOf(MLIRContext *ctx,
                                "float16, bfloat16, int8-64, uint8-64, bool)");
 }
 
+std::optional<DType> gpipe::onnx_import::dtypeOf(Type type) {
+  for (DType d :
+       {DType::Float, DType::Double, DType::Float16, DType::BFloat16,
+        DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8,
+        DType::UInt16, DType::UInt32, DType::UInt64, DType::Bool}) {
+    llvm::Expected<Type> t =
+        elementTypeOf(type.getContext(), static_cast<int32_t>(d));
+    if (t && *t == type)
+      return d;
+    if (!t)
+      llvm::consumeError(t.takeError());
+  }
+  return std::nullopt;
+}
+
 int64_t ConstTensor::numElements() const {
   int64_t n = 1;
   for (int64_t d : shape)

@@ -14,6 +14,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ std::string dtypeName(int32_t dtype);
 /// The MLIR element type of an ONNX data type, or an error for types gpipe
 /// does not handle (strings, complex).
 llvm::Expected<mlir::Type> elementTypeOf(mlir::MLIRContext *ctx, int32_t dtype);
+/// The ONNX data type of an MLIR element type (the inverse of
+/// elementTypeOf), or nullopt for one gpipe does not handle.
+std::optional<DType> dtypeOf(mlir::Type type);
 
 struct ConstTensor {
   DType dtype = DType::Float;

@@ -26,24 +26,6 @@ using namespace gpipe::onnx_import;
 
 namespace {
 
-/// The ONNX data type of a float or integer element type gpipe's losses
-/// take.
-std::optional<DType> dtypeOf(Type t) {
-  if (t.isF32())
-    return DType::Float;
-  if (t.isF64())
-    return DType::Double;
-  if (t.isF16())
-    return DType::Float16;
-  if (t.isBF16())
-    return DType::BFloat16;
-  if (t.isInteger(64))
-    return DType::Int64;
-  if (t.isInteger(32))
-    return DType::Int32;
-  return std::nullopt;
-}
-
 /// A constant of `like`'s element type (which dtypeOf knows).
 Value constantLike(GraphImporter &g, Type like, ArrayRef<double> values,
                    ArrayRef<int64_t> shape) {
@@ -304,7 +286,9 @@ Value logSoftmaxInput(GraphImporter &g, Value rows) {
   if (!ls)
     return nullptr;
   auto in = cast<RankedTensorType>(ls.getInput().getType());
-  int64_t axis = ls.getAxis() < 0 ? ls.getAxis() + in.getRank() : ls.getAxis();
+  int64_t axis = static_cast<int64_t>(ls.getAxis()); // I64Attr: unsigned
+  if (axis < 0)
+    axis += in.getRank();
   if (axis != in.getRank() - 1)
     return nullptr;
   auto flat =

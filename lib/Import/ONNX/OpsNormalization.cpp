@@ -14,18 +14,10 @@ namespace {
 /// A scalar of `like`'s floating-point element type.
 FailureOr<Value> scalar(GraphImporter &g, Type like, double value) {
   Type element = cast<RankedTensorType>(like).getElementType();
-  DType dtype;
-  if (element.isF32())
-    dtype = DType::Float;
-  else if (element.isF64())
-    dtype = DType::Double;
-  else if (element.isF16())
-    dtype = DType::Float16;
-  else if (element.isBF16())
-    dtype = DType::BFloat16;
-  else
+  std::optional<DType> dtype = dtypeOf(element);
+  if (!dtype || !isFloatDType(*dtype))
     return g.error() << "needs a floating-point input, got " << element;
-  return g.materialize(ConstTensor::ofFloats({value}, {}, dtype));
+  return g.materialize(ConstTensor::ofFloats({value}, {}, *dtype));
 }
 
 struct Moments {

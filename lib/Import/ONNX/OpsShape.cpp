@@ -6,6 +6,7 @@
 // Shape -> Gather -> Concat -> Reshape chains of exporters disappear).
 //
 //===----------------------------------------------------------------------===//
+#include "Analysis/BatchPlacement.h"
 #include "ConstFolding.h"
 #include "GraphImporter.h"
 #include "OpImporterTable.h"
@@ -211,12 +212,9 @@ LogicalResult importTile(GraphImporter &g) {
 /// batch b: its constant target holds B (or B folded with other dims, as
 /// an attention's [B * heads, T, d] or [T * B, E]). The import at the
 /// exported batch gives the input's and the output's shapes at B; the one
-/// input dimension d that differs carries the batch. A reshape keeps the
-/// row-major order, so the batch index keeps its stride S (the elements
-/// after it: the factors of d inside the batch times the dimensions after
-/// d); the output dimension j whose trailing dimensions divide S and whose
-/// own span holds S * B carries the batch and scales by b / B. Null when
-/// the input's batch cannot be located.
+/// input dimension d that differs carries the batch, and the output
+/// dimension reshapedBatchPlacement finds for it scales by b / B. Null
+/// when the input's batch cannot be located.
 std::optional<SmallVector<int64_t>> rebatchedTarget(GraphImporter &g,
                                                     RankedTensorType in) {
   const onnx::NodeProto &node = g.getNode();
@@ -239,22 +237,14 @@ std::optional<SmallVector<int64_t>> rebatchedTarget(GraphImporter &g,
   // Unknown: the batch outermost in its dimension (as PyTorch folds it
   // with attention heads).
   int64_t inner = g.batchInner(node.input(0)).value_or(then / batchThen);
-  int64_t stride = inner;
-  for (size_t i = d + 1; i < inB->size(); ++i)
-    stride *= (*inB)[i];
-  int64_t suffix = 1;
-  for (size_t j = outB->size(); j-- > 0;) {
-    int64_t span = suffix * (*outB)[j];
-    if (suffix != 0 && stride % suffix == 0 &&
-        span % (stride * batchThen) == 0) {
-      SmallVector<int64_t> shape(*outB);
-      shape[j] = (*outB)[j] / batchThen * batchNow;
-      g.setBatchInner(node.output(0), stride / suffix);
-      return shape;
-    }
-    suffix = span;
-  }
-  return std::nullopt;
+  std::optional<BatchPlacement> placed = reshapedBatchPlacement(
+      *inB, BatchPlacement{static_cast<int64_t>(d), inner}, *outB, batchThen);
+  if (!placed)
+    return std::nullopt;
+  SmallVector<int64_t> shape(*outB);
+  shape[placed->axis] = (*outB)[placed->axis] / batchThen * batchNow;
+  g.setBatchInner(node.output(0), placed->inner);
+  return shape;
 }
 
 /// Says how to export a model whose static batch its constants carry.
