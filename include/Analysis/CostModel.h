@@ -35,7 +35,11 @@ struct DeviceProfile {
   double memoryBandwidth = 0; // bytes/s
   double memoryCapacity = 0;  // bytes
   double linkBandwidth = 0;   // bytes/s to a neighbouring stage
-  std::string source;         // "built-in" or the file it came from
+  /// Between MPI ranks (stage messages and data-parallel all-reduces):
+  /// bytes/s and seconds per message.
+  double networkBandwidth = 0;
+  double networkLatency = 0;
+  std::string source; // "built-in" or the file it came from
 };
 
 /// The built-in profile of `device`: per-core figures times its cores for
@@ -44,13 +48,22 @@ DeviceProfile defaultProfile(const Device &device);
 
 /// Reads a JSON profile written by gpipe-opt --calibrate:
 /// {"peak_gflops_per_core":..., "memory_gbps_per_core":...,
-///  "memory_gib":..., "link_gbps":...}; returns the profile of `device`.
+///  "memory_gib":..., "link_gbps":...[, "network_gbps":...,
+///  "network_latency_us":...]}; returns the profile of `device`.
 llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
                                           const Device &device);
 
 /// Writes a CPU profile in the format readProfile reads.
+/// The network figures are left out when not positive (the built-in
+/// ones then apply).
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
-                        double memoryGiB, double linkGbps);
+                        double memoryGiB, double linkGbps,
+                        double networkGbps = 0, double networkLatencyUs = 0);
+
+/// Seconds of a sum of `bytes` over `replicas` ranks on `profile`'s network
+/// (a ring: 2 (D-1) messages of bytes / D each way).
+double allReduceTime(double bytes, int64_t replicas,
+                     const DeviceProfile &profile);
 
 /// Measured seconds per micro-batch of each op's forward and backward
 /// kernels, keyed by the op's name (its NameLoc, the ONNX node name), as

@@ -30,6 +30,9 @@ struct TrainingOptions {
   double lr = 0.01, momentum = 0.0, weightDecay = 0.0;
   bool nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8; // Adam, AdamW
+  /// Replicas of the pipeline (--data-parallel), each on its own ranks,
+  /// each training on batchSize rows of a global batch D x batchSize.
+  int64_t dataParallel = 1;
 };
 
 struct BundleOptions {

@@ -32,6 +32,11 @@ struct TrainingPipelineOptions {
   /// One per stage, as the runtime pins them ("cpu" for the unpinned host
   /// when no devices were given).
   std::vector<std::string> bundleDevices{"cpu"};
+  /// The MPI rank of each stage (empty: one process) and the data-parallel
+  /// replicas: messages between ranks and the gradient all-reduce cost
+  /// network time in the prediction.
+  std::vector<int64_t> ranks;
+  int64_t dataParallel = 1;
 };
 
 /// Where to stop and what to print (gpipe-opt --emit).
@@ -48,11 +53,18 @@ struct StageReport {
   /// (optimizer).
   double forwardSeconds = 0, backwardSeconds = 0, transferSeconds = 0;
   double optimizerSeconds = 0;
+  /// The MPI rank of the stage; the network time of a sent activation
+  /// (gradient) to a stage on another rank; the gradient all-reduce over
+  /// the data-parallel replicas (part of optimizerSeconds).
+  int64_t rank = 0;
+  double activationWireSeconds = 0, gradientWireSeconds = 0;
+  double allReduceSeconds = 0;
   int64_t peakBytes = 0; // from the verified schedule
   int64_t maxAlive = 0;
 };
 
 struct TrainingPipelineResult {
+  int64_t dataParallel = 1;
   /// Lowered stage modules, in order (TrainingStop::Lowered).
   std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
   /// The manifest's "schedule" object.

@@ -33,6 +33,9 @@ ScheduleOp buildSchedule(mlir::OpBuilder &builder, mlir::Location loc,
 /// Seconds per micro-batch of each stage's instructions.
 struct StageTimes {
   double forward = 0, backward = 0, transfer = 0, optimizer = 0;
+  /// Between ranks: how long a sent activation (gradient) is on the wire
+  /// after its send, before the receiver has it.
+  double activationWire = 0, gradientWire = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time

@@ -18,6 +18,9 @@ constexpr double kCpuGflopsPerCore = 100;
 constexpr double kCpuGbpsPerCore = 10;
 constexpr double kCpuMemoryGiB = 16;
 constexpr double kCpuLinkGbps = 10;
+// Between ranks: 10 Gbit/s Ethernet with MPI over TCP.
+constexpr double kNetworkGbps = 1.25;
+constexpr double kNetworkLatencyUs = 30;
 
 } // namespace
 
@@ -38,6 +41,8 @@ gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
     p.memoryBandwidth = 2e12;
     p.memoryCapacity = 80.0 * (1ull << 30);
     p.linkBandwidth = 25e9;
+    p.networkBandwidth = kNetworkGbps * 1e9;
+    p.networkLatency = kNetworkLatencyUs * 1e-6;
     return p;
   }
   double cores = static_cast<double>(device.ids.size());
@@ -46,7 +51,18 @@ gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
   p.memoryBandwidth = kCpuGbpsPerCore * 1e9 * cores;
   p.memoryCapacity = kCpuMemoryGiB * (1ull << 30);
   p.linkBandwidth = kCpuLinkGbps * 1e9;
+  p.networkBandwidth = kNetworkGbps * 1e9;
+  p.networkLatency = kNetworkLatencyUs * 1e-6;
   return p;
+}
+
+double gpipe::allReduceTime(double bytes, int64_t replicas,
+                            const DeviceProfile &profile) {
+  if (replicas <= 1)
+    return 0;
+  double d = static_cast<double>(replicas);
+  return 2 * (d - 1) *
+         (profile.networkLatency + bytes / d / profile.networkBandwidth);
 }
 
 llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
@@ -87,16 +103,35 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
       return fail(Twine("'") + f.key + "' must be positive");
     *f.target = *v * f.scale;
   }
+  // Optional: measured under mpirun only.
+  struct Optional {
+    const char *key;
+    double *target;
+    double scale;
+  } optional[] = {{"network_gbps", &p.networkBandwidth, 1e9},
+                  {"network_latency_us", &p.networkLatency, 1e-6}};
+  for (Optional &f : optional)
+    if (const llvm::json::Value *v = o->get(f.key)) {
+      std::optional<double> n = v->getAsNumber();
+      if (!n || !(*n > 0))
+        return fail(Twine("'") + f.key + "' must be a positive number");
+      *f.target = *n * f.scale;
+    }
   p.source = path.str();
   return p;
 }
 
 std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
-                               double memoryGiB, double linkGbps) {
+                               double memoryGiB, double linkGbps,
+                               double networkGbps, double networkLatencyUs) {
   llvm::json::Object o{{"peak_gflops_per_core", gflopsPerCore},
                        {"memory_gbps_per_core", gbpsPerCore},
                        {"memory_gib", memoryGiB},
                        {"link_gbps", linkGbps}};
+  if (networkGbps > 0 && networkLatencyUs > 0) {
+    o["network_gbps"] = networkGbps;
+    o["network_latency_us"] = networkLatencyUs;
+  }
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(o))).str() + "\n";
 }
 

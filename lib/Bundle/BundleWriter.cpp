@@ -262,6 +262,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
                      {"micro_batches", t.microBatches},
                      {"loss", t.loss},
                      {"ignore_index", t.ignoreIndex},
+                     {"data_parallel", t.dataParallel},
                      {"optimizer", json::Object{{"kind", t.optimizer},
                                                 {"lr", t.lr},
                                                 {"momentum", t.momentum},
@@ -323,6 +324,19 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       stageJSON["wiring"] = std::move(wiring[k]);
     if (!options.ranks.empty())
       stageJSON["rank"] = options.ranks[k];
+    if (options.training.dataParallel > 1) {
+      // Replica r of the stage on rank r * (ranks of one replica) + rank.
+      int64_t rank = options.ranks.empty() ? 0 : options.ranks[k];
+      int64_t perReplica =
+          options.ranks.empty()
+              ? 1
+              : *std::max_element(options.ranks.begin(), options.ranks.end()) +
+                    1;
+      json::Array replicas;
+      for (int64_t r = 0; r < options.training.dataParallel; ++r)
+        replicas.push_back(r * perReplica + rank);
+      stageJSON["replica_ranks"] = std::move(replicas);
+    }
     stageJSONs.push_back(std::move(stageJSON));
   }
 

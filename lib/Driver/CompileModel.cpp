@@ -256,6 +256,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   t.optimizer.momentum = o.training.momentum != 0.0;
   t.optimizer.nesterov = o.training.nesterov;
   t.bundleDevices = devices;
+  t.ranks = ranks;
+  t.dataParallel = o.training.dataParallel;
   TrainingStop stop = TrainingStop::Lowered;
   if (o.emit == CompileOutput::Stages)
     stop = TrainingStop::Stages;

@@ -87,7 +87,31 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         ++copies[param.getSymName()];
 
   TrainingPipelineResult result;
+  result.dataParallel = o.dataParallel;
   result.scheduleKind = p.schedule;
+  auto rankOf = [&](int64_t s) {
+    return o.ranks.empty() ? int64_t(0) : o.ranks[s];
+  };
+  // The network between ranks, from the stage's device profile.
+  auto networkOf = [&](int64_t s) {
+    DeviceProfile profile;
+    llvm::Expected<std::vector<Device>> devices = parseDevices(
+        o.bundleDevices[s] == "cpu" ? "cpu:0" : o.bundleDevices[s]);
+    if (!devices || devices->empty()) {
+      llvm::consumeError(devices.takeError());
+      return defaultProfile(Device{});
+    }
+    profile = defaultProfile(devices->front());
+    if (!p.profile.empty()) {
+      llvm::Expected<DeviceProfile> read =
+          readProfile(p.profile, devices->front());
+      if (read)
+        profile = *read;
+      else
+        llvm::consumeError(read.takeError()); // the partitioner reported it
+    }
+    return profile;
+  };
   result.microBatches = p.microBatches;
   ScheduleRequest request;
   request.kind = p.schedule;
@@ -117,8 +141,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // received stage input; the data inputs are read again from the batch.
     int64_t stashBytes = roleBytes(bwd, false, {Role::Stash, Role::Activation});
     // One received and one sent message each way.
-    int64_t messageBytes = 2 * (roleBytes(fwd, false, {Role::Activation}) +
-                                roleBytes(fwd, true, {Role::Activation}));
+    int64_t inBytes = roleBytes(fwd, false, {Role::Activation});
+    int64_t outBytes = roleBytes(fwd, true, {Role::Activation});
+    int64_t messageBytes = 2 * (inBytes + outBytes);
     int64_t entryIndex = s;
     {
       PassManager pm(context);
@@ -185,6 +210,21 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     row.backwardSeconds += copies + 3 * trainableBytes / bandwidth;
     row.optimizerSeconds =
         (3 + 2 * optimizerSlots) * trainableBytes / bandwidth;
+    // Between ranks, messages cross the network after their send; the
+    // replicas' gradient sum runs before the optimizer step.
+    DeviceProfile network = networkOf(s);
+    row.rank = rankOf(s);
+    if (s + 1 < k && rankOf(s + 1) != row.rank)
+      row.activationWireSeconds =
+          network.networkLatency +
+          static_cast<double>(outBytes) / network.networkBandwidth;
+    if (s > 0 && rankOf(s - 1) != row.rank)
+      row.gradientWireSeconds =
+          network.networkLatency +
+          static_cast<double>(inBytes) / network.networkBandwidth;
+    row.allReduceSeconds =
+        allReduceTime(trainableBytes, o.dataParallel, network);
+    row.optimizerSeconds += row.allReduceSeconds;
     result.report.push_back(row);
   }
   if (stop == TrainingStop::Autodiff)
@@ -203,7 +243,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   SmallVector<StageTimes> times;
   for (const StageReport &r : result.report)
     times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
-                     r.optimizerSeconds});
+                     r.optimizerSeconds, r.activationWireSeconds,
+                     r.gradientWireSeconds});
   result.prediction = predictSchedule(schedule, times);
 
   llvm::json::Array streams;
@@ -242,18 +283,39 @@ gpipe::compileTrainingPipeline(ModuleOp module,
 
 void gpipe::printStageReport(const TrainingPipelineResult &r,
                              llvm::raw_ostream &os) {
-  os << "stage device   layers        ops      params  MFLOP/mb    fwd ms "
+  bool ranks =
+      r.dataParallel > 1 ||
+      llvm::any_of(r.report, [](const StageReport &s) { return s.rank != 0; });
+  os << "stage " << (ranks ? "rank " : "")
+     << "device   layers        ops      params  MFLOP/mb    fwd ms "
         "   bwd ms  peak memory\n";
   for (const StageReport &s : r.report) {
     std::string layers = "[" + std::to_string(s.firstLayer) + ", " +
                          std::to_string(s.endLayer) + ")";
-    os << llvm::format(
-        "%-5lld %-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
-        static_cast<long long>(s.index), s.device.c_str(), layers.c_str(),
-        static_cast<long long>(s.ops), static_cast<long long>(s.parameters),
-        static_cast<double>(s.flops) / 1e6, s.forwardSeconds * 1e3,
-        s.backwardSeconds * 1e3,
-        formatBytes(static_cast<double>(s.peakBytes)).c_str());
+    os << llvm::format("%-5lld ", static_cast<long long>(s.index));
+    if (ranks)
+      os << llvm::format("%-4lld ", static_cast<long long>(s.rank));
+    os << llvm::format("%-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
+                       s.device.c_str(), layers.c_str(),
+                       static_cast<long long>(s.ops),
+                       static_cast<long long>(s.parameters),
+                       static_cast<double>(s.flops) / 1e6,
+                       s.forwardSeconds * 1e3, s.backwardSeconds * 1e3,
+                       formatBytes(static_cast<double>(s.peakBytes)).c_str());
+  }
+  if (r.dataParallel > 1) {
+    int64_t perReplica = 1;
+    double allReduce = 0;
+    for (const StageReport &s : r.report) {
+      perReplica = std::max(perReplica, s.rank + 1);
+      allReduce = std::max(allReduce, s.allReduceSeconds);
+    }
+    os << llvm::format("data parallel: %lld replicas on %lld ranks (replica "
+                       "r of a stage on rank r x %lld + its rank); gradient "
+                       "all-reduce %.3f ms per step (largest stage)\n",
+                       static_cast<long long>(r.dataParallel),
+                       static_cast<long long>(r.dataParallel * perReplica),
+                       static_cast<long long>(perReplica), allReduce * 1e3);
   }
   double k = static_cast<double>(r.report.size());
   double m = static_cast<double>(r.microBatches);

@@ -115,12 +115,12 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             .Case([&](SendActivationInstr f) {
               mb = f.getMicroBatch();
               duration = t.transfer / 4;
-              arrival[{0, stage, mb}] = start + duration;
+              arrival[{0, stage, mb}] = start + duration + t.activationWire;
             })
             .Case([&](SendGradientInstr f) {
               mb = f.getMicroBatch();
               duration = t.transfer / 4;
-              arrival[{1, stage, mb}] = start + duration;
+              arrival[{1, stage, mb}] = start + duration + t.gradientWire;
             })
             .Case([&](RecvActivationInstr f) {
               mb = f.getMicroBatch();

@@ -70,11 +70,15 @@ std::vector<int64_t> KernelSpec::ints(const std::string &key) const {
   return out;
 }
 
-int64_t Bundle::rankCount() const {
+int64_t Bundle::ranksPerReplica() const {
   int64_t count = 1;
   for (const StageSpec &s : stages)
     count = std::max(count, s.rank + 1);
   return count;
+}
+
+int64_t Bundle::rankCount() const {
+  return ranksPerReplica() * std::max<int64_t>(1, training.dataParallel);
 }
 
 std::string Bundle::partPath(const std::string &file) const {
@@ -548,8 +552,11 @@ Bundle loadBundle(const std::string &path) {
       b.training.beta1 = o.value("beta1", 0.9);
       b.training.beta2 = o.value("beta2", 0.999);
       b.training.eps = o.value("eps", 1e-8);
+      b.training.dataParallel = integer(t, "data_parallel", int64_t(1));
       if (b.training.microBatches < 1 || b.training.batchSize < 1)
         fail(path, "manifest.json", "invalid training batch sizes");
+      if (b.training.dataParallel < 1 || b.training.dataParallel > 4096)
+        fail(path, "manifest.json", "invalid data_parallel");
     }
     for (const json &j : m.at("stages")) {
       StageSpec s;
@@ -559,6 +566,11 @@ Bundle loadBundle(const std::string &path) {
       if (s.rank < 0 || s.rank > 4095)
         fail(path, "manifest.json",
              "stage " + std::to_string(s.index) + " has an invalid rank");
+      if (j.contains("replica_ranks"))
+        for (const json &r : j.at("replica_ranks"))
+          s.replicaRanks.push_back(integer<int64_t>(r));
+      else
+        s.replicaRanks.push_back(s.rank);
       s.library = j.at("library").get<std::string>();
       s.crc32 = integer<uint32_t>(j.at("crc32"));
       const json &p = j.at("parameters");
@@ -597,6 +609,19 @@ Bundle loadBundle(const std::string &path) {
       if (b.mode == "train")
         s.wiring = parseWiring(j.at("wiring"), s);
       b.stages.push_back(std::move(s));
+    }
+    // Replica r of a stage on rank r * (ranks of a replica) + its rank.
+    int64_t perReplica = b.ranksPerReplica();
+    for (const StageSpec &s : b.stages) {
+      bool ok = static_cast<int64_t>(s.replicaRanks.size()) ==
+                b.training.dataParallel;
+      for (size_t r = 0; ok && r < s.replicaRanks.size(); ++r)
+        ok = s.replicaRanks[r] == static_cast<int64_t>(r) * perReplica + s.rank;
+      if (!ok)
+        fail(path, "manifest.json",
+             "stage " + std::to_string(s.index) +
+                 "'s replica_ranks do not place replica r on rank r * " +
+                 std::to_string(perReplica) + " + " + std::to_string(s.rank));
     }
     if (b.stages.empty())
       fail(path, "manifest.json", "a bundle without stages");

@@ -2,6 +2,7 @@
 // every stage, and a launch by mpirun is refused.
 #include "gpipe/runtime/ProcessGroup.h"
 
+#include "Reducer.h"
 #include "Transport.h"
 
 #include <cstdlib>
@@ -24,6 +25,13 @@ std::unique_ptr<Transport>
 ProcessGroup::createTransport(const std::vector<int64_t> &) {
   throw std::runtime_error("this gpipe-run was built without MPI");
 }
+
+std::unique_ptr<Reducer>
+ProcessGroup::createReducer(const std::vector<int64_t> &, int) {
+  throw std::runtime_error("this gpipe-run was built without MPI");
+}
+
+double ProcessGroup::sum(double value) { return value; }
 
 void ProcessGroup::abort(const std::string &why, int code) {
   std::cerr << "gpipe-run: error: " << why << std::endl;

@@ -17,12 +17,12 @@ const char *bytesOf(const HostTensor &t) {
 
 StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
                            std::unique_ptr<StageExecutor> executor,
-                           Transport &transport)
+                           Transport &transport, Reducer *reducer)
     : spec_(spec), stream(stream), exec(std::move(executor)),
       transport(transport), wiring(spec.wiring),
       fwd(exec->phaseIndex("forward")), bwd(exec->phaseIndex("backward")),
       opt(exec->phaseIndex("optimizer")), fwdSpec(&spec.phases[fwd]),
-      bwdSpec(&spec.phases[bwd]), optSpec(&spec.phases[opt]) {
+      bwdSpec(&spec.phases[bwd]), optSpec(&spec.phases[opt]), reducer(reducer) {
   for (const TensorSlot &in : fwdSpec->inputs)
     if (in.role == Role::Data)
       dataIn.push_back(&in);
@@ -30,6 +30,27 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   for (int64_t i = 0; i < slots; ++i) {
     stashSlots.push_back(exec->device().allocate(wiring.stashBytes));
     freeSlots.push_back(static_cast<int>(i));
+  }
+  if (reducer) {
+    // Buckets of about kBucketBytes in the order of the trained tensors (a
+    // larger tensor is a bucket of its own): several sums in flight.
+    constexpr int64_t kBucketBytes = 4 << 20;
+    int64_t filled = kBucketBytes;
+    for (size_t i = 0; i < wiring.trained.size(); ++i) {
+      int64_t bytes = optSpec->inputs[wiring.trained[i].sum].byteSize();
+      if (filled + bytes > kBucketBytes) {
+        buckets.emplace_back();
+        filled = 0;
+      }
+      buckets.back().trained.push_back(i);
+      filled += bytes;
+    }
+    for (Bucket &b : buckets) {
+      int64_t n = 0;
+      for (size_t i : b.trained)
+        n += optSpec->inputs[wiring.trained[i].sum].numElements();
+      b.data.resize(static_cast<size_t>(n));
+    }
   }
 }
 
@@ -81,7 +102,59 @@ void StreamRunner::runStep(const StepContext &context) {
   }
 }
 
+void StreamRunner::startReplicaSums() {
+  const char *oa = exec->arena(opt);
+  for (Bucket &b : buckets) {
+    float *at = b.data.data();
+    for (size_t i : b.trained) {
+      const TensorSlot &sum = optSpec->inputs[wiring.trained[i].sum];
+      exec->device().copyToHost(at, oa + sum.offset, sum.byteSize());
+      at += sum.numElements();
+    }
+    reducer->start(b.data.data(), b.data.size());
+  }
+  replicaSumsStarted = true;
+}
+
+void StreamRunner::finishReplicaSums(const StepContext &context) {
+  if (!replicaSumsStarted)
+    startReplicaSums();
+  replicaSumsStarted = false;
+  reducer->waitAll();
+  char *oa = exec->arena(opt);
+  for (Bucket &b : buckets) {
+    const float *at = b.data.data();
+    for (size_t i : b.trained) {
+      const TensorSlot &sum = optSpec->inputs[wiring.trained[i].sum];
+      exec->device().copyToDevice(oa + sum.offset, at, sum.byteSize());
+      at += sum.numElements();
+    }
+  }
+  // Running statistics: the mean over the replicas (each replica updated
+  // its own from its micro-batches).
+  std::vector<std::vector<float>> stats;
+  for (const TensorSlot &p : spec_.parameters.tensors)
+    if (p.kind == ParamKind::Buffer && p.dtype == DType::F32) {
+      std::vector<float> &v = stats.emplace_back(p.numElements());
+      exec->readParameter(p, v.data());
+      reducer->start(v.data(), v.size());
+    }
+  if (stats.empty())
+    return;
+  reducer->waitAll();
+  float scale = 1.0f / static_cast<float>(context.replicas);
+  size_t next = 0;
+  for (const TensorSlot &p : spec_.parameters.tensors)
+    if (p.kind == ParamKind::Buffer && p.dtype == DType::F32) {
+      std::vector<float> &v = stats[next++];
+      for (float &x : v)
+        x *= scale;
+      exec->writeParameter(p, v.data());
+    }
+}
+
 void StreamRunner::clearStep() {
+  replicaSumsStarted = false;
   for (auto &[mb, slot] : slotOf)
     freeSlots.push_back(slot);
   slotOf.clear();
@@ -190,7 +263,9 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
   restored.erase(mb);
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
-    float seed = 1.0f / static_cast<float>(context.microBatches);
+    // The mean over the global batch: M micro-batches on each replica.
+    float seed =
+        1.0f / static_cast<float>(context.microBatches * context.replicas);
     exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
   }
   if (!wiring.recvGradients.tensors.empty())
@@ -217,6 +292,10 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
                               reinterpret_cast<const float *>(ba + grad.offset),
                               sum.numElements());
   }
+  // The stage's gradients are complete: their sums over the replicas run
+  // while the earlier stages finish their backwards.
+  if (reducer && backwards == context.microBatches)
+    startReplicaSums();
 }
 
 void StreamRunner::sumTiedGradients() {
@@ -301,6 +380,8 @@ void StreamRunner::optimizerStep(const StepContext &context) {
         "stage " + std::to_string(spec_.index) + ": optimizer step after " +
         std::to_string(backwards) + " of " +
         std::to_string(context.microBatches) + " backwards");
+  if (reducer)
+    finishReplicaSums(context);
   sumTiedGradients();
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.

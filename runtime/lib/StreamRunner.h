@@ -4,6 +4,7 @@
 #ifndef GPIPE_RUNTIME_STREAMRUNNER_H
 #define GPIPE_RUNTIME_STREAMRUNNER_H
 
+#include "Reducer.h"
 #include "Transport.h"
 
 #include "StageExecutor.h"
@@ -24,6 +25,8 @@ struct StepContext {
   int64_t step = 0;
   uint64_t seed = 0;
   int64_t microBatches = 1;
+  /// Data-parallel replicas of the pipeline (their gradients are summed).
+  int64_t replicas = 1;
   /// Value of each Hyper, indexed by its enum value.
   std::vector<float> hyper;
 };
@@ -31,9 +34,11 @@ struct StepContext {
 class StreamRunner {
 public:
   /// `spec` and `stream` belong to a checked training bundle; the executor
-  /// runs the stage's code.
+  /// runs the stage's code. With data parallelism, `reducer` sums the
+  /// step's gradients over the stage's replicas (null: one replica).
   StreamRunner(const StageSpec &spec, const StreamSpec &stream,
-               std::unique_ptr<StageExecutor> executor, Transport &transport);
+               std::unique_ptr<StageExecutor> executor, Transport &transport,
+               Reducer *reducer = nullptr);
 
   /// Runs the stream's instructions once (one training step). On an error
   /// the stage's per-step state is dropped; the caller aborts the transport.
@@ -85,6 +90,12 @@ private:
   /// that weight from all of them (in stage order, so that every copy
   /// takes the same optimizer step).
   void sumTiedGradients();
+  /// Starts summing the step's gradients over the replicas, bucket by
+  /// bucket (after the last backward).
+  void startReplicaSums();
+  /// Waits for those sums and puts them where the optimizer reads them;
+  /// averages the running statistics (buffers) over the replicas.
+  void finishReplicaSums(const StepContext &context);
   void loadStash(int64_t mb, const StepContext &context);
   void send(const MessageLayout &layout, const PhaseSpec &phase,
             const char *arena, const MessageKey &key);
@@ -107,6 +118,16 @@ private:
   size_t fwd = 0, bwd = 0, opt = 0;
   const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
   std::vector<const TensorSlot *> dataIn;
+
+  Reducer *reducer;
+  /// Gradient buckets of the replica sums: a host buffer and the trained
+  /// tensors (indices into wiring.trained) it packs, in order.
+  struct Bucket {
+    std::vector<float> data;
+    std::vector<size_t> trained;
+  };
+  std::vector<Bucket> buckets;
+  bool replicaSumsStarted = false;
 
   /// The host copy of each tied gradient (by tie), then its sum.
   std::map<int64_t, std::vector<float>> tiedSums;

@@ -240,7 +240,11 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
                          "the other arrays");
       samples = t.shape[0];
     }
-    int64_t batch = session.batchSize();
+    // With data parallelism each step takes a global batch of D x the
+    // compiled batch, replica r its r-th slice of it.
+    int64_t batch = session.batchSize() * session.replicas();
+    int64_t replicaRows = session.batchSize();
+    int64_t replicaFirst = session.replica() * replicaRows;
     int64_t perEpoch = std::max<int64_t>(1, samples / batch);
     int64_t steps =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
@@ -308,8 +312,9 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       std::map<std::string, HostTensor> mini;
       for (const TensorSlot *slot : session.dataInputs()) {
         mini[slot->name] =
-            gatherRows(data.at(slot->name), batch,
-                       [&](int64_t r) { return order[(first + r) % samples]; });
+            gatherRows(data.at(slot->name), replicaRows, [&](int64_t r) {
+              return order[(first + replicaFirst + r) % samples];
+            });
       }
       double loss = session.step(mini);
       // The first step creates caches and touches memory: not profiled.

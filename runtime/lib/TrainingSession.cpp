@@ -3,6 +3,7 @@
 #include "Checkpoint.h"
 #include "Clock.h"
 #include "InProcessTransport.h"
+#include "Reducer.h"
 #include "StreamRunner.h"
 #include "TraceWriter.h"
 
@@ -23,6 +24,8 @@ namespace gpipe::runtime {
 /// thread (null: the caller's thread).
 struct TrainingSession::Stage {
   std::unique_ptr<DeviceWorker> worker;
+  /// The sums over the stage's data-parallel replicas (null: one replica).
+  std::unique_ptr<Reducer> reducer;
   std::unique_ptr<StreamRunner> runner;
 };
 
@@ -59,14 +62,20 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
   lr_ = bundle_.training.lr;
   size_t k = bundle_.stages.size();
   int64_t ranks = bundle_.rankCount();
+  int64_t replicas = bundle_.training.dataParallel;
+  std::string launch = "mpirun -np " + std::to_string(ranks) + " gpipe-run ...";
+  if (replicas > 1 && !group)
+    throw BundleError(
+        bundlePath + ": the bundle trains " + std::to_string(replicas) +
+        " data-parallel replicas, one or more processes each (" +
+        std::to_string(ranks) + " ranks): launch it with " + launch);
   if (ranks > 1 && !group && !allStagesHere)
     throw BundleError(bundlePath + ": the bundle's stages run in " +
                       std::to_string(ranks) + " processes (ranks 0.." +
-                      std::to_string(ranks - 1) +
-                      "): launch it with mpirun "
-                      "-np " +
-                      std::to_string(ranks) + " gpipe-run ..." +
-                      " (or run every stage here with --in-one-process)");
+                      std::to_string(ranks - 1) + "): launch it with " +
+                      launch +
+                      " (or run every stage here with "
+                      "--in-one-process)");
   if (group && group->size() != ranks)
     throw BundleError(bundlePath + ": the bundle's stages are on " +
                       std::to_string(ranks) + " rank(s), but mpirun started " +
@@ -74,14 +83,18 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
                       "mpirun -np " + std::to_string(ranks) + ")");
   if (!group && ranks > 1) // every stage here
     for (StageSpec &spec : bundle_.stages)
-      spec.rank = 0;
+      spec.rank = 0, spec.replicaRanks = {0};
   ranks = bundle_.rankCount();
-  localRank = group ? group->rank() : 0;
+  int64_t perReplica = bundle_.ranksPerReplica();
+  worldRank = group ? group->rank() : 0;
+  replica_ = worldRank / perReplica;
+  localRank = worldRank % perReplica;
   ownsLastStage = bundle_.stages.back().rank == localRank;
   if (!transport && ranks > 1) {
+    // The stages of this rank's replica.
     std::vector<int64_t> stageRanks;
     for (const StageSpec &spec : bundle_.stages)
-      stageRanks.push_back(spec.rank);
+      stageRanks.push_back(spec.replicaRanks.at(replica_));
     transport = group->createTransport(stageRanks);
   }
   if (!transport)
@@ -105,9 +118,12 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
         throw fail("stage " + std::to_string(s) + " is on '" + spec.device +
                    "': this runtime runs stages on CPU devices");
       stage->worker = std::make_unique<DeviceWorker>(devices[0].ids);
-    } else if (k > 1 || ranks > 1) {
+    } else if (k > 1 || perReplica > 1) {
       throw fail("a pipeline stage must name its device");
     }
+    if (replicas > 1)
+      stage->reducer =
+          group->createReducer(spec.replicaRanks, static_cast<int>(s));
     if (s + 1 == k && (spec.wiring.loss < 0 || spec.wiring.lossGrad < 0))
       throw fail("the last stage needs a 'loss' output and a 'loss_grad' "
                  "input");
@@ -117,7 +133,7 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
       stage->runner = std::make_unique<StreamRunner>(
           spec, stream,
           std::make_unique<StageExecutor>(bundle_, spec, backends(spec.device)),
-          *transport);
+          *transport, stage->reducer.get());
     };
     if (stage->worker) {
       stage->worker->start(load);
@@ -171,6 +187,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   context.step = steps;
   context.seed = randomSeed;
   context.microBatches = t.microBatches;
+  context.replicas = t.dataParallel;
   context.hyper = {
       static_cast<float>(lr_),
       static_cast<float>(t.weightDecay),
@@ -193,8 +210,12 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
           runner->runStep(context);
         } catch (const std::exception &e) {
           // Wake the stages waiting for this one.
-          transport->abort("stage " + std::to_string(index) +
-                           " failed: " + e.what());
+          std::string why =
+              "stage " + std::to_string(index) + " failed: " + e.what();
+          transport->abort(why);
+          for (auto &other : stages)
+            if (other->reducer)
+              other->reducer->abort(why);
           throw;
         }
       });
@@ -211,6 +232,9 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
       }
     }
     transport->reset();
+    for (auto &st : stages)
+      if (st->reducer)
+        st->reducer->reset();
     if (first || any) {
       for (auto &st : stages)
         st->runner->clearStep();
@@ -225,8 +249,12 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                     ? stages.back()->runner->lossSum() /
                           static_cast<double>(bundle_.training.microBatches)
                     : 0.0;
-  // The last stage's rank has the loss; every rank returns it.
-  if (group && bundle_.rankCount() > 1)
+  // The last stage's rank has the loss; every rank returns it. With
+  // data parallelism: the mean of the replicas' losses, in replica order.
+  if (group && t.dataParallel > 1)
+    loss = group->sum(ownsLastStage ? loss : 0.0) /
+           static_cast<double>(t.dataParallel);
+  else if (group && bundle_.rankCount() > 1)
     loss = group->broadcast(loss, bundle_.stages.back().rank);
   return loss;
 }
@@ -351,7 +379,9 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
   // Across ranks: every rank's tensors to rank 0 (a tied weight comes
   // from each rank that holds it, equal).
   if (group && bundle_.rankCount() > 1) {
-    std::vector<std::string> parts = group->gather(serialize(out), 0);
+    // Replicas hold the same values: the first one's are enough.
+    std::vector<std::string> parts =
+        group->gather(replica_ == 0 ? serialize(out) : std::string(), 0);
     for (const std::string &part : parts)
       deserialize(part, out);
     if (group->rank() != 0)

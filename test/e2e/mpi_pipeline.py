@@ -5,6 +5,14 @@ exactly as the same bundle does with every stage in one process
 (`--save-params`, gathered to rank 0) are identical to the last bit (the
 same schedule, the same arithmetic; only the transport differs).
 
+Data parallelism (`--data-parallel=2`): two replicas of a one- or
+two-stage pipeline, each training on its half of a global batch, equal to
+one process training the same model on the whole global batch (the same
+micro-batch size, twice the micro-batches) within 1e-5 relative on every
+loss and every trained weight (only the order of the gradient sums
+differs); ResNet-18 with BatchNorm included (batch statistics per
+micro-batch, as in the reference).
+
 Cases: the MLP over two ranks (both schedules, recompute never and always)
 and four ranks (`--oversubscribe`, two stages per core), the CNN and the
 Transformer over two and four ranks. Then the failures: run without
@@ -40,6 +48,21 @@ CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b")
     ("cnn", 2, "1f1b", "never"), ("cnn", 4, "gpipe", "always"),
     ("transformer_no_dropout", 2, "gpipe", "always"),
     ("transformer_no_dropout", 4, "1f1b", "never")]
+# (model, replicas, devices of one replica, schedule, optimizer, steps).
+# Weights are compared for SGD only: Adam turns the rounding of a
+# near-zero gradient into a full-size update of either sign. ResNet-18 on
+# micro-batches of 4 is chaotic in float32 (BatchNorm over 4 samples of a
+# 1x1 map): the rounding of the gradient sums grows from 1e-6 to 1e-3 of
+# the loss at the fourth step (with lr 0 every step agrees to the bit), so
+# its losses are compared over three steps, its weights not at all (after
+# three steps the smallest BatchNorm shifts already differ by 3%).
+DP_CASES = [
+    ("mlp", 2, None, "gpipe", OPTIMIZER, STEPS),
+    ("cnn", 2, "r0:cpu:0,r1:cpu:1", "1f1b", ["--optimizer=adamw",
+                                               "--lr=0.01"], STEPS),
+    ("transformer_no_dropout", 2, "r0:cpu:0,r1:cpu:1", "gpipe",
+     ["--optimizer=adam", "--lr=0.001"], STEPS),
+    ("resnet18", 2, None, "gpipe", ["--optimizer=sgd", "--lr=0.005"], 3)]
 
 
 def run(cmd, timeout=300):
@@ -117,6 +140,71 @@ def check_equal(models, gpipe_run, work, case):
     return []
 
 
+def check_data_parallel(models, gpipe_opt, gpipe_run, work, case):
+    name, replicas, devices, schedule, optimizer, steps = case
+    micro = 4
+    models.bundle(name, 2, "gpipe", "never")  # exports the model and data
+    onnx_path, data = models.done[name]
+    tag = f"{name}_dp{replicas}"
+    stage_devices = devices.replace("r0:", "").replace("r1:", "") \
+        if devices else None
+    bundles = {}
+    for kind, batch, flags in (
+            ("dp", BATCH, [f"--data-parallel={replicas}"] +
+             ([f"--devices={devices}"] if devices else [])),
+            ("one", BATCH * replicas,
+             [f"--devices={stage_devices}"] if stage_devices else [])):
+        bundles[kind] = os.path.join(work, f"{tag}_{kind}.gpipe")
+        rc, out = run([gpipe_opt, onnx_path, "--mode=train",
+                       f"--batch-size={batch}",
+                       f"--micro-batches={batch // micro}",
+                       f"--schedule={schedule}", "-o", bundles[kind]] +
+                      flags + optimizer)
+        if rc != 0:
+            return [f"compile ({kind}) failed: {out.strip()}"]
+        if kind == "dp" and f"data parallel: {replicas} replicas" not in out:
+            return [f"the report does not show the replicas: {out}"]
+    ranks = replicas * (2 if devices else 1)
+    logs = {k: os.path.join(work, f"{tag}_{k}.csv") for k in bundles}
+    params = {k: os.path.join(work, f"{tag}_{k}_params") for k in bundles}
+    common = [f"--data={data}", f"--steps={steps}", "--no-shuffle"]
+    rc, out = run([gpipe_run, bundles["one"], "--train",
+                   f"--loss-log={logs['one']}",
+                   f"--save-params={params['one']}"] + common)
+    if rc != 0:
+        return [f"one process failed: {out.strip()}"]
+    rc, out = run(MPIRUN + ["-np", str(ranks), gpipe_run, bundles["dp"],
+                            "--train", f"--loss-log={logs['dp']}",
+                            f"--save-params={params['dp']}"] + common)
+    if rc != 0:
+        return [f"mpirun failed: {out.strip()}"]
+    one = np.loadtxt(logs["one"], delimiter=",", skiprows=1)[:, 1]
+    dp = np.loadtxt(logs["dp"], delimiter=",", skiprows=1)[:, 1]
+    loss_err = float(np.max(np.abs(one - dp) / np.abs(one)))
+    if len(one) != steps or len(dp) != steps or loss_err > 1e-5:
+        return [f"losses differ by {loss_err:.2e}: {one} vs {dp}"]
+    # Trained weights (BatchNorm's running statistics follow another rule:
+    # the mean of the replicas', docs/distributed.md).
+    worst, count = 0.0, 0
+    sgd = "--optimizer=sgd" in optimizer and name != "resnet18"
+    for n in sorted(os.listdir(params["one"])) if sgd else []:
+        if "running_" in n:
+            continue
+        a = np.load(os.path.join(params["one"], n))
+        b = np.load(os.path.join(params["dp"], n))
+        scale = max(float(np.max(np.abs(a))), 1e-3)
+        worst = max(worst, float(np.max(np.abs(a - b))) / scale)
+        count += 1
+    if (sgd and count == 0) or worst > 1e-5:
+        return [f"{count} trained parameters, worst relative error {worst}"]
+    print(f"{tag}: {replicas} replicas x {ranks // replicas} rank(s) vs one "
+          f"process on the global batch of {BATCH * replicas}: worst loss "
+          f"error {loss_err:.1e} over {steps} steps" +
+          (f", worst weight error {worst:.1e} ({count} parameters)"
+           if sgd else ""))
+    return []
+
+
 def check_failures(models, gpipe_run, work):
     errors = []
     _, bundle, data = models.bundle("mlp", 2, "gpipe", "never")
@@ -187,6 +275,10 @@ def main():
     cases = [(f"{c[0]} {c[1]} ranks {c[2]} recompute={c[3]}",
               lambda c=c: check_equal(models, gpipe_run, work, c))
              for c in CASES]
+    cases += [(f"{c[0]} data-parallel {c[1]}",
+               lambda c=c: check_data_parallel(models, gpipe_opt, gpipe_run,
+                                               work, c))
+              for c in DP_CASES]
     cases.append(("failures", lambda: check_failures(models, gpipe_run,
                                                      work)))
     return reference_models.run_checks(cases, lambda check: check())

@@ -95,6 +95,15 @@ cl::opt<int64_t> microBatchesOption(
              "(--mode=train; default 1)"),
     cl::init(1), cl::cat(gpipeCategory));
 
+cl::opt<int64_t> dataParallelOption(
+    "data-parallel",
+    cl::desc("Replicate the pipeline D times (--mode=train): K x D MPI ranks, "
+             "replica r of a stage on rank r x (ranks of one replica) + its "
+             "rank; each replica trains on --batch-size rows of a global "
+             "batch of D x --batch-size, gradients summed over the replicas "
+             "(docs/distributed.md; default 1)"),
+    cl::value_desc("D"), cl::init(1), cl::cat(gpipeCategory));
+
 cl::opt<std::string> recomputeOption(
     "recompute",
     cl::desc("What each stage's forward keeps for its backward (--mode=train): "
@@ -213,10 +222,10 @@ int compileOptions(StringRef input, StringRef output,
       !o.train)
     for (cl::Option *flag : std::initializer_list<cl::Option *>{
              &lossOption, &ignoreIndexOption, &microBatchesOption,
-             &recomputeOption, &optimizerOption, &lrOption, &momentumOption,
-             &nesterovOption, &weightDecayOption, &beta1Option, &beta2Option,
-             &epsOption, &scheduleOption, &stagesOption, &deviceProfileOption,
-             &costTableOption, &reportOption})
+             &dataParallelOption, &recomputeOption, &optimizerOption, &lrOption,
+             &momentumOption, &nesterovOption, &weightDecayOption, &beta1Option,
+             &beta2Option, &epsOption, &scheduleOption, &stagesOption,
+             &deviceProfileOption, &costTableOption, &reportOption})
       if (flag->getNumOccurrences()) {
         llvm::errs() << "gpipe-opt: error: --" << flag->ArgStr
                      << " applies to training bundles only (add "
@@ -238,6 +247,12 @@ int compileOptions(StringRef input, StringRef output,
   }
   gpipe::TrainingOptions &t = o.training;
   t.microBatches = microBatchesOption;
+  t.dataParallel = dataParallelOption;
+  if (t.dataParallel < 1 || t.dataParallel > 4096) {
+    llvm::errs() << "gpipe-opt: error: --data-parallel=" << t.dataParallel
+                 << " is out of range (1..4096)\n";
+    return 1;
+  }
   t.loss = lossOption;
   t.ignoreIndex = ignoreIndexOption;
   t.optimizer = optimizerOption;

@@ -1,6 +1,7 @@
 // ProcessGroup on MPI.
 #include "gpipe/runtime/ProcessGroup.h"
 
+#include "MpiReducer.h"
 #include "MpiTransport.h"
 
 #include <mpi.h>
@@ -42,13 +43,37 @@ ProcessGroup::~ProcessGroup() {
     MPI_Finalize();
 }
 
-std::unique_ptr<Transport>
-ProcessGroup::createTransport(const std::vector<int64_t> &stageRanks) {
+namespace {
+/// Seconds a wait for another rank lasts before it gives up.
+double waitLimit() {
   double timeout = 60;
   if (const char *env = std::getenv("GPIPE_MPI_TIMEOUT"))
     timeout = std::max(1.0, std::atof(env));
+  return timeout;
+}
+} // namespace
+
+std::unique_ptr<Transport>
+ProcessGroup::createTransport(const std::vector<int64_t> &stageRanks) {
   return std::make_unique<MpiTransport>(MPI_COMM_WORLD, rank_, stageRanks,
-                                        timeout);
+                                        waitLimit());
+}
+
+std::unique_ptr<Reducer>
+ProcessGroup::createReducer(const std::vector<int64_t> &ranks, int tag) {
+  return std::make_unique<MpiReducer>(ranks, tag, rank_, waitLimit());
+}
+
+double ProcessGroup::sum(double value) {
+  // MPI_Allreduce's order is the library's: gather to rank 0, add in rank
+  // order, broadcast, so that every rank has the same bits.
+  std::vector<double> all(static_cast<size_t>(size_));
+  MPI_Gather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0,
+             MPI_COMM_WORLD);
+  double total = 0;
+  for (double v : all)
+    total += v;
+  return broadcast(total, 0);
 }
 
 void ProcessGroup::abort(const std::string &why, int code) {

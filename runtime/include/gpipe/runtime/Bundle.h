@@ -151,8 +151,13 @@ struct ParameterBlob {
 struct StageSpec {
   int64_t index = 0;
   std::string device;
-  /// The MPI rank that runs the stage (0 in a one-process bundle).
+  /// The MPI rank that runs the stage (0 in a one-process bundle); with
+  /// data parallelism, the rank of its first replica.
   int64_t rank = 0;
+  /// The rank of each data-parallel replica of the stage: replica r runs
+  /// on rank r * ranksPerReplica() + rank (just `rank` without data
+  /// parallelism).
+  std::vector<int64_t> replicaRanks;
   std::string library; // file name inside the bundle
   uint32_t crc32 = 0;
   ParameterBlob parameters;
@@ -173,6 +178,9 @@ struct TrainingSpec {
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// Replicas of the pipeline (--data-parallel): each trains on its own
+  /// batchSize rows of a global batch of dataParallel * batchSize.
+  int64_t dataParallel = 1;
 };
 
 /// One instruction of a device's stream (docs/bundle.md).
@@ -212,8 +220,11 @@ struct Bundle {
   std::string sourceModel; // the ONNX model kept by training bundles, or ""
 
   std::string partPath(const std::string &file) const;
-  /// The processes the bundle runs in: 1 + its stages' largest rank.
+  /// The processes the bundle runs in: 1 + its stages' largest rank, over
+  /// every data-parallel replica.
   int64_t rankCount() const;
+  /// The processes one replica of the pipeline runs in.
+  int64_t ranksPerReplica() const;
 };
 
 /// Reads `path`/manifest.json and checks the format, version, every part's

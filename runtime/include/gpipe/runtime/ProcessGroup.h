@@ -12,6 +12,7 @@
 
 namespace gpipe::runtime {
 
+class Reducer;
 class Transport;
 
 class ProcessGroup {
@@ -36,12 +37,21 @@ public:
   std::unique_ptr<Transport>
   createTransport(const std::vector<int64_t> &stageRanks);
 
+  /// Sums of float buffers over `ranks` (ranks of this job, this one among
+  /// them): the gradients of one stage's data-parallel replicas. Every rank
+  /// in `ranks` creates it with the same arguments, in the same order
+  /// (`tag` tells apart the reducers of several stages).
+  std::unique_ptr<Reducer> createReducer(const std::vector<int64_t> &ranks,
+                                         int tag);
+
   /// Ends every rank of the job with `code` (MPI_Abort) after printing
   /// `why` (prefixed with this rank) to stderr.
   [[noreturn]] void abort(const std::string &why, int code = 1);
 
   /// The value `root` holds, on every rank.
   double broadcast(double value, int64_t root);
+  /// The sum of every rank's `value`, on every rank (in rank order).
+  double sum(double value);
   /// Every rank's `bytes`, by rank, on `root`; empty elsewhere.
   std::vector<std::string> gather(const std::string &bytes, int64_t root);
   /// Waits for every rank.

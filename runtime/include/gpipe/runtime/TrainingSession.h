@@ -44,8 +44,13 @@ public:
   TrainingSession(const std::string &bundlePath, bool allStagesHere);
 
   /// The rank whose stages this session runs, and the bundle's ranks.
-  int64_t rank() const { return localRank; }
+  int64_t rank() const { return worldRank; }
   int64_t rankCount() const { return bundle_.rankCount(); }
+  /// The data-parallel replica this rank belongs to, and how many there
+  /// are: replica r trains on rows [r * batchSize(), (r + 1) * batchSize())
+  /// of each global batch.
+  int64_t replica() const { return replica_; }
+  int64_t replicas() const { return bundle_.training.dataParallel; }
 
   const Bundle &bundle() const { return bundle_; }
   /// Samples per optimizer step.
@@ -59,6 +64,9 @@ public:
   /// One synchronous step: the batch (batchSize() rows of every data input)
   /// runs as M micro-batches, each seeding its backward with 1/M, their
   /// gradients summed, then the optimizer updates the parameters once.
+  /// With D data-parallel replicas each rank passes its replica's rows;
+  /// the seed is 1/(M D), the gradients are summed over the replicas and
+  /// the mean loss of the global batch is returned on every rank.
   /// Each stage runs its device's instruction stream from the bundle's
   /// schedule on its own thread, the stages exchanging activations and
   /// gradients. Returns the mean loss over the batch.
@@ -153,7 +161,9 @@ private:
 
   Bundle bundle_;
   ProcessGroup *group = nullptr;
-  int64_t localRank = 0;
+  /// This process's rank in the job, its replica and its rank within the
+  /// replica (the stages' "rank").
+  int64_t worldRank = 0, replica_ = 0, localRank = 0;
   bool ownsLastStage = true;
   /// This rank's stages.
   std::vector<std::unique_ptr<Stage>> stages;
