@@ -248,24 +248,20 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     int64_t perEpoch = std::max<int64_t>(1, samples / batch);
     int64_t steps =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
-    std::string checkpoint =
-        o.checkpointDir.empty() ? "" : o.checkpointDir + "/checkpoint.bin";
+    const std::string &checkpoint = o.checkpointDir;
     int64_t firstStep = 0;
     if (o.resume) {
       if (checkpoint.empty())
         throw InputError("--resume needs --checkpoint-dir");
-      if (std::filesystem::exists(checkpoint)) {
-        uint64_t seed = session.loadCheckpoint(checkpoint);
-        if (seed != o.seed)
+      if (std::optional<uint64_t> seed = session.loadCheckpoint(checkpoint)) {
+        if (*seed != o.seed)
           throw InputError("--seed differs from the checkpoint's (" +
-                           std::to_string(seed) + ")");
+                           std::to_string(*seed) + ")");
         firstStep = session.stepsTaken();
         out << "resumed from " << checkpoint << " after step " << firstStep
             << "\n";
       }
     }
-    if (!checkpoint.empty())
-      std::filesystem::create_directories(o.checkpointDir);
     std::ofstream lossLog;
     if (!o.lossLog.empty()) {
       // A resumed run continues the log of the steps it keeps.

@@ -9,11 +9,15 @@
 
 #include "DeviceWorker.h"
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/ProcessGroup.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -503,9 +507,14 @@ uint32_t TrainingSession::modelChecksum() const {
   return crc32Of(crcs.data(), crcs.size());
 }
 
-void TrainingSession::saveCheckpoint(const std::string &path,
-                                     uint64_t extra) const {
-  requireOneProcess("checkpointing (--checkpoint-dir)");
+std::string TrainingSession::checkpointPart(const std::string &dir,
+                                            int64_t step) const {
+  return dir + "/parts/step-" + std::to_string(step) + ".rank-" +
+         std::to_string(worldRank) + ".bin";
+}
+
+void TrainingSession::writeState(const std::string &path,
+                                 uint64_t extra) const {
   Checkpoint c;
   c.model = modelChecksum();
   c.steps = steps;
@@ -517,8 +526,7 @@ void TrainingSession::saveCheckpoint(const std::string &path,
   writeCheckpoint(path, c);
 }
 
-uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
-  requireOneProcess("resuming (--resume)");
+uint64_t TrainingSession::readState(const std::string &path) {
   Checkpoint c = readCheckpoint(path);
   auto state = modelState();
   bool matches = c.model == modelChecksum() && c.tensors.size() == state.size();
@@ -534,6 +542,95 @@ uint64_t TrainingSession::loadCheckpoint(const std::string &path) {
   }
   steps = c.steps;
   return c.extra;
+}
+
+namespace {
+/// The step a commit file names (docs/distributed.md).
+int64_t readCommit(const std::string &path, int64_t ranks) {
+  std::optional<std::string> text = readFileBytes(path);
+  if (!text)
+    throw BundleError(path + ": cannot read the checkpoint commit");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const std::exception &e) {
+    throw BundleError(path + ": not a checkpoint commit (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+      !j.contains("ranks") || !j["ranks"].is_number_integer())
+    throw BundleError(path + ": not a checkpoint commit (needs 'step' and "
+                             "'ranks')");
+  if (j["ranks"].get<int64_t>() != ranks)
+    throw BundleError(path + ": a checkpoint of " +
+                      std::to_string(j["ranks"].get<int64_t>()) +
+                      " ranks; this bundle runs on " + std::to_string(ranks));
+  return j["step"].get<int64_t>();
+}
+} // namespace
+
+void TrainingSession::saveCheckpoint(const std::string &dir,
+                                     uint64_t extra) const {
+  std::filesystem::create_directories(dir);
+  if (!group || bundle_.rankCount() == 1) {
+    writeState(dir + "/checkpoint.bin", extra);
+    return;
+  }
+  // Every rank its part; the commit once all have written theirs.
+  std::filesystem::create_directories(dir + "/parts");
+  writeState(checkpointPart(dir, steps), extra);
+  group->barrier();
+  if (worldRank == 0) {
+    nlohmann::json commit{{"step", steps},
+                          {"ranks", bundle_.rankCount()},
+                          {"model", modelChecksum()}};
+    writeFileAtomically(dir + "/checkpoint.json", commit.dump() + "\n");
+  }
+  group->barrier();
+  // Parts of other steps are of no checkpoint now.
+  std::string keep =
+      std::filesystem::path(checkpointPart(dir, steps)).filename().string();
+  std::string suffix = ".rank-" + std::to_string(worldRank) + ".bin";
+  std::error_code ec;
+  for (const auto &entry :
+       std::filesystem::directory_iterator(dir + "/parts", ec)) {
+    std::string name = entry.path().filename().string();
+    bool mine =
+        name.size() > suffix.size() && name.rfind("step-", 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (mine && name != keep)
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+std::optional<uint64_t>
+TrainingSession::loadCheckpoint(const std::string &dir) {
+  if (!group || bundle_.rankCount() == 1) {
+    std::string path = dir + "/checkpoint.bin";
+    if (!std::filesystem::exists(path))
+      return std::nullopt;
+    return readState(path);
+  }
+  // Rank 0 reads the commit; every rank its part of that step.
+  std::string commit = dir + "/checkpoint.json";
+  int64_t step = -1;
+  if (worldRank == 0 && std::filesystem::exists(commit))
+    step = readCommit(commit, bundle_.rankCount());
+  step = static_cast<int64_t>(group->broadcast(static_cast<double>(step), 0));
+  if (step < 0)
+    return std::nullopt;
+  std::string part = checkpointPart(dir, step);
+  if (!std::filesystem::exists(part))
+    throw BundleError(commit + " names step " + std::to_string(step) +
+                      ", but rank " + std::to_string(worldRank) +
+                      " has no part " + part +
+                      " (every rank needs the checkpoint directory; on "
+                      "several hosts, the same path on each)");
+  uint64_t extra = readState(part);
+  if (steps != step)
+    throw BundleError(part + " holds step " + std::to_string(steps) + ", but " +
+                      commit + " names step " + std::to_string(step) +
+                      ": the checkpoint's parts disagree; refusing to resume");
+  return extra;
 }
 
 } // namespace gpipe::runtime

@@ -23,6 +23,7 @@ not implemented across ranks yet (a clean error).
 
 usage: mpi_pipeline.py GPIPE_OPT GPIPE_RUN WORK_DIR
 """
+import json
 import os
 import shutil
 import signal
@@ -205,6 +206,118 @@ def check_data_parallel(models, gpipe_opt, gpipe_run, work, case):
     return []
 
 
+def rank_pids(proc):
+    """{rank: pid} of the gpipe-run processes mpirun `proc` started."""
+    pids = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "gpipe-run"],
+                          capture_output=True, text=True).stdout.split()
+    ranks = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0")
+                           if b"=" in e)
+            ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
+        except (OSError, KeyError, ValueError):
+            pass
+    return ranks
+
+
+def committed_step(ck):
+    try:
+        with open(os.path.join(ck, "checkpoint.json")) as f:
+            return json.load(f)["step"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def check_checkpoints(models, gpipe_opt, gpipe_run, work):
+    """Checkpoints across ranks: SIGKILL of each rank in turn while every
+    step writes a checkpoint, then --resume, gives the loss log and the
+    parameters of an uninterrupted run to the bit; a checkpoint whose parts
+    are of different steps is refused on every rank."""
+    errors = []
+    models.bundle("mlp", 2, "gpipe", "never")
+    onnx_path, data = models.done["mlp"]
+    bundle = os.path.join(work, "ck.gpipe")
+    rc, out = run([gpipe_opt, onnx_path, "--mode=train",
+                   "--devices=r0:cpu:0,r1:cpu:1", f"--batch-size={BATCH}",
+                   "--micro-batches=4", "--optimizer=adam", "--lr=0.001",
+                   "-o", bundle])
+    if rc != 0:
+        return [f"compile failed: {out.strip()}"]
+    steps = 1500
+    full, cut = (os.path.join(work, f"ck_{n}.csv") for n in ("full", "cut"))
+    pfull, pcut = (os.path.join(work, f"ck_{n}_params")
+                   for n in ("full", "cut"))
+    ck = os.path.join(work, "ck_dir")
+    shutil.rmtree(ck, ignore_errors=True)
+    train = [gpipe_run, bundle, "--train", f"--data={data}",
+             f"--steps={steps}", "--seed=3"]
+    rc, out = run(MPIRUN + ["-np", "2"] + train + [f"--loss-log={full}",
+                                                   f"--save-params={pfull}"])
+    if rc != 0:
+        return [f"uninterrupted run failed: {out.strip()}"]
+    resume = train + [f"--checkpoint-dir={ck}", "--checkpoint-every=1",
+                      f"--loss-log={cut}", "--resume"]
+    rng = np.random.RandomState(11)
+    kills = []
+    for victim in (1, 0, 1):
+        proc = subprocess.Popen(MPIRUN + ["-np", "2"] + resume,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        # Kill a few hundred steps on, at a random moment of a step (most
+        # of a step is its checkpoint's writing).
+        target = committed_step(ck) + rng.randint(100, 300)
+        deadline = time.time() + 60
+        while committed_step(ck) < target and proc.poll() is None and \
+                time.time() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.01))
+        ranks = rank_pids(proc)
+        if victim in ranks:
+            os.kill(ranks[victim], signal.SIGKILL)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return [f"kill rank {victim}: still running 30 s later"]
+        kills.append(f"rank {victim} at step {committed_step(ck)}")
+        if proc.returncode == 0:
+            errors.append(f"the run killed at rank {victim} exited 0")
+    rc, out = run(MPIRUN + ["-np", "2"] + resume + [f"--save-params={pcut}"])
+    if rc != 0 or "resumed from" not in out:
+        return errors + [f"final resume: rc {rc}: {out.strip()[-800:]}"]
+    if read(full) != read(cut):
+        return errors + ["loss logs differ after resuming"]
+    for n in sorted(os.listdir(pfull)):
+        if not np.array_equal(np.load(os.path.join(pfull, n)),
+                              np.load(os.path.join(pcut, n))):
+            return errors + [f"parameter {n[:-4]} differs after resuming"]
+    parts = sorted(os.listdir(os.path.join(ck, "parts")))
+    if parts != [f"step-{steps}.rank-0.bin", f"step-{steps}.rank-1.bin"]:
+        errors.append(f"parts left: {parts}")
+    print(f"checkpoint every step, SIGKILL of {', '.join(kills)}, then "
+          f"--resume: {steps} losses and the parameters bit-identical to "
+          f"an uninterrupted run")
+    # A part of another step in place of rank 1's: refused on every rank.
+    shutil.rmtree(ck)
+    short = [a if not a.startswith("--steps=") else "--steps=3"
+             for a in resume]
+    run(MPIRUN + ["-np", "2"] + short)
+    old = open(os.path.join(ck, "parts", "step-3.rank-1.bin"), "rb").read()
+    run(MPIRUN + ["-np", "2"] + [a if not a.startswith("--steps=") else
+                                 "--steps=5" for a in resume])
+    with open(os.path.join(ck, "parts", "step-5.rank-1.bin"), "wb") as f:
+        f.write(old)
+    rc, out = run(MPIRUN + ["-np", "2"] + resume)
+    if rc == 0 or "parts disagree" not in out or "rank 1" not in out:
+        errors.append(f"mismatched parts: rc {rc}: {out.strip()[-800:]}")
+    else:
+        print("a checkpoint whose parts are of different steps: refused, "
+              "naming rank 1's part")
+    return errors
+
+
 def check_failures(models, gpipe_run, work):
     errors = []
     _, bundle, data = models.bundle("mlp", 2, "gpipe", "never")
@@ -219,9 +332,29 @@ def check_failures(models, gpipe_run, work):
         errors.append(f"-np 3: rc {rc}: {out.strip()}")
     rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
                             f"--data={data}", "--steps=1",
-                            f"--trace={os.path.join(work, 't.json')}"])
-    if rc == 0 or "--trace is not implemented yet" not in out:
-        errors.append(f"--trace: rc {rc}: {out.strip()}")
+                            f"--profile-ops={os.path.join(work, 'p.csv')}"])
+    if rc == 0 or "--profile-ops is not implemented yet" not in out:
+        errors.append(f"--profile-ops: rc {rc}: {out.strip()}")
+    # A bundle damaged on rank 1 only (each rank its own copy): a clean
+    # error naming rank 1, every rank gone.
+    bad = os.path.join(work, "damaged.gpipe")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(bundle, bad)
+    with open(os.path.join(bad, "stage1.params"), "r+b") as f:
+        f.seek(8)
+        byte = f.read(1)
+        f.seek(8)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    train = ["--train", f"--data={data}", "--steps=2"]
+    start = time.time()
+    rc, out = run(MPIRUN + ["-np", "1", gpipe_run, bundle] + train +
+                  [":", "-np", "1", gpipe_run, bad] + train, timeout=60)
+    if rc == 0 or "rank 1" not in out or "stage1.params" not in out:
+        errors.append(f"damaged bundle on rank 1: rc {rc}: {out.strip()}")
+    else:
+        print(f"a bundle damaged on rank 1 only: every rank gone after "
+              f"{time.time() - start:.1f} s, exit {rc}, rank 1 and "
+              f"stage1.params named")
     # SIGKILL of each rank in turn, once training runs.
     for victim in (0, 1):
         proc = subprocess.Popen(
@@ -230,17 +363,8 @@ def check_failures(models, gpipe_run, work):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "OMPI_MCA_orte_abort_on_non_zero_status": "1"})
         time.sleep(3)
-        pids = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "gpipe-run"],
-                              capture_output=True, text=True).stdout.split()
-        ranks = {}
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = dict(e.split(b"=", 1) for e in f.read().split(b"\0")
-                               if b"=" in e)
-                ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
-            except (OSError, KeyError, ValueError):
-                pass
+        ranks = rank_pids(proc)
+        pids = list(ranks.values())
         if victim not in ranks:
             proc.kill()
             proc.communicate()
@@ -279,6 +403,8 @@ def main():
                lambda c=c: check_data_parallel(models, gpipe_opt, gpipe_run,
                                                work, c))
               for c in DP_CASES]
+    cases.append(("checkpoints", lambda: check_checkpoints(
+        models, gpipe_opt, gpipe_run, work)))
     cases.append(("failures", lambda: check_failures(models, gpipe_run,
                                                      work)))
     return reference_models.run_checks(cases, lambda check: check())

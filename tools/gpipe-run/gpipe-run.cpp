@@ -118,9 +118,7 @@ int runGeneration(const std::string &bundlePath,
 /// given.
 std::vector<std::pair<const char *, bool>>
 oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
-  return {{"--checkpoint-dir", !o.checkpointDir.empty()},
-          {"--resume", o.resume},
-          {"--eval-data", !o.evalData.empty()},
+  return {{"--eval-data", !o.evalData.empty()},
           {"--trace", !o.trace.empty()},
           {"--profile-ops", !o.profileOps.empty()}};
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,13 +96,20 @@ public:
   /// Optimizer steps taken so far.
   int64_t stepsTaken() const { return steps; }
 
-  /// Writes parameters, optimizer state and the step count to `path`
-  /// atomically (a temporary file renamed into place). `extra` is stored
-  /// as is (the trainer's own state, e.g. its shuffling seed).
-  void saveCheckpoint(const std::string &path, uint64_t extra) const;
-  /// Restores a checkpoint of this bundle; returns its `extra`. Throws
-  /// BundleError if the file is damaged or belongs to another model.
-  uint64_t loadCheckpoint(const std::string &path);
+  /// Writes parameters, optimizer state and the step count to the
+  /// directory `dir` atomically. `extra` is stored as is (the trainer's own
+  /// state, e.g. its shuffling seed). In one process: dir/checkpoint.bin (a
+  /// temporary file renamed into place). Across ranks every rank calls it:
+  /// each writes its stages' part, dir/parts/step-S.rank-R.bin; when every
+  /// rank has, rank 0 commits dir/checkpoint.json naming step S (renamed
+  /// into place), then each rank removes its older parts. A rank killed at
+  /// any moment leaves the previous checkpoint current.
+  void saveCheckpoint(const std::string &dir, uint64_t extra) const;
+  /// Restores the checkpoint current in `dir` (every rank calls it);
+  /// returns its `extra`, or nothing when `dir` holds none. Throws
+  /// BundleError if a file is damaged, belongs to another model or bundle,
+  /// or a rank's part is of another step than the commit names.
+  std::optional<uint64_t> loadCheckpoint(const std::string &dir);
 
   /// The model's tensors by name: trainable parameters and the state ops
   /// update (BatchNorm running statistics). Across ranks every rank calls
@@ -156,6 +164,11 @@ private:
   /// Throws InputError naming `what` when the stages are spread over
   /// several ranks (not implemented across ranks yet).
   void requireOneProcess(const std::string &what) const;
+  /// This rank's part of a checkpoint of step `step` in `dir`.
+  std::string checkpointPart(const std::string &dir, int64_t step) const;
+  /// Writes (reads) this process's stages' state as `path`.
+  void writeState(const std::string &path, uint64_t extra) const;
+  uint64_t readState(const std::string &path);
   /// parameters() of this rank's stages.
   std::map<std::string, HostTensor> localParameters() const;
 
