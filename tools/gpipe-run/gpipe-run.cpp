@@ -156,7 +156,9 @@ int runTraining(const std::string &bundlePath,
     bool speaks = !group || group->rank() == 0;
     if (!speaks)
       options.lossLog.clear();
-    options.terminal = speaks && isatty(STDOUT_FILENO);
+    // mpirun forwards output through a pseudo-terminal whatever its own
+    // output is: plain lines there.
+    options.terminal = speaks && !group && isatty(STDOUT_FILENO);
     gpipe::runtime::runTrainer(*session, options, speaks ? std::cout : silent);
   } catch (const std::exception &e) {
     if (group && group->size() > 1)
