@@ -1,6 +1,8 @@
 //===- Calibrate.cpp - Measuring this machine's cores ---------------------===//
 #include "Calibrate.h"
 
+#include "gpipe/runtime/ProcessGroup.h"
+
 #include "Analysis/CostModel.h"
 
 #include "llvm/Support/Format.h"
@@ -44,7 +46,47 @@ double copyBandwidth(size_t bytes, int repeats) {
 
 } // namespace
 
+namespace {
+/// The slowest link from rank 0 to another rank: bytes/s and seconds per
+/// message (0, 0 when not run under mpirun).
+std::pair<double, double> measureNetwork(llvm::raw_ostream &log,
+                                         bool &answeringRank) {
+  answeringRank = false;
+  if (!gpipe::runtime::ProcessGroup::launchedByMpirun())
+    return {0, 0};
+  std::unique_ptr<gpipe::runtime::ProcessGroup> group =
+      gpipe::runtime::ProcessGroup::fromLauncher();
+  if (!group || group->size() < 2)
+    return {0, 0};
+  constexpr size_t kLarge = size_t(4) << 20;
+  double bandwidth = 0, latency = 0;
+  for (int64_t peer = 1; peer < group->size(); ++peer) {
+    if (group->rank() != 0 && group->rank() != peer)
+      continue;
+    int64_t other = group->rank() == 0 ? peer : 0;
+    double small = group->roundTripSeconds(other, 8, 200) / 2;
+    double large = group->roundTripSeconds(other, kLarge, 10) / 2;
+    double rate = static_cast<double>(kLarge) / std::max(large - small, 1e-9);
+    if (group->rank() == 0) {
+      log << llvm::format("calibrate: rank 0 to rank %lld: latency %.1f us, "
+                          "4 MiB messages %.2f GB/s\n",
+                          static_cast<long long>(peer), small * 1e6,
+                          rate / 1e9);
+      bandwidth = bandwidth == 0 ? rate : std::min(bandwidth, rate);
+      latency = std::max(latency, small);
+    }
+  }
+  group->barrier();
+  answeringRank = group->rank() != 0;
+  return {bandwidth, latency};
+}
+} // namespace
+
 std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
+  bool answering = false;
+  auto [network, latency] = measureNetwork(log, answering);
+  if (answering)
+    return "";
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core
   // it runs on.
   omp_set_num_threads(1);
@@ -71,5 +113,6 @@ std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   log << llvm::format("calibrate: one core: sgemm %.1f GFLOP/s, memory copy "
                       "%.1f GB/s, 4 MiB transfer %.1f GB/s, %.1f GiB memory\n",
                       gflops, memory, link, memoryGiB);
-  return profileJSON(gflops, memory, memoryGiB, link);
+  return profileJSON(gflops, memory, memoryGiB, link, network / 1e9,
+                     latency * 1e6);
 }

@@ -12,6 +12,11 @@ namespace gpipe {
 /// cache-sized copy (the transfer between two stages on this host) and the
 /// physical memory; logs the figures and returns the JSON profile that
 /// --device-profile reads.
+/// Under mpirun (two ranks or more) rank 0 also measures the network to
+/// each other rank with an MPI ping-pong (latency of small messages,
+/// bandwidth of 4 MiB ones; the slowest peer counts) and writes
+/// network_gbps and network_latency_us; the other ranks only answer.
+/// Returns an empty profile on those ranks.
 std::string calibrateCpu(llvm::raw_ostream &log);
 
 } // namespace gpipe

@@ -333,7 +333,15 @@ int main(int argc, char **argv) {
                       "it with -o profile.json\n";
       return 1;
     }
-    std::string profile = gpipe::calibrateCpu(llvm::errs());
+    std::string profile;
+    try {
+      profile = gpipe::calibrateCpu(llvm::errs());
+    } catch (const std::exception &e) {
+      llvm::errs() << "gpipe-opt: error: --calibrate: " << e.what() << "\n";
+      return 1;
+    }
+    if (profile.empty())
+      return 0; // another rank of an mpirun job: rank 0 writes
     if (llvm::Error err =
             llvm::writeToOutput(output, [&](llvm::raw_ostream &os) {
               os << profile;

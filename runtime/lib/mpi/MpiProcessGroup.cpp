@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <iostream>
@@ -122,5 +123,29 @@ std::vector<std::string> ProcessGroup::gather(const std::string &bytes,
 }
 
 void ProcessGroup::barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+
+double ProcessGroup::roundTripSeconds(int64_t peer, size_t bytes, int repeats) {
+  if (bytes > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("a round trip of more than 2 GiB");
+  std::vector<char> buffer(std::max<size_t>(bytes, 1));
+  int count = static_cast<int>(bytes), other = static_cast<int>(peer);
+  bool first = rank_ < peer;
+  std::vector<double> times;
+  for (int i = 0; i < repeats + 1; ++i) { // the first one warms up
+    double start = MPI_Wtime();
+    for (int leg = 0; leg < 2; ++leg) {
+      if ((leg == 0) == first)
+        MPI_Send(buffer.data(), count, MPI_BYTE, other, 7, MPI_COMM_WORLD);
+      else
+        MPI_Recv(buffer.data(), count, MPI_BYTE, other, 7, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    }
+    if (i > 0)
+      times.push_back(MPI_Wtime() - start);
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2,
+                   times.end());
+  return times[times.size() / 2];
+}
 
 } // namespace gpipe::runtime

@@ -56,6 +56,10 @@ public:
   std::vector<std::string> gather(const std::string &bytes, int64_t root);
   /// Waits for every rank.
   void barrier();
+  /// Median seconds a message of `bytes` takes from this rank to `peer` and
+  /// back, over `repeats` round trips; `peer` calls it with this rank as
+  /// its peer (gpipe-opt --calibrate's network figures).
+  double roundTripSeconds(int64_t peer, size_t bytes, int repeats);
 
   ProcessGroup(const ProcessGroup &) = delete;
   ProcessGroup &operator=(const ProcessGroup &) = delete;
