@@ -103,6 +103,7 @@ void StreamRunner::runStep(const StepContext &context) {
 }
 
 void StreamRunner::startReplicaSums() {
+  sumStart = steadySeconds();
   const char *oa = exec->arena(opt);
   for (Bucket &b : buckets) {
     float *at = b.data.data();
@@ -120,7 +121,11 @@ void StreamRunner::finishReplicaSums(const StepContext &context) {
   if (!replicaSumsStarted)
     startReplicaSums();
   replicaSumsStarted = false;
+  double waitBegin = steadySeconds();
   reducer->waitAll();
+  double waitEnd = steadySeconds();
+  sumWait += waitEnd - waitBegin;
+  sumSpan += waitEnd - sumStart;
   char *oa = exec->arena(opt);
   for (Bucket &b : buckets) {
     const float *at = b.data.data();

@@ -70,6 +70,10 @@ public:
 
   /// Timing of the steps run so far (forward, backward and optimizer).
   double busySeconds() const { return busy; }
+  /// Of the replica sums: the time from the first start to the end of
+  /// the wait at the optimizer step, and the part of it spent waiting.
+  double replicaSumSeconds() const { return sumSpan; }
+  double replicaWaitSeconds() const { return sumWait; }
   struct TraceEvent {
     std::string name;
     double begin, end;
@@ -128,6 +132,7 @@ private:
   };
   std::vector<Bucket> buckets;
   bool replicaSumsStarted = false;
+  double sumStart = 0, sumSpan = 0, sumWait = 0;
 
   /// The host copy of each tied gradient (by tie), then its sum.
   std::map<int64_t, std::vector<float>> tiedSums;

@@ -165,6 +165,14 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
         << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps, "
         << mib(st.allocatedBytes) << " allocated (predicted peak "
         << mib(st.predictedPeakBytes) << ")\n";
+    if (st.allReduceSeconds > 0) {
+      double n = static_cast<double>(s.steps);
+      out << "    gradient all-reduce " << st.allReduceSeconds / n * 1e3
+          << " ms per step, " << st.allReduceWaitSeconds / n * 1e3
+          << " ms of it waited at the optimizer step ("
+          << 100.0 * (1 - st.allReduceWaitSeconds / st.allReduceSeconds)
+          << "% overlapped)\n";
+    }
   }
   out << "  step " << step * 1e3 << " ms measured (mean of " << s.steps << "), "
       << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "

@@ -464,6 +464,8 @@ TrainingSession::Stats TrainingSession::stats() const {
     s.rank = runner.spec().rank;
     s.device = runner.spec().device;
     s.busySeconds = runner.busySeconds();
+    s.allReduceSeconds = runner.replicaSumSeconds();
+    s.allReduceWaitSeconds = runner.replicaWaitSeconds();
     s.allocatedBytes =
         runner.executor().allocatedBytes() + runner.stashAllocated();
     s.predictedPeakBytes =

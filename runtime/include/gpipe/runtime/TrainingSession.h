@@ -137,6 +137,9 @@ public:
     int64_t index = 0, rank = 0;
     std::string device;
     double busySeconds = 0; // forward, backward and optimizer work
+    /// Data parallelism: from the start of the gradient sums to their end,
+    /// and the part of it the optimizer step waited.
+    double allReduceSeconds = 0, allReduceWaitSeconds = 0;
     int64_t allocatedBytes = 0;
     int64_t predictedPeakBytes = 0;
   };
