@@ -177,10 +177,11 @@ def main():
         f"- Two data-parallel replicas against one process on both cores: "
         f"throughput ratio **{med['one'] / med['dp']:.3f}**; the gradient "
         f"all-reduce takes {statistics.median(allreduce):.2f} ms per step "
-        f"(median), {100 * statistics.median(overlap):.0f}% of it hidden "
-        f"behind other work (with one stage there is no earlier stage's "
-        f"backward to overlap: the sum starts after the last backward and "
-        f"the optimizer waits for it).",
+        f"(median), {100 * statistics.median(overlap):.0f}% of it not "
+        f"spent waiting at the optimizer step: that part is the copy of the "
+        f"gradients into the buckets; with one stage there is no earlier "
+        f"stage's backward to hide the sum behind, the optimizer waits for "
+        f"it).",
         f"- Prediction for the MPI runs: K=2 "
         f"{predicted['mpi'] / med['mpi']:.2f}x the measured step, D=2 "
         f"{predicted['dp'] / med['dp']:.2f}x (target within 15%).",
