@@ -180,8 +180,13 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " rows of " + std::string(dtypeName(slot->dtype)) +
                        " with the model's other dimensions");
   }
-  if (tracing && traceOrigin == 0)
+  if (tracing && traceOrigin == 0) {
+    // Across ranks the traces share an origin: the end of a barrier (as
+    // close as the barrier's latency; on one host the clock is the same).
+    if (group && bundle_.rankCount() > 1)
+      group->barrier();
     traceOrigin = steadySeconds();
+  }
   double start = steadySeconds();
   // This step's optimizer hyper-parameters, the same for every stage.
   const TrainingSpec &t = bundle_.training;
@@ -480,15 +485,82 @@ void TrainingSession::writeTrace(const std::string &path) const {
   for (const auto &st : stages) {
     const StreamRunner &runner = *st->runner;
     TraceTrack track;
-    track.name = "stage " + std::to_string(runner.spec().index) + " on " +
-                 runner.spec().device;
+    track.name = "stage " + std::to_string(runner.spec().index) + " on ";
+    if (bundle_.rankCount() > 1)
+      track.name += "rank " + std::to_string(worldRank) + " ";
+    track.name += runner.spec().device;
     for (const StreamRunner::TraceEvent &e : runner.trace())
       track.events.push_back({e.name, "instruction", e.begin, e.end});
     for (const StageExecutor::KernelEvent &e : runner.kernelTrace())
       track.events.push_back({*e.kind, "kernel", e.begin, e.end});
     tracks.push_back(std::move(track));
   }
-  writeChromeTrace(path, tracks, traceOrigin);
+  if (!group || bundle_.rankCount() == 1) {
+    writeChromeTrace(path, tracks, traceOrigin);
+    return;
+  }
+  // Every rank's tracks, times relative to the shared origin, to rank 0.
+  std::string bytes;
+  auto put = [&](const void *p, size_t n) {
+    bytes.append(static_cast<const char *>(p), n);
+  };
+  auto putString = [&](const std::string &text) {
+    uint64_t n = text.size();
+    put(&n, sizeof n);
+    put(text.data(), text.size());
+  };
+  for (const TraceTrack &t : tracks) {
+    putString(t.name);
+    uint64_t n = t.events.size();
+    put(&n, sizeof n);
+    for (const TraceTrack::Event &e : t.events) {
+      putString(e.name);
+      uint8_t kernel = std::strcmp(e.category, "kernel") == 0;
+      double begin = e.begin - traceOrigin, end = e.end - traceOrigin;
+      put(&kernel, 1);
+      put(&begin, sizeof begin);
+      put(&end, sizeof end);
+    }
+  }
+  std::vector<std::string> parts = group->gather(bytes, 0);
+  if (worldRank != 0)
+    return;
+  std::vector<TraceTrack> all;
+  for (const std::string &part : parts) {
+    size_t at = 0;
+    auto get = [&](void *p, size_t n) {
+      if (at + n > part.size())
+        throw std::runtime_error("a rank sent a truncated trace");
+      std::memcpy(p, part.data() + at, n);
+      at += n;
+    };
+    auto getString = [&] {
+      uint64_t n = 0;
+      get(&n, sizeof n);
+      if (n > part.size() - at)
+        throw std::runtime_error("a rank sent a truncated trace");
+      std::string text(part.data() + at, n);
+      at += n;
+      return text;
+    };
+    while (at < part.size()) {
+      TraceTrack &t = all.emplace_back();
+      t.name = getString();
+      uint64_t n = 0;
+      get(&n, sizeof n);
+      for (uint64_t i = 0; i < n; ++i) {
+        TraceTrack::Event e;
+        e.name = getString();
+        uint8_t kernel = 0;
+        get(&kernel, 1);
+        e.category = kernel ? "kernel" : "instruction";
+        get(&e.begin, sizeof e.begin);
+        get(&e.end, sizeof e.end);
+        t.events.push_back(std::move(e));
+      }
+    }
+  }
+  writeChromeTrace(path, all, 0.0);
 }
 
 std::vector<std::pair<const TrainingSession::Stage *, const TensorSlot *>>

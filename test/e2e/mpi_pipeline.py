@@ -335,6 +335,32 @@ def check_failures(models, gpipe_run, work):
                             f"--profile-ops={os.path.join(work, 'p.csv')}"])
     if rc == 0 or "--profile-ops is not implemented yet" not in out:
         errors.append(f"--profile-ops: rc {rc}: {out.strip()}")
+    # --trace: one file with both ranks' tracks on one clock (stage 1's
+    # first forward after stage 0's first send).
+    trace = os.path.join(work, "trace.json")
+    rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
+                            f"--data={data}", "--steps=2",
+                            f"--trace={trace}"])
+    try:
+        events = json.load(open(trace))
+        events = events["traceEvents"] if isinstance(events, dict) \
+            else events
+        tracks = {e["tid"]: e["args"]["name"] for e in events
+                  if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        first = {}
+        for e in events:
+            if e.get("ph") == "X":
+                first.setdefault((tracks.get(e["tid"]), e["name"]), e["ts"])
+        send = first[("stage 0 on rank 0 cpu:0", "send_activation 0")]
+        forward = first[("stage 1 on rank 1 cpu:1", "forward 0")]
+        if rc != 0 or forward < send:
+            raise ValueError(f"forward 0 at {forward} before the send at "
+                             f"{send}")
+        print(f"--trace across ranks: tracks {sorted(tracks.values())}, "
+              f"stage 1's first forward {forward - send:.0f} us after stage "
+              f"0's first send")
+    except (OSError, ValueError, KeyError) as e:
+        errors.append(f"--trace: rc {rc}: {e}: {out.strip()[-500:]}")
     # A bundle damaged on rank 1 only (each rank its own copy): a clean
     # error naming rank 1, every rank gone.
     bad = os.path.join(work, "damaged.gpipe")

@@ -119,7 +119,6 @@ int runGeneration(const std::string &bundlePath,
 std::vector<std::pair<const char *, bool>>
 oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
   return {{"--eval-data", !o.evalData.empty()},
-          {"--trace", !o.trace.empty()},
           {"--profile-ops", !o.profileOps.empty()}};
 }
 

@@ -120,7 +120,9 @@ public:
   /// writeTrace().
   void enableTrace() { tracing = true; }
   /// Writes the recorded steps as a Chrome / Perfetto trace (JSON): one
-  /// track per device with its instructions and kernels.
+  /// track per device with its instructions and kernels. Across ranks
+  /// every rank calls it: rank 0 writes one file with every rank's tracks
+  /// (their clocks aligned at a barrier before the first traced step).
   void writeTrace(const std::string &path) const;
 
   /// Times every kernel of the following steps (restarting the count) for
