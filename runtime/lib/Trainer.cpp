@@ -363,11 +363,14 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     if (!o.profileOps.empty()) {
       std::ostringstream csv;
       csv << "op,forward_seconds,backward_seconds\n" << std::setprecision(9);
+      // Across ranks every rank sends its ops; rank 0 writes them all.
       for (auto &[op, t] : session.opProfile())
         csv << op << "," << t.first << "," << t.second << "\n";
-      writeFileAtomically(o.profileOps, csv.str());
-      out << "wrote the per-op times to " << o.profileOps
-          << " (for gpipe-opt --cost-table)\n";
+      if (session.rank() == 0) {
+        writeFileAtomically(o.profileOps, csv.str());
+        out << "wrote the per-op times to " << o.profileOps
+            << " (for gpipe-opt --cost-table)\n";
+      }
     }
     if (!o.trace.empty()) {
       session.writeTrace(o.trace);

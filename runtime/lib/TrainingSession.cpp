@@ -444,6 +444,27 @@ TrainingSession::opProfile() const {
       }
     }
   }
+  if (!group || bundle_.rankCount() == 1)
+    return out;
+  // Across ranks: the first replica's ops, by rank, to rank 0.
+  std::ostringstream lines;
+  lines.precision(17);
+  if (replica_ == 0)
+    for (auto &[op, t] : out)
+      lines << op << '\t' << t.first << '\t' << t.second << '\n';
+  std::vector<std::string> parts = group->gather(lines.str(), 0);
+  out.clear();
+  for (const std::string &part : parts) {
+    std::istringstream in(part);
+    std::string op;
+    double forward = 0, backward = 0;
+    while (std::getline(in, op, '\t') && in >> forward >> backward) {
+      in.ignore(1); // the newline
+      auto &entry = out[op];
+      entry.first += forward;
+      entry.second += backward;
+    }
+  }
   return out;
 }
 

@@ -332,9 +332,25 @@ def check_failures(models, gpipe_run, work):
         errors.append(f"-np 3: rc {rc}: {out.strip()}")
     rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
                             f"--data={data}", "--steps=1",
-                            f"--profile-ops={os.path.join(work, 'p.csv')}"])
-    if rc == 0 or "--profile-ops is not implemented yet" not in out:
-        errors.append(f"--profile-ops: rc {rc}: {out.strip()}")
+                            f"--eval-data={data}"])
+    if rc == 0 or "--eval-data is not implemented yet" not in out:
+        errors.append(f"--eval-data: rc {rc}: {out.strip()}")
+    # --profile-ops: rank 0 writes every rank's ops, as one process does.
+    tables = [os.path.join(work, f"ops_{n}.csv") for n in ("one", "mpi")]
+    run([gpipe_run, bundle, "--train", f"--data={data}", "--steps=3",
+         f"--profile-ops={tables[0]}", "--in-one-process"])
+    rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
+                            f"--data={data}", "--steps=3",
+                            f"--profile-ops={tables[1]}"])
+    try:
+        ops = [sorted(l.split(",")[0] for l in read(t).splitlines()[1:])
+               for t in tables]
+        if rc != 0 or not ops[0] or ops[0] != ops[1]:
+            raise ValueError(f"ops {ops[1]} vs {ops[0]}")
+        print(f"--profile-ops across ranks: the {len(ops[0])} ops of one "
+              f"process")
+    except (OSError, ValueError) as e:
+        errors.append(f"--profile-ops: rc {rc}: {e}: {out.strip()[-300:]}")
     # --trace: one file with both ranks' tracks on one clock (stage 1's
     # first forward after stage 0's first send).
     trace = os.path.join(work, "trace.json")

@@ -118,8 +118,9 @@ int runGeneration(const std::string &bundlePath,
 /// given.
 std::vector<std::pair<const char *, bool>>
 oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
-  return {{"--eval-data", !o.evalData.empty()},
-          {"--profile-ops", !o.profileOps.empty()}};
+  return {
+      {"--eval-data", !o.evalData.empty()},
+  };
 }
 
 /// Trains in this process, or as one rank of an mpirun job: each rank
