@@ -430,6 +430,20 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
   }
 }
 
+// Between steps no training message is in flight: an evaluation's
+// messages are those of micro-batch 0.
+void StreamRunner::receiveForEvaluation() {
+  MessageKey k = key(MessageKind::Activation, spec_.index - 1, 0, false);
+  transport.postReceive(k, static_cast<size_t>(wiring.recvActivations.bytes));
+  received[0] = transport.wait(k);
+  receive(wiring.recvActivations, *fwdSpec, exec->arena(fwd), k, "evaluation");
+}
+
+void StreamRunner::sendForEvaluation() {
+  send(wiring.sendActivations, *fwdSpec, exec->arena(fwd),
+       key(MessageKind::Activation, spec_.index + 1, 0, true));
+}
+
 void StreamRunner::evaluate(const std::map<std::string, HostTensor> &microBatch,
                             const StreamRunner *previous) {
   for (const TensorSlot *slot : dataIn) {

@@ -55,6 +55,11 @@ public:
   void evaluate(const std::map<std::string, HostTensor> &microBatch,
                 const StreamRunner *previous);
 
+  /// Evaluation across ranks: the stage input of one micro-batch from the
+  /// previous stage's rank, and the stage output to the next one's.
+  void receiveForEvaluation();
+  void sendForEvaluation();
+
   StageExecutor &executor() { return *exec; }
   const StageExecutor &executor() const { return *exec; }
   const StageSpec &spec() const { return spec_; }

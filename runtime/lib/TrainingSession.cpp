@@ -268,12 +268,6 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   return loss;
 }
 
-void TrainingSession::requireOneProcess(const std::string &what) const {
-  if (bundle_.rankCount() > 1)
-    throw InputError(what + " is not implemented yet for a bundle whose "
-                            "stages run on several ranks");
-}
-
 void TrainingSession::setHyperParameter(const std::string &name, double value) {
   TrainingSpec &t = bundle_.training;
   std::map<std::string, double *> known{{"momentum", &t.momentum},
@@ -307,11 +301,11 @@ void TrainingSession::setHyperParameter(const std::string &name, double value) {
 
 HostTensor
 TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
-  requireOneProcess("evaluation (--eval-data)");
-  if (!modelOutput)
+  if (bundle_.stages.back().wiring.output < 0)
     throw InputError("the model has no output besides its loss");
   // The stages' forwards one after the other on this thread, each reading
-  // its stage inputs straight from the previous stage's arena.
+  // its stage inputs straight from the previous stage's arena, or (the
+  // previous stage on another rank) from a message.
   struct Restore {
     std::vector<std::unique_ptr<Stage>> &stages;
     ~Restore() {
@@ -319,11 +313,23 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
         st->runner->executor().setUpdateState(true);
     }
   } restore{stages};
+  int64_t k = static_cast<int64_t>(bundle_.stages.size());
   const StreamRunner *previous = nullptr;
   for (auto &st : stages) {
-    st->runner->evaluate(microBatch, previous);
-    previous = st->runner.get();
+    StreamRunner &runner = *st->runner;
+    int64_t s = runner.spec().index;
+    bool fromRank = s > 0 && (!previous || previous->spec().index != s - 1);
+    if (fromRank)
+      runner.receiveForEvaluation();
+    runner.evaluate(microBatch, fromRank ? nullptr : previous);
+    if (s + 1 < k && bundle_.stages[s + 1].rank != localRank)
+      runner.sendForEvaluation();
+    previous = &runner;
   }
+  if (bundle_.rankCount() > 1)
+    transport->reset(); // the sends taken
+  if (!ownsLastStage)
+    return {};
   HostTensor out;
   out.dtype = modelOutput->dtype;
   out.shape = modelOutput->shape;
@@ -331,6 +337,12 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   StreamRunner &last = *stages.back()->runner;
   last.executor().read(last.forwardIndex(), *modelOutput, out.data.data());
   return out;
+}
+
+double TrainingSession::fromLastStage(double value) {
+  if (!group || bundle_.rankCount() == 1)
+    return value;
+  return group->broadcast(value, bundle_.stages.back().rank);
 }
 
 namespace {

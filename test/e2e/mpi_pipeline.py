@@ -15,11 +15,11 @@ micro-batch, as in the reference).
 
 Cases: the MLP over two ranks (both schedules, recompute never and always)
 and four ranks (`--oversubscribe`, two stages per core), the CNN and the
-Transformer over two and four ranks. Then the failures: run without
-mpirun (an error that says how to launch), the wrong process count (every
-rank says so and exits non-zero), SIGKILL of one rank during training
-(every rank gone within 30 s, non-zero, the dead rank named) and a flag
-not implemented across ranks yet (a clean error).
+Transformer over two and four ranks. Then the rest: run without mpirun
+(an error that says how to launch), the wrong process count (every rank
+says so and exits non-zero), --eval-data, --profile-ops and --trace across
+ranks, a bundle damaged on one rank, SIGKILL of one rank during training
+(every rank gone within 30 s, non-zero, the dead rank named).
 
 usage: mpi_pipeline.py GPIPE_OPT GPIPE_RUN WORK_DIR
 """
@@ -330,11 +330,20 @@ def check_failures(models, gpipe_run, work):
     if rc == 0 or "but mpirun started 3 processes (use mpirun -np 2)" \
             not in out:
         errors.append(f"-np 3: rc {rc}: {out.strip()}")
-    rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
-                            f"--data={data}", "--steps=1",
-                            f"--eval-data={data}"])
-    if rc == 0 or "--eval-data is not implemented yet" not in out:
-        errors.append(f"--eval-data: rc {rc}: {out.strip()}")
+    # --eval-data over four ranks: the accuracies of one process.
+    _, four, _ = models.bundle("mlp", 4, "gpipe", "never")
+    evaluate = ["--train", f"--data={data}", "--steps=6",
+                f"--eval-data={data}"]
+    rc1, one = run([gpipe_run, four, "--in-one-process"] + evaluate)
+    rc, out = run(MPIRUN + ["-np", "4", gpipe_run, four] + evaluate)
+    acc = [[l for l in o.splitlines() if "test accuracy" in l]
+           for o in (one, out)]
+    if rc != 0 or rc1 != 0 or not acc[0] or acc[0] != acc[1]:
+        errors.append(f"--eval-data: rc {rc}: {acc[1]} vs {acc[0]}: "
+                      f"{out.strip()[-300:]}")
+    else:
+        print(f"--eval-data over 4 ranks: {acc[1][-1].strip()}, as in one "
+              f"process")
     # --profile-ops: rank 0 writes every rank's ops, as one process does.
     tables = [os.path.join(work, f"ops_{n}.csv") for n in ("one", "mpi")]
     run([gpipe_run, bundle, "--train", f"--data={data}", "--steps=3",

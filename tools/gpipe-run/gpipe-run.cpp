@@ -114,15 +114,6 @@ int runGeneration(const std::string &bundlePath,
 }
 
 /// gpipe-run --train: optimizer steps over the rows of a data set.
-/// The flags that need every stage in this process, and whether each is
-/// given.
-std::vector<std::pair<const char *, bool>>
-oneProcessFlags(const gpipe::runtime::TrainerOptions &o) {
-  return {
-      {"--eval-data", !o.evalData.empty()},
-  };
-}
-
 /// Trains in this process, or as one rank of an mpirun job: each rank
 /// runs its own stages, rank 0 prints and writes the run's outputs, and an
 /// error on any rank ends every rank (docs/distributed.md).
@@ -145,13 +136,6 @@ int runTraining(const std::string &bundlePath,
                                bundlePath, *group)
                          : std::make_unique<gpipe::runtime::TrainingSession>(
                                bundlePath, inOneProcess);
-    if (session->rankCount() > 1)
-      for (auto [flag, given] : oneProcessFlags(options))
-        if (given)
-          throw gpipe::runtime::InputError(
-              std::string(flag) +
-              " is not implemented yet for a bundle whose stages run on "
-              "several ranks");
     std::ostream silent(nullptr);
     bool speaks = !group || group->rank() == 0;
     if (!speaks)

@@ -81,7 +81,11 @@ public:
 
   /// Forward only (no update) on one micro-batch of data inputs (compiled
   /// micro-batch rows): returns the model's first output (the logits).
+  /// Across ranks every rank calls it; the last stage's rank gets the
+  /// logits, the others an empty tensor.
   HostTensor evaluate(const std::map<std::string, HostTensor> &microBatch);
+  /// `value` as the last stage's rank has it, on every rank.
+  double fromLastStage(double value);
   /// Rows of one micro-batch.
   int64_t microBatchSize() const {
     return batchSize() / bundle_.training.microBatches;
@@ -166,9 +170,6 @@ private:
   /// Identifies the bundle's parameters in checkpoints.
   uint32_t modelChecksum() const;
 
-  /// Throws InputError naming `what` when the stages are spread over
-  /// several ranks (not implemented across ranks yet).
-  void requireOneProcess(const std::string &what) const;
   /// This rank's part of a checkpoint of step `step` in `dir`.
   std::string checkpointPart(const std::string &dir, int64_t step) const;
   /// Writes (reads) this process's stages' state as `path`.
