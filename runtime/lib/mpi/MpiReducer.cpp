@@ -65,7 +65,7 @@ void MpiReducer::start(float *data, size_t count) {
 
 void MpiReducer::waitAll() {
   double begin = steadySeconds();
-  for (int spins = 0;; ++spins) {
+  for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       int done = 0;
@@ -90,7 +90,10 @@ void MpiReducer::waitAll() {
           " did not complete in " +
           std::to_string(static_cast<int>(timeoutSeconds)) +
           " s (a replica stopped or hangs; GPIPE_MPI_TIMEOUT sets the limit)");
-    if (spins < 1000)
+    // Each test advances the collective's rounds (MPI has no progress
+    // thread here): spin, yielding, for the first second, then sleep
+    // between tests.
+    if (steadySeconds() - begin < 1.0)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));
