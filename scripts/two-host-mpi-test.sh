@@ -92,17 +92,25 @@ compile() {
 }
 train=(--train --data=data.npz --steps=30 --seed=1)
 status=0
+# train_two_hosts NAME: trains NAME.gpipe with one rank in each namespace
+# (loss log NAME_hosts.csv); sets `received` to the bytes that crossed the
+# veth pair meanwhile.
+train_two_hosts() {
+  local before
+  before=$(rx_bytes)
+  mpirun_two_hosts "$run" "$1.gpipe" "${train[@]}" \
+    --loss-log="$1_hosts.csv" > "$1.out" 2>&1 || {
+    cat "$1.out"
+    echo "FAIL: the two-host run of $1.gpipe"
+    exit 1
+  }
+  received=$(($(rx_bytes) - before))
+}
 
 # 1. A pipeline whose stages are on the two hosts.
 compile --batch-size=16 --devices=r0:cpu:0,r1:cpu:1 -o pipeline.gpipe
-before=$(rx_bytes)
-mpirun_two_hosts "$run" pipeline.gpipe "${train[@]}" \
-  --loss-log=pipeline_hosts.csv > pipeline.out 2>&1 || {
-  cat pipeline.out
-  echo "FAIL: the two-host pipeline"
-  exit 1
-}
-pipeline_bytes=$(($(rx_bytes) - before))
+train_two_hosts pipeline
+pipeline_bytes=$received
 "$run" pipeline.gpipe "${train[@]}" --in-one-process \
   --loss-log=pipeline_one.csv > /dev/null
 if cmp -s pipeline_hosts.csv pipeline_one.csv; then
@@ -116,14 +124,8 @@ fi
 # 2. Two data-parallel replicas, one on each host.
 compile --batch-size=16 --data-parallel=2 -o replicas.gpipe
 compile --batch-size=32 -o global.gpipe
-before=$(rx_bytes)
-mpirun_two_hosts "$run" replicas.gpipe "${train[@]}" \
-  --loss-log=replicas_hosts.csv > replicas.out 2>&1 || {
-  cat replicas.out
-  echo "FAIL: the two-host data-parallel run"
-  exit 1
-}
-replica_bytes=$(($(rx_bytes) - before))
+train_two_hosts replicas
+replica_bytes=$received
 "$run" global.gpipe "${train[@]}" --loss-log=global_one.csv > /dev/null
 if worst=$("$python" - << 'PY'
 import numpy as np

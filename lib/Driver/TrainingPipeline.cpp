@@ -92,26 +92,19 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   auto rankOf = [&](int64_t s) {
     return o.ranks.empty() ? int64_t(0) : o.ranks[s];
   };
-  // The network between ranks, from the stage's device profile.
-  auto networkOf = [&](int64_t s) {
-    DeviceProfile profile;
-    llvm::Expected<std::vector<Device>> devices = parseDevices(
-        o.bundleDevices[s] == "cpu" ? "cpu:0" : o.bundleDevices[s]);
-    if (!devices || devices->empty()) {
-      llvm::consumeError(devices.takeError());
-      return defaultProfile(Device{});
-    }
-    profile = defaultProfile(devices->front());
-    if (!p.profile.empty()) {
-      llvm::Expected<DeviceProfile> read =
-          readProfile(p.profile, devices->front());
-      if (read)
-        profile = *read;
-      else
-        llvm::consumeError(read.takeError()); // the partitioner reported it
-    }
-    return profile;
-  };
+  // The network between ranks: the profile's figures (the same for every
+  // device; the partitioner already reported a bad profile), else the
+  // built-in ones.
+  DeviceProfile network = defaultProfile(Device{DeviceKind::Cpu, {0}});
+  if (!p.profile.empty()) {
+    llvm::Expected<DeviceProfile> read =
+        readProfile(p.profile, Device{DeviceKind::Cpu, {0}});
+    if (read)
+      network = *read;
+    else
+      llvm::consumeError(read.takeError());
+  }
+
   result.microBatches = p.microBatches;
   ScheduleRequest request;
   request.kind = p.schedule;
@@ -212,7 +205,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         (3 + 2 * optimizerSlots) * trainableBytes / bandwidth;
     // Between ranks, messages cross the network after their send; the
     // replicas' gradient sum runs before the optimizer step.
-    DeviceProfile network = networkOf(s);
     row.rank = rankOf(s);
     if (s + 1 < k && rankOf(s + 1) != row.rank)
       row.activationWireSeconds =

@@ -13,8 +13,6 @@ namespace gpipe::runtime {
 class Reducer {
 public:
   virtual ~Reducer() = default;
-  /// The replicas taking part (this one among them).
-  virtual int64_t size() const = 0;
   /// Starts summing `count` floats at `data`, in place, over the replicas
   /// (every replica starts the same sums in the same order); returns at
   /// once. `data` stays untouched by the caller until waitAll().

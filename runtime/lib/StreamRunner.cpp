@@ -45,6 +45,10 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
       buckets.back().trained.push_back(i);
       filled += bytes;
     }
+    for (const TensorSlot &p : spec_.parameters.tensors)
+      if (p.kind == ParamKind::Buffer && p.dtype == DType::F32)
+        replicaStats.emplace_back(
+            &p, std::vector<float>(static_cast<size_t>(p.numElements())));
     for (Bucket &b : buckets) {
       int64_t n = 0;
       for (size_t i : b.trained)
@@ -114,13 +118,10 @@ void StreamRunner::startReplicaSums() {
     }
     reducer->start(b.data.data(), b.data.size());
   }
-  replicaSumsStarted = true;
 }
 
 void StreamRunner::finishReplicaSums(const StepContext &context) {
-  if (!replicaSumsStarted)
-    startReplicaSums();
-  replicaSumsStarted = false;
+  // Started by the last backward (optimizerStep checked there was one).
   double waitBegin = steadySeconds();
   reducer->waitAll();
   double waitEnd = steadySeconds();
@@ -137,29 +138,22 @@ void StreamRunner::finishReplicaSums(const StepContext &context) {
   }
   // Running statistics: the mean over the replicas (each replica updated
   // its own from its micro-batches).
-  std::vector<std::vector<float>> stats;
-  for (const TensorSlot &p : spec_.parameters.tensors)
-    if (p.kind == ParamKind::Buffer && p.dtype == DType::F32) {
-      std::vector<float> &v = stats.emplace_back(p.numElements());
-      exec->readParameter(p, v.data());
-      reducer->start(v.data(), v.size());
-    }
-  if (stats.empty())
+  if (replicaStats.empty())
     return;
+  for (auto &[slot, values] : replicaStats) {
+    exec->readParameter(*slot, values.data());
+    reducer->start(values.data(), values.size());
+  }
   reducer->waitAll();
   float scale = 1.0f / static_cast<float>(context.replicas);
-  size_t next = 0;
-  for (const TensorSlot &p : spec_.parameters.tensors)
-    if (p.kind == ParamKind::Buffer && p.dtype == DType::F32) {
-      std::vector<float> &v = stats[next++];
-      for (float &x : v)
-        x *= scale;
-      exec->writeParameter(p, v.data());
-    }
+  for (auto &[slot, values] : replicaStats) {
+    for (float &x : values)
+      x *= scale;
+    exec->writeParameter(*slot, values.data());
+  }
 }
 
 void StreamRunner::clearStep() {
-  replicaSumsStarted = false;
   for (auto &[mb, slot] : slotOf)
     freeSlots.push_back(slot);
   slotOf.clear();

@@ -136,7 +136,9 @@ private:
     std::vector<size_t> trained;
   };
   std::vector<Bucket> buckets;
-  bool replicaSumsStarted = false;
+  /// The float running statistics (buffers) averaged over the replicas,
+  /// each with its host copy.
+  std::vector<std::pair<const TensorSlot *, std::vector<float>>> replicaStats;
   double sumStart = 0, sumSpan = 0, sumWait = 0;
 
   /// The host copy of each tied gradient (by tie), then its sum.

@@ -1,5 +1,6 @@
 #include "gpipe/runtime/TrainingSession.h"
 
+#include "ByteStream.h"
 #include "Checkpoint.h"
 #include "Clock.h"
 #include "InProcessTransport.h"
@@ -183,7 +184,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   if (tracing && traceOrigin == 0) {
     // Across ranks the traces share an origin: the end of a barrier (as
     // close as the barrier's latency; on one host the clock is the same).
-    if (group && bundle_.rankCount() > 1)
+    if (acrossRanks())
       group->barrier();
     traceOrigin = steadySeconds();
   }
@@ -263,7 +264,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   if (group && t.dataParallel > 1)
     loss = group->sum(ownsLastStage ? loss : 0.0) /
            static_cast<double>(t.dataParallel);
-  else if (group && bundle_.rankCount() > 1)
+  else if (acrossRanks())
     loss = group->broadcast(loss, bundle_.stages.back().rank);
   return loss;
 }
@@ -326,7 +327,7 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
       runner.sendForEvaluation();
     previous = &runner;
   }
-  if (bundle_.rankCount() > 1)
+  if (acrossRanks())
     transport->reset(); // the sends taken
   if (!ownsLastStage)
     return {};
@@ -340,7 +341,7 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
 }
 
 double TrainingSession::fromLastStage(double value) {
-  if (!group || bundle_.rankCount() == 1)
+  if (!acrossRanks())
     return value;
   return group->broadcast(value, bundle_.stages.back().rank);
 }
@@ -348,48 +349,29 @@ double TrainingSession::fromLastStage(double value) {
 namespace {
 /// The tensors of a map as bytes (name, dtype, shape, data), for a gather.
 std::string serialize(const std::map<std::string, HostTensor> &tensors) {
-  std::string out;
-  auto put = [&](const void *p, size_t n) {
-    out.append(static_cast<const char *>(p), n);
-  };
+  ByteWriter out;
   for (const auto &[name, t] : tensors) {
-    uint64_t length = name.size(), rank = t.shape.size(), bytes = t.data.size();
-    int32_t dtype = static_cast<int32_t>(t.dtype);
-    put(&length, sizeof length);
-    put(name.data(), name.size());
-    put(&dtype, sizeof dtype);
-    put(&rank, sizeof rank);
-    put(t.shape.data(), rank * sizeof(int64_t));
-    put(&bytes, sizeof bytes);
-    put(t.data.data(), bytes);
+    out.putString(name);
+    out.put<int32_t>(static_cast<int32_t>(t.dtype));
+    out.put<uint64_t>(t.shape.size());
+    out.putBytes(t.shape.data(), t.shape.size() * sizeof(int64_t));
+    out.put<uint64_t>(t.data.size());
+    out.putBytes(t.data.data(), t.data.size());
   }
-  return out;
+  return std::move(out.str());
 }
 
-void deserialize(const std::string &in,
+void deserialize(const std::string &bytes,
                  std::map<std::string, HostTensor> &tensors) {
-  size_t at = 0;
-  auto get = [&](void *p, size_t n) {
-    if (at + n > in.size())
-      throw std::runtime_error("a rank sent truncated parameters");
-    std::memcpy(p, in.data() + at, n);
-    at += n;
-  };
-  while (at < in.size()) {
-    uint64_t length = 0, rank = 0, bytes = 0;
-    int32_t dtype = 0;
-    get(&length, sizeof length);
-    std::string name(length, '\0');
-    get(name.data(), length);
-    get(&dtype, sizeof dtype);
-    get(&rank, sizeof rank);
+  ByteReader in(bytes, "a rank's parameters");
+  while (!in.done()) {
+    std::string name = in.getString();
     HostTensor t;
-    t.dtype = static_cast<DType>(dtype);
-    t.shape.resize(rank);
-    get(t.shape.data(), rank * sizeof(int64_t));
-    get(&bytes, sizeof bytes);
-    t.data.resize(bytes);
-    get(t.data.data(), bytes);
+    t.dtype = static_cast<DType>(in.get<int32_t>());
+    t.shape.resize(in.get<uint64_t>());
+    in.getBytes(t.shape.data(), t.shape.size() * sizeof(int64_t));
+    t.data.resize(in.get<uint64_t>());
+    in.getBytes(t.data.data(), t.data.size());
     tensors[name] = std::move(t);
   }
 }
@@ -399,7 +381,7 @@ std::map<std::string, HostTensor> TrainingSession::parameters() const {
   std::map<std::string, HostTensor> out = localParameters();
   // Across ranks: every rank's tensors to rank 0 (a tied weight comes
   // from each rank that holds it, equal).
-  if (group && bundle_.rankCount() > 1) {
+  if (acrossRanks()) {
     // Replicas hold the same values: the first one's are enough.
     std::vector<std::string> parts =
         group->gather(replica_ == 0 ? serialize(out) : std::string(), 0);
@@ -456,25 +438,24 @@ TrainingSession::opProfile() const {
       }
     }
   }
-  if (!group || bundle_.rankCount() == 1)
+  if (!acrossRanks())
     return out;
   // Across ranks: the first replica's ops, by rank, to rank 0.
-  std::ostringstream lines;
-  lines.precision(17);
+  ByteWriter mine;
   if (replica_ == 0)
-    for (auto &[op, t] : out)
-      lines << op << '\t' << t.first << '\t' << t.second << '\n';
-  std::vector<std::string> parts = group->gather(lines.str(), 0);
+    for (auto &[op, t] : out) {
+      mine.putString(op);
+      mine.put(t.first);
+      mine.put(t.second);
+    }
+  std::vector<std::string> parts = group->gather(mine.str(), 0);
   out.clear();
   for (const std::string &part : parts) {
-    std::istringstream in(part);
-    std::string op;
-    double forward = 0, backward = 0;
-    while (std::getline(in, op, '\t') && in >> forward >> backward) {
-      in.ignore(1); // the newline
-      auto &entry = out[op];
-      entry.first += forward;
-      entry.second += backward;
+    ByteReader in(part, "a rank's op times");
+    while (!in.done()) {
+      auto &entry = out[in.getString()];
+      entry.first += in.get<double>();
+      entry.second += in.get<double>();
     }
   }
   return out;
@@ -519,7 +500,7 @@ void TrainingSession::writeTrace(const std::string &path) const {
     const StreamRunner &runner = *st->runner;
     TraceTrack track;
     track.name = "stage " + std::to_string(runner.spec().index) + " on ";
-    if (bundle_.rankCount() > 1)
+    if (acrossRanks())
       track.name += "rank " + std::to_string(worldRank) + " ";
     track.name += runner.spec().device;
     for (const StreamRunner::TraceEvent &e : runner.trace())
@@ -528,67 +509,38 @@ void TrainingSession::writeTrace(const std::string &path) const {
       track.events.push_back({*e.kind, "kernel", e.begin, e.end});
     tracks.push_back(std::move(track));
   }
-  if (!group || bundle_.rankCount() == 1) {
+  if (!acrossRanks()) {
     writeChromeTrace(path, tracks, traceOrigin);
     return;
   }
   // Every rank's tracks, times relative to the shared origin, to rank 0.
-  std::string bytes;
-  auto put = [&](const void *p, size_t n) {
-    bytes.append(static_cast<const char *>(p), n);
-  };
-  auto putString = [&](const std::string &text) {
-    uint64_t n = text.size();
-    put(&n, sizeof n);
-    put(text.data(), text.size());
-  };
+  ByteWriter mine;
   for (const TraceTrack &t : tracks) {
-    putString(t.name);
-    uint64_t n = t.events.size();
-    put(&n, sizeof n);
+    mine.putString(t.name);
+    mine.put<uint64_t>(t.events.size());
     for (const TraceTrack::Event &e : t.events) {
-      putString(e.name);
-      uint8_t kernel = std::strcmp(e.category, "kernel") == 0;
-      double begin = e.begin - traceOrigin, end = e.end - traceOrigin;
-      put(&kernel, 1);
-      put(&begin, sizeof begin);
-      put(&end, sizeof end);
+      mine.putString(e.name);
+      mine.put<uint8_t>(std::strcmp(e.category, "kernel") == 0);
+      mine.put(e.begin - traceOrigin);
+      mine.put(e.end - traceOrigin);
     }
   }
-  std::vector<std::string> parts = group->gather(bytes, 0);
+  std::vector<std::string> parts = group->gather(mine.str(), 0);
   if (worldRank != 0)
     return;
   std::vector<TraceTrack> all;
   for (const std::string &part : parts) {
-    size_t at = 0;
-    auto get = [&](void *p, size_t n) {
-      if (at + n > part.size())
-        throw std::runtime_error("a rank sent a truncated trace");
-      std::memcpy(p, part.data() + at, n);
-      at += n;
-    };
-    auto getString = [&] {
-      uint64_t n = 0;
-      get(&n, sizeof n);
-      if (n > part.size() - at)
-        throw std::runtime_error("a rank sent a truncated trace");
-      std::string text(part.data() + at, n);
-      at += n;
-      return text;
-    };
-    while (at < part.size()) {
+    ByteReader in(part, "a rank's trace");
+    while (!in.done()) {
       TraceTrack &t = all.emplace_back();
-      t.name = getString();
-      uint64_t n = 0;
-      get(&n, sizeof n);
+      t.name = in.getString();
+      uint64_t n = in.get<uint64_t>();
       for (uint64_t i = 0; i < n; ++i) {
         TraceTrack::Event e;
-        e.name = getString();
-        uint8_t kernel = 0;
-        get(&kernel, 1);
-        e.category = kernel ? "kernel" : "instruction";
-        get(&e.begin, sizeof e.begin);
-        get(&e.end, sizeof e.end);
+        e.name = in.getString();
+        e.category = in.get<uint8_t>() ? "kernel" : "instruction";
+        e.begin = in.get<double>();
+        e.end = in.get<double>();
         t.events.push_back(std::move(e));
       }
     }
@@ -678,7 +630,7 @@ int64_t readCommit(const std::string &path, int64_t ranks) {
 void TrainingSession::saveCheckpoint(const std::string &dir,
                                      uint64_t extra) const {
   std::filesystem::create_directories(dir);
-  if (!group || bundle_.rankCount() == 1) {
+  if (!acrossRanks()) {
     writeState(dir + "/checkpoint.bin", extra);
     return;
   }
@@ -711,7 +663,7 @@ void TrainingSession::saveCheckpoint(const std::string &dir,
 
 std::optional<uint64_t>
 TrainingSession::loadCheckpoint(const std::string &dir) {
-  if (!group || bundle_.rankCount() == 1) {
+  if (!acrossRanks()) {
     std::string path = dir + "/checkpoint.bin";
     if (!std::filesystem::exists(path))
       return std::nullopt;

@@ -1,5 +1,7 @@
 #include "MpiReducer.h"
 
+#include "MpiError.h"
+
 #include "Clock.h"
 #include "Transport.h"
 
@@ -9,12 +11,6 @@
 namespace gpipe::runtime {
 
 namespace {
-std::string mpiError(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
 
 std::string rankList(const std::vector<int64_t> &ranks) {
   std::string out;

@@ -22,7 +22,6 @@ public:
              double timeoutSeconds);
   ~MpiReducer() override;
 
-  int64_t size() const override { return static_cast<int64_t>(ranks.size()); }
   void start(float *data, size_t count) override;
   void waitAll() override;
   void abort(const std::string &why) override;

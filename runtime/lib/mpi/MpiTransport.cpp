@@ -1,5 +1,7 @@
 #include "MpiTransport.h"
 
+#include "MpiError.h"
+
 #include "Clock.h"
 
 #include <climits>
@@ -8,12 +10,6 @@
 namespace gpipe::runtime {
 
 namespace {
-std::string mpiError(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
 
 void check(int code, const char *call, const MessageKey &key) {
   if (code != MPI_SUCCESS)

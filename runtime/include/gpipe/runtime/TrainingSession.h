@@ -170,6 +170,9 @@ private:
   /// Identifies the bundle's parameters in checkpoints.
   uint32_t modelChecksum() const;
 
+  /// Whether this session is one rank of several (its stages talk to other
+  /// processes).
+  bool acrossRanks() const { return group && bundle_.rankCount() > 1; }
   /// This rank's part of a checkpoint of step `step` in `dir`.
   std::string checkpointPart(const std::string &dir, int64_t step) const;
   /// Writes (reads) this process's stages' state as `path`.
