@@ -17,6 +17,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   # Tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
+  # MPI tests: network namespaces (ip), rank processes (pgrep), peak RSS
+  # per rank in the MPI benchmark (/usr/bin/time)
+  iproute2 procps time
   # Fuzz targets (scripts/fuzz.sh): clang with libFuzzer and its OpenMP
   clang-19 libclang-rt-19-dev libomp-19-dev
   # Benchmarks compare with PyTorch at its best: OpenBLAS, not reference BLAS
