@@ -17,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
 
 namespace gpipe::runtime {
@@ -63,28 +64,112 @@ std::map<std::string, HostTensor> loadText(const std::string &path,
   return data;
 }
 
+/// The names of the data inputs this rank's stages read.
+std::set<std::string> localNames(const TrainingSession &session) {
+  std::set<std::string> names;
+  for (const TensorSlot *slot : session.localDataInputs())
+    names.insert(slot->name);
+  return names;
+}
+
 /// A data set by path: an .npz (by name or by its zip signature; arrays by
 /// input name and 'labels'), a directory of IDX files (Fashion-MNIST
 /// layout; `split` train or t10k), whose images feed the model's first
 /// input, or any other file as plain text for a byte-level language model.
+/// Only the arrays this rank's stages read are kept (of an .npz, only those
+/// are read): across ranks the first stage's ranks hold the inputs, the
+/// last stage's the labels.
 std::map<std::string, HostTensor> loadData(const std::string &path,
                                            const std::string &split,
                                            TrainingSession &session) {
+  std::set<std::string> wanted = localNames(session);
+  std::map<std::string, HostTensor> data;
   if (!std::filesystem::is_directory(path)) {
     if (!std::filesystem::exists(path))
       throw InputError(path + ": no such file or directory");
     bool npzName = std::filesystem::path(path).extension() == ".npz";
-    return npzName || isZipFile(path) ? readNpz(path) : loadText(path, session);
+    data = npzName || isZipFile(path) ? readNpz(path, &wanted)
+                                      : loadText(path, session);
+  } else {
+    ImageDataset ds = readIdxDataset(path, split);
+    for (const TensorSlot *slot : session.dataInputs())
+      if (slot->name != "labels") {
+        data[slot->name] = std::move(ds.images);
+        break;
+      }
+    data["labels"] = std::move(ds.labels);
   }
-  ImageDataset ds = readIdxDataset(path, split);
-  std::map<std::string, HostTensor> data;
-  for (const TensorSlot *slot : session.dataInputs())
-    if (slot->name != "labels") {
-      data[slot->name] = std::move(ds.images);
-      break;
-    }
-  data["labels"] = std::move(ds.labels);
+  for (auto it = data.begin(); it != data.end();)
+    it = wanted.count(it->first) ? std::next(it) : data.erase(it);
+  // Labels and token ids come as int32 as often as int64 (NumPy's default
+  // integer on some platforms, torch.int): widened to the model's int64.
+  for (const TensorSlot *slot : session.localDataInputs()) {
+    auto it = data.find(slot->name);
+    if (it == data.end() || slot->dtype != DType::I64 ||
+        it->second.dtype != DType::I32)
+      continue;
+    HostTensor wide;
+    wide.dtype = DType::I64;
+    wide.shape = it->second.shape;
+    wide.data.resize(it->second.numElements() * sizeof(int64_t));
+    const auto *from =
+        reinterpret_cast<const int32_t *>(it->second.data.data());
+    auto *to = reinterpret_cast<int64_t *>(wide.data.data());
+    for (int64_t i = 0; i < it->second.numElements(); ++i)
+      to[i] = from[i];
+    it->second = std::move(wide);
+  }
   return data;
+}
+
+/// Checks the arrays this rank's stages read against the model's inputs
+/// and returns how many samples they hold, the same on every rank (rank 0
+/// holds the first stage's inputs; a rank whose arrays disagree fails).
+int64_t sampleCount(TrainingSession &session,
+                    const std::map<std::string, HostTensor> &data,
+                    const std::string &path) {
+  int64_t samples = -1;
+  for (const TensorSlot *slot : session.localDataInputs()) {
+    auto it = data.find(slot->name);
+    if (it == data.end()) {
+      std::string has;
+      if (std::filesystem::is_regular_file(path) && isZipFile(path))
+        for (const std::string &name : npzArrayNames(path))
+          has += (has.empty() ? "" : ", ") + ("'" + name + "'");
+      throw InputError(
+          path + ": no array '" + slot->name +
+          "' (an .npz needs one array per model input, named like the "
+          "input, and 'labels')" +
+          (has.empty() ? std::string() : "; the file has " + has));
+    }
+    const HostTensor &t = it->second;
+    bool tailOk =
+        t.dtype == slot->dtype && t.shape.size() == slot->shape.size();
+    for (size_t i = 1; tailOk && i < t.shape.size(); ++i)
+      tailOk = t.shape[i] == slot->shape[i];
+    if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
+        (samples >= 0 && t.shape[0] != samples)) {
+      std::string rows = "[N";
+      for (size_t i = 1; i < slot->shape.size(); ++i)
+        rows += ", " + std::to_string(slot->shape[i]);
+      throw InputError(
+          path + ": array '" + slot->name + "' is " + t.describe() +
+          ", expected " + std::string(dtypeName(slot->dtype)) + rows +
+          "] (N samples" +
+          (samples >= 0
+               ? ", as many as the other arrays: " + std::to_string(samples)
+               : std::string()) +
+          ")" + (slot->name == "labels" ? " holding the labels" : ""));
+    }
+    samples = t.shape[0];
+  }
+  double first = session.fromRankZero(static_cast<double>(samples));
+  if (samples >= 0 && static_cast<double>(samples) != first)
+    throw InputError(path + ": rank " + std::to_string(session.rank()) +
+                     "'s arrays have " + std::to_string(samples) +
+                     " rows, rank 0's " +
+                     std::to_string(static_cast<int64_t>(first)));
+  return static_cast<int64_t>(first);
 }
 
 /// Class labels must index the logits: checked before training starts.
@@ -111,13 +196,11 @@ void checkLabels(TrainingSession &session,
 /// Accuracy of the model's class predictions on a labelled data set, run in
 /// micro-batches (the last one padded).
 double accuracy(TrainingSession &session,
-                const std::map<std::string, HostTensor> &data) {
-  const HostTensor &labels = data.at("labels");
-  int64_t n = labels.shape.at(0), b = session.microBatchSize(), correct = 0;
-  const int64_t *label = reinterpret_cast<const int64_t *>(labels.data.data());
+                const std::map<std::string, HostTensor> &data, int64_t n) {
+  int64_t b = session.microBatchSize(), correct = 0;
   for (int64_t first = 0; first < n; first += b) {
     std::map<std::string, HostTensor> batch;
-    for (const TensorSlot *slot : session.dataInputs()) {
+    for (const TensorSlot *slot : session.localDataInputs()) {
       batch[slot->name] = gatherRows(data.at(slot->name), b, [&](int64_t r) {
         return std::min(first + r, n - 1); // the last batch repeats a row
       });
@@ -127,6 +210,9 @@ double accuracy(TrainingSession &session,
       continue; // the model's output is on another rank
     if (logits.dtype != DType::F32 || logits.shape.size() != 2)
       throw InputError("accuracy needs [N, C] float32 logits");
+    // The last stage's rank, which reads the labels.
+    const int64_t *label =
+        reinterpret_cast<const int64_t *>(data.at("labels").data.data());
     int64_t classes = logits.shape[1];
     const float *l = reinterpret_cast<const float *>(logits.data.data());
     for (int64_t r = 0; r < b && first + r < n; ++r) {
@@ -229,28 +315,11 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     if (!o.evalData.empty())
       evalData = loadData(o.evalData, "t10k", session);
     checkLabels(session, data, o.data);
-    if (!evalData.empty())
+    if (!o.evalData.empty())
       checkLabels(session, evalData, o.evalData);
-    int64_t samples = -1;
-    for (const TensorSlot *slot : session.dataInputs()) {
-      auto it = data.find(slot->name);
-      if (it == data.end())
-        throw InputError(o.data + ": no array '" + slot->name +
-                         "' (the model's inputs and 'labels')");
-      const HostTensor &t = it->second;
-      bool tailOk =
-          t.dtype == slot->dtype && t.shape.size() == slot->shape.size();
-      for (size_t i = 1; tailOk && i < t.shape.size(); ++i)
-        tailOk = t.shape[i] == slot->shape[i];
-      if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
-          (samples >= 0 && t.shape[0] != samples))
-        throw InputError(o.data + ": array '" + slot->name + "' is " +
-                         t.describe() + ", expected " +
-                         std::string(dtypeName(slot->dtype)) +
-                         " rows shaped like the model's input, as many as "
-                         "the other arrays");
-      samples = t.shape[0];
-    }
+    int64_t samples = sampleCount(session, data, o.data);
+    int64_t evalSamples =
+        o.evalData.empty() ? 0 : sampleCount(session, evalData, o.evalData);
     // With data parallelism each step takes a global batch of D x the
     // compiled batch, replica r its r-th slice of it.
     int64_t batch = session.batchSize() * session.replicas();
@@ -317,7 +386,7 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
         shuffleFor(first / samples);
       session.setLearningRate(scheduledLearningRate(o, baseLr, step, steps));
       std::map<std::string, HostTensor> mini;
-      for (const TensorSlot *slot : session.dataInputs()) {
+      for (const TensorSlot *slot : session.localDataInputs()) {
         mini[slot->name] =
             gatherRows(data.at(slot->name), replicaRows, [&](int64_t r) {
               return order[(first + replicaFirst + r) % samples];
@@ -355,11 +424,11 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
            step + 1 == steps))
         session.saveCheckpoint(checkpoint, o.seed);
       bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
-      if (epochEnd && !evalData.empty())
+      if (epochEnd && !o.evalData.empty())
         out << (terminal ? "\n" : "") << "epoch "
             << (step + 1 + perEpoch - 1) / perEpoch << ": test accuracy "
-            << 100.0 * accuracy(session, evalData) << "% on "
-            << evalData.at("labels").shape.at(0) << " samples\n"
+            << 100.0 * accuracy(session, evalData, evalSamples) << "% on "
+            << evalSamples << " samples\n"
             << std::flush;
     }
     printSummary(session, out);

@@ -108,12 +108,15 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
   for (size_t s = 0; s < k; ++s) {
     StageSpec &spec = bundle_.stages[s];
     const StreamSpec &stream = bundle_.schedule.streams.at(s);
-    // Every rank reads every stage's data inputs (the batch is checked
-    // whole); it loads and runs its own stages only.
+    // A rank knows every stage's data inputs; it reads those of its own
+    // stages and loads and runs its own stages only.
     if (const PhaseSpec *fwd = spec.phase("forward"))
       for (const TensorSlot &in : fwd->inputs)
-        if (in.role == Role::Data && seenInputs.insert(in.name).second)
+        if (in.role == Role::Data && seenInputs.insert(in.name).second) {
           dataInputs_.push_back(&in);
+          if (spec.rank == localRank)
+            localDataInputs_.push_back(&in);
+        }
     if (spec.rank != localRank)
       continue;
     auto stage = std::make_unique<Stage>();
@@ -167,7 +170,7 @@ int64_t TrainingSession::classCount() const {
 
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   int64_t n = batchSize();
-  for (const TensorSlot *slot : dataInputs()) {
+  for (const TensorSlot *slot : localDataInputs()) {
     auto it = batch.find(slot->name);
     if (it == batch.end())
       throw InputError("training data has no '" + slot->name + "'");
@@ -344,6 +347,10 @@ double TrainingSession::fromLastStage(double value) {
   if (!acrossRanks())
     return value;
   return group->broadcast(value, bundle_.stages.back().rank);
+}
+
+double TrainingSession::fromRankZero(double value) {
+  return acrossRanks() ? group->broadcast(value, 0) : value;
 }
 
 namespace {

@@ -406,6 +406,40 @@ def check_failures(models, gpipe_run, work):
         print(f"a bundle damaged on rank 1 only: every rank gone after "
               f"{time.time() - start:.1f} s, exit {rc}, rank 1 and "
               f"stage1.params named")
+    # Each rank reads only its stages' arrays: the labels on rank 1 (the
+    # last stage's), the inputs on rank 0; an array's error comes from the
+    # rank that reads it, and int32 labels train as int64 ones do.
+    arrays = dict(np.load(data))
+    logs = []
+    for name, change, rank, message in (
+            ("labels", {"labels": arrays["labels"].astype(np.float32)}, 1,
+             "array 'labels' is float32"),
+            ("input", {"input": arrays["input"][..., :3]}, 0,
+             "array 'input' is float32"),
+            ("rows", {"labels": arrays["labels"][:-1]}, 1,
+             f"rank 1's arrays have {SAMPLES - 1} rows, rank 0's "
+             f"{SAMPLES}"),
+            ("int32", {"labels": arrays["labels"].astype(np.int32)}, None,
+             None),
+            ("int64", {}, None, None)):
+        path = os.path.join(work, f"data_{name}.npz")
+        np.savez(path, **{**arrays, **change})
+        log = os.path.join(work, f"data_{name}.csv")
+        rc, out = run(MPIRUN + ["-np", "2", gpipe_run, bundle, "--train",
+                                f"--data={path}", "--steps=3",
+                                f"--loss-log={log}"], timeout=60)
+        if rank is None:
+            logs.append(read(log) if rc == 0 else out)
+            continue
+        if rc == 0 or f"error: rank {rank} (" not in out or \
+                f"error: rank {1 - rank} (" in out or message not in out:
+            errors.append(f"bad {name} in the data: rc {rc}: {out.strip()}")
+        else:
+            print(f"bad {name} in the data: only rank {rank} reads and "
+                  f"names it")
+    if len(logs) != 2 or logs[0] != logs[1]:
+        errors.append(f"int32 labels: {logs}")
+
     # SIGKILL of each rank in turn, once training runs.
     for victim in (0, 1):
         proc = subprocess.Popen(

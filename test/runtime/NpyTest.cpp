@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <set>
 
 using namespace gpipe::runtime;
 
@@ -128,4 +129,77 @@ TEST(Npy, RandomBytesNeverCrash) {
     } catch (const NpyError &) {
     }
   }
+}
+
+namespace {
+void put16(std::string &b, uint16_t v) {
+  b += static_cast<char>(v & 0xff);
+  b += static_cast<char>(v >> 8);
+}
+void put32(std::string &b, uint32_t v) {
+  put16(b, static_cast<uint16_t>(v & 0xffff));
+  put16(b, static_cast<uint16_t>(v >> 16));
+}
+
+/// A ZIP archive of stored (uncompressed) members, as numpy.savez writes.
+std::string
+storedZip(const std::vector<std::pair<std::string, std::string>> &members) {
+  std::string file, directory;
+  for (const auto &[name, bytes] : members) {
+    uint32_t local = static_cast<uint32_t>(file.size());
+    put32(file, 0x04034b50);
+    put16(file, 20), put16(file, 0), put16(file, 0), put16(file, 0);
+    put16(file, 0), put32(file, 0);
+    put32(file, static_cast<uint32_t>(bytes.size()));
+    put32(file, static_cast<uint32_t>(bytes.size()));
+    put16(file, static_cast<uint16_t>(name.size())), put16(file, 0);
+    file += name + bytes;
+    put32(directory, 0x02014b50);
+    put16(directory, 20), put16(directory, 20), put16(directory, 0);
+    put16(directory, 0), put16(directory, 0), put16(directory, 0);
+    put32(directory, 0);
+    put32(directory, static_cast<uint32_t>(bytes.size()));
+    put32(directory, static_cast<uint32_t>(bytes.size()));
+    put16(directory, static_cast<uint16_t>(name.size()));
+    put16(directory, 0), put16(directory, 0), put16(directory, 0);
+    put16(directory, 0), put32(directory, 0), put32(directory, local);
+    directory += name;
+  }
+  uint32_t at = static_cast<uint32_t>(file.size());
+  file += directory;
+  put32(file, 0x06054b50);
+  put16(file, 0), put16(file, 0);
+  put16(file, static_cast<uint16_t>(members.size()));
+  put16(file, static_cast<uint16_t>(members.size()));
+  put32(file, static_cast<uint32_t>(directory.size())), put32(file, at);
+  put16(file, 0);
+  return file;
+}
+} // namespace
+
+TEST(Npz, ReadsOnlyTheArraysAskedFor) {
+  // 'broken' is no .npy at all: reading everything fails on it, reading
+  // 'good' alone never looks at it (a rank reads only its stages' arrays).
+  std::string path = ::testing::TempDir() + "/only.npz";
+  {
+    FILE *f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::string zip =
+        storedZip({{"good.npy", numpyWritten()}, {"broken.npy", "not numpy"}});
+    std::fwrite(zip.data(), 1, zip.size(), f);
+    std::fclose(f);
+  }
+  std::set<std::string> only = {"good", "absent"};
+  std::map<std::string, HostTensor> arrays = readNpz(path, &only);
+  ASSERT_EQ(arrays.size(), 1u);
+  EXPECT_EQ(arrays.at("good").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(npzArrayNames(path), (std::vector<std::string>{"good", "broken"}));
+  try {
+    readNpz(path);
+    FAIL() << "read a member that is not .npy";
+  } catch (const NpyError &e) {
+    EXPECT_NE(std::string(e.what()).find("only.npz:broken"), std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
 }

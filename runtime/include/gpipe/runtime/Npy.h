@@ -5,9 +5,11 @@
 #include "gpipe/runtime/Tensor.h"
 
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpipe::runtime {
 
@@ -29,6 +31,13 @@ void writeNpy(const std::string &path, const HostTensor &tensor);
 /// Reads every array of a NumPy .npz archive (numpy.savez or
 /// numpy.savez_compressed), keyed by name without the ".npy".
 std::map<std::string, HostTensor> readNpz(const std::string &path);
+/// Reads the arrays of a .npz archive named in `only` (all when null); the
+/// others are neither read nor decompressed. Names `only` holds that the
+/// archive lacks are not an error: the caller checks what it got.
+std::map<std::string, HostTensor> readNpz(const std::string &path,
+                                          const std::set<std::string> *only);
+/// The names of the arrays in a .npz archive, in archive order.
+std::vector<std::string> npzArrayNames(const std::string &path);
 
 } // namespace gpipe::runtime
 

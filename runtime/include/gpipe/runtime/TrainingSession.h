@@ -61,6 +61,12 @@ public:
   const std::vector<const TensorSlot *> &dataInputs() const {
     return dataInputs_;
   }
+  /// The data inputs this rank's stages read (every one in one process):
+  /// the first stage's inputs, the last stage's labels. A batch passed to
+  /// step() or evaluate() needs these only.
+  const std::vector<const TensorSlot *> &localDataInputs() const {
+    return localDataInputs_;
+  }
 
   /// One synchronous step: the batch (batchSize() rows of every data input)
   /// runs as M micro-batches, each seeding its backward with 1/M, their
@@ -86,6 +92,8 @@ public:
   HostTensor evaluate(const std::map<std::string, HostTensor> &microBatch);
   /// `value` as the last stage's rank has it, on every rank.
   double fromLastStage(double value);
+  /// `value` as rank 0 has it, on every rank (itself in one process).
+  double fromRankZero(double value);
   /// Rows of one micro-batch.
   int64_t microBatchSize() const {
     return batchSize() / bundle_.training.microBatches;
@@ -190,7 +198,7 @@ private:
   /// This rank's stages.
   std::vector<std::unique_ptr<Stage>> stages;
   std::unique_ptr<Transport> transport;
-  std::vector<const TensorSlot *> dataInputs_;
+  std::vector<const TensorSlot *> dataInputs_, localDataInputs_;
   const TensorSlot *modelOutput = nullptr;
   double lr_ = 0;
   int64_t steps = 0;
