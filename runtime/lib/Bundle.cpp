@@ -217,34 +217,15 @@ void checkFits(const std::string &bundle, const TensorSlot &slot,
          "tensor '" + slot.name + "' lies outside its " + slot.space);
 }
 
-void checkDevices(const Bundle &b) {
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+/// Every device string of the bundle parses.
+void checkDeviceSyntax(const Bundle &b) {
   for (const std::string &text : b.devices) {
     if (text == "cpu")
       continue; // the whole host, unpinned
-    std::vector<Device> devices;
     try {
-      devices = parseDevices(text);
+      parseDevices(text);
     } catch (const DeviceListError &e) {
       fail(b.path, "manifest.json", e.what());
-    }
-    for (const Device &d : devices) {
-      if (d.kind == DeviceKind::Cpu) {
-        for (int core : d.ids)
-          if (static_cast<unsigned>(core) >= cores)
-            fail(b.path, "devices",
-                 "the bundle needs " + d.str() + " but this machine has " +
-                     std::to_string(cores) + " cores");
-      } else {
-        std::string reason;
-        int gpus = cudaDeviceCount(&reason);
-        if (d.ids.front() >= gpus)
-          fail(b.path, "devices",
-               "the bundle needs " + d.str() + " but " +
-                   (gpus
-                        ? "this machine has " + std::to_string(gpus) + " GPU(s)"
-                        : reason));
-      }
     }
   }
 }
@@ -706,8 +687,38 @@ Bundle loadBundle(const std::string &path) {
       fail(path, file, "checksum mismatch (the file is corrupt)");
     b.sourceModel = file;
   }
-  checkDevices(b);
+  checkDeviceSyntax(b);
+  // A bundle of several ranks: each rank checks its own stages' devices on
+  // its own host (TrainingSession).
+  if (b.rankCount() == 1)
+    checkHostHasDevices(b, b.devices);
   return b;
+}
+
+void checkHostHasDevices(const Bundle &b,
+                         const std::vector<std::string> &devices) {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (const std::string &text : devices) {
+    if (text == "cpu")
+      continue; // the whole host, unpinned
+    for (const Device &d : parseDevices(text)) {
+      if (d.kind == DeviceKind::Cpu) {
+        for (int core : d.ids)
+          if (static_cast<unsigned>(core) >= cores)
+            fail(b.path, "devices",
+                 "the bundle needs " + d.str() + " but this host has " +
+                     std::to_string(cores) + " cores");
+      } else {
+        std::string reason;
+        int gpus = cudaDeviceCount(&reason);
+        if (d.ids.front() >= gpus)
+          fail(b.path, "devices",
+               "the bundle needs " + d.str() + " but " +
+                   (gpus ? "this host has " + std::to_string(gpus) + " GPU(s)"
+                         : reason));
+      }
+    }
+  }
 }
 
 } // namespace gpipe::runtime

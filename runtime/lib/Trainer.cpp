@@ -291,6 +291,8 @@ double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
 void runTrainer(TrainingSession &session, const TrainerOptions &o,
                 std::ostream &out) {
   {
+    for (const std::string &w : session.placementWarnings())
+      out << "warning: " << w << "\n";
     session.setRandomSeed(o.seed);
     if (!o.trace.empty())
       session.enableTrace();

@@ -95,6 +95,15 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
   replica_ = worldRank / perReplica;
   localRank = worldRank % perReplica;
   ownsLastStage = bundle_.stages.back().rank == localRank;
+  std::vector<std::string> localDevices;
+  for (const StageSpec &spec : bundle_.stages)
+    if (spec.rank == localRank)
+      localDevices.push_back(spec.device);
+  // Of a bundle of several ranks each rank checks its own devices on its
+  // own host (loadBundle checked those of a bundle of one).
+  checkHostHasDevices(bundle_, localDevices);
+  if (group && ranks > 1)
+    findSharedCores(localDevices);
   if (!transport && ranks > 1) {
     // The stages of this rank's replica.
     std::vector<int64_t> stageRanks;
@@ -347,6 +356,53 @@ double TrainingSession::fromLastStage(double value) {
   if (!acrossRanks())
     return value;
   return group->broadcast(value, bundle_.stages.back().rank);
+}
+
+void TrainingSession::findSharedCores(
+    const std::vector<std::string> &localDevices) {
+  // Rank 0 learns every rank's host and pinned cores.
+  ByteWriter mine;
+  mine.putString(group->host());
+  std::set<int> cores;
+  for (const std::string &text : localDevices)
+    if (text != "cpu")
+      for (const Device &d : parseDevices(text))
+        if (d.kind == DeviceKind::Cpu)
+          cores.insert(d.ids.begin(), d.ids.end());
+  mine.put<uint64_t>(cores.size());
+  for (int c : cores)
+    mine.put<int32_t>(c);
+  std::vector<std::string> all = group->gather(mine.str(), 0);
+  // host -> core -> the ranks pinning it.
+  std::map<std::string, std::map<int, std::vector<int64_t>>> pinned;
+  for (size_t r = 0; r < all.size(); ++r) {
+    ByteReader in(all[r], "a rank's placement");
+    std::string host = in.getString();
+    for (uint64_t n = in.get<uint64_t>(); n > 0; --n)
+      pinned[host][in.get<int32_t>()].push_back(static_cast<int64_t>(r));
+  }
+  for (auto &[host, byCore] : pinned) {
+    // One line per set of ranks sharing cores.
+    std::map<std::vector<int64_t>, std::vector<int>> shared;
+    for (auto &[core, ranks] : byCore)
+      if (ranks.size() > 1)
+        shared[ranks].push_back(core);
+    for (auto &[ranks, coreList] : shared) {
+      std::string who, list;
+      for (size_t i = 0; i < ranks.size(); ++i)
+        who += (i == 0                  ? ""
+                : i + 1 == ranks.size() ? " and "
+                                        : ", ") +
+               std::to_string(ranks[i]);
+      for (int c : coreList)
+        list += (list.empty() ? "" : ",") + std::to_string(c);
+      warnings_.push_back(
+          "ranks " + who + " on host " + host + " pin the same cores (" + list +
+          "): their stages take turns on them. Give each rank of a host "
+          "cores of its own (gpipe-opt --devices) or start the ranks on "
+          "different hosts (mpirun --hostfile)");
+    }
+  }
 }
 
 double TrainingSession::fromRankZero(double value) {

@@ -344,6 +344,24 @@ def check_failures(models, gpipe_run, work):
     else:
         print(f"--eval-data over 4 ranks: {acc[1][-1].strip()}, as in one "
               f"process")
+    # Ranks 0 and 2 (1 and 3) of that bundle pin the same core of this host.
+    if "warning: ranks 0 and 2 on host " not in out or \
+            "warning: ranks 1 and 3 on host " not in out:
+        errors.append(f"no warning of ranks sharing cores: {out[-500:]}")
+    # Each rank checks its own stages' cores on its own host: a core this
+    # host lacks is named by the rank that would pin it.
+    beyond = os.cpu_count() + 5
+    far = os.path.join(work, "far.gpipe")
+    rc, out = run([models.opt, models.done["mlp"][0], "--mode=train",
+                   f"--devices=r0:cpu:0,r1:cpu:{beyond}",
+                   f"--batch-size={BATCH}", "--micro-batches=4", "-o", far])
+    rc, out = run(MPIRUN + ["-np", "2", gpipe_run, far, "--train",
+                            f"--data={data}", "--steps=1"], timeout=60)
+    if rc == 0 or "error: rank 1 (" not in out or \
+            f"needs cpu:{beyond} but this host has" not in out:
+        errors.append(f"cpu:{beyond} on rank 1: rc {rc}: {out.strip()}")
+    else:
+        print(f"cpu:{beyond} on rank 1: rank 1 says this host lacks it")
     # --profile-ops: rank 0 writes every rank's ops, as one process does.
     tables = [os.path.join(work, f"ops_{n}.csv") for n in ("one", "mpi")]
     run([gpipe_run, bundle, "--train", f"--data={data}", "--steps=3",

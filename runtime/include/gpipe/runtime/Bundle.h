@@ -228,8 +228,14 @@ struct Bundle {
 };
 
 /// Reads `path`/manifest.json and checks the format, version, every part's
-/// presence, size and CRC-32, and that this machine has the devices.
+/// presence, size and CRC-32, and, for a bundle of one rank, that this
+/// host has the devices (a bundle of several ranks: each rank checks its
+/// own stages' devices with checkHostHasDevices).
 Bundle loadBundle(const std::string &path);
+/// Throws BundleError naming `devices` (device strings of `b`'s stages)
+/// that this host lacks: cores beyond its count, GPUs it does not have.
+void checkHostHasDevices(const Bundle &b,
+                         const std::vector<std::string> &devices);
 
 /// CRC-32 (zlib polynomial) of a byte range.
 uint32_t crc32Of(const void *data, size_t size);

@@ -94,6 +94,11 @@ public:
   double fromLastStage(double value);
   /// `value` as rank 0 has it, on every rank (itself in one process).
   double fromRankZero(double value);
+  /// What rank 0 found doubtful in the placement when the session started
+  /// (ranks of one host pinning the same cores); empty on other ranks.
+  const std::vector<std::string> &placementWarnings() const {
+    return warnings_;
+  }
   /// Rows of one micro-batch.
   int64_t microBatchSize() const {
     return batchSize() / bundle_.training.microBatches;
@@ -181,6 +186,9 @@ private:
   /// Whether this session is one rank of several (its stages talk to other
   /// processes).
   bool acrossRanks() const { return group && bundle_.rankCount() > 1; }
+  /// Gathers every rank's host and pinned cores to rank 0, which keeps a
+  /// warning per set of ranks of one host pinning the same cores.
+  void findSharedCores(const std::vector<std::string> &localDevices);
   /// This rank's part of a checkpoint of step `step` in `dir`.
   std::string checkpointPart(const std::string &dir, int64_t step) const;
   /// Writes (reads) this process's stages' state as `path`.
@@ -199,6 +207,7 @@ private:
   std::vector<std::unique_ptr<Stage>> stages;
   std::unique_ptr<Transport> transport;
   std::vector<const TensorSlot *> dataInputs_, localDataInputs_;
+  std::vector<std::string> warnings_;
   const TensorSlot *modelOutput = nullptr;
   double lr_ = 0;
   int64_t steps = 0;
