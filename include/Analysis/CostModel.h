@@ -39,6 +39,11 @@ struct DeviceProfile {
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
   double networkLatency = 0;
+  /// The data-parallel sum as measured (gpipe-opt --calibrate under
+  /// mpirun): bytes/s and seconds per step of a ring; 0 when not measured
+  /// (the network figures then apply).
+  double allReduceBandwidth = 0;
+  double allReduceLatency = 0;
   std::string source; // "built-in" or the file it came from
 };
 
@@ -49,19 +54,25 @@ DeviceProfile defaultProfile(const Device &device);
 /// Reads a JSON profile written by gpipe-opt --calibrate:
 /// {"peak_gflops_per_core":..., "memory_gbps_per_core":...,
 ///  "memory_gib":..., "link_gbps":...[, "network_gbps":...,
-///  "network_latency_us":...]}; returns the profile of `device`.
+///  "network_latency_us":..., "allreduce_gbps":...,
+///  "allreduce_latency_us":...]}; returns the profile of `device`.
 llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
                                           const Device &device);
 
 /// Writes a CPU profile in the format readProfile reads.
 /// The network figures are left out when not positive (the built-in
 /// ones then apply).
+struct NetworkFigures {
+  double gbps = 0, latencyUs = 0;                   // ping-pong
+  double allReduceGbps = 0, allReduceLatencyUs = 0; // the reducer's sums
+};
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,
-                        double networkGbps = 0, double networkLatencyUs = 0);
+                        const NetworkFigures &network = {});
 
 /// Seconds of a sum of `bytes` over `replicas` ranks on `profile`'s network
-/// (a ring: 2 (D-1) messages of bytes / D each way).
+/// (a ring: 2 (D-1) steps of a latency and bytes / D), with the measured
+/// all-reduce figures when the profile has them, else the ping-pong's.
 double allReduceTime(double bytes, int64_t replicas,
                      const DeviceProfile &profile);
 

@@ -61,8 +61,11 @@ double gpipe::allReduceTime(double bytes, int64_t replicas,
   if (replicas <= 1)
     return 0;
   double d = static_cast<double>(replicas);
-  return 2 * (d - 1) *
-         (profile.networkLatency + bytes / d / profile.networkBandwidth);
+  bool measured = profile.allReduceBandwidth > 0;
+  double latency = measured ? profile.allReduceLatency : profile.networkLatency;
+  double bandwidth =
+      measured ? profile.allReduceBandwidth : profile.networkBandwidth;
+  return 2 * (d - 1) * (latency + bytes / d / bandwidth);
 }
 
 llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
@@ -109,12 +112,17 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
     double *target;
     double scale;
   } optional[] = {{"network_gbps", &p.networkBandwidth, 1e9},
-                  {"network_latency_us", &p.networkLatency, 1e-6}};
+                  {"network_latency_us", &p.networkLatency, 1e-6},
+                  {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
+                  {"allreduce_latency_us", &p.allReduceLatency, 1e-6}};
   for (Optional &f : optional)
     if (const llvm::json::Value *v = o->get(f.key)) {
       std::optional<double> n = v->getAsNumber();
-      if (!n || !(*n > 0))
-        return fail(Twine("'") + f.key + "' must be a positive number");
+      // A latency may be measured as 0 (below the clock's resolution).
+      bool latency = StringRef(f.key).ends_with("_us");
+      if (!n || !(latency ? *n >= 0 : *n > 0))
+        return fail(Twine("'") + f.key + "' must be a " +
+                    (latency ? "non-negative" : "positive") + " number");
       *f.target = *n * f.scale;
     }
   p.source = path.str();
@@ -123,14 +131,18 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
 
 std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
                                double memoryGiB, double linkGbps,
-                               double networkGbps, double networkLatencyUs) {
+                               const NetworkFigures &network) {
   llvm::json::Object o{{"peak_gflops_per_core", gflopsPerCore},
                        {"memory_gbps_per_core", gbpsPerCore},
                        {"memory_gib", memoryGiB},
                        {"link_gbps", linkGbps}};
-  if (networkGbps > 0 && networkLatencyUs > 0) {
-    o["network_gbps"] = networkGbps;
-    o["network_latency_us"] = networkLatencyUs;
+  if (network.gbps > 0) {
+    o["network_gbps"] = network.gbps;
+    o["network_latency_us"] = network.latencyUs;
+  }
+  if (network.allReduceGbps > 0) {
+    o["allreduce_gbps"] = network.allReduceGbps;
+    o["allreduce_latency_us"] = network.allReduceLatencyUs;
   }
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(o))).str() + "\n";
 }

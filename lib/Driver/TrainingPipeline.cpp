@@ -214,8 +214,13 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       row.gradientWireSeconds =
           network.networkLatency +
           static_cast<double>(inBytes) / network.networkBandwidth;
+    // The runtime copies the gradients into its buckets and back around
+    // the sum (a read and a write of them each way).
     row.allReduceSeconds =
-        allReduceTime(trainableBytes, o.dataParallel, network);
+        o.dataParallel > 1
+            ? allReduceTime(trainableBytes, o.dataParallel, network) +
+                  4 * trainableBytes / bandwidth
+            : 0;
     row.optimizerSeconds += row.allReduceSeconds;
     result.report.push_back(row);
   }

@@ -47,18 +47,20 @@ double copyBandwidth(size_t bytes, int repeats) {
 } // namespace
 
 namespace {
-/// The slowest link from rank 0 to another rank: bytes/s and seconds per
-/// message (0, 0 when not run under mpirun).
-std::pair<double, double> measureNetwork(llvm::raw_ostream &log,
-                                         bool &answeringRank) {
+/// The slowest link from rank 0 to another rank (bytes/s and seconds per
+/// message) and the reducer's sums over every rank (bytes/s and seconds
+/// per ring step); zeros when not run under mpirun.
+gpipe::NetworkFigures measureNetwork(llvm::raw_ostream &log,
+                                     bool &answeringRank) {
   answeringRank = false;
+  gpipe::NetworkFigures figures;
   if (!gpipe::runtime::ProcessGroup::launchedByMpirun())
-    return {0, 0};
+    return figures;
   std::unique_ptr<gpipe::runtime::ProcessGroup> group =
       gpipe::runtime::ProcessGroup::fromLauncher();
   if (!group || group->size() < 2)
-    return {0, 0};
-  constexpr size_t kLarge = size_t(4) << 20;
+    return figures;
+  constexpr size_t kSmall = size_t(64) << 10, kLarge = size_t(4) << 20;
   double bandwidth = 0, latency = 0;
   for (int64_t peer = 1; peer < group->size(); ++peer) {
     if (group->rank() != 0 && group->rank() != peer)
@@ -77,14 +79,34 @@ std::pair<double, double> measureNetwork(llvm::raw_ostream &log,
     }
   }
   group->barrier();
+  // The sums data parallelism makes, fitted to a ring of P ranks:
+  // t(b) = 2 (P-1) latency + 2 (P-1) / P b / bandwidth.
+  double p = static_cast<double>(group->size());
+  double tSmall = group->allReduceSeconds(kSmall, 20);
+  double tLarge = group->allReduceSeconds(kLarge, 10);
+  double slope =
+      std::max(tLarge - tSmall, 1e-9) / static_cast<double>(kLarge - kSmall);
+  double ringBandwidth = 2 * (p - 1) / (p * slope);
+  double ringLatency = std::max(
+      0.0, (tSmall - slope * static_cast<double>(kSmall)) / (2 * (p - 1)));
   answeringRank = group->rank() != 0;
-  return {bandwidth, latency};
+  if (answeringRank)
+    return figures;
+  log << llvm::format("calibrate: sums over %lld ranks: 4 MiB in %.2f ms, "
+                      "64 KiB in %.3f ms (ring: %.2f GB/s, %.1f us a step)\n",
+                      static_cast<long long>(group->size()), tLarge * 1e3,
+                      tSmall * 1e3, ringBandwidth / 1e9, ringLatency * 1e6);
+  figures.gbps = bandwidth / 1e9;
+  figures.latencyUs = latency * 1e6;
+  figures.allReduceGbps = ringBandwidth / 1e9;
+  figures.allReduceLatencyUs = ringLatency * 1e6;
+  return figures;
 }
 } // namespace
 
 std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   bool answering = false;
-  auto [network, latency] = measureNetwork(log, answering);
+  NetworkFigures network = measureNetwork(log, answering);
   if (answering)
     return "";
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core
@@ -113,6 +135,5 @@ std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   log << llvm::format("calibrate: one core: sgemm %.1f GFLOP/s, memory copy "
                       "%.1f GB/s, 4 MiB transfer %.1f GB/s, %.1f GiB memory\n",
                       gflops, memory, link, memoryGiB);
-  return profileJSON(gflops, memory, memoryGiB, link, network / 1e9,
-                     latency * 1e6);
+  return profileJSON(gflops, memory, memoryGiB, link, network);
 }

@@ -60,6 +60,10 @@ public:
   /// back, over `repeats` round trips; `peer` calls it with this rank as
   /// its peer (gpipe-opt --calibrate's network figures).
   double roundTripSeconds(int64_t peer, size_t bytes, int repeats);
+  /// Median seconds of a sum of `bytes` of floats over every rank of the
+  /// job, through the reducer data parallelism uses (started, then waited
+  /// for), over `repeats` sums; every rank calls it.
+  double allReduceSeconds(size_t bytes, int repeats);
 
   ProcessGroup(const ProcessGroup &) = delete;
   ProcessGroup &operator=(const ProcessGroup &) = delete;
