@@ -14,6 +14,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -86,30 +87,76 @@ bool isTrainingPhase(CompileOutput emit) {
          emit == CompileOutput::Schedule;
 }
 
-/// Checks the options that do not need the model.
-int validate(const CompileOptions &o) {
+/// The training the bundle does, defaults included, as one line.
+void printTrainingConfiguration(const CompileOptions &o,
+                                llvm::raw_ostream &os) {
+  const TrainingOptions &t = o.training;
+  auto num = [](double v) { return llvm::format("%g", v); };
+  os << "training: loss " << t.loss;
+  if (t.loss == "cross-entropy" && t.ignoreIndex != -100)
+    os << " (ignore index " << t.ignoreIndex << ")";
+  os << ", optimizer " << t.optimizer << " (lr " << num(t.lr);
+  if (t.optimizer == "sgd")
+    os << ", momentum " << num(t.momentum) << (t.nesterov ? " Nesterov" : "");
+  else
+    os << ", betas " << num(t.beta1) << " " << num(t.beta2) << ", eps "
+       << num(t.eps);
+  os << ", weight decay " << num(t.weightDecay) << "), batch ";
+  std::optional<int64_t> batch =
+      o.batchSize ? o.batchSize : onnxStaticBatch(o.input);
+  if (batch)
+    os << *batch;
+  else
+    os << "of the model";
+  if (t.microBatches > 1 && batch)
+    os << " in " << t.microBatches << " micro-batches of "
+       << *batch / t.microBatches;
+  if (t.dataParallel > 1)
+    os << " per replica x " << t.dataParallel << " replicas";
+  os << ", schedule " << o.schedule << ", recompute " << o.recompute
+     << " (gpipe-opt --help: the flags that change them)\n";
+}
+
+/// What is wrong with the options, before the model is compiled: every
+/// problem, so that one run names them all.
+std::vector<std::string> validate(const CompileOptions &o) {
+  std::vector<std::string> problems;
   if (isTrainingPhase(o.emit) && !o.train)
-    return error("--emit=" + compileOutputName(o.emit) +
-                 " shows a phase of the training pipeline (add "
-                 "--mode=train)");
+    problems.push_back("--emit=" + compileOutputName(o.emit).str() +
+                       " shows a phase of the training pipeline (add "
+                       "--mode=train)");
   if (o.emit == CompileOutput::NN || o.emit == CompileOutput::Summary)
-    return 0;
+    return problems;
   if (o.train && o.recompute != "never" && o.recompute != "always" &&
       o.recompute != "except-last")
-    return error("--recompute=" + o.recompute +
-                 " is not a recompute mode: use never, always or "
-                 "except-last");
+    problems.push_back("--recompute=" + o.recompute +
+                       " is not a recompute mode: use never, always or "
+                       "except-last");
   if (o.train && o.schedule != "gpipe" && o.schedule != "1f1b")
-    return error("--schedule=" + o.schedule +
-                 " is not a schedule: use gpipe or 1f1b");
+    problems.push_back("--schedule=" + o.schedule +
+                       " is not a schedule: use gpipe or 1f1b");
   const std::string &opt = o.training.optimizer;
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
-    return error("--optimizer=" + opt +
-                 " is not an optimizer: use sgd, adam or adamw");
+    problems.push_back("--optimizer=" + opt +
+                       " is not an optimizer: use sgd, adam or adamw");
+  if (o.train && o.training.microBatches < 1)
+    problems.push_back("--micro-batches must be at least 1");
   if (o.emit == CompileOutput::Bundle && o.output == "-")
-    return error("name the bundle to write with -o model.gpipe (or pass "
-                 "--emit=nn to print the IR)");
-  return 0;
+    problems.push_back("name the bundle to write with -o model.gpipe (or "
+                       "pass --emit=nn to print the IR)");
+  return problems;
+}
+
+/// Prints `problems` as one error (one per line when several); returns
+/// the exit code.
+int errors(const std::vector<std::string> &problems) {
+  if (problems.size() == 1)
+    return error(problems.front());
+  llvm::errs() << "gpipe-opt: error: " << problems.size()
+               << " problems with the flags:\n";
+  for (const std::string &p : problems)
+    llvm::errs() << "  " << p << "\n";
+  return 1;
 }
 
 /// The stage devices as the bundle names them ("cpu": the whole host), and
@@ -298,6 +345,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     stages.push_back(*stage);
   if (failed(writeBundle(stages, o.output, bundle)))
     return 1;
+  printTrainingConfiguration(o, llvm::outs());
   printStageReport(*result, llvm::outs());
   if (o.reportPath.empty())
     return 0;
@@ -356,31 +404,42 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
     printDiagnostic(diag);
     return success();
   });
-  if (int rc = validate(options))
-    return rc;
+  std::vector<std::string> problems = validate(options);
   bool lowered = options.emit == CompileOutput::Bundle ||
                  options.emit == CompileOutput::LLVM;
   bool training = options.train && (lowered || isTrainingPhase(options.emit));
   int64_t microBatches = options.training.microBatches;
-  if (microBatches < 1)
-    return error("--micro-batches must be at least 1");
+  CompileOptions resolved = options;
+  ONNXImportOptions import;
+  import.batchSize = options.batchSize;
+  if (training && microBatches > 1) {
+    // The batch of one optimizer step: --batch-size, else the model's own
+    // static batch (a plain torch.onnx.export).
+    std::optional<int64_t> batch = options.batchSize;
+    if (!batch)
+      batch = onnxStaticBatch(options.input);
+    if (!batch)
+      problems.push_back("--micro-batches needs --batch-size=B (the samples "
+                         "of one optimizer step): the model's batch "
+                         "dimension is symbolic (exported with dynamic_axes)");
+    else if (*batch % microBatches != 0)
+      problems.push_back(
+          (options.batchSize ? "--batch-size=" : "the model's batch ") +
+          std::to_string(*batch) + " does not split into " +
+          std::to_string(microBatches) +
+          " equal micro-batches (pick --micro-batches dividing it, or "
+          "--batch-size)");
+    else
+      import.batchSize = *batch / microBatches;
+    resolved.batchSize = batch;
+  }
+  if (!problems.empty())
+    return errors(problems);
   std::vector<std::string> devices;
   std::vector<int64_t> ranks;
   std::string deviceList;
   if (int rc = parseStageDevices(options, devices, ranks, deviceList))
     return rc;
-  ONNXImportOptions import;
-  import.batchSize = options.batchSize;
-  if (training && microBatches > 1) {
-    if (!options.batchSize)
-      return error("--micro-batches needs --batch-size (the samples of one "
-                   "optimizer step)");
-    if (*options.batchSize % microBatches != 0)
-      return error("--batch-size=" + llvm::Twine(*options.batchSize) +
-                   " does not split into " + llvm::Twine(microBatches) +
-                   " equal micro-batches");
-    import.batchSize = *options.batchSize / microBatches;
-  }
   if (int rc = readConstInputs(options, import))
     return rc;
   OwningOpRef<ModuleOp> module =
@@ -388,7 +447,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   if (!module)
     return 1;
   if (training)
-    return compileTraining(options, *module, devices, ranks, deviceList);
+    return compileTraining(resolved, *module, devices, ranks, deviceList);
   if (lowered)
     return compileInference(options, *module, devices);
   return writeText(options.output, [&](llvm::raw_ostream &os) {

@@ -72,6 +72,35 @@ std::set<std::string> localNames(const TrainingSession &session) {
   return names;
 }
 
+/// A model of one input (besides labels) and an .npz of one array
+/// (besides labels) under another name: that array is the input. A plain
+/// torch.onnx.export names the input after its first node
+/// ("onnx::Gemm_0"), which nobody names their arrays after.
+void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
+                       std::map<std::string, HostTensor> &data) {
+  const TensorSlot *input = nullptr;
+  for (const TensorSlot *slot : session.dataInputs())
+    if (slot->name != "labels") {
+      if (input)
+        return; // several inputs: each by its name
+      input = slot;
+    }
+  bool local = false;
+  for (const TensorSlot *slot : session.localDataInputs())
+    local |= slot == input;
+  if (!input || !local || data.count(input->name))
+    return;
+  std::vector<std::string> others;
+  for (const std::string &name : npzArrayNames(path))
+    if (name != "labels")
+      others.push_back(name);
+  if (others.size() != 1)
+    return;
+  std::set<std::string> one = {others[0]};
+  std::map<std::string, HostTensor> read = readNpz(path, &one);
+  data[input->name] = std::move(read.at(others[0]));
+}
+
 /// A data set by path: an .npz (by name or by its zip signature; arrays by
 /// input name and 'labels'), a directory of IDX files (Fashion-MNIST
 /// layout; `split` train or t10k), whose images feed the model's first
@@ -88,8 +117,10 @@ std::map<std::string, HostTensor> loadData(const std::string &path,
     if (!std::filesystem::exists(path))
       throw InputError(path + ": no such file or directory");
     bool npzName = std::filesystem::path(path).extension() == ".npz";
-    data = npzName || isZipFile(path) ? readNpz(path, &wanted)
-                                      : loadText(path, session);
+    bool npz = npzName || isZipFile(path);
+    data = npz ? readNpz(path, &wanted) : loadText(path, session);
+    if (npz)
+      adoptTheOnlyInput(path, session, data);
   } else {
     ImageDataset ds = readIdxDataset(path, split);
     for (const TensorSlot *slot : session.dataInputs())

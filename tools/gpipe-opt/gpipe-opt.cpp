@@ -65,7 +65,11 @@ cl::opt<CompileOutput> emitOption(
 enum class Mode { Infer, Train };
 
 cl::opt<Mode> modeOption(
-    "mode", cl::desc("What the bundle does (ONNX input with -o)"),
+    "mode",
+    cl::desc("What the bundle does (ONNX input with -o); default: train "
+             "when a training flag is given (--micro-batches, --loss, "
+             "--optimizer, --lr, --devices with several devices, ...), "
+             "infer otherwise"),
     cl::init(Mode::Infer), cl::cat(gpipeCategory),
     cl::values(clEnumValN(Mode::Infer, "infer",
                           "inference: forward only; dropout is the identity "
@@ -217,21 +221,38 @@ int compileOptions(StringRef input, StringRef output,
   o.input = input.str();
   o.output = output.str();
   o.emit = emitOption;
-  o.train = modeOption == Mode::Train;
-  if (o.emit != CompileOutput::NN && o.emit != CompileOutput::Summary &&
-      !o.train)
-    for (cl::Option *flag : std::initializer_list<cl::Option *>{
-             &lossOption, &ignoreIndexOption, &microBatchesOption,
-             &dataParallelOption, &recomputeOption, &optimizerOption, &lrOption,
-             &momentumOption, &nesterovOption, &weightDecayOption, &beta1Option,
-             &beta2Option, &epsOption, &scheduleOption, &stagesOption,
-             &deviceProfileOption, &costTableOption, &reportOption})
-      if (flag->getNumOccurrences()) {
-        llvm::errs() << "gpipe-opt: error: --" << flag->ArgStr
-                     << " applies to training bundles only (add "
-                        "--mode=train)\n";
-        return 1;
-      }
+  // What only training uses implies --mode=train; with --mode=infer given,
+  // each such flag is named in one error.
+  std::vector<std::string> trainingFlags;
+  for (cl::Option *flag : std::initializer_list<cl::Option *>{
+           &lossOption, &ignoreIndexOption, &microBatchesOption,
+           &dataParallelOption, &recomputeOption, &optimizerOption, &lrOption,
+           &momentumOption, &nesterovOption, &weightDecayOption, &beta1Option,
+           &beta2Option, &epsOption, &scheduleOption, &stagesOption,
+           &deviceProfileOption, &costTableOption, &reportOption})
+    if (flag->getNumOccurrences())
+      trainingFlags.push_back("--" + flag->ArgStr.str());
+  if (devicesOption.getNumOccurrences() &&
+      StringRef(devicesOption).contains(','))
+    trainingFlags.push_back(
+        "--devices with several devices (pipelined inference is not "
+        "implemented yet)");
+  if (o.emit == CompileOutput::Stages || o.emit == CompileOutput::Autodiff ||
+      o.emit == CompileOutput::Schedule)
+    trainingFlags.push_back("--emit=" + compileOutputName(o.emit).str());
+  bool explicitMode = modeOption.getNumOccurrences() > 0;
+  o.train = explicitMode ? modeOption == Mode::Train : !trainingFlags.empty();
+  if (explicitMode && !o.train && o.emit != CompileOutput::NN &&
+      o.emit != CompileOutput::Summary && !trainingFlags.empty()) {
+    llvm::errs() << "gpipe-opt: error: --mode=infer, but ";
+    for (size_t i = 0; i < trainingFlags.size(); ++i)
+      llvm::errs() << (i == 0 ? "" : ", ") << trainingFlags[i];
+    llvm::errs() << (trainingFlags.size() == 1 ? " applies" : " apply")
+                 << " to training bundles only: drop "
+                 << (trainingFlags.size() == 1 ? "it" : "them")
+                 << " or --mode=infer\n";
+    return 1;
+  }
   if (batchSizeOption.getNumOccurrences())
     o.batchSize = batchSizeOption;
   if (devicesOption.getNumOccurrences())

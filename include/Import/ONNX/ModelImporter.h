@@ -52,6 +52,11 @@ mlir::OwningOpRef<mlir::ModuleOp>
 importONNXFile(llvm::StringRef path, mlir::MLIRContext *context,
                const ONNXImportOptions &options);
 
+/// The static batch of a model file: the first dimension of its first
+/// graph input (not an initializer), when that is a number; none when it
+/// is symbolic (a dynamic_axes export) or the file does not parse.
+std::optional<int64_t> onnxStaticBatch(llvm::StringRef path);
+
 /// "Add, AveragePool, ..." — every op type the importer accepts.
 std::string supportedONNXOps();
 

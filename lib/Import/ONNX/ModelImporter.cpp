@@ -559,6 +559,35 @@ OwningOpRef<ModuleOp> gpipe::importONNXFile(StringRef path,
   return importONNXModel((*buffer)->getBuffer(), path, context, options);
 }
 
+std::optional<int64_t> gpipe::onnxStaticBatch(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer || (*buffer)->getBufferSize() > INT32_MAX)
+    return std::nullopt;
+  StringRef bytes = (*buffer)->getBuffer();
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream stream(
+      reinterpret_cast<const uint8_t *>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  stream.SetTotalBytesLimit(INT32_MAX);
+  stream.SetRecursionLimit(64);
+  if (!model.ParseFromCodedStream(&stream))
+    return std::nullopt;
+  llvm::StringSet<> initializers;
+  for (const onnx::TensorProto &t : model.graph().initializer())
+    initializers.insert(t.name());
+  for (const onnx::ValueInfoProto &in : model.graph().input()) {
+    if (initializers.count(in.name()))
+      continue;
+    const auto &shape = in.type().tensor_type().shape();
+    if (shape.dim_size() == 0 || !shape.dim(0).has_dim_value() ||
+        shape.dim(0).dim_value() <= 0)
+      return std::nullopt;
+    return shape.dim(0).dim_value();
+  }
+  return std::nullopt;
+}
+
 std::string gpipe::supportedONNXOps() {
   return getOpImporterTable().supportedOps();
 }
