@@ -371,8 +371,17 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
           throw InputError("--seed differs from the checkpoint's (" +
                            std::to_string(*seed) + ")");
         firstStep = session.stepsTaken();
+        if (firstStep >= steps)
+          throw InputError(
+              "--resume: the checkpoint in " + checkpoint + " is after step " +
+              std::to_string(firstStep) + ", and this run trains " +
+              std::to_string(steps) +
+              " steps: nothing left to train (raise --steps or --epochs)");
         out << "resumed from " << checkpoint << " after step " << firstStep
             << "\n";
+      } else {
+        out << "--resume: no checkpoint in " << checkpoint
+            << " yet: training from the first step\n";
       }
     }
     std::ofstream lossLog;

@@ -202,11 +202,12 @@ int main(int argc, char **argv) {
                  "Evaluation data (--train): .npz or IDX directory (its t10k "
                  "split); accuracy is printed after each epoch")
       ->type_name("FILE.npz|DIR");
-  app.add_option("--steps", trainOptions.steps,
-                 "Optimizer steps to run (--train)");
+  CLI::Option *stepsFlag = app.add_option("--steps", trainOptions.steps,
+                                          "Optimizer steps to run (--train)");
   app.add_option("--epochs", trainOptions.epochs,
                  "Passes over the data (--train; default 1 when --steps is "
-                 "not given)");
+                 "not given)")
+      ->excludes(stepsFlag);
   bool inOneProcess = false;
   app.add_flag("--in-one-process", inOneProcess,
                "Run every stage of a bundle compiled for several MPI ranks "
@@ -247,9 +248,11 @@ int main(int argc, char **argv) {
                  "and step, written atomically")
       ->type_name("DIR");
   app.add_option("--checkpoint-every", trainOptions.checkpointEvery,
-                 "Write a checkpoint every N steps (and at the end)");
+                 "Write a checkpoint every N steps (and at the end)")
+      ->needs("--checkpoint-dir");
   app.add_flag("--resume", trainOptions.resume,
-               "Continue from the checkpoint in --checkpoint-dir, if any");
+               "Continue from the checkpoint in --checkpoint-dir, if any")
+      ->needs("--checkpoint-dir");
   app.add_option("--save-onnx", trainOptions.saveOnnx,
                  "Write the trained model: the source ONNX model with the "
                  "trained parameters")
