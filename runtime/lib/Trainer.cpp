@@ -87,7 +87,7 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
     }
   bool local = false;
   for (const TensorSlot *slot : session.localDataInputs())
-    local |= slot == input;
+    local |= slot->name == input->name;
   if (!input || !local || data.count(input->name))
     return;
   std::vector<std::string> others;

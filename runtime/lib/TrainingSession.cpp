@@ -113,19 +113,23 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
   }
   if (!transport)
     transport = std::make_unique<InProcessTransport>(static_cast<int64_t>(k));
-  std::set<std::string> seenInputs;
+  std::set<std::string> seenInputs, seenLocal;
   for (size_t s = 0; s < k; ++s) {
     StageSpec &spec = bundle_.stages[s];
     const StreamSpec &stream = bundle_.schedule.streams.at(s);
     // A rank knows every stage's data inputs; it reads those of its own
     // stages and loads and runs its own stages only.
+    // (A data input may feed several stages, e.g. token ids that also
+    // make a mask further on.)
     if (const PhaseSpec *fwd = spec.phase("forward"))
-      for (const TensorSlot &in : fwd->inputs)
-        if (in.role == Role::Data && seenInputs.insert(in.name).second) {
+      for (const TensorSlot &in : fwd->inputs) {
+        if (in.role != Role::Data)
+          continue;
+        if (seenInputs.insert(in.name).second)
           dataInputs_.push_back(&in);
-          if (spec.rank == localRank)
-            localDataInputs_.push_back(&in);
-        }
+        if (spec.rank == localRank && seenLocal.insert(in.name).second)
+          localDataInputs_.push_back(&in);
+      }
     if (spec.rank != localRank)
       continue;
     auto stage = std::make_unique<Stage>();
