@@ -102,8 +102,7 @@ void printTrainingConfiguration(const CompileOptions &o,
     os << ", betas " << num(t.beta1) << " " << num(t.beta2) << ", eps "
        << num(t.eps);
   os << ", weight decay " << num(t.weightDecay) << "), batch ";
-  std::optional<int64_t> batch =
-      o.batchSize ? o.batchSize : onnxStaticBatch(o.input);
+  const std::optional<int64_t> &batch = o.batchSize;
   if (batch)
     os << *batch;
   else
@@ -412,12 +411,12 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   CompileOptions resolved = options;
   ONNXImportOptions import;
   import.batchSize = options.batchSize;
+  // The batch of one optimizer step: --batch-size, else the model's own
+  // static batch (a plain torch.onnx.export), read once.
+  std::optional<int64_t> batch = options.batchSize;
+  if (training && !batch)
+    batch = onnxStaticBatch(options.input);
   if (training && microBatches > 1) {
-    // The batch of one optimizer step: --batch-size, else the model's own
-    // static batch (a plain torch.onnx.export).
-    std::optional<int64_t> batch = options.batchSize;
-    if (!batch)
-      batch = onnxStaticBatch(options.input);
     if (!batch)
       problems.push_back("--micro-batches needs --batch-size=B (the samples "
                          "of one optimizer step): the model's batch "
@@ -431,8 +430,9 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
           "--batch-size)");
     else
       import.batchSize = *batch / microBatches;
-    resolved.batchSize = batch;
   }
+  if (training && !options.batchSize)
+    resolved.batchSize = batch; // what the step trains on, for the summary
   if (!problems.empty())
     return errors(problems);
   std::vector<std::string> devices;
