@@ -697,27 +697,13 @@ Bundle loadBundle(const std::string &path) {
 
 void checkHostHasDevices(const Bundle &b,
                          const std::vector<std::string> &devices) {
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   for (const std::string &text : devices) {
     if (text == "cpu")
       continue; // the whole host, unpinned
-    for (const Device &d : parseDevices(text)) {
-      if (d.kind == DeviceKind::Cpu) {
-        for (int core : d.ids)
-          if (static_cast<unsigned>(core) >= cores)
-            fail(b.path, "devices",
-                 "the bundle needs " + d.str() + " but this host has " +
-                     std::to_string(cores) + " cores");
-      } else {
-        std::string reason;
-        int gpus = cudaDeviceCount(&reason);
-        if (d.ids.front() >= gpus)
-          fail(b.path, "devices",
-               "the bundle needs " + d.str() + " but " +
-                   (gpus ? "this host has " + std::to_string(gpus) + " GPU(s)"
-                         : reason));
-      }
-    }
+    for (const Device &d : parseDevices(text))
+      if (std::string missing = deviceMissing(d); !missing.empty())
+        fail(b.path, "devices",
+             "the bundle needs " + d.str() + " but " + missing);
   }
 }
 

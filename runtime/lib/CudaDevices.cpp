@@ -19,4 +19,17 @@ int cudaDeviceCount(std::string *reason) {
   return count;
 }
 
+std::string cudaVersion() {
+  auto dotted = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  std::string text = "built with CUDA " + dotted(CUDART_VERSION);
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
+    text += ", driver for CUDA " + dotted(driver);
+  else
+    text += ", no CUDA driver";
+  return text;
+}
+
 } // namespace gpipe::runtime

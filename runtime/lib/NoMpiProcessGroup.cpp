@@ -1,6 +1,7 @@
 // ProcessGroup where the runtime is built without MPI: one process runs
 // every stage, and a launch by mpirun is refused.
 #include "gpipe/runtime/ProcessGroup.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 
 #include "Reducer.h"
 #include "Transport.h"
@@ -10,6 +11,8 @@
 #include <stdexcept>
 
 namespace gpipe::runtime {
+
+std::string mpiVersion() { return "not built"; }
 
 std::unique_ptr<ProcessGroup> ProcessGroup::fromLauncher() {
   if (launchedByMpirun())

@@ -2,6 +2,7 @@
 
 #include <dnnl.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -18,14 +19,23 @@ int cudaDeviceCount(std::string *reason) {
     *reason = "this runtime was built without CUDA support";
   return 0;
 }
+
+std::string cudaVersion() { return "not built"; }
 #endif
 
-bool hasMpi() {
-#ifdef GPIPE_HAVE_MPI
-  return true;
-#else
-  return false;
-#endif
+std::string deviceMissing(const Device &device) {
+  if (device.kind == DeviceKind::Cuda) {
+    std::string reason;
+    int gpus = cudaDeviceCount(&reason);
+    if (device.ids.front() < gpus)
+      return "";
+    return gpus ? "this host has " + std::to_string(gpus) + " GPU(s)" : reason;
+  }
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (int core : device.ids)
+    if (static_cast<unsigned>(core) >= cores)
+      return "this host has " + std::to_string(cores) + " cores";
+  return "";
 }
 
 std::string runtimeInfo() {
@@ -34,9 +44,9 @@ std::string runtimeInfo() {
   std::string info = "oneDNN " + onednnVersion() + " (CPU kernels), " +
                      std::to_string(std::thread::hardware_concurrency()) +
                      " CPU cores\n";
-  info += "CUDA: " + (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) +
-          "\n";
-  info += std::string("MPI: ") + (hasMpi() ? "built in" : "not built") + "\n";
+  info += "CUDA: " + cudaVersion() + "; " +
+          (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) + "\n";
+  info += "MPI: " + mpiVersion() + "\n";
   return info;
 }
 

@@ -137,3 +137,9 @@ std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
                       gflops, memory, link, memoryGiB);
   return profileJSON(gflops, memory, memoryGiB, link, network);
 }
+
+std::string gpipe::onednnVersion() {
+  const dnnl_version_t *v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+         "." + std::to_string(v->patch);
+}

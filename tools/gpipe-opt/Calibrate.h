@@ -19,6 +19,9 @@ namespace gpipe {
 /// Returns an empty profile on those ranks.
 std::string calibrateCpu(llvm::raw_ostream &log);
 
+/// "oneDNN 2.6.3": the library --calibrate times sgemm with.
+std::string onednnVersion();
+
 } // namespace gpipe
 
 #endif // GPIPE_TOOLS_CALIBRATE_H

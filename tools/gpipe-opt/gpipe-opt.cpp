@@ -40,14 +40,29 @@ namespace cl = llvm::cl;
 
 namespace {
 
-// Named so that --help lists it before MLIR's "General options".
-cl::OptionCategory gpipeCategory("Compiling an ONNX model (gpipe options)");
+// --help lists categories by name: these sort before MLIR's "General
+// options", in the order a user fills them in.
+cl::OptionCategory inputCategory(
+    "Compiling an ONNX model (1/4): the model",
+    "What is read from the .onnx file and how its inputs are shaped.");
+cl::OptionCategory trainingCategory(
+    "Compiling an ONNX model (2/4): training",
+    "A training flag makes a training bundle (--mode=train is implied).");
+cl::OptionCategory pipelineCategory(
+    "Compiling an ONNX model (3/4): the pipeline",
+    "How the model is split into stages and placed on devices and ranks.");
+cl::OptionCategory outputCategory(
+    "Compiling an ONNX model (4/4): output",
+    "What is written: a bundle with -o FILE.gpipe (default), or one phase's "
+    "IR with --emit.");
+const cl::OptionCategory *const gpipeCategories[] = {
+    &inputCategory, &trainingCategory, &pipelineCategory, &outputCategory};
 
 using gpipe::CompileOutput;
 
 cl::opt<CompileOutput> emitOption(
     "emit", cl::desc("Stop after a phase and print its IR (ONNX input)"),
-    cl::init(CompileOutput::Bundle), cl::cat(gpipeCategory),
+    cl::init(CompileOutput::Bundle), cl::cat(outputCategory),
     cl::values(clEnumValN(CompileOutput::NN, "nn",
                           "the imported model in the nn dialect"),
                clEnumValN(CompileOutput::Summary, "summary",
@@ -70,7 +85,7 @@ cl::opt<Mode> modeOption(
              "when a training flag is given (--micro-batches, --loss, "
              "--optimizer, --lr, --devices with several devices, ...), "
              "infer otherwise"),
-    cl::init(Mode::Infer), cl::cat(gpipeCategory),
+    cl::init(Mode::Infer), cl::cat(trainingCategory),
     cl::values(clEnumValN(Mode::Infer, "infer",
                           "inference: forward only; dropout is the identity "
                           "and BatchNorm uses its running statistics"),
@@ -83,21 +98,21 @@ cl::opt<std::string> lossOption(
     cl::desc("Training loss: cross-entropy (integer class labels, mean over "
              "the batch), mse, or output:NAME (the model's scalar output "
              "NAME) (--mode=train)"),
-    cl::init("cross-entropy"), cl::cat(gpipeCategory));
+    cl::init("cross-entropy"), cl::cat(trainingCategory));
 
 cl::opt<int64_t> ignoreIndexOption(
     "ignore-index",
     cl::desc("--loss=cross-entropy: labels equal to this value count for "
              "nothing (padding tokens); the loss is the mean over the others "
              "(default -100, as PyTorch)"),
-    cl::init(-100), cl::cat(gpipeCategory));
+    cl::init(-100), cl::cat(trainingCategory));
 
 cl::opt<int64_t> microBatchesOption(
     "micro-batches",
     cl::desc("Split each training batch into M micro-batches whose "
              "gradients are accumulated before one optimizer step "
              "(--mode=train; default 1)"),
-    cl::init(1), cl::cat(gpipeCategory));
+    cl::init(1), cl::cat(trainingCategory));
 
 cl::opt<int64_t> dataParallelOption(
     "data-parallel",
@@ -106,7 +121,7 @@ cl::opt<int64_t> dataParallelOption(
              "rank; each replica trains on --batch-size rows of a global "
              "batch of D x --batch-size, gradients summed over the replicas "
              "(docs/distributed.md; default 1)"),
-    cl::value_desc("D"), cl::init(1), cl::cat(gpipeCategory));
+    cl::value_desc("D"), cl::init(1), cl::cat(pipelineCategory));
 
 cl::opt<std::string> recomputeOption(
     "recompute",
@@ -116,7 +131,7 @@ cl::opt<std::string> recomputeOption(
              "except-last (always, but never on the last stage, whose "
              "backward follows its forward at once; on one stage: never). "
              "Default never"),
-    cl::init("never"), cl::cat(gpipeCategory));
+    cl::init("never"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> devicesOption(
     "devices",
@@ -126,75 +141,75 @@ cl::opt<std::string> devicesOption(
              "of an mpirun job (r0:cpu:0,r1:cpu:0; docs/distributed.md). "
              "Without it the model is one stage on the whole host, unpinned "
              "(--mode=train for more than one device)"),
-    cl::value_desc("LIST"), cl::cat(gpipeCategory));
+    cl::value_desc("LIST"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> scheduleOption(
     "schedule",
     cl::desc("Micro-batch order (--mode=train): gpipe (all forwards, then "
              "all backwards; default) or 1f1b (one forward, one backward "
              "after a warm-up: at most K micro-batches alive per stage)"),
-    cl::init("gpipe"), cl::cat(gpipeCategory));
+    cl::init("gpipe"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> stagesOption(
     "stages",
     cl::desc("auto (the partitioner balances the stages; default) or "
              "manual:i,j,... (stage 1 starts at layer i, stage 2 at j, ...; "
              "layers as --emit=stages numbers them) (--mode=train)"),
-    cl::init("auto"), cl::cat(gpipeCategory));
+    cl::init("auto"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> deviceProfileOption(
     "device-profile",
     cl::desc("JSON profile of the CPU cores (written by --calibrate) for the "
              "cost model; default: built-in figures (--mode=train)"),
-    cl::value_desc("FILE"), cl::cat(gpipeCategory));
+    cl::value_desc("FILE"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> costTableOption(
     "cost-table",
     cl::desc("CSV of measured per-op forward seconds (op,seconds), used "
              "instead of the roofline for the ops it names (--mode=train)"),
-    cl::value_desc("FILE"), cl::cat(gpipeCategory));
+    cl::value_desc("FILE"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> reportOption(
     "report",
     cl::desc("Also write an HTML report: the per-stage table and an SVG "
              "timeline of the predicted schedule (--mode=train)"),
-    cl::value_desc("FILE.html"), cl::cat(gpipeCategory));
+    cl::value_desc("FILE.html"), cl::cat(outputCategory));
 
 cl::opt<bool> calibrateOption(
     "calibrate",
     cl::desc("Measure this machine's cores (oneDNN sgemm, memory copies) and "
              "write a device profile for --device-profile to -o (no model "
              "input)"),
-    cl::init(false), cl::cat(gpipeCategory));
+    cl::init(false), cl::cat(pipelineCategory));
 
 cl::opt<std::string>
     optimizerOption("optimizer",
                     cl::desc("sgd (momentum, Nesterov, weight decay), adam "
                              "(L2 weight decay) or adamw (decoupled weight "
                              "decay) (--mode=train)"),
-                    cl::init("sgd"), cl::cat(gpipeCategory));
+                    cl::init("sgd"), cl::cat(trainingCategory));
 cl::opt<double> beta1Option("beta1", cl::desc("Adam beta1 (default 0.9)"),
-                            cl::init(0.9), cl::cat(gpipeCategory));
+                            cl::init(0.9), cl::cat(trainingCategory));
 cl::opt<double> beta2Option("beta2", cl::desc("Adam beta2 (default 0.999)"),
-                            cl::init(0.999), cl::cat(gpipeCategory));
+                            cl::init(0.999), cl::cat(trainingCategory));
 cl::opt<double> epsOption("eps", cl::desc("Adam epsilon (default 1e-8)"),
-                          cl::init(1e-8), cl::cat(gpipeCategory));
+                          cl::init(1e-8), cl::cat(trainingCategory));
 cl::opt<double> lrOption("lr", cl::desc("Learning rate (default 0.01)"),
-                         cl::init(0.01), cl::cat(gpipeCategory));
+                         cl::init(0.01), cl::cat(trainingCategory));
 cl::opt<double> momentumOption("momentum", cl::desc("SGD momentum (default 0)"),
-                               cl::init(0.0), cl::cat(gpipeCategory));
+                               cl::init(0.0), cl::cat(trainingCategory));
 cl::opt<bool> nesterovOption("nesterov", cl::desc("Nesterov momentum"),
-                             cl::init(false), cl::cat(gpipeCategory));
+                             cl::init(false), cl::cat(trainingCategory));
 cl::opt<double> weightDecayOption("weight-decay",
                                   cl::desc("L2 weight decay (default 0)"),
-                                  cl::init(0.0), cl::cat(gpipeCategory));
+                                  cl::init(0.0), cl::cat(trainingCategory));
 
 cl::opt<int64_t> batchSizeOption(
     "batch-size",
     cl::desc("Batch size N: replaces the symbolic (or first) dimension of "
              "every graph input (ONNX input; default: the model's static "
              "batch)"),
-    cl::init(0), cl::cat(gpipeCategory));
+    cl::init(0), cl::cat(inputCategory));
 
 cl::list<std::string> constInputOption(
     "const-input",
@@ -202,13 +217,13 @@ cl::list<std::string> constInputOption(
              "the value of FILE, a serialized ONNX TensorProto (.pb); for "
              "inputs that must be static, like a Reshape's shape (ONNX "
              "input; repeatable)"),
-    cl::value_desc("NAME=FILE"), cl::cat(gpipeCategory));
+    cl::value_desc("NAME=FILE"), cl::cat(inputCategory));
 
 cl::opt<bool> printOnnxOps(
     "print-onnx-ops",
     cl::desc("Print the ONNX op types the importer accepts, one per line "
              "(domain-qualified outside the default domain), and exit"),
-    cl::init(false), cl::cat(gpipeCategory));
+    cl::init(false), cl::cat(inputCategory));
 
 bool isONNXFile(StringRef path) {
   return llvm::sys::path::extension(path).equals_insensitive(".onnx");
@@ -309,14 +324,21 @@ int main(int argc, char **argv) {
   // gpipe's options first: LLVM's code generation options (registered when
   // LLVM loads) are listed by --help-hidden only, as mlir-opt hides them.
   for (auto &[name, option] : cl::getRegisteredOptions())
-    if (!llvm::is_contained(option->Categories, &gpipeCategory) &&
+    if (llvm::none_of(option->Categories,
+                      [](const cl::OptionCategory *category) {
+                        return llvm::is_contained(gpipeCategories, category);
+                      }) &&
         !name.starts_with("help") && name != "version" &&
         option->getOptionHiddenFlag() == cl::NotHidden)
       option->setHiddenFlag(cl::Hidden);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
-    os << "gpipe-opt " << gpipe::kVersion << " (bundle format "
-       << gpipe::kBundleFormatVersion << "), on MLIR/LLVM "
-       << LLVM_VERSION_STRING << "\n";
+    os << "gpipe-opt " << gpipe::kVersion << " (writes bundle format "
+       << gpipe::kBundleFormatVersion << ")\n"
+       << "ONNX models of opsets " << gpipe::kMinONNXOpset << "-"
+       << gpipe::kMaxONNXOpset << ", read with " << gpipe::protobufVersion()
+       << "\n"
+       << "MLIR/LLVM " << LLVM_VERSION_STRING << " (x86-64 code generation)\n"
+       << gpipe::onednnVersion() << " (--calibrate)\n";
   });
 
   auto [input, output] = registerAndParseCLIOptions(
@@ -327,12 +349,14 @@ int main(int argc, char **argv) {
       "dialect\n"
       "  gpipe-opt model.onnx -o model.gpipe [--mode=infer] [--batch-size=N]\n"
       "      compile an inference bundle for gpipe-run --infer\n"
-      "  gpipe-opt model.onnx -o model.gpipe --mode=train --batch-size=B\n"
-      "      [--micro-batches=M] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
-      "      [--devices=cpu:0,cpu:1 --schedule=gpipe|1f1b --recompute=...]\n"
-      "      compile a training bundle for gpipe-run --train, pipelined "
-      "across\n      the devices; prints the per-stage table and the "
-      "predicted step\n"
+      "  gpipe-opt model.onnx --devices=cpu:0,cpu:1 --micro-batches=M "
+      "-o model.gpipe\n"
+      "      [--batch-size=B] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
+      "      [--schedule=gpipe|1f1b] [--recompute=...]\n"
+      "      compile a training bundle for gpipe-run --train (any training "
+      "flag\n      implies --mode=train), pipelined across the devices; "
+      "prints the\n      training configuration, the per-stage table and "
+      "the predicted step\n"
       "  gpipe-opt --calibrate -o profile.json\n"
       "      measure this machine's cores for --device-profile\n"
       "  gpipe-opt file.mlir [--pass...] [--split-input-file] "

@@ -289,7 +289,8 @@ int main(int argc, char **argv) {
   std::string devices;
   app.add_option("--devices", devices,
                  "Check a device list (cpu:N, cpu:A-B, cuda:N, "
-                 "comma-separated) against this runtime");
+                 "comma-separated) against this host: prints each device "
+                 "with ok or why it is missing; fails if one is missing");
   CLI11_PARSE(app, argc, argv);
 
   if (listDevices) {
@@ -297,11 +298,25 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!devices.empty()) {
+    // Each device with whether this host has it; a missing one fails.
+    std::vector<std::string> missing;
     try {
-      for (const auto &d : gpipe::runtime::parseDevices(devices))
-        std::cout << d.str() << "\n";
+      for (const auto &d : gpipe::runtime::parseDevices(devices)) {
+        std::string why = gpipe::runtime::deviceMissing(d);
+        std::cout << d.str() << "\t" << (why.empty() ? "ok" : "missing: " + why)
+                  << "\n";
+        if (!why.empty())
+          missing.push_back(d.str());
+      }
     } catch (const gpipe::runtime::DeviceListError &e) {
       std::cerr << "gpipe-run: error: --devices: " << e.what() << "\n";
+      return 1;
+    }
+    if (!missing.empty()) {
+      std::cerr << "gpipe-run: error: --devices: this host lacks ";
+      for (size_t i = 0; i < missing.size(); ++i)
+        std::cerr << (i ? ", " : "") << missing[i];
+      std::cerr << " (gpipe-run --list-devices shows what it has)\n";
       return 1;
     }
     if (!train && !infer)

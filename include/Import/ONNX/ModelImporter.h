@@ -60,6 +60,9 @@ std::optional<int64_t> onnxStaticBatch(llvm::StringRef path);
 /// "Add, AveragePool, ..." — every op type the importer accepts.
 std::string supportedONNXOps();
 
+/// "protobuf 3.21.12": the protobuf library the importer parses models with.
+std::string protobufVersion();
+
 /// Dialects the imported IR uses.
 void registerONNXImportDialects(mlir::DialectRegistry &registry);
 

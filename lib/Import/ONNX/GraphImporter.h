@@ -155,6 +155,17 @@ public:
          llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
     if (nodeFailed)
       return mlir::failure();
+    // Inference reads operands by position: an op of fixed arity built on
+    // fewer values (an empty name given for a required input) is refused
+    // here, before inference would read past the range.
+    if (std::optional<size_t> arity = fixedArity<OpTy>();
+        arity && *arity != operands.size()) {
+      error() << "needs " << *arity << " input" << (*arity == 1 ? "" : "s")
+              << ", the node gives " << operands.size()
+              << " (an empty input name stands for an absent input)";
+      nodeFailed = true;
+      return mlir::failure();
+    }
     llvm::SmallVector<mlir::Type> types;
     mlir::DictionaryAttr dict = mlir::DictionaryAttr::get(getContext(), attrs);
     if (mlir::failed(OpTy::inferReturnTypes(getContext(), loc, operands, dict,
@@ -188,6 +199,26 @@ public:
   }
 
 private:
+  /// The operand count of an op of fixed arity; nullopt for variadic ops
+  /// (their verifier checks).
+  template <typename OpTy> static constexpr std::optional<size_t> fixedArity() {
+    using namespace mlir::OpTrait;
+    if constexpr (OpTy::template hasTrait<ZeroOperands>())
+      return 0;
+    else if constexpr (OpTy::template hasTrait<OneOperand>())
+      return 1;
+    else if constexpr (OpTy::template hasTrait<NOperands<2>::Impl>())
+      return 2;
+    else if constexpr (OpTy::template hasTrait<NOperands<3>::Impl>())
+      return 3;
+    else if constexpr (OpTy::template hasTrait<NOperands<4>::Impl>())
+      return 4;
+    else if constexpr (OpTy::template hasTrait<NOperands<5>::Impl>())
+      return 5;
+    else
+      return std::nullopt;
+  }
+
   struct Entry {
     mlir::Value value;
     std::optional<ConstTensor> constant;

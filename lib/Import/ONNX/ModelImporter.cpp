@@ -592,6 +592,11 @@ std::string gpipe::supportedONNXOps() {
   return getOpImporterTable().supportedOps();
 }
 
+std::string gpipe::protobufVersion() {
+  return "protobuf " +
+         google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION);
+}
+
 void gpipe::registerONNXImportDialects(DialectRegistry &registry) {
   registry.insert<func::FuncDialect, nn::NNDialect, GPipeDialect>();
 }

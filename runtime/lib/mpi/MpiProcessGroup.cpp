@@ -1,5 +1,6 @@
 // ProcessGroup on MPI.
 #include "gpipe/runtime/ProcessGroup.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 
 #include "MpiReducer.h"
 #include "MpiTransport.h"
@@ -35,6 +36,16 @@ std::unique_ptr<ProcessGroup> ProcessGroup::fromLauncher() {
   MPI_Get_processor_name(name, &length);
   return std::unique_ptr<ProcessGroup>(
       new ProcessGroup(rank, size, std::string(name, length)));
+}
+
+std::string mpiVersion() {
+  // Callable before MPI_Init: says which library the runtime was linked to.
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS)
+    return "unknown version";
+  std::string version(text, length);
+  return version.substr(0, version.find_first_of("\n,"));
 }
 
 ProcessGroup::~ProcessGroup() {

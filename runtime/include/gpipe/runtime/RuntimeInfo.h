@@ -2,6 +2,8 @@
 #ifndef GPIPE_RUNTIME_RUNTIMEINFO_H
 #define GPIPE_RUNTIME_RUNTIMEINFO_H
 
+#include "gpipe/common/DeviceList.h"
+
 #include <string>
 
 namespace gpipe::runtime {
@@ -13,8 +15,18 @@ std::string onednnVersion();
 /// is not built (then `reason` says why).
 int cudaDeviceCount(std::string *reason = nullptr);
 
-/// Whether the runtime was built with MPI.
-bool hasMpi();
+/// "CUDA runtime 13.0 (driver 12.8)", or why there is no CUDA.
+std::string cudaVersion();
+
+/// The MPI library's first version line ("Open MPI v4.1.4, ..."), or
+/// "not built" when the runtime was built without MPI.
+std::string mpiVersion();
+
+/// Why `device` is not on this host ("this host has 2 cores", CUDA's
+/// reason), or "" when it is. (A process's CPU set is not checked: mpirun
+/// binds each rank to its own cores, and a stage thread pins itself to
+/// the bundle's cores whatever its process was bound to.)
+std::string deviceMissing(const Device &device);
 
 /// A multi-line description for `gpipe-run --version`.
 std::string runtimeInfo();
