@@ -9,7 +9,8 @@ namespace gpipe::runtime {
 
 namespace {
 /// 04: the model is identified by its stages' parameter checksums.
-constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '4'};
+/// 05: the global batch a step took is recorded.
+constexpr char kCheckpointMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '0', '5'};
 
 template <typename T> void put(std::string &out, const T &v) {
   out.append(reinterpret_cast<const char *>(&v), sizeof(T));
@@ -20,6 +21,7 @@ void writeCheckpoint(const std::string &path, const Checkpoint &c) {
   std::string out(kCheckpointMagic, sizeof(kCheckpointMagic));
   put<uint32_t>(out, c.model);
   put<int64_t>(out, c.steps);
+  put<int64_t>(out, c.batch);
   put<uint64_t>(out, c.extra);
   put<uint64_t>(out, c.tensors.size());
   for (const std::string &t : c.tensors) {
@@ -65,6 +67,7 @@ Checkpoint readCheckpoint(const std::string &path) {
   uint64_t count;
   get(c.model);
   get(c.steps);
+  get(c.batch);
   get(c.extra);
   get(count);
   if (count > in.size())

@@ -14,6 +14,9 @@ struct Checkpoint {
   /// Identifies the bundle the state belongs to.
   uint32_t model = 0;
   int64_t steps = 0;
+  /// The rows one step took (the global batch: replicas x the compiled
+  /// batch): a step means something else at another batch.
+  int64_t batch = 0;
   /// The trainer's own state, stored as is.
   uint64_t extra = 0;
   /// The bytes of every state tensor, in the bundle's order.

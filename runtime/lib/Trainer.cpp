@@ -5,7 +5,10 @@
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/OnnxExport.h"
+#include "gpipe/runtime/Progress.h"
 #include "gpipe/runtime/TextData.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -301,6 +304,53 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
       << std::defaultfloat << std::setprecision(6);
 }
 
+/// The step of a loss-log row ("12,2.3"), or -1.
+int64_t stepOfCsvLine(const std::string &line) {
+  char *end = nullptr;
+  long long step = std::strtoll(line.c_str(), &end, 10);
+  return end != line.c_str() && *end == ',' ? step : -1;
+}
+
+/// The "step" of a metrics line, or -1.
+int64_t stepOfJsonLine(const std::string &line) {
+  nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+  return row.is_object() && row.contains("step") && row["step"].is_number()
+             ? row["step"].get<int64_t>()
+             : -1;
+}
+
+/// Opens a per-step log (`flag` names it in errors; "" = none). A resumed
+/// run keeps the rows of the steps up to `firstStep` and drops the later
+/// ones (the steps it trains again); otherwise the log starts with
+/// `header`.
+std::ofstream openStepLog(const std::string &path, const std::string &flag,
+                          int64_t firstStep, const std::string &header,
+                          int64_t (*stepOf)(const std::string &)) {
+  std::ofstream log;
+  if (path.empty())
+    return log;
+  std::string kept = header;
+  if (firstStep > 0 && std::filesystem::exists(path)) {
+    std::ifstream old(path);
+    std::string line;
+    bool first = true;
+    while (std::getline(old, line)) {
+      bool isHeader = first && !header.empty();
+      first = false;
+      if (isHeader)
+        continue;
+      int64_t step = stepOf(line);
+      if (step >= 0 && step <= firstStep)
+        kept += line + "\n";
+    }
+  }
+  log.open(path, std::ios::trunc);
+  log << kept;
+  if (!log)
+    throw InputError("cannot write " + flag + " file '" + path + "'");
+  return log;
+}
+
 } // namespace
 
 double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
@@ -384,27 +434,13 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
             << " yet: training from the first step\n";
       }
     }
-    std::ofstream lossLog;
-    if (!o.lossLog.empty()) {
-      // A resumed run continues the log of the steps it keeps.
-      if (firstStep > 0 && std::filesystem::exists(o.lossLog)) {
-        std::ifstream old(o.lossLog);
-        std::string line, kept;
-        for (int64_t n = 0; n <= firstStep && std::getline(old, line); ++n)
-          kept += line + "\n";
-        old.close();
-        lossLog.open(o.lossLog, std::ios::trunc);
-        lossLog << kept;
-      } else {
-        lossLog.open(o.lossLog);
-        lossLog << "step,loss\n";
-      }
-      if (!lossLog)
-        throw InputError("cannot write --loss-log file '" + o.lossLog + "'");
-    }
+    // A resumed run continues the logs of the steps it keeps.
+    std::ofstream lossLog = openStepLog(o.lossLog, "--loss-log", firstStep,
+                                        "step,loss\n", stepOfCsvLine);
+    std::ofstream metrics =
+        openStepLog(o.metrics, "--metrics", firstStep, "", stepOfJsonLine);
     std::vector<int64_t> order(samples);
     std::iota(order.begin(), order.end(), 0);
-    bool terminal = o.terminal;
     auto start = std::chrono::steady_clock::now();
     auto shuffleFor = [&](int64_t epochIndex) {
       std::iota(order.begin(), order.end(), 0);
@@ -419,6 +455,15 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       if (slot->name == "labels")
         for (size_t i = 1; i < slot->shape.size(); ++i)
           tokensPerSample *= slot->shape[i];
+    Progress::Config display;
+    display.firstStep = firstStep;
+    display.steps = steps;
+    display.stepsPerEpoch = perEpoch;
+    display.itemsPerStep = batch * tokensPerSample;
+    display.unit = tokensPerSample > 1 ? "tokens" : "samples";
+    display.terminal = o.terminal;
+    display.lineEvery = std::max<int64_t>(1, perEpoch / 10);
+    Progress progress(out, display);
     for (int64_t step = firstStep; step < steps; ++step) {
       int64_t first = step * batch;
       // A new pass over the data gets its own permutation (a function of
@@ -442,20 +487,18 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
                            std::chrono::steady_clock::now() - start)
                            .count();
       int64_t epoch = step / perEpoch + 1;
-      double rate = (step + 1) * batch / seconds;
-      double eta = (steps - step - 1) * batch / rate;
-      // A progress line redrawn in place on a terminal; otherwise about ten
-      // lines per epoch.
-      bool last = step + 1 == steps;
-      if (terminal || last ||
-          (step + 1) % std::max<int64_t>(1, perEpoch / 10) == 0) {
-        out << (terminal ? "\r" : "") << "epoch " << epoch << "  step "
-            << step + 1 << "/" << steps << "  loss " << loss << "  "
-            << static_cast<int64_t>(rate * tokensPerSample)
-            << (tokensPerSample > 1 ? " tokens/s  ETA " : " samples/s  ETA ")
-            << static_cast<int64_t>(eta) << " s"
-            << (terminal && !last ? "   " : "\n") << std::flush;
-      }
+      double lr = session.learningRate();
+      progress.update(step, loss, lr, seconds);
+      if (metrics)
+        metrics << nlohmann::json{{"step", step + 1},
+                                  {"epoch", epoch},
+                                  {"loss", loss},
+                                  {"lr", lr},
+                                  {display.unit + "_per_s",
+                                   progress.rate(seconds)},
+                                  {"time_s", seconds}}
+                       .dump()
+                << std::endl;
       if (lossLog)
         // Every digit: logs of two runs compare bit for bit.
         lossLog << step + 1 << ","
@@ -466,13 +509,24 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
            step + 1 == steps))
         session.saveCheckpoint(checkpoint, o.seed);
       bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
-      if (epochEnd && !o.evalData.empty())
-        out << (terminal ? "\n" : "") << "epoch "
-            << (step + 1 + perEpoch - 1) / perEpoch << ": test accuracy "
-            << 100.0 * accuracy(session, evalData, evalSamples) << "% on "
-            << evalSamples << " samples\n"
+      if (epochEnd && !o.evalData.empty()) {
+        double correct = accuracy(session, evalData, evalSamples);
+        progress.interrupt();
+        out << "epoch " << (step + 1 + perEpoch - 1) / perEpoch
+            << ": test accuracy " << 100.0 * correct << "% on " << evalSamples
+            << " samples\n"
             << std::flush;
+        if (metrics)
+          metrics << nlohmann::json{{"step", step + 1},
+                                    {"epoch", epoch},
+                                    {"eval_accuracy", correct},
+                                    {"eval_samples", evalSamples},
+                                    {"time_s", seconds}}
+                         .dump()
+                  << std::endl;
+      }
     }
+    progress.finish();
     printSummary(session, out);
     if (!o.profileOps.empty()) {
       std::ostringstream csv;

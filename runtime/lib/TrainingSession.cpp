@@ -644,6 +644,7 @@ void TrainingSession::writeState(const std::string &path,
   Checkpoint c;
   c.model = modelChecksum();
   c.steps = steps;
+  c.batch = batchSize() * replicas();
   c.extra = extra;
   for (auto [stage, p] : modelState()) {
     std::string &bytes = c.tensors.emplace_back(p->byteSize(), '\0');
@@ -662,6 +663,14 @@ uint64_t TrainingSession::readState(const std::string &path) {
   if (!matches)
     throw BundleError(path +
                       ": the checkpoint belongs to another model or bundle");
+  if (c.batch != batchSize() * replicas())
+    throw BundleError(
+        path + ": the checkpoint was trained on batches of " +
+        std::to_string(c.batch) + " rows, this bundle takes " +
+        std::to_string(batchSize() * replicas()) +
+        " per step: its steps and its place in the data would mean "
+        "something else (resume with the bundle it was trained with, or "
+        "train again without --resume)");
   for (size_t i = 0; i < state.size(); ++i) {
     auto [stage, p] = state[i];
     stage->runner->executor().writeParameter(*p, c.tensors[i].data());

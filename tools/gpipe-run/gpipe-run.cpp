@@ -138,8 +138,10 @@ int runTraining(const std::string &bundlePath,
                                bundlePath, inOneProcess);
     std::ostream silent(nullptr);
     bool speaks = !group || group->rank() == 0;
-    if (!speaks)
+    if (!speaks) {
       options.lossLog.clear();
+      options.metrics.clear();
+    }
     // mpirun forwards output through a pseudo-terminal whatever its own
     // output is: plain lines there.
     options.terminal = speaks && !group && isatty(STDOUT_FILENO);
@@ -243,6 +245,12 @@ int main(int argc, char **argv) {
   app.add_option("--loss-log", trainOptions.lossLog,
                  "CSV with header step,loss: one row per optimizer step")
       ->type_name("FILE.csv");
+  app.add_option("--metrics", trainOptions.metrics,
+                 "JSON lines: one per step (step, epoch, loss, lr, "
+                 "samples_per_s or tokens_per_s, time_s) and one per "
+                 "evaluation (eval_accuracy, eval_samples); a resumed run "
+                 "keeps the lines of the steps it keeps")
+      ->type_name("FILE.jsonl");
   app.add_option("--checkpoint-dir", trainOptions.checkpointDir,
                  "Directory of checkpoint.bin: parameters, optimizer state "
                  "and step, written atomically")

@@ -19,6 +19,9 @@ namespace gpipe::runtime {
 struct TrainerOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
   std::string trace, profileOps;
+  /// JSON lines, one per step (step, epoch, loss, lr, samples_per_s,
+  /// time_s) and one per evaluation (eval_accuracy, eval_samples).
+  std::string metrics;
   /// constant, step (x lrGamma every lrStepSize steps) or cosine.
   std::string lrSchedule = "constant";
   int64_t warmupSteps = 0, lrStepSize = 0;
@@ -30,8 +33,8 @@ struct TrainerOptions {
   double lr = -1;
   /// Optimizer hyper-parameters given on the command line, by name.
   std::map<std::string, double> hyper;
-  /// Progress is one line redrawn in place (a terminal), else about ten
-  /// lines per epoch.
+  /// Progress is a bar redrawn in place (a terminal), else about ten lines
+  /// per epoch (Progress.h).
   bool terminal = false;
 };
 

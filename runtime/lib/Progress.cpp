@@ -1,0 +1,142 @@
+#include "gpipe/runtime/Progress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace gpipe::runtime {
+
+namespace {
+
+/// Weight of the past in the smoothed loss (about the last ten steps).
+constexpr double kSmoothing = 0.9;
+constexpr int kBarWidth = 24;
+
+/// A loss in a fixed width, so that the line does not jitter.
+std::string lossText(double loss) {
+  char text[32];
+  double magnitude = std::fabs(loss);
+  if (std::isfinite(loss) &&
+      (magnitude == 0 || (magnitude >= 1e-3 && magnitude < 1e5)))
+    std::snprintf(text, sizeof text, "%9.4f", loss);
+  else
+    std::snprintf(text, sizeof text, "%9.3g", loss);
+  return text;
+}
+
+std::string number(const char *format, double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+} // namespace
+
+std::string clockTime(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0)
+    return "-:--:--";
+  auto total = static_cast<int64_t>(seconds);
+  char text[32];
+  std::snprintf(
+      text, sizeof text, "%lld:%02d:%02d", static_cast<long long>(total / 3600),
+      static_cast<int>(total / 60 % 60), static_cast<int>(total % 60));
+  return text;
+}
+
+Progress::Progress(std::ostream &out, Config config)
+    : out(out), c(std::move(config)) {
+  c.steps = std::max<int64_t>(1, c.steps);
+  c.stepsPerEpoch = std::max<int64_t>(1, c.stepsPerEpoch);
+  c.lineEvery = std::max<int64_t>(1, c.lineEvery);
+}
+
+double Progress::smoothedLoss() const {
+  return weight > 0 ? average / weight : 0;
+}
+
+double Progress::rate(double seconds) const {
+  // Counted from the end of this run's first step: a resumed run's earlier
+  // steps took no time here, and the first one (caches, first touches of
+  // memory) is slower than the rest.
+  if (done >= 2 && seconds > firstSeconds)
+    return double(done - 1) * c.itemsPerStep / (seconds - firstSeconds);
+  return seconds > 0 ? double(done) * c.itemsPerStep / seconds : 0;
+}
+
+double Progress::remainingSeconds(int64_t step, double seconds) const {
+  double perStep = rate(seconds) > 0 ? c.itemsPerStep / rate(seconds) : 0;
+  return perStep * double(c.steps - step - 1);
+}
+
+void Progress::update(int64_t step, double loss, double lr, double seconds) {
+  done = step + 1 - c.firstStep;
+  if (done == 1)
+    firstSeconds = seconds;
+  if (std::isfinite(loss)) {
+    average = kSmoothing * average + (1 - kSmoothing) * loss;
+    weight = kSmoothing * weight + (1 - kSmoothing);
+  }
+  bool last = step + 1 == c.steps;
+  if (c.terminal) {
+    // Redrawn ten times a second at most; the last step always.
+    if (last || done == 1 || seconds - lastLine >= 0.1) {
+      out << "\r" << line(step, loss, lr, seconds) << "\x1b[K";
+      barOpen = true;
+      lastLine = seconds;
+      out << std::flush;
+    }
+    if (last)
+      finish();
+    return;
+  }
+  if (last || (step + 1) % c.lineEvery == 0 ||
+      seconds - lastLine >= c.maxQuietSeconds) {
+    out << line(step, loss, lr, seconds) << "\n" << std::flush;
+    lastLine = seconds;
+  }
+}
+
+void Progress::interrupt() {
+  if (barOpen)
+    out << "\n";
+  barOpen = false;
+}
+
+void Progress::finish() {
+  interrupt();
+  out << std::flush;
+}
+
+std::string Progress::line(int64_t step, double loss, double lr,
+                           double seconds) const {
+  int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
+  int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
+  double fraction = double(step + 1) / c.steps;
+  double perSecond = rate(seconds);
+  double eta = remainingSeconds(step, seconds);
+  std::string items =
+      std::to_string(static_cast<int64_t>(perSecond)) + " " + c.unit + "/s";
+  std::string percent = number("%3.0f%%", 100 * fraction);
+  std::string stepText =
+      std::to_string(step + 1) + "/" + std::to_string(c.steps);
+  std::string epochText =
+      "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs);
+  if (c.terminal) {
+    int filled = static_cast<int>(fraction * kBarWidth);
+    std::string bar = "[" + std::string(filled, '#') +
+                      std::string(kBarWidth - filled, '-') + "]";
+    return epochText + " " + bar + " " + percent + "  " + stepText + "  " +
+           clockTime(seconds) + "<" + clockTime(eta) + "  loss" +
+           lossText(smoothedLoss()) + "  lr " + number("%.3g", lr) + "  " +
+           items;
+  }
+  std::string text = "step " + stepText + " (" +
+                     number("%.0f%%", 100 * fraction) + ")  " + epochText +
+                     "  loss " + number("%.6g", loss);
+  if (done > 1)
+    text += " (smoothed " + number("%.6g", smoothedLoss()) + ")";
+  return text + "  lr " + number("%.3g", lr) + "  " + items + "  elapsed " +
+         clockTime(seconds) + "  ETA " + clockTime(eta);
+}
+
+} // namespace gpipe::runtime
