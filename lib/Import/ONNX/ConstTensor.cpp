@@ -213,6 +213,20 @@ ConstTensor ConstTensor::castTo(DType to) const {
   return out;
 }
 
+/// An integer attribute from the two's-complement truncation of every
+/// value to T, the element type's width (its signedness is in the element
+/// type, not in the bits).
+template <typename T>
+static DenseElementsAttr integerAttr(RankedTensorType type,
+                                     const std::vector<int64_t> &ints) {
+  std::vector<T> values(ints.size());
+  for (size_t i = 0; i < ints.size(); ++i)
+    values[i] = static_cast<T>(static_cast<uint64_t>(ints[i]));
+  return DenseElementsAttr::getFromRawBuffer(
+      type, llvm::ArrayRef(reinterpret_cast<const char *>(values.data()),
+                           values.size() * sizeof(T)));
+}
+
 DenseElementsAttr ConstTensor::toAttr(MLIRContext *ctx) const {
   Type elementType =
       llvm::cantFail(elementTypeOf(ctx, static_cast<int32_t>(dtype)));
@@ -242,13 +256,20 @@ DenseElementsAttr ConstTensor::toAttr(MLIRContext *ctx) const {
       v.push_back(ints[i] != 0);
     return DenseElementsAttr::get(type, llvm::ArrayRef(v));
   }
-  unsigned width = elementType.getIntOrFloatBitWidth();
-  SmallVector<llvm::APInt> v;
-  for (size_t i = 0; i < n; ++i)
-    v.push_back(llvm::APInt(64, static_cast<uint64_t>(ints[i]),
-                            /*isSigned=*/true)
-                    .trunc(width));
-  return DenseElementsAttr::get(type, v);
+  // Plain integers of the element's width: no APInt per element (a folded
+  // Range or mask can hold millions).
+  if (n == 0)
+    return DenseElementsAttr::get(type, llvm::ArrayRef<llvm::APInt>{});
+  switch (elementType.getIntOrFloatBitWidth()) {
+  case 64:
+    return integerAttr<uint64_t>(type, ints);
+  case 32:
+    return integerAttr<uint32_t>(type, ints);
+  case 16:
+    return integerAttr<uint16_t>(type, ints);
+  default:
+    return integerAttr<uint8_t>(type, ints);
+  }
 }
 
 namespace {

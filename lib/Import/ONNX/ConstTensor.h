@@ -52,6 +52,11 @@ llvm::Expected<mlir::Type> elementTypeOf(mlir::MLIRContext *ctx, int32_t dtype);
 /// elementTypeOf), or nullopt for one gpipe does not handle.
 std::optional<DType> dtypeOf(mlir::Type type);
 
+/// The largest tensor the importer folds on the host (elements; a causal
+/// mask of 4096 x 4096 is 2^24), and the most it holds folded in all.
+constexpr int64_t kMaxFoldedElements = int64_t(1) << 24;
+constexpr int64_t kMaxFoldedElementsInAll = int64_t(1) << 25;
+
 struct ConstTensor {
   DType dtype = DType::Float;
   llvm::SmallVector<int64_t> shape;

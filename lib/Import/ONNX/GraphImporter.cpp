@@ -437,6 +437,18 @@ void GraphImporter::setOutput(size_t i, Value value) {
 }
 
 void GraphImporter::setConstantOutput(size_t i, ConstTensor value) {
+  foldedElements += value.numElements();
+  if (value.numElements() > kMaxFoldedElements ||
+      foldedElements > kMaxFoldedElementsInAll) {
+    error() << "folding this node's constant output (" << value.numElements()
+            << " elements) takes the model's folded constants past "
+            << (value.numElements() > kMaxFoldedElements
+                    ? kMaxFoldedElements
+                    : kMaxFoldedElementsInAll)
+            << " elements; a graph that computes tensors this large from "
+               "constants is not supported";
+    return;
+  }
   Entry entry;
   entry.constant = std::move(value);
   define(i, std::move(entry));

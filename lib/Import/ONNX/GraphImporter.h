@@ -249,6 +249,9 @@ private:
   const onnx::NodeProto *node = nullptr;
   mlir::Location loc;
   bool nodeFailed = false;
+  /// Elements of every constant folded so far (bounded: the importer's
+  /// memory).
+  int64_t foldedElements = 0;
   mlir::Operation *lastHoisted = nullptr;
 };
 

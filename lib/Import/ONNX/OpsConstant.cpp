@@ -17,9 +17,6 @@ using namespace gpipe::onnx_import;
 
 namespace {
 
-/// Largest tensor the importer will build on the host (elements).
-constexpr int64_t kMaxFoldedElements = int64_t(1) << 26;
-
 LogicalResult importConstant(GraphImporter &g) {
   if (failed(g.checkAttrs({"value", "value_float", "value_floats", "value_int",
                            "value_ints", "value_string", "value_strings",
