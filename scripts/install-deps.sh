@@ -27,6 +27,8 @@ packages=(
   python3-torch python3-torchvision
   # Reference data
   libonnx-testdata dataset-fashion-mnist
+  # The HTML report rendered in a real browser (test/tools/report-browser)
+  chromium
   # Plain-text corpus of the language-model example (scripts/language-model-demo.sh)
   fortunes
 )

@@ -11,6 +11,7 @@
 
 #include "Transforms/Passes.h"
 #include "Transforms/Schedule.h"
+#include "gpipe/common/TimelineReport.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -46,6 +47,8 @@ enum class TrainingStop { Stages, Autodiff, Schedule, Lowered };
 struct StageReport {
   int64_t index = 0;
   std::string device;
+  /// Whether the backward recomputes the forward.
+  bool recompute = false;
   int64_t firstLayer = 0, endLayer = 0, ops = 0;
   int64_t parameters = 0; // trainable elements
   int64_t flops = 0;      // forward, per micro-batch
@@ -91,6 +94,14 @@ void printStageReport(const TrainingPipelineResult &result,
 /// micro-batch).
 std::string stageReportHTML(const TrainingPipelineResult &result,
                             llvm::StringRef modelName);
+
+/// "model.onnx: 2 stages, gpipe schedule, 8 micro-batches".
+std::string reportTitle(llvm::StringRef modelFile,
+                        const TrainingPipelineResult &result);
+
+/// The predicted step as a timeline (common/TimelineReport.h).
+Timeline predictedTimeline(const TrainingPipelineResult &result,
+                           llvm::StringRef title);
 
 } // namespace gpipe
 

@@ -36,11 +36,18 @@ struct StageTimes {
   /// Between ranks: how long a sent activation (gradient) is on the wire
   /// after its send, before the receiver has it.
   double activationWire = 0, gradientWire = 0;
+  /// The rank the stage runs in: stages of one rank naming the same device
+  /// share it (their instructions take turns); other ranks' devices are
+  /// their own (ranks on one host that pin the same cores get a warning
+  /// from gpipe-run instead).
+  int64_t rank = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time
 /// of their stage, a receive waits for its send, instructions of a stream
-/// run one after the other.
+/// run one after the other, and streams on one device take turns on it.
+/// A receive's span is its wait (from when the stream reached it to when
+/// the message arrived).
 struct SchedulePrediction {
   double stepTime = 0;
   /// Idle fraction of the devices over the step.

@@ -348,9 +348,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   printStageReport(*result, llvm::outs());
   if (o.reportPath.empty())
     return 0;
-  auto name = module->getAttrOfType<StringAttr>("gpipe.model_name");
-  std::string html =
-      stageReportHTML(*result, name ? name.getValue() : StringRef("model"));
+  // Titled by the model file (PyTorch names every graph torch_jit).
+  std::string html = stageReportHTML(*result, reportTitle(o.input, *result));
   return writeText(o.reportPath, [&](llvm::raw_ostream &os) { os << html; });
 }
 

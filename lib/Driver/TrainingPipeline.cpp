@@ -1,6 +1,8 @@
 //===- TrainingPipeline.cpp - From an nn module to compiled stages --------===//
 #include "Driver/TrainingPipeline.h"
 
+#include "llvm/Support/Path.h"
+
 #include "Analysis/CostModel.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
@@ -175,6 +177,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     StageReport row;
     row.index = s;
     row.device = o.bundleDevices[s];
+    row.recompute = recompute;
     auto layers = op->getAttrOfType<DenseI64ArrayAttr>("gpipe.layers");
     row.firstLayer = layers[0];
     row.endLayer = layers[1];
@@ -241,7 +244,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   for (const StageReport &r : result.report)
     times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
                      r.optimizerSeconds, r.activationWireSeconds,
-                     r.gradientWireSeconds});
+                     r.gradientWireSeconds, r.rank});
   result.prediction = predictSchedule(schedule, times);
 
   llvm::json::Array streams;
@@ -257,6 +260,12 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     }
     auto [alive, at] = stream.maxAliveMicroBatches();
     int64_t s = stream.getStage();
+    // The predicted step, for gpipe-run --report to draw beside the
+    // measured one: [instruction, micro-batch, begin, end] in seconds.
+    llvm::json::Array predicted;
+    for (const SchedulePrediction::Span &span : result.prediction.spans[s])
+      predicted.push_back(
+          llvm::json::Array{span.what, span.microBatch, span.begin, span.end});
     result.report[s].peakBytes = stream.peakBytes();
     result.report[s].maxAlive = alive;
     streams.push_back(llvm::json::Object{
@@ -265,6 +274,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         {"recompute", static_cast<bool>(request.recompute[s])},
         {"max_alive_micro_batches", alive},
         {"predicted_peak_bytes", stream.peakBytes()},
+        {"predicted_timeline", std::move(predicted)},
         {"instructions", std::move(instructions)}});
   }
   result.schedule =
@@ -324,65 +334,42 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                      (k - 1) / (m + k - 1) * 100);
 }
 
+std::string gpipe::reportTitle(StringRef modelFile,
+                               const TrainingPipelineResult &r) {
+  return (llvm::sys::path::filename(modelFile) + ": " +
+          std::to_string(r.report.size()) + " stage" +
+          (r.report.size() == 1 ? "" : "s") + ", " + r.scheduleKind +
+          " schedule, " + std::to_string(r.microBatches) + " micro-batch" +
+          (r.microBatches == 1 ? "" : "es"))
+      .str();
+}
+
 std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
                                    StringRef modelName) {
   std::string table;
   llvm::raw_string_ostream ts(table);
   printStageReport(r, ts);
-  auto escape = [](StringRef text) {
-    std::string out;
-    for (char c : text) {
-      if (c == '<')
-        out += "&lt;";
-      else if (c == '>')
-        out += "&gt;";
-      else if (c == '&')
-        out += "&amp;";
-      else
-        out += c;
-    }
-    return out;
-  };
-  double width = 1000, rowHeight = 36, left = 80;
-  double scale = r.prediction.stepTime > 0
-                     ? (width - left - 10) / r.prediction.stepTime
-                     : 0;
-  std::string svg;
-  llvm::raw_string_ostream ss(svg);
-  double height = rowHeight * (r.prediction.spans.size() + 1);
-  ss << llvm::format("<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' "
-                     "height='%.0f' font-family='sans-serif' "
-                     "font-size='11'>\n",
-                     width, height);
+  return timelineReportHTML(modelName.str(), table,
+                            {predictedTimeline(r, "predicted step")});
+}
+
+gpipe::Timeline gpipe::predictedTimeline(const TrainingPipelineResult &r,
+                                         StringRef title) {
+  Timeline t;
+  t.title = title.str();
+  t.seconds = r.prediction.stepTime;
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
-    double y = 10 + rowHeight * s;
-    ss << llvm::format("<text x='4' y='%.0f'>", y + 18)
-       << escape(r.report[s].device) << " (" << s << ")</text>\n";
-    for (const SchedulePrediction::Span &span : spans) {
-      bool fwd = span.what == "forward", bwd = span.what == "backward";
-      if (!fwd && !bwd)
-        continue;
-      double x = left + span.begin * scale, w = (span.end - span.begin) * scale;
-      ss << llvm::format("<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' "
-                         "fill='%s' stroke='white'><title>%s %lld</title>"
-                         "</rect>\n",
-                         x, y, std::max(w, 0.5), rowHeight - 8,
-                         static_cast<const char *>(fwd ? "#4c8bf5" : "#f5a742"),
-                         span.what.c_str(),
-                         static_cast<long long>(span.microBatch));
-      if (w > 14)
-        ss << llvm::format("<text x='%.1f' y='%.1f' fill='white'>%lld</text>\n",
-                           x + 3, y + 18,
-                           static_cast<long long>(span.microBatch));
-    }
+    const StageReport &stage = r.report[s];
+    TimelineRow &row = t.rows.emplace_back();
+    row.label = "stage " + std::to_string(s) + " \u00b7 " +
+                (stage.rank != 0 || r.dataParallel > 1
+                     ? "r" + std::to_string(stage.rank) + ":"
+                     : std::string()) +
+                stage.device;
+    t.recompute |= stage.recompute;
+    for (const SchedulePrediction::Span &span : spans)
+      if (std::string kind = timelineKind(span.what); !kind.empty())
+        row.boxes.push_back({kind, span.microBatch, span.begin, span.end});
   }
-  ss << llvm::format("<text x='%.0f' y='%.0f'>", left, height - 6)
-     << "time (predicted step "
-     << llvm::format("%.3f", r.prediction.stepTime * 1e3)
-     << " ms); blue: forward, orange: backward (with recompute)</text>\n";
-  ss << "</svg>\n";
-  return "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>gpipe: " +
-         escape(modelName) + "</title></head><body>\n<h1>" + escape(modelName) +
-         ": " + std::to_string(r.report.size()) + " stages</h1>\n<pre>" +
-         escape(table) + "</pre>\n" + svg + "</body></html>\n";
+  return t;
 }

@@ -85,7 +85,9 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   // (kind, from, micro-batch) -> the time the message arrives.
   std::map<std::tuple<int, int64_t, int64_t>, double> arrival;
   SmallVector<Block::iterator> pc;
-  SmallVector<double> clock(k, 0), busy(k, 0);
+  SmallVector<double> clock(k, 0), busy(k, 0), recomputed(k, 0);
+  // When each (rank, device) is next free: stages sharing a core.
+  std::map<std::pair<int64_t, std::string>, double> deviceFree;
   for (StreamOp s : streams)
     pc.push_back(s.getBody().front().begin());
   bool progress = true;
@@ -107,10 +109,17 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
               mb = f.getMicroBatch();
             })
             .Case([&](BackwardInstr f) {
-              duration = t.backward;
+              // A stage that recomputes has the forward in its backward
+              // time: drawn as the recompute box before it.
+              duration = std::max(0.0, t.backward - recomputed[i]);
+              recomputed[i] = 0;
               mb = f.getMicroBatch();
             })
-            .Case([&](RecomputeInstr f) { mb = f.getMicroBatch(); })
+            .Case([&](RecomputeInstr f) {
+              duration = std::min(t.forward, t.backward);
+              recomputed[i] = duration;
+              mb = f.getMicroBatch();
+            })
             .Case([&](OptimizerStepInstr) { duration = t.optimizer; })
             .Case([&](SendActivationInstr f) {
               mb = f.getMicroBatch();
@@ -140,9 +149,17 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             });
         if (blocked)
           break;
+        double reached = clock[i];
+        if (duration > 0) {
+          double &free = deviceFree[{t.rank, streams[i].getDevice().str()}];
+          start = std::max(start, free);
+          free = start + duration;
+        }
         clock[i] = start + duration;
         busy[i] += duration;
-        out.spans[stage].push_back({what, mb, start, clock[i]});
+        bool receive = isa<RecvActivationInstr, RecvGradientInstr>(op);
+        out.spans[stage].push_back(
+            {what, mb, receive ? reached : start, clock[i]});
         ++pc[i];
         progress = true;
       }

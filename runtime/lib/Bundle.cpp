@@ -273,6 +273,20 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
     stream.device = sj.at("device").get<std::string>();
     stream.maxAlive = integer<int64_t>(sj.at("max_alive_micro_batches"));
     stream.predictedPeakBytes = integer(sj, "predicted_peak_bytes", int64_t(0));
+    stream.recompute = sj.value("recompute", false);
+    if (sj.contains("predicted_timeline"))
+      for (const json &box : sj.at("predicted_timeline")) {
+        TimelineBox b;
+        b.kind = timelineKind(box.at(0).get<std::string>());
+        b.microBatch = integer<int64_t>(box.at(1));
+        b.begin = box.at(2).get<double>();
+        b.end = box.at(3).get<double>();
+        if (!std::isfinite(b.begin) || !std::isfinite(b.end) || b.end < b.begin)
+          throw BundleError("malformed predicted timeline of stage " +
+                            std::to_string(stream.stage));
+        if (!b.kind.empty())
+          stream.predictedTimeline.push_back(std::move(b));
+      }
     if (stream.stage != static_cast<int64_t>(s.streams.size()) ||
         stream.maxAlive < 0 || stream.maxAlive > microBatches)
       throw BundleError("malformed schedule stream " +

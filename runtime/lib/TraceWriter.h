@@ -10,6 +10,7 @@ namespace gpipe::runtime {
 
 struct TraceTrack {
   std::string name;
+  int64_t stage = -1;
   struct Event {
     std::string name;
     const char *category;

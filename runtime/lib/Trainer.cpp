@@ -375,7 +375,7 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     for (const std::string &w : session.placementWarnings())
       out << "warning: " << w << "\n";
     session.setRandomSeed(o.seed);
-    if (!o.trace.empty())
+    if (!o.trace.empty() || !o.report.empty())
       session.enableTrace();
     if (!o.profileOps.empty())
       session.enableOpProfile();
@@ -527,7 +527,17 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       }
     }
     progress.finish();
-    printSummary(session, out);
+    std::ostringstream summary;
+    printSummary(session, summary);
+    out << summary.str();
+    if (!o.report.empty()) {
+      session.writeReport(
+          o.report,
+          std::filesystem::path(session.bundle().path).filename().string() +
+              ": the predicted and a measured step",
+          summary.str());
+      out << "wrote the report to " << o.report << "\n";
+    }
     if (!o.profileOps.empty()) {
       std::ostringstream csv;
       csv << "op,forward_seconds,backward_seconds\n" << std::setprecision(9);

@@ -561,46 +561,49 @@ TrainingSession::Stats TrainingSession::stats() const {
   return out;
 }
 
-void TrainingSession::writeTrace(const std::string &path) const {
+std::vector<TraceTrack> TrainingSession::collectTrace() const {
   std::vector<TraceTrack> tracks;
   for (const auto &st : stages) {
     const StreamRunner &runner = *st->runner;
     TraceTrack track;
+    track.stage = runner.spec().index;
     track.name = "stage " + std::to_string(runner.spec().index) + " on ";
     if (acrossRanks())
       track.name += "rank " + std::to_string(worldRank) + " ";
     track.name += runner.spec().device;
     for (const StreamRunner::TraceEvent &e : runner.trace())
-      track.events.push_back({e.name, "instruction", e.begin, e.end});
+      track.events.push_back(
+          {e.name, "instruction", e.begin - traceOrigin, e.end - traceOrigin});
     for (const StageExecutor::KernelEvent &e : runner.kernelTrace())
-      track.events.push_back({*e.kind, "kernel", e.begin, e.end});
+      track.events.push_back(
+          {*e.kind, "kernel", e.begin - traceOrigin, e.end - traceOrigin});
     tracks.push_back(std::move(track));
   }
-  if (!acrossRanks()) {
-    writeChromeTrace(path, tracks, traceOrigin);
-    return;
-  }
+  if (!acrossRanks())
+    return tracks;
   // Every rank's tracks, times relative to the shared origin, to rank 0.
   ByteWriter mine;
   for (const TraceTrack &t : tracks) {
     mine.putString(t.name);
+    mine.put<int64_t>(t.stage);
     mine.put<uint64_t>(t.events.size());
     for (const TraceTrack::Event &e : t.events) {
       mine.putString(e.name);
       mine.put<uint8_t>(std::strcmp(e.category, "kernel") == 0);
-      mine.put(e.begin - traceOrigin);
-      mine.put(e.end - traceOrigin);
+      mine.put(e.begin);
+      mine.put(e.end);
     }
   }
   std::vector<std::string> parts = group->gather(mine.str(), 0);
-  if (worldRank != 0)
-    return;
   std::vector<TraceTrack> all;
+  if (worldRank != 0)
+    return all;
   for (const std::string &part : parts) {
     ByteReader in(part, "a rank's trace");
     while (!in.done()) {
       TraceTrack &t = all.emplace_back();
       t.name = in.getString();
+      t.stage = in.get<int64_t>();
       uint64_t n = in.get<uint64_t>();
       for (uint64_t i = 0; i < n; ++i) {
         TraceTrack::Event e;
@@ -612,7 +615,107 @@ void TrainingSession::writeTrace(const std::string &path) const {
       }
     }
   }
-  writeChromeTrace(path, all, 0.0);
+  std::sort(all.begin(), all.end(),
+            [](const TraceTrack &a, const TraceTrack &b) {
+              return a.stage < b.stage;
+            });
+  return all;
+}
+
+void TrainingSession::writeTrace(const std::string &path) const {
+  std::vector<TraceTrack> tracks = collectTrace();
+  if (worldRank == 0)
+    writeChromeTrace(path, tracks, 0.0);
+}
+
+namespace {
+/// A stage row's label: "stage 0 · cpu:0", with the rank across ranks.
+std::string rowLabel(const Bundle &b, int64_t stage) {
+  const StageSpec &s = b.stages[stage];
+  bool ranks = b.rankCount() > 1;
+  return "stage " + std::to_string(stage) + " \u00b7 " +
+         (ranks ? "r" + std::to_string(s.rank) + ":" : std::string()) +
+         b.schedule.streams[stage].device;
+}
+} // namespace
+
+void TrainingSession::writeReport(const std::string &path,
+                                  const std::string &title,
+                                  const std::string &text) const {
+  std::vector<TraceTrack> tracks = collectTrace();
+  if (worldRank != 0)
+    return;
+  const ScheduleSpec &schedule = bundle_.schedule;
+  Timeline predicted;
+  predicted.title = "predicted step (by gpipe-opt)";
+  predicted.seconds = schedule.predictedStepSeconds;
+  for (const StreamSpec &stream : schedule.streams) {
+    predicted.rows.push_back(
+        {rowLabel(bundle_, stream.stage), stream.predictedTimeline});
+    predicted.recompute |= stream.recompute;
+  }
+  // Each stream runs its instructions once per step, in order: the k-th
+  // group of a track's instruction events is step k.
+  std::vector<std::vector<const TraceTrack::Event *>> byStage(
+      schedule.streams.size());
+  for (const TraceTrack &t : tracks)
+    if (t.stage >= 0 && t.stage < static_cast<int64_t>(byStage.size()))
+      for (const TraceTrack::Event &e : t.events)
+        if (std::strcmp(e.category, "instruction") == 0)
+          byStage[t.stage].push_back(&e);
+  size_t steps = SIZE_MAX;
+  for (size_t s = 0; s < byStage.size(); ++s)
+    steps = std::min(
+        steps,
+        byStage[s].size() /
+            std::max<size_t>(1, schedule.streams[s].instructions.size()));
+  std::vector<Timeline> timelines{predicted};
+  if (steps > 0 && steps != SIZE_MAX) {
+    auto bounds = [&](size_t k) {
+      double begin = INFINITY, end = -INFINITY;
+      for (size_t s = 0; s < byStage.size(); ++s) {
+        size_t n = schedule.streams[s].instructions.size();
+        for (size_t i = k * n; i < (k + 1) * n; ++i) {
+          begin = std::min(begin, byStage[s][i]->begin);
+          end = std::max(end, byStage[s][i]->end);
+        }
+      }
+      return std::make_pair(begin, end);
+    };
+    std::vector<std::pair<double, size_t>> lengths;
+    for (size_t k = 0; k < steps; ++k) {
+      auto [begin, end] = bounds(k);
+      lengths.push_back({end - begin, k});
+    }
+    std::sort(lengths.begin(), lengths.end());
+    size_t k = lengths[lengths.size() / 2].second;
+    auto [begin, end] = bounds(k);
+    Timeline measured;
+    measured.title = "measured step " + std::to_string(k + 1) + " of the " +
+                     std::to_string(steps) +
+                     " traced (the median length) in this run";
+    measured.seconds = end - begin;
+    measured.recompute = predicted.recompute;
+    for (size_t s = 0; s < byStage.size(); ++s) {
+      TimelineRow &row = measured.rows.emplace_back();
+      row.label = rowLabel(bundle_, static_cast<int64_t>(s));
+      size_t n = schedule.streams[s].instructions.size();
+      for (size_t i = k * n; i < (k + 1) * n; ++i) {
+        const TraceTrack::Event &e = *byStage[s][i];
+        std::string name = e.name;
+        int64_t microBatch = -1;
+        if (size_t space = name.find(' '); space != std::string::npos) {
+          microBatch = std::stoll(name.substr(space + 1));
+          name.resize(space);
+        }
+        if (std::string kind = timelineKind(name); !kind.empty())
+          row.boxes.push_back(
+              {kind, microBatch, e.begin - begin, e.end - begin});
+      }
+    }
+    timelines.push_back(std::move(measured));
+  }
+  writeFileAtomically(path, timelineReportHTML(title, text, timelines));
 }
 
 std::vector<std::pair<const TrainingSession::Stage *, const TensorSlot *>>

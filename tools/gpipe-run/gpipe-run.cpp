@@ -274,6 +274,12 @@ int main(int argc, char **argv) {
                  "Write a Chrome/Perfetto trace of every instruction and "
                  "kernel on every device")
       ->type_name("FILE.json");
+  app.add_option("--report", trainOptions.report,
+                 "Write an HTML page with the compiler's predicted step "
+                 "beside a measured one (the step of median length), as "
+                 "timelines of every stage (records every step, like "
+                 "--trace)")
+      ->type_name("FILE.html");
   app.add_option("--save-params", trainOptions.saveParams,
                  "Directory for the trained parameters, <name>.npy each")
       ->type_name("DIR");

@@ -6,6 +6,7 @@
 #include "gpipe/common/Instruction.h"
 #include "gpipe/common/KernelKind.h"
 #include "gpipe/common/Role.h"
+#include "gpipe/common/TimelineReport.h"
 #include "gpipe/runtime/Tensor.h"
 
 #include <cstdint>
@@ -198,7 +199,10 @@ struct StreamSpec {
   /// Stashes alive at once: the runtime allocates this many.
   int64_t maxAlive = 1;
   int64_t predictedPeakBytes = 0;
+  bool recompute = false;
   std::vector<Instruction> instructions;
+  /// The compiler's predicted step of this stage (drawn by --report).
+  std::vector<TimelineBox> predictedTimeline;
 };
 
 /// The compiler's static schedule of one training step.

@@ -22,6 +22,8 @@ struct TrainerOptions {
   /// JSON lines, one per step (step, epoch, loss, lr, samples_per_s,
   /// time_s) and one per evaluation (eval_accuracy, eval_samples).
   std::string metrics;
+  /// An HTML page with the predicted step beside a measured one.
+  std::string report;
   /// constant, step (x lrGamma every lrStepSize steps) or cosine.
   std::string lrSchedule = "constant";
   int64_t warmupSteps = 0, lrStepSize = 0;

@@ -15,6 +15,8 @@
 
 namespace gpipe::runtime {
 
+struct TraceTrack;
+
 class ProcessGroup;
 class StreamRunner;
 class Transport;
@@ -141,6 +143,11 @@ public:
   /// every rank calls it: rank 0 writes one file with every rank's tracks
   /// (their clocks aligned at a barrier before the first traced step).
   void writeTrace(const std::string &path) const;
+  /// Writes an HTML page (`title`, then `text` preformatted) with the
+  /// compiler's predicted step beside a measured one: of the recorded
+  /// steps, the one of median length. Across ranks as writeTrace.
+  void writeReport(const std::string &path, const std::string &title,
+                   const std::string &text) const;
 
   /// Times every kernel of the following steps (restarting the count) for
   /// opProfile().
@@ -213,6 +220,9 @@ private:
   int64_t steps = 0;
   uint64_t randomSeed = 0;
   bool tracing = false;
+  /// Every rank's recorded tracks on rank 0 (times from the shared
+  /// origin); none on the other ranks.
+  std::vector<TraceTrack> collectTrace() const;
   double traceOrigin = 0;
   int64_t statSteps = 0;
   int64_t profileSteps = 0;
