@@ -12,8 +12,8 @@ import torch.nn as nn
 
 
 class FashionMnistCnn(nn.Module):
-    """Two convolution blocks and two linear layers (the ops gpipe trains
-    today; BatchNorm and Dropout training come later)."""
+    """Two convolution blocks and two linear layers: the classic small CNN
+    (gpipe trains BatchNorm and Dropout too; docs/training.md)."""
 
     def __init__(self):
         super().__init__()

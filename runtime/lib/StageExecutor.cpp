@@ -70,8 +70,8 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
       kernels[id]->run();
       double end = steadySeconds();
       if (kernelTrace)
-        kernelTrace->push_back(
-            {&spec.phases[phase].kernels[id].kind, begin, end});
+        kernelTrace->push_back({&spec.phases[phase].kernels[id],
+                                &spec.phases[phase].role, begin, end});
       if (profiling)
         kernelTotals[phase][id] += end - begin;
     } else {

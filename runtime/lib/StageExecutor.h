@@ -71,8 +71,9 @@ public:
 
   /// Kernel calls are timed into `sink` while it is set (tracing).
   struct KernelEvent {
-    const std::string *kind;
-    double begin, end; // seconds on the steady clock
+    const KernelSpec *kernel;
+    const std::string *phase; // forward, backward, optimizer
+    double begin, end;        // seconds on the steady clock
   };
   void setKernelTrace(std::vector<KernelEvent> *sink) { kernelTrace = sink; }
   /// Sums each kernel's time while set (gpipe-run --profile-ops).

@@ -97,13 +97,20 @@ void StreamRunner::runStep(const StepContext &context) {
       if (compute)
         busy += end - begin;
       if (tracing) {
-        std::string name(instructionName(instr.op));
-        if (instr.microBatch >= 0)
-          name += " " + std::to_string(instr.microBatch);
-        traceEvents.push_back({std::move(name), begin, end});
+        using Op = Instruction::Op;
+        int64_t bytes = 0;
+        if (instr.op == Op::SendActivation || instr.op == Op::RecvActivation)
+          bytes = instr.op == Op::SendActivation ? wiring.sendActivations.bytes
+                                                 : wiring.recvActivations.bytes;
+        else if (instr.op == Op::SendGradient || instr.op == Op::RecvGradient)
+          bytes = instr.op == Op::SendGradient ? wiring.sendGradients.bytes
+                                               : wiring.recvGradients.bytes;
+        traceEvents.push_back({instr, tracedSteps, bytes, begin, end});
       }
     }
   }
+  if (tracing)
+    ++tracedSteps;
 }
 
 void StreamRunner::startReplicaSums() {

@@ -80,7 +80,11 @@ public:
   double replicaSumSeconds() const { return sumSpan; }
   double replicaWaitSeconds() const { return sumWait; }
   struct TraceEvent {
-    std::string name;
+    Instruction instr;
+    /// The traced step it belongs to (0 for the first traced step).
+    int64_t step = 0;
+    /// Bytes a transfer moves (0 for compute).
+    int64_t bytes = 0;
     double begin, end;
   };
   /// Records every instruction and kernel while set.
@@ -156,6 +160,7 @@ private:
   double busy = 0;
   bool tracing = false;
   std::vector<TraceEvent> traceEvents;
+  int64_t tracedSteps = 0;
   std::vector<StageExecutor::KernelEvent> kernels;
 };
 

@@ -561,6 +561,47 @@ TrainingSession::Stats TrainingSession::stats() const {
   return out;
 }
 
+namespace {
+/// A traced instruction as a trace event: "forward 3", with its step,
+/// micro-batch and bytes; a send and its receive share a flow id.
+TraceTrack::Event instructionEvent(const StreamRunner::TraceEvent &e,
+                                   int64_t stage, double origin) {
+  using Op = Instruction::Op;
+  TraceTrack::Event event;
+  const Instruction &instr = e.instr;
+  event.name = std::string(instructionName(instr.op));
+  if (instr.microBatch >= 0)
+    event.name += " " + std::to_string(instr.microBatch);
+  event.category = "instruction";
+  event.begin = e.begin - origin;
+  event.end = e.end - origin;
+  event.step = e.step;
+  nlohmann::json args{{"step", e.step + 1}, {"stage", stage}};
+  if (instr.microBatch >= 0)
+    args["micro_batch"] = instr.microBatch;
+  if (isTransfer(instr.op)) {
+    bool sending =
+        instr.op == Op::SendActivation || instr.op == Op::SendGradient;
+    bool activation =
+        instr.op == Op::SendActivation || instr.op == Op::RecvActivation;
+    int64_t from = sending ? stage : instr.peer;
+    int64_t to = sending ? instr.peer : stage;
+    args["bytes"] = e.bytes;
+    args[sending ? "to_stage" : "from_stage"] = instr.peer;
+    uint64_t id =
+        1 + ((((static_cast<uint64_t>(e.step) * 2 + activation) * 4096 +
+               static_cast<uint64_t>(from)) *
+                  4096 +
+              static_cast<uint64_t>(to)) *
+                 65536 +
+             static_cast<uint64_t>(instr.microBatch));
+    (sending ? event.flowOut : event.flowIn) = id;
+  }
+  event.args = args.dump();
+  return event;
+}
+} // namespace
+
 std::vector<TraceTrack> TrainingSession::collectTrace() const {
   std::vector<TraceTrack> tracks;
   for (const auto &st : stages) {
@@ -571,12 +612,24 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
     if (acrossRanks())
       track.name += "rank " + std::to_string(worldRank) + " ";
     track.name += runner.spec().device;
+    int64_t stage = runner.spec().index;
     for (const StreamRunner::TraceEvent &e : runner.trace())
-      track.events.push_back(
-          {e.name, "instruction", e.begin - traceOrigin, e.end - traceOrigin});
-    for (const StageExecutor::KernelEvent &e : runner.kernelTrace())
-      track.events.push_back(
-          {*e.kind, "kernel", e.begin - traceOrigin, e.end - traceOrigin});
+      track.events.push_back(instructionEvent(e, stage, traceOrigin));
+    for (const StageExecutor::KernelEvent &e : runner.kernelTrace()) {
+      // Named by the model op (ONNX node) it computes, with its kind.
+      const KernelSpec &k = *e.kernel;
+      TraceTrack::Event event;
+      event.name = k.op.empty() ? k.kind : k.op + " (" + k.kind + ")";
+      event.category = "kernel";
+      event.begin = e.begin - traceOrigin;
+      event.end = e.end - traceOrigin;
+      event.args = nlohmann::json{
+          {"kernel", k.kind},
+          {"node", k.op},
+          {"phase",
+           *e.phase}}.dump();
+      track.events.push_back(std::move(event));
+    }
     tracks.push_back(std::move(track));
   }
   if (!acrossRanks())
@@ -592,6 +645,10 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
       mine.put<uint8_t>(std::strcmp(e.category, "kernel") == 0);
       mine.put(e.begin);
       mine.put(e.end);
+      mine.putString(e.args);
+      mine.put(e.flowOut);
+      mine.put(e.flowIn);
+      mine.put(e.step);
     }
   }
   std::vector<std::string> parts = group->gather(mine.str(), 0);
@@ -611,6 +668,10 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
         e.category = in.get<uint8_t>() ? "kernel" : "instruction";
         e.begin = in.get<double>();
         e.end = in.get<double>();
+        e.args = in.getString();
+        e.flowOut = in.get<uint64_t>();
+        e.flowIn = in.get<uint64_t>();
+        e.step = in.get<int64_t>();
         t.events.push_back(std::move(e));
       }
     }
