@@ -9,6 +9,48 @@
 
 namespace gpipe::runtime {
 
+namespace {
+
+/// Whether any node or graph output reads `name`.
+bool isRead(const onnx::GraphProto &graph, const std::string &name) {
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &input : node.input())
+      if (input == name)
+        return true;
+  for (const onnx::ValueInfoProto &output : graph.output())
+    if (output.name() == name)
+      return true;
+  return false;
+}
+
+/// The trained model is for inference (ONNX Runtime, gpipe-opt's default
+/// mode): BatchNormalization normalizes with its running statistics
+/// (training_mode=0, and the running-statistics outputs that only training
+/// mode has are dropped) and Dropout is the identity (its training_mode
+/// input dropped: false by default). Outputs something reads are kept.
+void toInferenceMode(onnx::GraphProto &graph) {
+  for (onnx::NodeProto &node : *graph.mutable_node()) {
+    if (node.op_type() == "BatchNormalization" && node.domain().empty()) {
+      bool extraOutputsRead = false;
+      for (int i = 1; i < node.output_size(); ++i)
+        extraOutputsRead |=
+            !node.output(i).empty() && isRead(graph, node.output(i));
+      if (extraOutputsRead)
+        continue;
+      for (onnx::AttributeProto &a : *node.mutable_attribute())
+        if (a.name() == "training_mode")
+          a.set_i(0);
+      while (node.output_size() > 1)
+        node.mutable_output()->RemoveLast();
+    } else if (node.op_type() == "Dropout" && node.domain().empty()) {
+      while (node.input_size() > 2)
+        node.mutable_input()->RemoveLast();
+    }
+  }
+}
+
+} // namespace
+
 size_t
 writeOnnxWithParameters(const std::string &modelPath,
                         const std::map<std::string, HostTensor> &parameters,
@@ -61,6 +103,7 @@ writeOnnxWithParameters(const std::string &modelPath,
     if (!replaced.count(name))
       throw std::runtime_error(modelPath + ": the model has no initializer '" +
                                name + "'");
+  toInferenceMode(*model.mutable_graph());
   std::string out;
   if (!model.SerializeToString(&out))
     throw std::runtime_error(outPath + ": cannot serialize the model");

@@ -12,8 +12,11 @@ namespace gpipe::runtime {
 /// Copies the ONNX model at `modelPath` to `outPath` (atomically: a
 /// temporary file renamed into place), replacing the data of every
 /// initializer named in `parameters` with the given values (raw_data, same
-/// dims and type). Everything else is kept (the model goes through ONNX's
-/// protobuf classes, unknown fields included). Returns how many
+/// dims and type), as an inference model: BatchNormalization with
+/// training_mode=0 (running statistics) and Dropout without its
+/// training_mode input (the identity). Everything else is kept (the model
+/// goes through ONNX's protobuf classes, unknown fields included). Returns
+/// how many
 /// initializers were replaced; throws if a parameter has no initializer of
 /// the same size and type.
 size_t
