@@ -9,6 +9,7 @@
 #include "NN/IR/NNOps.h"
 #include "Pipelines/Pipelines.h"
 #include "Target/StageTarget.h"
+#include "gpipe/common/DeviceList.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -20,6 +21,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <thread>
 
 using namespace mlir;
 
@@ -245,6 +247,35 @@ int readConstInputs(const CompileOptions &o, ONNXImportOptions &import) {
   return 0;
 }
 
+/// A bundle of one process compiled without --device-profile is most
+/// likely for this machine: a core it lacks is said now, not only when
+/// gpipe-run refuses the bundle. (With a profile or ranks, the bundle is
+/// for other machines.)
+void warnIfDevicesBeyondThisMachine(const CompileOptions &o,
+                                    const std::vector<std::string> &devices,
+                                    const std::vector<int64_t> &ranks) {
+  if (!o.deviceProfile.empty() ||
+      llvm::any_of(ranks, [](int64_t r) { return r != 0; }))
+    return;
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (const std::string &text : devices) {
+    std::vector<Device> parsed;
+    if (!parseDeviceList(text, parsed).empty())
+      continue;
+    for (const Device &d : parsed)
+      if (d.kind == DeviceKind::Cpu && llvm::any_of(d.ids, [&](int core) {
+            return static_cast<unsigned>(core) >= cores;
+          })) {
+        llvm::errs() << "gpipe-opt: warning: --devices names " << d.str()
+                     << " but this machine has " << cores
+                     << " cores: the bundle runs only where the cores exist "
+                        "(give --device-profile=FILE of that machine to "
+                        "compile for it)\n";
+        return;
+      }
+  }
+}
+
 /// A model exported in eval mode trains as exported, which is not what its
 /// PyTorch module does in training: BatchNorm with its running statistics
 /// (training_mode=0), and weights PyTorch's constant folding computed and
@@ -439,6 +470,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   std::string deviceList;
   if (int rc = parseStageDevices(options, devices, ranks, deviceList))
     return rc;
+  warnIfDevicesBeyondThisMachine(options, devices, ranks);
   if (int rc = readConstInputs(options, import))
     return rc;
   OwningOpRef<ModuleOp> module =
