@@ -77,6 +77,13 @@ constexpr double kWidth = 1000, kLeft = 150, kRight = 20, kRowHeight = 28,
 
 } // namespace
 
+std::string timelineRowLabel(int64_t stage, const std::string &device,
+                             int64_t rank) {
+  return "stage " + std::to_string(stage) + " \u00b7 " +
+         (rank >= 0 ? "r" + std::to_string(rank) + ":" : std::string()) +
+         device;
+}
+
 std::string timelineKind(const std::string &instruction) {
   if (instruction == "forward" || instruction == "backward" ||
       instruction == "recompute")

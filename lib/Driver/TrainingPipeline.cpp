@@ -372,11 +372,10 @@ gpipe::Timeline gpipe::predictedTimeline(const TrainingPipelineResult &r,
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
     const StageReport &stage = r.report[s];
     TimelineRow &row = t.rows.emplace_back();
-    row.label = "stage " + std::to_string(s) + " \u00b7 " +
-                (stage.rank != 0 || r.dataParallel > 1
-                     ? "r" + std::to_string(stage.rank) + ":"
-                     : std::string()) +
-                stage.device;
+    bool ranks = r.dataParallel > 1 ||
+                 llvm::any_of(r.report,
+                              [](const StageReport &x) { return x.rank != 0; });
+    row.label = timelineRowLabel(s, stage.device, ranks ? stage.rank : -1);
     t.recompute |= stage.recompute;
     for (const SchedulePrediction::Span &span : spans)
       if (std::string kind = timelineKind(span.what); !kind.empty())

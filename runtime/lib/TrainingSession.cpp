@@ -690,13 +690,9 @@ void TrainingSession::writeTrace(const std::string &path) const {
 }
 
 namespace {
-/// A stage row's label: "stage 0 · cpu:0", with the rank across ranks.
 std::string rowLabel(const Bundle &b, int64_t stage) {
-  const StageSpec &s = b.stages[stage];
-  bool ranks = b.rankCount() > 1;
-  return "stage " + std::to_string(stage) + " \u00b7 " +
-         (ranks ? "r" + std::to_string(s.rank) + ":" : std::string()) +
-         b.schedule.streams[stage].device;
+  return timelineRowLabel(stage, b.schedule.streams[stage].device,
+                          b.rankCount() > 1 ? b.stages[stage].rank : -1);
 }
 } // namespace
 

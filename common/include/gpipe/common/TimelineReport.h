@@ -38,6 +38,11 @@ struct Timeline {
   bool recompute = false;
 };
 
+/// A stage row's label: "stage 0 · cpu:0", or "stage 0 · r1:cpu:0" when
+/// `rank` is given (a bundle of several ranks).
+std::string timelineRowLabel(int64_t stage, const std::string &device,
+                             int64_t rank = -1);
+
 /// The kind a schedule instruction's name is drawn as ("send_activation"
 /// -> "send", "optimizer_step" -> "optimizer"), or "" for instructions not
 /// drawn.
