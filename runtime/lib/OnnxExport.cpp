@@ -54,7 +54,7 @@ void toInferenceMode(onnx::GraphProto &graph) {
 size_t
 writeOnnxWithParameters(const std::string &modelPath,
                         const std::map<std::string, HostTensor> &parameters,
-                        const std::string &outPath) {
+                        const std::string &outPath, OnnxGraphMode mode) {
   std::optional<std::string> bytes = readFileBytes(modelPath);
   if (!bytes)
     throw std::runtime_error(modelPath + ": cannot open the model");
@@ -103,7 +103,8 @@ writeOnnxWithParameters(const std::string &modelPath,
     if (!replaced.count(name))
       throw std::runtime_error(modelPath + ": the model has no initializer '" +
                                name + "'");
-  toInferenceMode(*model.mutable_graph());
+  if (mode == OnnxGraphMode::Inference)
+    toInferenceMode(*model.mutable_graph());
   std::string out;
   if (!model.SerializeToString(&out))
     throw std::runtime_error(outPath + ": cannot serialize the model");

@@ -104,35 +104,12 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
   data[input->name] = std::move(read.at(others[0]));
 }
 
-/// A data set by path: an .npz (by name or by its zip signature; arrays by
-/// input name and 'labels'), a directory of IDX files (Fashion-MNIST
-/// layout; `split` train or t10k), whose images feed the model's first
-/// input, or any other file as plain text for a byte-level language model.
-/// Only the arrays this rank's stages read are kept (of an .npz, only those
-/// are read): across ranks the first stage's ranks hold the inputs, the
-/// last stage's the labels.
-std::map<std::string, HostTensor> loadData(const std::string &path,
-                                           const std::string &split,
-                                           TrainingSession &session) {
+/// Keeps the arrays this rank's stages read (across ranks the first
+/// stage's ranks hold the inputs, the last stage's the labels), int32
+/// labels and token ids widened to the model's int64.
+void keepLocalArrays(TrainingSession &session,
+                     std::map<std::string, HostTensor> &data) {
   std::set<std::string> wanted = localNames(session);
-  std::map<std::string, HostTensor> data;
-  if (!std::filesystem::is_directory(path)) {
-    if (!std::filesystem::exists(path))
-      throw InputError(path + ": no such file or directory");
-    bool npzName = std::filesystem::path(path).extension() == ".npz";
-    bool npz = npzName || isZipFile(path);
-    data = npz ? readNpz(path, &wanted) : loadText(path, session);
-    if (npz)
-      adoptTheOnlyInput(path, session, data);
-  } else {
-    ImageDataset ds = readIdxDataset(path, split);
-    for (const TensorSlot *slot : session.dataInputs())
-      if (slot->name != "labels") {
-        data[slot->name] = std::move(ds.images);
-        break;
-      }
-    data["labels"] = std::move(ds.labels);
-  }
   for (auto it = data.begin(); it != data.end();)
     it = wanted.count(it->first) ? std::next(it) : data.erase(it);
   // Labels and token ids come as int32 as often as int64 (NumPy's default
@@ -153,28 +130,25 @@ std::map<std::string, HostTensor> loadData(const std::string &path,
       to[i] = from[i];
     it->second = std::move(wide);
   }
-  return data;
 }
 
 /// Checks the arrays this rank's stages read against the model's inputs
 /// and returns how many samples they hold, the same on every rank (rank 0
 /// holds the first stage's inputs; a rank whose arrays disagree fails).
-int64_t sampleCount(TrainingSession &session,
-                    const std::map<std::string, HostTensor> &data,
-                    const std::string &path) {
+int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
+  const std::map<std::string, HostTensor> &data = set.arrays;
+  const std::string &path = set.source;
   int64_t samples = -1;
   for (const TensorSlot *slot : session.localDataInputs()) {
     auto it = data.find(slot->name);
     if (it == data.end()) {
       std::string has;
-      if (std::filesystem::is_regular_file(path) && isZipFile(path))
-        for (const std::string &name : npzArrayNames(path))
-          has += (has.empty() ? "" : ", ") + ("'" + name + "'");
-      throw InputError(
-          path + ": no array '" + slot->name +
-          "' (an .npz needs one array per model input, named like the "
-          "input, and 'labels')" +
-          (has.empty() ? std::string() : "; the file has " + has));
+      for (const std::string &name : set.names)
+        has += (has.empty() ? "" : ", ") + ("'" + name + "'");
+      throw InputError(path + ": no array '" + slot->name +
+                       "' (one array per model input, named like the "
+                       "input, and 'labels')" +
+                       (has.empty() ? std::string() : "; the data has " + has));
     }
     const HostTensor &t = it->second;
     bool tailOk =
@@ -353,6 +327,40 @@ std::ofstream openStepLog(const std::string &path, const std::string &flag,
 
 } // namespace
 
+TrainingData loadTrainingData(const std::string &path, const std::string &split,
+                              TrainingSession &session) {
+  TrainingData set;
+  set.source = path;
+  std::map<std::string, HostTensor> &data = set.arrays;
+  if (!std::filesystem::is_directory(path)) {
+    if (!std::filesystem::exists(path))
+      throw InputError(path + ": no such file or directory");
+    bool npzName = std::filesystem::path(path).extension() == ".npz";
+    bool npz = npzName || isZipFile(path);
+    if (npz) {
+      std::set<std::string> wanted = localNames(session);
+      data = readNpz(path, &wanted);
+      set.names = npzArrayNames(path);
+      adoptTheOnlyInput(path, session, data);
+    } else {
+      data = loadText(path, session);
+    }
+  } else {
+    ImageDataset ds = readIdxDataset(path, split);
+    for (const TensorSlot *slot : session.dataInputs())
+      if (slot->name != "labels") {
+        data[slot->name] = std::move(ds.images);
+        break;
+      }
+    data["labels"] = std::move(ds.labels);
+  }
+  if (set.names.empty())
+    for (auto &[name, array] : data)
+      set.names.push_back(name);
+  keepLocalArrays(session, data);
+  return set;
+}
+
 double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
                              int64_t steps) {
   if (step < o.warmupSteps)
@@ -371,6 +379,20 @@ double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
 
 void runTrainer(TrainingSession &session, const TrainerOptions &o,
                 std::ostream &out) {
+  if (o.data.empty())
+    throw InputError("--train needs --data=FILE.npz, a directory of IDX "
+                     "files or a plain-text file (byte-level language "
+                     "models)");
+  TrainingData data = loadTrainingData(o.data, "train", session);
+  std::optional<TrainingData> evalData;
+  if (!o.evalData.empty())
+    evalData = loadTrainingData(o.evalData, "t10k", session);
+  runTrainer(session, o, out, std::move(data), std::move(evalData));
+}
+
+void runTrainer(TrainingSession &session, const TrainerOptions &o,
+                std::ostream &out, TrainingData train,
+                std::optional<TrainingData> eval) {
   {
     for (const std::string &w : session.placementWarnings())
       out << "warning: " << w << "\n";
@@ -389,20 +411,15 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       throw InputError("--lr-schedule must be constant, step or cosine");
     if (o.lrSchedule == "step" && o.lrStepSize <= 0)
       throw InputError("--lr-schedule=step needs --lr-step-size=N");
-    if (o.data.empty())
-      throw InputError("--train needs --data=FILE.npz, a directory of IDX "
-                       "files or a plain-text file (byte-level language "
-                       "models)");
-    std::map<std::string, HostTensor> data = loadData(o.data, "train", session);
-    std::map<std::string, HostTensor> evalData;
-    if (!o.evalData.empty())
-      evalData = loadData(o.evalData, "t10k", session);
-    checkLabels(session, data, o.data);
-    if (!o.evalData.empty())
-      checkLabels(session, evalData, o.evalData);
-    int64_t samples = sampleCount(session, data, o.data);
-    int64_t evalSamples =
-        o.evalData.empty() ? 0 : sampleCount(session, evalData, o.evalData);
+    keepLocalArrays(session, train.arrays);
+    if (eval)
+      keepLocalArrays(session, eval->arrays);
+    const std::map<std::string, HostTensor> &data = train.arrays;
+    checkLabels(session, data, train.source);
+    if (eval)
+      checkLabels(session, eval->arrays, eval->source);
+    int64_t samples = sampleCount(session, train);
+    int64_t evalSamples = eval ? sampleCount(session, *eval) : 0;
     // With data parallelism each step takes a global batch of D x the
     // compiled batch, replica r its r-th slice of it.
     int64_t batch = session.batchSize() * session.replicas();
@@ -509,8 +526,8 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
            step + 1 == steps))
         session.saveCheckpoint(checkpoint, o.seed);
       bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
-      if (epochEnd && !o.evalData.empty()) {
-        double correct = accuracy(session, evalData, evalSamples);
+      if (epochEnd && eval) {
+        double correct = accuracy(session, eval->arrays, evalSamples);
         progress.interrupt();
         out << "epoch " << (step + 1 + perEpoch - 1) / perEpoch
             << ": test accuracy " << 100.0 * correct << "% on " << evalSamples
@@ -525,6 +542,8 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
                          .dump()
                   << std::endl;
       }
+      if (o.onStep)
+        o.onStep(step + 1, loss);
     }
     progress.finish();
     std::ostringstream summary;
@@ -559,20 +578,28 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     // writes the files.
     bool writes = session.rank() == 0;
     std::map<std::string, HostTensor> params;
-    if (!o.saveOnnx.empty() || !o.saveParams.empty())
+    if (!o.saveOnnx.empty() || !o.saveOnnxTraining.empty() ||
+        !o.saveParams.empty())
       params = session.parameters();
-    if (!o.saveOnnx.empty()) {
+    auto saveOnnx = [&](const std::string &path, const char *flag,
+                        OnnxGraphMode mode, const char *what) {
+      if (path.empty())
+        return;
       const Bundle &b = session.bundle();
       if (b.sourceModel.empty())
-        throw InputError("--save-onnx: the bundle keeps no ONNX model "
-                         "(recompile it with this gpipe-opt)");
-      if (writes) {
-        size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel), params,
-                                           o.saveOnnx);
-        out << "wrote the trained model (" << n << " parameters) to "
-            << o.saveOnnx << "\n";
-      }
-    }
+        throw InputError(std::string(flag) +
+                         ": the bundle keeps no ONNX model (recompile it "
+                         "with this gpipe-opt)");
+      if (!writes)
+        return;
+      size_t n = writeOnnxWithParameters(b.partPath(b.sourceModel), params,
+                                         path, mode);
+      out << "wrote the trained model (" << n << " parameters" << what
+          << ") to " << path << "\n";
+    };
+    saveOnnx(o.saveOnnx, "--save-onnx", OnnxGraphMode::Inference, "");
+    saveOnnx(o.saveOnnxTraining, "--save-onnx-training",
+             OnnxGraphMode::AsExported, ", training graph");
     if (!o.saveParams.empty()) {
       if (writes) {
         std::filesystem::create_directories(o.saveParams);

@@ -262,8 +262,14 @@ int main(int argc, char **argv) {
                "Continue from the checkpoint in --checkpoint-dir, if any")
       ->needs("--checkpoint-dir");
   app.add_option("--save-onnx", trainOptions.saveOnnx,
-                 "Write the trained model: the source ONNX model with the "
-                 "trained parameters")
+                 "Write the trained model for inference: the source ONNX "
+                 "model with the trained parameters, BatchNormalization "
+                 "using its running statistics and Dropout off")
+      ->type_name("FILE.onnx");
+  app.add_option("--save-onnx-training", trainOptions.saveOnnxTraining,
+                 "Write the trained model as the training graph it was "
+                 "exported as (BatchNormalization and Dropout in training "
+                 "mode), e.g. to train it further elsewhere")
       ->type_name("FILE.onnx");
   app.add_option("--profile-ops", trainOptions.profileOps,
                  "Time every kernel and write each model op's mean forward "

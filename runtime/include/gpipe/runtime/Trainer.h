@@ -10,14 +10,20 @@
 #include "gpipe/runtime/TrainingSession.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace gpipe::runtime {
 
 struct TrainerOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
+  /// The trained model as its training graph (BatchNorm, Dropout in
+  /// training mode).
+  std::string saveOnnxTraining;
   std::string trace, profileOps;
   /// JSON lines, one per step (step, epoch, loss, lr, samples_per_s,
   /// time_s) and one per evaluation (eval_accuracy, eval_samples).
@@ -38,6 +44,9 @@ struct TrainerOptions {
   /// Progress is a bar redrawn in place (a terminal), else about ten lines
   /// per epoch (Progress.h).
   bool terminal = false;
+  /// Called after every step with its index (from 1) and mean loss; what
+  /// it throws ends the training (a Python caller's KeyboardInterrupt).
+  std::function<void(int64_t step, double loss)> onStep;
 };
 
 /// The learning rate of `step` (0-based) of `steps` from `base`: linear
@@ -46,10 +55,35 @@ struct TrainerOptions {
 double scheduledLearningRate(const TrainerOptions &options, double base,
                              int64_t step, int64_t steps);
 
-/// Trains `session` as `options` say, printing progress to `out`. Throws
-/// InputError (bad options or data), BundleError and std::runtime_error.
+/// A data set: arrays by model input name and "labels", samples along the
+/// first axis (float32 inputs; int32 or int64 labels and token ids).
+struct TrainingData {
+  /// Names the data in messages (its file, or where the arrays came from).
+  std::string source;
+  std::map<std::string, HostTensor> arrays;
+  /// Every array the source holds, listed when one the model needs is
+  /// missing (empty: the keys of `arrays`).
+  std::vector<std::string> names;
+};
+
+/// The data set at `path` as --data reads it: an .npz (arrays by input name
+/// and 'labels'; an only array of another name feeds a model of one
+/// input), a directory of IDX files (Fashion-MNIST layout; `split` train or
+/// t10k) or any other file as plain text for a byte-level language model.
+/// Only the arrays this rank's stages read are kept.
+TrainingData loadTrainingData(const std::string &path, const std::string &split,
+                              TrainingSession &session);
+
+/// Trains `session` as `options` say on the data of options.data (and
+/// options.evalData), printing progress to `out`. Throws InputError (bad
+/// options or data), BundleError and std::runtime_error.
 void runTrainer(TrainingSession &session, const TrainerOptions &options,
                 std::ostream &out);
+/// The same on data sets in memory (options.data and evalData unused):
+/// given the same arrays, the same steps as from a file, to the last bit.
+void runTrainer(TrainingSession &session, const TrainerOptions &options,
+                std::ostream &out, TrainingData train,
+                std::optional<TrainingData> eval);
 
 } // namespace gpipe::runtime
 

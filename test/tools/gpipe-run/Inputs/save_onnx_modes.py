@@ -7,6 +7,12 @@ statistics used.
 
     save_onnx_modes.py export MODEL.onnx DATA.npz
     save_onnx_modes.py check TRAINED.onnx
+    save_onnx_modes.py check-training TRAINING.onnx TRAINED.onnx
+
+check-training: the --save-onnx-training model keeps BatchNormalization's
+training_mode=1 and its three outputs and Dropout's training_mode input,
+with the same trained initializers as the inference model of the same
+run.
 """
 import sys
 
@@ -26,6 +32,22 @@ if sys.argv[1] == "export":
     rng = np.random.default_rng(2)
     np.savez(sys.argv[3], x=rng.standard_normal((32, 6), dtype=np.float32),
              labels=rng.integers(0, 3, 32))
+    sys.exit(0)
+
+if sys.argv[1] == "check-training":
+    kept, inference = onnx.load(sys.argv[2]), onnx.load(sys.argv[3])
+    onnx.checker.check_model(kept)
+    nodes = {n.op_type: n for n in kept.graph.node}
+    bn, dropout = nodes["BatchNormalization"], nodes["Dropout"]
+    assert [a.i for a in bn.attribute if a.name == "training_mode"] == [1]
+    assert len(bn.output) == 3, list(bn.output)
+    assert len(dropout.input) == 3, list(dropout.input)
+    a = {t.name: numpy_helper.to_array(t) for t in kept.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in inference.graph.initializer}
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    print("training model ok")
     sys.exit(0)
 
 model = onnx.load(sys.argv[2])
