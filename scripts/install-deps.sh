@@ -17,6 +17,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   # Tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
+  # The Python package (import gpipe): pybind11 bindings of the runtime
+  pybind11-dev python3-dev
   # MPI tests: network namespaces (ip), rank processes (pgrep), peak RSS
   # per rank in the MPI benchmark (/usr/bin/time)
   iproute2 procps time

@@ -14,6 +14,9 @@ config.test_exec_root = os.path.join(config.gpipe_obj_root, "test")
 config.environment["PATH"] = os.pathsep.join(
     [config.gpipe_tools_dir, config.llvm_tools_dir,
      config.environment.get("PATH", "")])
+# The Python package as this build assembles it (python/CMakeLists.txt).
+config.environment["PYTHONPATH"] = os.path.join(config.gpipe_obj_root,
+                                                "python")
 # Sanitizer builds: make any report fatal and visible.
 for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
     if var in os.environ:

@@ -1,0 +1,366 @@
+// gpipe._runtime: the runtime's sessions and trainer for Python (pybind11).
+// Arrays cross as NumPy arrays (copied: the runtime owns its tensors);
+// the runtime runs with the GIL released, its output goes to sys.stdout.
+// The Python-facing API (compile, Bundle) is python/gpipe/__init__.py.
+#include "gpipe/runtime/Bundle.h"
+#include "gpipe/runtime/InferenceSession.h"
+#include "gpipe/runtime/OnnxExport.h"
+#include "gpipe/runtime/Progress.h"
+#include "gpipe/runtime/Trainer.h"
+#include "gpipe/runtime/TrainingSession.h"
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <ostream>
+#include <streambuf>
+
+namespace py = pybind11;
+using namespace gpipe::runtime;
+
+namespace {
+
+/// A NumPy array (any layout) as a C-ordered host tensor of its dtype.
+HostTensor toHost(const std::string &name, const py::handle &value) {
+  py::array array = py::array::ensure(value);
+  if (!array)
+    throw InputError("'" + name + "' is not an array (" +
+                     std::string(py::str(value.get_type())) + ")");
+  std::string dtype = py::str(array.dtype());
+  std::optional<gpipe::DType> type = gpipe::dtypeFromName(dtype);
+  if (!type)
+    throw InputError("'" + name + "' has dtype " + dtype +
+                     ", which gpipe has no tensors of");
+  py::array dense = py::array::ensure(array, py::array::c_style);
+  HostTensor t;
+  t.dtype = *type;
+  for (py::ssize_t i = 0; i < dense.ndim(); ++i)
+    t.shape.push_back(dense.shape(i));
+  t.data.resize(static_cast<size_t>(dense.nbytes()));
+  std::memcpy(t.data.data(), dense.data(), t.data.size());
+  return t;
+}
+
+std::map<std::string, HostTensor> toHost(const py::dict &arrays) {
+  std::map<std::string, HostTensor> out;
+  for (auto [key, value] : arrays) {
+    std::string name = py::str(key);
+    out[name] = toHost(name, value);
+  }
+  return out;
+}
+
+py::array toNumpy(const HostTensor &t) {
+  py::array array(py::dtype(std::string(gpipe::dtypeName(t.dtype))),
+                  std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+  std::memcpy(array.mutable_data(), t.data.data(), t.data.size());
+  return array;
+}
+
+py::dict toNumpy(const std::map<std::string, HostTensor> &tensors) {
+  py::dict out;
+  for (auto &[name, t] : tensors)
+    out[py::str(name)] = toNumpy(t);
+  return out;
+}
+
+/// Lines written by the runtime go to Python's sys.stdout (what a notebook
+/// shows), flushed at every newline and flush; the GIL is taken to write.
+class PythonStdout : public std::streambuf {
+public:
+  ~PythonStdout() override { sync(); }
+
+protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof())
+      return 0;
+    pending.push_back(static_cast<char>(c));
+    if (c == '\n')
+      sync();
+    return c;
+  }
+  std::streamsize xsputn(const char *s, std::streamsize n) override {
+    pending.append(s, static_cast<size_t>(n));
+    if (std::memchr(s, '\n', static_cast<size_t>(n)))
+      sync();
+    return n;
+  }
+  int sync() override {
+    if (pending.empty())
+      return 0;
+    py::gil_scoped_acquire gil;
+    py::module_ sys = py::module_::import("sys");
+    py::object out = sys.attr("stdout");
+    if (!out.is_none()) {
+      out.attr("write")(pending);
+      out.attr("flush")();
+    }
+    pending.clear();
+    return 0;
+  }
+
+private:
+  std::string pending;
+};
+
+/// The data-input names a batch needs, labels included.
+std::vector<std::string> dataInputNames(const TrainingSession &session) {
+  std::vector<std::string> names;
+  for (const TensorSlot *slot : session.dataInputs())
+    names.push_back(slot->name);
+  return names;
+}
+
+std::vector<std::string> slotNames(const std::vector<TensorSlot> &slots) {
+  std::vector<std::string> names;
+  for (const TensorSlot &slot : slots)
+    names.push_back(slot.name);
+  return names;
+}
+
+TrainingData trainingData(const py::dict &arrays, const std::string &source) {
+  TrainingData data;
+  data.source = source;
+  data.arrays = toHost(arrays);
+  return data;
+}
+
+/// Trains as gpipe-run --train does, on the arrays given or else the file
+/// options.data names (evaluating on evalArrays or options.evalData);
+/// returns the loss of every step.
+std::vector<double> train(TrainingSession &session, TrainerOptions options,
+                          const py::object &arrays,
+                          const py::object &evalArrays) {
+  std::optional<TrainingData> data, eval;
+  if (!arrays.is_none())
+    data = trainingData(arrays.cast<py::dict>(), "the training data");
+  else if (options.data.empty())
+    throw InputError("train(): no data");
+  if (!evalArrays.is_none())
+    eval = trainingData(evalArrays.cast<py::dict>(), "the evaluation data");
+  std::vector<double> losses;
+  options.onStep = [&losses](int64_t, double loss) {
+    losses.push_back(loss);
+    // Ctrl-C in Python ends the training after the step it interrupts.
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0)
+      throw py::error_already_set();
+  };
+  PythonStdout buffer;
+  std::ostream out(&buffer);
+  {
+    py::gil_scoped_release release;
+    if (!data)
+      data = loadTrainingData(options.data, "train", session);
+    if (!eval && !options.evalData.empty())
+      eval = loadTrainingData(options.evalData, "t10k", session);
+    runTrainer(session, options, out, std::move(*data), std::move(eval));
+    out.flush();
+  }
+  return losses;
+}
+
+TrainerOptions trainerOptions(const py::dict &given) {
+  TrainerOptions o;
+  for (auto [key, value] : given) {
+    std::string name = py::str(key);
+    if (value.is_none())
+      continue;
+    if (name == "data")
+      o.data = value.cast<std::string>();
+    else if (name == "eval_data")
+      o.evalData = value.cast<std::string>();
+    else if (name == "loss_log")
+      o.lossLog = value.cast<std::string>();
+    else if (name == "metrics")
+      o.metrics = value.cast<std::string>();
+    else if (name == "checkpoint_dir")
+      o.checkpointDir = value.cast<std::string>();
+    else if (name == "checkpoint_every")
+      o.checkpointEvery = value.cast<int64_t>();
+    else if (name == "resume")
+      o.resume = value.cast<bool>();
+    else if (name == "save_onnx")
+      o.saveOnnx = value.cast<std::string>();
+    else if (name == "save_onnx_training")
+      o.saveOnnxTraining = value.cast<std::string>();
+    else if (name == "save_params")
+      o.saveParams = value.cast<std::string>();
+    else if (name == "trace")
+      o.trace = value.cast<std::string>();
+    else if (name == "report")
+      o.report = value.cast<std::string>();
+    else if (name == "profile_ops")
+      o.profileOps = value.cast<std::string>();
+    else if (name == "lr_schedule")
+      o.lrSchedule = value.cast<std::string>();
+    else if (name == "warmup_steps")
+      o.warmupSteps = value.cast<int64_t>();
+    else if (name == "lr_step_size")
+      o.lrStepSize = value.cast<int64_t>();
+    else if (name == "lr_gamma")
+      o.lrGamma = value.cast<double>();
+    else if (name == "steps")
+      o.steps = value.cast<int64_t>();
+    else if (name == "epochs")
+      o.epochs = value.cast<int64_t>();
+    else if (name == "shuffle")
+      o.noShuffle = !value.cast<bool>();
+    else if (name == "seed")
+      o.seed = value.cast<unsigned>();
+    else if (name == "lr")
+      o.lr = value.cast<double>();
+    else if (name == "terminal")
+      o.terminal = value.cast<bool>();
+    else if (name == "momentum" || name == "weight_decay" || name == "beta1" ||
+             name == "beta2" || name == "eps")
+      o.hyper[name] = value.cast<double>();
+    else
+      throw InputError("train(): unknown option '" + name + "'");
+  }
+  return o;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_runtime, m) {
+  m.doc() = "gpipe's runtime (the sessions and trainer of gpipe-run)";
+  static py::exception<InputError> inputError(m, "InputError",
+                                              PyExc_ValueError);
+  static py::exception<BundleError> bundleError(m, "BundleError",
+                                                PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const InputError &e) {
+      inputError(e.what());
+    } catch (const BundleError &e) {
+      bundleError(e.what());
+    }
+  });
+
+  py::class_<TrainingSession>(m, "TrainingSession")
+      .def(py::init([](const std::string &path) {
+             // Every stage in this process, as threads (a bundle compiled
+             // for several ranks too, as gpipe-run --in-one-process).
+             return std::make_unique<TrainingSession>(path, true);
+           }),
+           py::arg("path"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("batch_size", &TrainingSession::batchSize)
+      .def_property_readonly("micro_batch_size",
+                             &TrainingSession::microBatchSize)
+      .def_property_readonly("micro_batches",
+                             [](const TrainingSession &s) {
+                               return s.bundle().training.microBatches;
+                             })
+      .def_property_readonly(
+          "devices",
+          [](const TrainingSession &s) { return s.bundle().devices; })
+      .def_property_readonly("data_inputs", &dataInputNames)
+      .def_property_readonly("steps_taken", &TrainingSession::stepsTaken)
+      .def_property("lr", &TrainingSession::learningRate,
+                    &TrainingSession::setLearningRate)
+      .def("set_seed", &TrainingSession::setRandomSeed)
+      .def(
+          "step",
+          [](TrainingSession &s, const py::dict &batch) {
+            std::map<std::string, HostTensor> host = toHost(batch);
+            py::gil_scoped_release release;
+            return s.step(host);
+          },
+          py::arg("batch"))
+      .def("parameters",
+           [](const TrainingSession &s) { return toNumpy(s.parameters()); })
+      .def(
+          "train",
+          [](TrainingSession &s, const py::dict &options,
+             const py::object &arrays, const py::object &evalArrays) {
+            return train(s, trainerOptions(options), arrays, evalArrays);
+          },
+          py::arg("options"), py::arg("arrays") = py::none(),
+          py::arg("eval_arrays") = py::none())
+      .def(
+          "save_onnx",
+          [](TrainingSession &s, const std::string &path, bool training) {
+            const Bundle &b = s.bundle();
+            if (b.sourceModel.empty())
+              throw InputError("save_onnx: the bundle keeps no ONNX model "
+                               "(recompile it with this gpipe-opt)");
+            std::map<std::string, HostTensor> params = s.parameters();
+            py::gil_scoped_release release;
+            return writeOnnxWithParameters(b.partPath(b.sourceModel), params,
+                                           path,
+                                           training ? OnnxGraphMode::AsExported
+                                                    : OnnxGraphMode::Inference);
+          },
+          py::arg("path"), py::arg("training") = false)
+      .def("save_checkpoint",
+           [](const TrainingSession &s, const std::string &dir,
+              uint64_t extra) { s.saveCheckpoint(dir, extra); })
+      .def("load_checkpoint", &TrainingSession::loadCheckpoint);
+
+  py::class_<InferenceSession>(m, "InferenceSession")
+      .def(py::init<const std::string &>(), py::arg("path"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("compiled_batch", &InferenceSession::compiledBatch)
+      .def_property_readonly("inputs",
+                             [](const InferenceSession &s) {
+                               return slotNames(s.bundle().inputs);
+                             })
+      .def_property_readonly("outputs",
+                             [](const InferenceSession &s) {
+                               return slotNames(s.bundle().outputs);
+                             })
+      .def(
+          "run",
+          [](InferenceSession &s, const py::dict &inputs) {
+            std::map<std::string, HostTensor> host = toHost(inputs);
+            std::map<std::string, HostTensor> out;
+            {
+              py::gil_scoped_release release;
+              out = s.run(host);
+            }
+            return toNumpy(out);
+          },
+          py::arg("inputs"));
+
+  py::class_<Progress::Config>(m, "ProgressConfig")
+      .def(py::init<>())
+      .def_readwrite("first_step", &Progress::Config::firstStep)
+      .def_readwrite("steps", &Progress::Config::steps)
+      .def_readwrite("steps_per_epoch", &Progress::Config::stepsPerEpoch)
+      .def_readwrite("items_per_step", &Progress::Config::itemsPerStep)
+      .def_readwrite("unit", &Progress::Config::unit)
+      .def_readwrite("terminal", &Progress::Config::terminal)
+      .def_readwrite("line_every", &Progress::Config::lineEvery);
+
+  // The progress display of gpipe-run, for loops written in Python (a
+  // DataLoader's batches).
+  struct PythonProgress {
+    PythonStdout buffer;
+    std::ostream out{&buffer};
+    Progress progress;
+    explicit PythonProgress(const Progress::Config &c) : progress(out, c) {}
+  };
+  py::class_<PythonProgress>(m, "Progress")
+      .def(py::init<const Progress::Config &>())
+      .def("update",
+           [](PythonProgress &p, int64_t step, double loss, double lr,
+              double seconds) {
+             p.progress.update(step, loss, lr, seconds);
+             p.out.flush();
+           })
+      .def("interrupt",
+           [](PythonProgress &p) {
+             p.progress.interrupt();
+             p.out.flush();
+           })
+      .def("finish", [](PythonProgress &p) {
+        p.progress.finish();
+        p.out.flush();
+      });
+}
