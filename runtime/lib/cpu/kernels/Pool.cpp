@@ -58,12 +58,54 @@ dnnl::algorithm averaging(const KernelSpec &spec) {
              : dnnl::algorithm::pooling_avg_exclude_padding;
 }
 
+/// The layouts with channels in blocks of 16 and of 8 of a tensor of
+/// `rank` dims (N, C, spatial...).
+std::vector<memory::format_tag> blockedLayouts(size_t rank) {
+  using tag = memory::format_tag;
+  switch (rank) {
+  case 3:
+    return {tag::nCw16c, tag::nCw8c};
+  case 4:
+    return {tag::nChw16c, tag::nChw8c};
+  case 5:
+    return {tag::nCdhw16c, tag::nCdhw8c};
+  default:
+    return {};
+  }
+}
+
+memory::desc inLayout(const memory &m, memory::format_tag layout) {
+  return memory::desc(m.get_desc().dims(), memory::data_type::f32, layout);
+}
+
+/// Whether oneDNN runs `pd` with generated code: on plain (NCHW) tensors
+/// its pooling is a reference loop, about ten times slower than a jit
+/// pooling on channel blocks with the reorders around it.
+bool isJit(const dnnl::primitive_desc_base &pd) {
+  return std::string(pd.impl_info_str()).rfind("jit", 0) == 0;
+}
+
 std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
                                     const KernelMemory &mem, OneDnn &dnn,
                                     dnnl::algorithm algorithm,
                                     const Window &w) {
   memory src = bindSlot(spec, spec.operand("input"), mem, dnn);
   memory dst = bindSlot(spec, spec.result("output"), mem, dnn);
+  for (memory::format_tag layout :
+       blockedLayouts(src.get_desc().dims().size())) {
+    dnnl::pooling_v2_forward::desc blocked(
+        dnnl::prop_kind::forward_inference, algorithm, inLayout(src, layout),
+        inLayout(dst, layout), w.strides, w.kernel, w.dilations, w.padL,
+        w.padR);
+    dnnl::pooling_v2_forward::primitive_desc pd(blocked, dnn.engine, true);
+    if (!pd || !isJit(pd))
+      continue;
+    auto kernel =
+        std::make_unique<ReorderedKernel>(dnn, dnnl::pooling_v2_forward(pd));
+    kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
+    kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
+    return kernel;
+  }
   dnnl::pooling_v2_forward::desc desc(
       dnnl::prop_kind::forward_inference, algorithm, src.get_desc(),
       dst.get_desc(), w.strides, w.kernel, w.dilations, w.padL, w.padR);
@@ -107,29 +149,51 @@ std::unique_ptr<Kernel> createGlobalAvgPool(const KernelSpec &spec,
 }
 
 /// Max pooling backward: re-runs the forward in training mode for its
-/// workspace (the arg-max positions), then routes the gradient.
+/// workspace (the arg-max positions), then routes the gradient; in the
+/// primitives' layouts, the arena's plain tensors reordered into them and
+/// the gradient back.
 class MaxPoolGradKernel : public Kernel {
 public:
   MaxPoolGradKernel(OneDnn &dnn, dnnl::pooling_v2_forward::primitive_desc fwd,
                     dnnl::pooling_v2_backward::primitive_desc bwd, memory src,
                     memory gradOut, memory gradIn)
-      : dnn(dnn), forward(fwd), backward(bwd), src(src), gradOut(gradOut),
-        gradIn(gradIn), scratch(fwd.dst_desc(), dnn.engine),
+      : dnn(dnn), forward(fwd), backward(bwd),
+        src(inner(src, fwd.src_desc(), false)),
+        gradOut(inner(gradOut, bwd.diff_dst_desc(), false)),
+        gradIn(inner(gradIn, bwd.diff_src_desc(), true)),
+        scratch(fwd.dst_desc(), dnn.engine),
         workspace(fwd.workspace_desc(), dnn.engine) {}
   void run() override {
+    for (auto &[from, to] : before)
+      dnnl::reorder(from, to).execute(dnn.stream, from, to);
     forward.execute(dnn.stream, {{DNNL_ARG_SRC, src},
                                  {DNNL_ARG_DST, scratch},
                                  {DNNL_ARG_WORKSPACE, workspace}});
     backward.execute(dnn.stream, {{DNNL_ARG_DIFF_DST, gradOut},
                                   {DNNL_ARG_WORKSPACE, workspace},
                                   {DNNL_ARG_DIFF_SRC, gradIn}});
+    for (auto &[from, to] : after)
+      dnnl::reorder(from, to).execute(dnn.stream, from, to);
     dnn.stream.wait();
   }
 
 private:
+  /// `plain` itself, or a buffer of layout `chosen` that runs reorder
+  /// into (an input) or out of (an output).
+  memory inner(const memory &plain, const memory::desc &chosen, bool output) {
+    if (plain.get_desc() == chosen)
+      return plain;
+    memory m(chosen, dnn.engine);
+    (output ? after : before)
+        .push_back(output ? std::make_pair(m, plain)
+                          : std::make_pair(plain, m));
+    return m;
+  }
+
   OneDnn &dnn;
   dnnl::pooling_v2_forward forward;
   dnnl::pooling_v2_backward backward;
+  std::vector<std::pair<memory, memory>> before, after;
   memory src, gradOut, gradIn, scratch, workspace;
 };
 
@@ -144,6 +208,25 @@ std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
   memory src = bindSlot(spec, x, mem, dnn);
   memory dOut = bindSlot(spec, gradOut, mem, dnn);
   memory dIn = bindSlot(spec, gradIn, mem, dnn);
+  for (memory::format_tag layout : blockedLayouts(x.shape.size())) {
+    dnnl::pooling_v2_forward::desc fwd(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
+        inLayout(src, layout), inLayout(dOut, layout), w.strides, w.kernel,
+        w.dilations, w.padL, w.padR);
+    dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.engine, true);
+    if (!fwdPd || !isJit(fwdPd))
+      continue;
+    dnnl::pooling_v2_backward::desc bwd(dnnl::algorithm::pooling_max,
+                                        inLayout(dIn, layout),
+                                        inLayout(dOut, layout), w.strides,
+                                        w.kernel, w.dilations, w.padL, w.padR);
+    dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.engine, fwdPd,
+                                                    true);
+    if (!bwdPd || !isJit(bwdPd))
+      continue;
+    return std::make_unique<MaxPoolGradKernel>(dnn, fwdPd, bwdPd, src, dOut,
+                                               dIn);
+  }
   dnnl::pooling_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
                                      dnnl::algorithm::pooling_max,
                                      src.get_desc(), dOut.get_desc(), w.strides,
