@@ -79,14 +79,16 @@ double allReduceTime(double bytes, int64_t replicas,
 /// Measured seconds per micro-batch of each op's forward and backward
 /// kernels, keyed by the op's name (its NameLoc, the ONNX node name), as
 /// gpipe-run --profile-ops writes them: a header line, then one
-/// "name,forward_seconds,backward_seconds" row per op (the backward column
-/// may be missing).
+/// "name,forward_seconds,backward_seconds,micro_batch_rows" row per op
+/// (the last two columns may be missing). Seconds measured on micro-batches
+/// of another number of rows than `rows` (the micro-batch being compiled;
+/// 0: unknown) are scaled to it linearly.
 struct OpCost {
   double forward = 0;
   std::optional<double> backward;
 };
 using CostTable = llvm::StringMap<OpCost>;
-llvm::Expected<CostTable> readCostTable(llvm::StringRef path);
+llvm::Expected<CostTable> readCostTable(llvm::StringRef path, int64_t rows = 0);
 
 /// The name that a cost table uses for `op` ("" if it has none).
 std::string costTableKey(mlir::Operation *op);

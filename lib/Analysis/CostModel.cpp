@@ -147,7 +147,8 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(o))).str() + "\n";
 }
 
-llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
+llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path,
+                                                      int64_t rows) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
     return llvm::createStringError(
@@ -164,18 +165,29 @@ llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path) {
     line.split(fields, ',');
     OpCost cost;
     double backward = 0;
-    bool bad = fields.size() < 2 || fields.size() > 3 || fields[0].empty() ||
+    int64_t measuredRows = 0;
+    bool bad = fields.size() < 2 || fields.size() > 4 || fields[0].empty() ||
                fields[1].trim().getAsDouble(cost.forward) || cost.forward < 0;
-    if (!bad && fields.size() == 3) {
+    if (!bad && fields.size() >= 3) {
       bad = fields[2].trim().getAsDouble(backward) || backward < 0;
       cost.backward = backward;
     }
+    if (!bad && fields.size() == 4)
+      bad = fields[3].trim().getAsInteger(10, measuredRows) || measuredRows < 1;
     if (bad)
       return llvm::createStringError(
           llvm::inconvertibleErrorCode(),
           path + ":" + Twine(i + 1) +
-              ": expected 'op,forward_seconds[,backward_seconds]', got '" +
+              ": expected 'op,forward_seconds[,backward_seconds[,micro_batch_"
+              "rows]]', got '" +
               line + "'");
+    if (rows > 0 && measuredRows > 0 && rows != measuredRows) {
+      double scale =
+          static_cast<double>(rows) / static_cast<double>(measuredRows);
+      cost.forward *= scale;
+      if (cost.backward)
+        *cost.backward *= scale;
+    }
     table[fields[0]] = cost;
   }
   return table;

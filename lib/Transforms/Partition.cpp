@@ -118,7 +118,16 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     }
     std::optional<CostTable> table;
     if (!costTable.empty()) {
-      llvm::Expected<CostTable> t = readCostTable(costTable);
+      // The rows of the micro-batch the stages are compiled for: the batch
+      // dimension of the forward's data inputs.
+      int64_t rows = 0;
+      for (Type t : forward.getArgumentTypes())
+        if (auto ranked = dyn_cast<RankedTensorType>(t))
+          if (ranked.getRank() > 0 && !ranked.isDynamicDim(0)) {
+            rows = ranked.getDimSize(0);
+            break;
+          }
+      llvm::Expected<CostTable> t = readCostTable(costTable, rows);
       if (!t)
         return module.emitError(llvm::toString(t.takeError()));
       table = std::move(*t);

@@ -559,10 +559,12 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     }
     if (!o.profileOps.empty()) {
       std::ostringstream csv;
-      csv << "op,forward_seconds,backward_seconds\n" << std::setprecision(9);
+      csv << "op,forward_seconds,backward_seconds,micro_batch_rows\n"
+          << std::setprecision(9);
       // Across ranks every rank sends its ops; rank 0 writes them all.
       for (auto &[op, t] : session.opProfile())
-        csv << op << "," << t.first << "," << t.second << "\n";
+        csv << op << "," << t.first << "," << t.second << ","
+            << session.microBatchSize() << "\n";
       if (session.rank() == 0) {
         writeFileAtomically(o.profileOps, csv.str());
         out << "wrote the per-op times to " << o.profileOps

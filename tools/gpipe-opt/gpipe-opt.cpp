@@ -165,8 +165,10 @@ cl::opt<std::string> deviceProfileOption(
 
 cl::opt<std::string> costTableOption(
     "cost-table",
-    cl::desc("CSV of measured per-op forward seconds (op,seconds), used "
-             "instead of the roofline for the ops it names (--mode=train)"),
+    cl::desc("CSV of measured per-op seconds, as gpipe-run --profile-ops "
+             "writes it (op,forward_seconds[,backward_seconds[,micro_batch_"
+             "rows]]; scaled to the micro-batch compiled), used instead of "
+             "the roofline for the ops it names (--mode=train)"),
     cl::value_desc("FILE"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> reportOption(
