@@ -27,4 +27,9 @@ config.substitutions.append(
      "protoc --encode=onnx.ModelProto -I/usr/include onnx/onnx.proto"))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%gpipe_src", config.gpipe_src_root))
+# ptxas (CUDA toolkit) checks the PTX of CUDA stages.
+import shutil
+if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
+    config.available_features.add("ptxas")
+    config.environment["PATH"] += os.pathsep + "/usr/local/cuda/bin"
 config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))

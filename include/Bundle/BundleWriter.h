@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 
+#include "Target/StageTarget.h"
 #include "gpipe/common/BundleFormat.h"
 
 #include <optional>
@@ -48,6 +49,8 @@ struct BundleOptions {
   TrainingOptions training;
   /// The static schedule of a training bundle (docs/bundle.md).
   std::optional<llvm::json::Value> schedule;
+  /// What the stage targets take (--cuda-arch).
+  StageTargetOptions target;
 };
 
 /// Compiles the stage modules (one per stage, in order; each must have gone

@@ -52,6 +52,8 @@ struct CompileOptions {
   TrainingOptions training;
   std::string stages = "auto", schedule = "gpipe", recompute = "never";
   std::string deviceProfile, costTable;
+  /// The GPU architecture of CUDA stages.
+  std::string cudaArch = "sm_80";
   /// Training: also write the HTML report here.
   std::string reportPath;
 };

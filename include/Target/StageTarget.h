@@ -13,9 +13,27 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace gpipe {
+
+/// What the targets take from the command line.
+struct StageTargetOptions {
+  /// The GPU architecture CUDA stages are compiled for (gpipe-opt
+  /// --cuda-arch): PTX for it, and a cubin when ptxas is found.
+  std::string cudaArch = "sm_80";
+};
+
+/// Device code that serialize() wrote beside the stage's library, for the
+/// manifest: the kernels the host code launches by index and the files
+/// that hold them (PTX, and a cubin for `arch` when one was assembled).
+struct StageDeviceCode {
+  std::string arch;
+  std::vector<std::string> kernels;
+  std::string ptxFile, cubinFile;
+};
 
 class StageTarget {
 public:
@@ -26,15 +44,22 @@ public:
   virtual std::string codeFileName(int64_t stage) const = 0;
   /// Lowers a stage module to the target's dialects (gpipe-opt --emit=llvm).
   virtual mlir::LogicalResult lower(mlir::ModuleOp stage) = 0;
-  /// Lowers and writes the stage's code to `path`.
+  /// Lowers and writes the stage's code to `path` (and its device code
+  /// beside it, see deviceCode()).
   virtual mlir::LogicalResult serialize(mlir::ModuleOp stage,
                                         llvm::StringRef path) = 0;
+  /// The device code the last serialize() wrote beside the library; none
+  /// for host code only (CPU stages).
+  virtual std::optional<StageDeviceCode> deviceCode() const {
+    return std::nullopt;
+  }
 };
 
 /// The target of a device of the manifest ("cpu", "cpu:0-3", "cuda:0");
 /// an error at `stage`'s location for devices without one.
 mlir::FailureOr<std::unique_ptr<StageTarget>>
-createStageTarget(llvm::StringRef device, mlir::ModuleOp stage);
+createStageTarget(llvm::StringRef device, mlir::ModuleOp stage,
+                  const StageTargetOptions &options = {});
 
 } // namespace gpipe
 

@@ -381,7 +381,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     for (auto param : llvm::make_early_inc_range(m.getOps<ParameterOp>()))
       param.erase();
     FailureOr<std::unique_ptr<StageTarget>> target =
-        createStageTarget(options.devices[k], m);
+        createStageTarget(options.devices[k], m, options.target);
     if (failed(target))
       return failure();
     llvm::SmallString<256> library(tmp);
@@ -395,6 +395,33 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       return m.emitError("cannot read back ") << library;
     stageJSONs[k]["crc32"] = crcOf(ArrayRef<char>(
         (*libBytes)->getBufferStart(), (*libBytes)->getBufferSize()));
+    // GPU kernels beside the library: the runtime loads the cubin of its
+    // GPU's architecture, else JIT-compiles the PTX.
+    if (std::optional<StageDeviceCode> code = (*target)->deviceCode()) {
+      json::Object device{{"arch", code->arch}};
+      json::Array kernels;
+      for (const std::string &kernel : code->kernels)
+        kernels.push_back(kernel);
+      device["kernels"] = std::move(kernels);
+      for (auto [key, file] :
+           {std::pair<const char *, std::string>{"ptx", code->ptxFile},
+            {"cubin", code->cubinFile}}) {
+        if (file.empty())
+          continue;
+        llvm::SmallString<256> part(tmp);
+        llvm::sys::path::append(part, file);
+        auto bytes = llvm::MemoryBuffer::getFile(
+            part, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+        if (!bytes)
+          return m.emitError("cannot read back ") << part;
+        ArrayRef<char> data((*bytes)->getBufferStart(),
+                            (*bytes)->getBufferSize());
+        device[key] = json::Object{{"file", file},
+                                   {"size", static_cast<int64_t>(data.size())},
+                                   {"crc32", crcOf(data)}};
+      }
+      stageJSONs[k]["device_code"] = std::move(device);
+    }
     stagesJSON.push_back(std::move(stageJSONs[k]));
   }
   manifest["stages"] = std::move(stagesJSON);

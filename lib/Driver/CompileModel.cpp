@@ -203,12 +203,6 @@ int parseStageDevices(const CompileOptions &o,
                      ": pipelined inference is not implemented; compile "
                      "inference for one device, or add --mode=train",
                  2);
-  for (const Device &d : *parsed)
-    if (d.kind == DeviceKind::Cuda)
-      return error("--devices=" + flag + ": " + d.str() +
-                       ": CUDA stages are not implemented yet; use cpu "
-                       "devices",
-                   2);
   if (!anyRank) {
     ranks.clear();
     return 0;
@@ -353,7 +347,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   if (o.emit == CompileOutput::LLVM) {
     return writeText(o.output, [&](llvm::raw_ostream &os) {
       for (auto [k, stage] : llvm::enumerate(result->stages)) {
-        auto target = createStageTarget(devices[k], *stage);
+        auto target = createStageTarget(devices[k], *stage, {o.cudaArch});
         if (failed(target) || failed((*target)->lower(*stage)))
           return;
         stage->print(os, OpPrintingFlags());
@@ -366,6 +360,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   bundle.sourcePath = o.input;
   bundle.devices = devices;
   bundle.ranks = ranks;
+  bundle.target.cudaArch = o.cudaArch;
   bundle.mode = "train";
   bundle.schedule = std::move(result->schedule);
   bundle.training = o.training;
@@ -395,9 +390,10 @@ int compileInference(const CompileOptions &o, ModuleOp module,
     bundle.sourceName = llvm::sys::path::filename(o.input).str();
     bundle.sourcePath = o.input;
     bundle.devices = devices;
+    bundle.target.cudaArch = o.cudaArch;
     return failed(writeBundle(module, o.output, bundle)) ? 1 : 0;
   }
-  auto target = createStageTarget(devices.front(), module);
+  auto target = createStageTarget(devices.front(), module, {o.cudaArch});
   if (failed(target) || failed((*target)->lower(module)))
     return 1;
   return writeText(o.output, [&](llvm::raw_ostream &os) {

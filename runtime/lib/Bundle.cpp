@@ -568,6 +568,28 @@ Bundle loadBundle(const std::string &path) {
         s.replicaRanks.push_back(s.rank);
       s.library = j.at("library").get<std::string>();
       s.crc32 = integer<uint32_t>(j.at("crc32"));
+      if (j.contains("device_code")) {
+        const json &d = j.at("device_code");
+        StageSpec::DeviceCode code;
+        code.arch = d.at("arch").get<std::string>();
+        for (const json &k : d.at("kernels"))
+          code.kernels.push_back(k.get<std::string>());
+        for (auto [key, part] :
+             {std::pair<const char *,
+                        std::optional<StageSpec::DeviceCode::Part> *>{
+                  "ptx", &code.ptx},
+              {"cubin", &code.cubin}})
+          if (d.contains(key))
+            *part = StageSpec::DeviceCode::Part{
+                d.at(key).at("file").get<std::string>(),
+                integer<int64_t>(d.at(key).at("size")),
+                integer<uint32_t>(d.at(key).at("crc32"))};
+        if (!code.kernels.empty() && !code.ptx)
+          fail(path, "manifest.json",
+               "stage " + std::to_string(s.index) +
+                   " launches GPU kernels but names no PTX");
+        s.deviceCode = std::move(code);
+      }
       const json &p = j.at("parameters");
       s.parameters.file = p.at("file").get<std::string>();
       s.parameters.size = integer<int64_t>(p.at("size"));
@@ -656,6 +678,10 @@ Bundle loadBundle(const std::string &path) {
   for (const StageSpec &s : b.stages) {
     parts.push_back(s.library);
     parts.push_back(s.parameters.file);
+    if (s.deviceCode)
+      for (const auto &part : {s.deviceCode->ptx, s.deviceCode->cubin})
+        if (part)
+          parts.push_back(part->file);
   }
   for (const std::string &file : parts)
     if (file.empty() || file.find('/') != std::string::npos ||
@@ -677,6 +703,15 @@ Bundle loadBundle(const std::string &path) {
     std::string lib = readFile(path, s.library, b.partPath(s.library));
     if (crc32Of(lib.data(), lib.size()) != s.crc32)
       fail(path, s.library, "checksum mismatch (the file is corrupt)");
+    if (s.deviceCode)
+      for (const auto &part : {s.deviceCode->ptx, s.deviceCode->cubin}) {
+        if (!part)
+          continue;
+        std::string bytes = readFile(path, part->file, b.partPath(part->file));
+        if (static_cast<int64_t>(bytes.size()) != part->size ||
+            crc32Of(bytes.data(), bytes.size()) != part->crc32)
+          fail(path, part->file, "checksum mismatch (the file is corrupt)");
+      }
     for (const PhaseSpec &phase : s.phases) {
       int64_t arena = phase.arenaSize;
       for (const TensorSlot &t : phase.inputs)

@@ -171,6 +171,14 @@ cl::opt<std::string> costTableOption(
              "the roofline for the ops it names (--mode=train)"),
     cl::value_desc("FILE"), cl::cat(pipelineCategory));
 
+cl::opt<std::string> cudaArchOption(
+    "cuda-arch",
+    cl::desc("GPU architecture of the stages on cuda:N devices: their "
+             "kernels are compiled to PTX for it, and to a cubin when "
+             "ptxas (CUDA toolkit) is found (default sm_80: A100; sm_90: "
+             "H100)"),
+    cl::value_desc("sm_NN"), cl::init("sm_80"), cl::cat(pipelineCategory));
+
 cl::opt<std::string> reportOption(
     "report",
     cl::desc("Also write an HTML report: the per-stage table and an SVG "
@@ -306,6 +314,7 @@ int compileOptions(StringRef input, StringRef output,
   o.recompute = recomputeOption;
   o.deviceProfile = deviceProfileOption;
   o.costTable = costTableOption;
+  o.cudaArch = cudaArchOption;
   o.reportPath = reportOption;
   return 0;
 }

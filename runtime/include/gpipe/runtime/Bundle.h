@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -161,6 +162,20 @@ struct StageSpec {
   std::vector<int64_t> replicaRanks;
   std::string library; // file name inside the bundle
   uint32_t crc32 = 0;
+  /// GPU kernels of a CUDA stage (manifest "device_code"): the kernels its
+  /// library launches by index, as PTX and, when the compiler had ptxas,
+  /// as a cubin for `arch`.
+  struct DeviceCode {
+    std::string arch;
+    std::vector<std::string> kernels;
+    struct Part {
+      std::string file;
+      int64_t size = 0;
+      uint32_t crc32 = 0;
+    };
+    std::optional<Part> ptx, cubin;
+  };
+  std::optional<DeviceCode> deviceCode;
   ParameterBlob parameters;
   /// At least one; the first is the one inference runs.
   std::vector<PhaseSpec> phases;
