@@ -1,6 +1,9 @@
 #include "DeviceBackend.h"
 
 #include "cpu/CpuBackend.h"
+#ifdef GPIPE_HAVE_CUDA
+#include "cuda/CudaBackend.h"
+#endif
 
 #include "gpipe/runtime/DeviceList.h"
 
@@ -16,11 +19,17 @@ std::unique_ptr<DeviceBackend> createBackend(const std::string &device) {
   case DeviceKind::Cpu:
     return std::make_unique<cpu::CpuBackend>(device);
   case DeviceKind::Cuda:
+#ifdef GPIPE_HAVE_CUDA
+    return std::make_unique<cuda::CudaBackend>(
+        device, static_cast<int>(devices.front().ids.front()));
+#else
     break;
+#endif
   }
   throw BundleError(device +
-                    ": this runtime has no CUDA backend yet (stages on "
-                    "cuda:N cannot run; compile for cpu devices)");
+                    ": this runtime was built without CUDA (stages on "
+                    "cuda:N cannot run; build it where the CUDA toolkit is "
+                    "installed, or compile for cpu devices)");
 }
 
 } // namespace gpipe::runtime

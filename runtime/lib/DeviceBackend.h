@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace gpipe::runtime {
@@ -38,15 +39,35 @@ public:
   virtual void run() = 0;
 };
 
-/// A stage's compiled code loaded for a device: its phases' entry points.
+/// A launch of one of a stage's GPU kernels, as the host code asks for it
+/// (gpipe_cuda_launch): the kernel's index in the stage's device code, the
+/// grid and block sizes, and the kernel's arguments, each widened to 64
+/// bits.
+struct KernelLaunch {
+  int64_t kernel = 0;
+  int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  int64_t *arguments = nullptr;
+  int64_t count = 0;
+};
+
+/// A stage's compiled code loaded for a device: its phases' entry points,
+/// and for a GPU the kernels they launch.
 class StageCode {
 public:
   /// Runs a phase on its arena and the stage's parameters; `context` is
-  /// passed back to gpipe_kernel/gpipe_parallel_for calls it makes.
+  /// passed back to gpipe_kernel/gpipe_parallel_for/gpipe_cuda_launch
+  /// calls it makes.
   using Entry = void (*)(char *arena, char *params, int64_t context);
   virtual ~StageCode() = default;
   /// The entry point named `name`, or null.
   virtual Entry entry(const std::string &name) const = 0;
+  /// Queues a launch of one of the code's GPU kernels on the device;
+  /// throws for code without GPU kernels.
+  virtual void launch(const KernelLaunch &launch) {
+    (void)launch;
+    throw std::runtime_error("the stage code launched a GPU kernel on a "
+                             "device that has none");
+  }
 };
 
 /// Device memory, freed by the device that allocated it.
@@ -80,8 +101,10 @@ public:
   /// (gradient accumulation), in an order that does not depend on threads.
   virtual void accumulate(float *dst, const float *src, int64_t count) = 0;
 
-  /// Loads a stage's code: `path` is its library in the bundle.
-  virtual std::unique_ptr<StageCode> loadCode(const std::string &path) = 0;
+  /// Loads the code of `stage` of `bundle`: its library (host code) and,
+  /// for a GPU, its device code.
+  virtual std::unique_ptr<StageCode> loadCode(const Bundle &bundle,
+                                              const StageSpec &stage) = 0;
   /// Creates the kernel of one table entry (checked against the contract)
   /// on `memory`; BundleError naming the kernel if the device cannot run
   /// it.

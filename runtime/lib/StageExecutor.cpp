@@ -20,7 +20,7 @@ StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec,
 }
 
 void StageExecutor::load(const Bundle &bundle) {
-  code = device_->loadCode(bundle.partPath(spec.library));
+  code = device_->loadCode(bundle, spec);
   phases.resize(spec.phases.size());
   for (size_t i = 0; i < spec.phases.size(); ++i) {
     const PhaseSpec &ps = spec.phases[i];
@@ -116,6 +116,22 @@ void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent) {
   context->executor->parallelFor(context->phase, body, extent);
 }
 
+void StageExecutor::launch(const KernelLaunch &launch) noexcept {
+  if (!kernelError.empty())
+    return;
+  try {
+    code->launch(launch);
+  } catch (const std::exception &e) {
+    kernelError =
+        "GPU kernel " + std::to_string(launch.kernel) + " failed: " + e.what();
+  }
+}
+
+void gpipeCudaLaunch(int64_t ctx, const KernelLaunch &launch) {
+  auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
+  context->executor->launch(launch);
+}
+
 void gpipeKernel(int64_t ctx, int64_t id) {
   auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
   context->executor->runKernel(context->phase, id);
@@ -133,4 +149,24 @@ gpipe_kernel(int64_t ctx, int64_t id) {
 extern "C" __attribute__((visibility("default"))) void
 gpipe_parallel_for(int64_t ctx, gpipe::runtime::LoopBody body, int64_t extent) {
   gpipe::runtime::gpipeParallelFor(ctx, body, extent);
+}
+
+/// The GPU kernel launch entry point of generated host code of CUDA stages
+/// (docs/cuda.md): every argument an int64, `arguments` the address of
+/// `count` kernel arguments widened to 64 bits.
+extern "C" __attribute__((visibility("default"))) void
+gpipe_cuda_launch(int64_t ctx, int64_t kernel, int64_t gridX, int64_t gridY,
+                  int64_t gridZ, int64_t blockX, int64_t blockY, int64_t blockZ,
+                  int64_t arguments, int64_t count) {
+  gpipe::runtime::KernelLaunch launch;
+  launch.kernel = kernel;
+  launch.grid[0] = gridX;
+  launch.grid[1] = gridY;
+  launch.grid[2] = gridZ;
+  launch.block[0] = blockX;
+  launch.block[1] = blockY;
+  launch.block[2] = blockZ;
+  launch.arguments = reinterpret_cast<int64_t *>(arguments);
+  launch.count = count;
+  gpipe::runtime::gpipeCudaLaunch(ctx, launch);
 }

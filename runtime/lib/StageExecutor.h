@@ -15,6 +15,9 @@ namespace gpipe::runtime {
 
 /// Dispatches a kernel call of generated code (gpipe_kernel's context).
 void gpipeKernel(int64_t ctx, int64_t id);
+/// Dispatches a GPU kernel launch of generated host code
+/// (gpipe_cuda_launch's context).
+void gpipeCudaLaunch(int64_t ctx, const KernelLaunch &launch);
 
 /// An outlined loop body of generated code: runs outer iterations
 /// [begin, end) on the phase's arena and the parameters.
@@ -93,6 +96,8 @@ public:
 
   /// Called by the stage code through gpipe_kernel().
   void runKernel(size_t phase, int64_t id) noexcept;
+  /// Called by the stage's host code through gpipe_cuda_launch().
+  void launch(const KernelLaunch &launch) noexcept;
   /// Called by the stage code through gpipe_parallel_for(): `body` over
   /// [0, extent) in one contiguous chunk per OpenMP thread of the calling
   /// thread (the device's cores).
@@ -128,6 +133,7 @@ private:
 
   friend void gpipeKernel(int64_t, int64_t);
   friend void gpipeParallelFor(int64_t, LoopBody, int64_t);
+  friend void gpipeCudaLaunch(int64_t, const KernelLaunch &);
 };
 
 } // namespace gpipe::runtime

@@ -76,9 +76,10 @@ public:
     ++calls.accumulated;
     cpu.accumulate(dst, src, count);
   }
-  std::unique_ptr<StageCode> loadCode(const std::string &path) override {
-    calls.code.push_back(path);
-    return cpu.loadCode(path);
+  std::unique_ptr<StageCode> loadCode(const Bundle &bundle,
+                                      const StageSpec &stage) override {
+    calls.code.push_back(bundle.partPath(stage.library));
+    return cpu.loadCode(bundle, stage);
   }
   std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
                                        const KernelMemory &memory) override {

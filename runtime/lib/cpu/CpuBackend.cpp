@@ -2,48 +2,15 @@
 
 #include "kernels/Families.h"
 
+#include "NativeLibrary.h"
 #include "ParallelFor.h"
 
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
 
 namespace gpipe::runtime::cpu {
 
 namespace {
-
-/// Stage libraries call back into the runtime (gpipe_kernel, ...), whose
-/// symbols they find only in the global scope: where the runtime was
-/// loaded with RTLD_LOCAL (as the dependency of a Python extension
-/// module), it is promoted to the global scope first. The reference taken
-/// is never given back (the runtime outlives its stages).
-void *openStageLibrary(const std::string &path) {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void *>(&openStageLibrary), &info) != 0 &&
-      info.dli_fname)
-    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
-  return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-}
-
-/// A stage library opened with dlopen; its entry points are native
-/// functions.
-class NativeLibrary : public StageCode {
-public:
-  explicit NativeLibrary(const std::string &path)
-      : handle(openStageLibrary(path)) {
-    if (!handle)
-      throw BundleError(path + ": cannot load the stage library: " + dlerror());
-  }
-  ~NativeLibrary() override { dlclose(handle); }
-  NativeLibrary(const NativeLibrary &) = delete;
-  NativeLibrary &operator=(const NativeLibrary &) = delete;
-  Entry entry(const std::string &name) const override {
-    return reinterpret_cast<Entry>(dlsym(handle, name.c_str()));
-  }
-
-private:
-  void *handle;
-};
 
 void freeAligned(char *p) { std::free(p); }
 
@@ -81,8 +48,13 @@ void CpuBackend::accumulate(float *dst, const float *src, int64_t count) {
   parallelAccumulate(dst, src, count);
 }
 
-std::unique_ptr<StageCode> CpuBackend::loadCode(const std::string &path) {
-  return std::make_unique<NativeLibrary>(path);
+std::unique_ptr<StageCode> CpuBackend::loadCode(const Bundle &bundle,
+                                                const StageSpec &stage) {
+  if (stage.deviceCode && !stage.deviceCode->kernels.empty())
+    throw BundleError(bundle.path + ": stage " + std::to_string(stage.index) +
+                      " was compiled for a GPU (" + stage.deviceCode->arch +
+                      "), not for " + name_);
+  return std::make_unique<NativeLibrary>(bundle.partPath(stage.library));
 }
 
 std::unique_ptr<Kernel> CpuBackend::createKernel(const KernelSpec &spec,

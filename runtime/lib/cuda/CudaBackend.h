@@ -1,0 +1,47 @@
+// The CUDA backend (built when CMake finds the CUDA toolkit): device
+// memory, one stream per stage, the stage's GPU kernels loaded from the
+// bundle's cubin (for this GPU's architecture) or PTX (JIT) with the CUDA
+// runtime's library API and launched by its host code on that stream, and
+// heavy ops on cuBLAS. Copies are synchronous on the stage's stream (the
+// runtime's contract: a copy is done when it returns); overlapping them
+// with compute on copy streams is not done yet. See docs/cuda.md for what
+// this backend does not run yet.
+#ifndef GPIPE_RUNTIME_CUDA_CUDABACKEND_H
+#define GPIPE_RUNTIME_CUDA_CUDABACKEND_H
+
+#include "DeviceBackend.h"
+
+#include <memory>
+#include <string>
+
+namespace gpipe::runtime::cuda {
+
+class CudaBackend : public DeviceBackend {
+public:
+  /// `name` is "cuda:N"; BundleError if that GPU cannot be used.
+  CudaBackend(std::string name, int ordinal);
+  ~CudaBackend() override;
+
+  const std::string &name() const override { return name_; }
+  DeviceBuffer allocate(int64_t bytes) override;
+  void copyToDevice(char *dst, const void *src, int64_t bytes) override;
+  void copyToHost(void *dst, const char *src, int64_t bytes) override;
+  void copyOnDevice(char *dst, const char *src, int64_t bytes) override;
+  void accumulate(float *dst, const float *src, int64_t count) override;
+  std::unique_ptr<StageCode> loadCode(const Bundle &bundle,
+                                      const StageSpec &stage) override;
+  std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
+                                       const KernelMemory &memory) override;
+  void synchronize() override;
+
+  /// The GPU's objects (stream, cuBLAS handle), shared with its kernels.
+  struct Device;
+
+private:
+  std::string name_;
+  std::unique_ptr<Device> device;
+};
+
+} // namespace gpipe::runtime::cuda
+
+#endif // GPIPE_RUNTIME_CUDA_CUDABACKEND_H
