@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# The checks of CUDA stages that need a GPU (docs/cuda.md), in two halves:
+# The checks and the benchmark of CUDA stages that need a GPU (docs/cuda.md).
+#
+#   scripts/gpu-check.sh all
+#     on one machine with a GPU and the project's set-up (Debian 12, the
+#     CUDA toolkit): installs and builds as the README says, then `prepare`,
+#     `run` and `bench` below, with every model (ResNet-50 included).
+#
+# Or in two halves, where the GPU machine has nvcc, CMake and PyTorch but no
+# Debian packages (bundles are compiled here, the runtime is built there):
 #
 #   scripts/gpu-check.sh prepare
-#     here (gpipe built, Debian's PyTorch): exports an MLP with PyTorch,
-#     compiles it with gpipe-opt for cuda:0 (inference; training with mse),
-#     for cuda:0,cpu:0 (a GPU stage and a CPU stage) and for cpu:0 (the
-#     reference), writes the data and PyTorch's outputs to gpu-check/, and
-#     collects the runtime's dependencies (scripts/collect-device-deps.sh).
+#     here (gpipe built): compiles for cuda:0, with their CPU references,
+#       - an MLP (inference against PyTorch; 20 AdamW steps with mse
+#         against the same bundle on cpu:0; a cuda:0,cpu:0 pipeline against
+#         cpu:0,cpu:0),
+#       - the ONNX backend conformance cases (test/conformance, --split),
+#       - the PyTorch training equivalence cases (test/e2e/
+#         pytorch_training.py, --split; ResNet-18 left out: its bundles do
+#         not fit what the device tool carries),
+#       - the benchmark's models (bench/run_gpu_benchmarks.py; ResNet-18 and
+#         the Transformer),
+#     collects the runtime's dependencies (scripts/collect-device-deps.sh)
+#     and packs it all into gpu-pack/payload.tar.xz.
 #
-#   scripts/gpu-check.sh run
-#     on a machine with a GPU, nvcc and CMake (carrying gpu-check/ and
-#     .devdeps/): builds the runtime with CUDA (-DGPIPE_BUILD_COMPILER=OFF),
-#     runs its GoogleTests, then each check, and prints one line per check
+#   scripts/gpu-check.sh run      (on the GPU machine, carrying gpu-pack/)
+#     unpacks, builds the runtime with CUDA (-DGPIPE_BUILD_COMPILER=OFF; cuDNN
+#     from the toolkit or from PyTorch's nvidia-cudnn wheel), runs its
+#     GoogleTests and every check, then the benchmark; one line per check
 #     and a summary; exit 1 if any fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$root/gpu-check"
+pack="$root/gpu-pack"
+testdata=/usr/share/libonnx-testdata/data
 
 prepare() {
+  local models="${1:-split}"
   local opt="${GPIPE_OPT:-$root/build/bin/gpipe-opt}"
+  local run="${GPIPE_RUN:-$root/build/bin/gpipe-run}"
   rm -rf "$work" && mkdir -p "$work"
   /usr/bin/python3 - "$work" <<'PY'
 import sys
@@ -51,15 +70,47 @@ PY
     "$opt" "$work/mlp.onnx" --devices=$devices --micro-batches=4 \
       -o "$work/pipe-${devices%%:*}.gpipe" >/dev/null
   done
-  "$root/scripts/collect-device-deps.sh"
-  echo "gpu-check: prepared $work; on the GPU machine: scripts/gpu-check.sh run"
+  echo "gpu-check: compiling the conformance cases for cuda:0"
+  /usr/bin/python3 "$root/test/conformance/onnx_backend.py" "$opt" "$run" \
+    "$testdata" "$work/conformance" --devices=cuda:0 --split=compile | tail -1
+  echo "gpu-check: compiling the training equivalence cases for cuda:0"
+  local exclude=resnet18
+  [ "$models" = all ] && exclude=
+  GPIPE_DEVICES=cuda:0 GPIPE_SPLIT=compile GPIPE_EXCLUDE="$exclude" \
+    /usr/bin/python3 "$root/test/e2e/pytorch_training.py" "$opt" "$run" \
+    "$work/train" | tail -1
+  local bench=resnet18,transformer
+  [ "$models" = all ] && bench=resnet18,resnet50,transformer
+  /usr/bin/python3 "$root/bench/run_gpu_benchmarks.py" prepare "$work/bench" \
+    --gpipe-opt "$opt" --models "$bench"
+  [ "$models" = all ] && return
+  "$root/scripts/collect-device-deps.sh" >/dev/null
+  rm -rf "$pack" && mkdir -p "$pack"
+  grep -qx '/gpu-pack/' "$root/.git/info/exclude" 2>/dev/null ||
+    echo '/gpu-pack/' >>"$root/.git/info/exclude"
+  tar -C "$root" -cf - gpu-check .devdeps | xz -T0 -6 >"$pack/payload.tar.xz"
+  du -sh "$pack/payload.tar.xz"
+  echo "gpu-check: prepared; on the GPU machine, carrying gpu-pack/:" \
+    "scripts/gpu-check.sh run"
 }
 
 run() {
-  local build="$root/build-gpu"
-  cmake -S "$root" -B "$build" -DGPIPE_BUILD_COMPILER=OFF \
-    -DCMAKE_PREFIX_PATH="$root/.devdeps" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j"$(nproc)" >/dev/null
+  local build="${GPIPE_GPU_BUILD:-$root/build-gpu}"
+  if [ -f "$pack/payload.tar.xz" ]; then
+    tar -C "$root" -xJf "$pack/payload.tar.xz"
+  fi
+  if [ -z "${GPIPE_GPU_BUILD:-}" ]; then
+    # cuDNN: the toolkit's, else PyTorch's nvidia-cudnn wheel.
+    local cudnn
+    cudnn="$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))' 2>/dev/null || true)"
+    cmake -S "$root" -B "$build" -G Ninja -DGPIPE_BUILD_COMPILER=OFF \
+      -DCMAKE_PREFIX_PATH="$root/.devdeps" -DCMAKE_BUILD_TYPE=Release \
+      -DDNNL_LIBRARY="$root/.devdeps/lib/libdnnl.so.2" \
+      -DGTEST_ROOT="$root/.devdeps" ${cudnn:+-DCUDNN_ROOT="$cudnn"} \
+      >"$work/cmake.log"
+    cmake --build "$build" -j"$(nproc)" >"$work/build.log"
+    [ -n "$cudnn" ] && export LD_LIBRARY_PATH="$cudnn/lib:${LD_LIBRARY_PATH:-}"
+  fi
   local bin="$build/bin" failed=0
   export LD_LIBRARY_PATH="$root/.devdeps/lib:${LD_LIBRARY_PATH:-}"
   result() { echo "$1 $2"; [ "$1" = PASS ] || failed=$((failed + 1)); }
@@ -68,7 +119,7 @@ run() {
   else
     result FAIL "runtime GoogleTests (gpu-check/gtest.log)"
   fi
-  "$bin/gpipe-run" --version | grep CUDA || true
+  "$bin/gpipe-run" --version | grep -i cuda || true
   # Inference on the GPU against PyTorch.
   if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
        --output "$work/out" >"$work/infer.log" 2>&1 &&
@@ -102,15 +153,42 @@ PY
   else
     result FAIL "the cuda:0,cpu:0 pipeline (gpu-check/pipe-cuda.log)"
   fi
+  if python3 "$root/test/conformance/onnx_backend.py" none "$bin/gpipe-run" \
+       none "$work/conformance" --split=run --min-pass 150 \
+       >"$work/conformance.log" 2>&1; then
+    result PASS "ONNX conformance on cuda:0: $(tail -1 "$work/conformance.log")"
+  else
+    result FAIL "ONNX conformance on cuda:0 (gpu-check/conformance.log)"
+  fi
+  if GPIPE_SPLIT=run python3 "$root/test/e2e/pytorch_training.py" none \
+       "$bin/gpipe-run" "$work/train" >"$work/train.log" 2>&1; then
+    result PASS "PyTorch training equivalence on cuda:0: $(tail -1 "$work/train.log")"
+  else
+    result FAIL "PyTorch training equivalence on cuda:0 (gpu-check/train.log)"
+  fi
+  if python3 "$root/bench/run_gpu_benchmarks.py" run "$work/bench" \
+       --gpipe-bench "$bin/gpipe-bench" --markdown "$work/benchmarks.md" \
+       >"$work/bench.log" 2>&1; then
+    result PASS "benchmark against PyTorch eager (gpu-check/benchmarks.md)"
+  else
+    result FAIL "benchmark (gpu-check/bench.log)"
+  fi
+  cat "$work/benchmarks.md" 2>/dev/null || true
   echo "gpu-check: $failed failed"
   [ "$failed" -eq 0 ]
 }
 
 case "${1:-}" in
+all)
+  "$root/scripts/install-deps.sh"
+  "$root/scripts/build.sh"
+  prepare all
+  GPIPE_GPU_BUILD="$root/build" run
+  ;;
 prepare) prepare ;;
 run) run ;;
 *)
-  echo "usage: scripts/gpu-check.sh prepare|run (see the top of this file)" >&2
+  echo "usage: scripts/gpu-check.sh all|prepare|run (see the top of this file)" >&2
   exit 2
   ;;
 esac

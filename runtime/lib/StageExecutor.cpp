@@ -66,8 +66,13 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   }
   try {
     if (kernelTrace || profiling) {
+      // A GPU queues kernels: wait for the work before and for the kernel
+      // itself, so that the times are the kernel's (a traced or profiled
+      // step runs without overlap between the host and the device).
+      device_->synchronize();
       double begin = steadySeconds();
       kernels[id]->run();
+      device_->synchronize();
       double end = steadySeconds();
       if (kernelTrace)
         kernelTrace->push_back({&spec.phases[phase].kernels[id],
@@ -97,6 +102,9 @@ void StageExecutor::run(size_t phase) {
           reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);
+  // A phase is done when its work on the device is (a GPU runs it after
+  // the entry has queued it): its time and its errors are its own.
+  device_->synchronize();
 }
 
 void StageExecutor::parallelFor(size_t phase, LoopBody body,

@@ -12,10 +12,17 @@ A case is selected when all its nodes have supported op types. It is then
 A compiled case that fails to run or differs fails the suite.
 
 usage: onnx_backend.py GPIPE_OPT GPIPE_RUN DATA_DIR WORK_DIR [--report FILE]
+
+On another device (scripts/gpu-check.sh): --devices=cuda:0 compiles for it;
+--split=compile compiles only and copies each compiled case's test data
+into WORK_DIR (cases.json lists them); --split=run then runs and compares
+those from WORK_DIR on a machine that has the device but no compiler.
 """
 import argparse
 import glob
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -42,29 +49,39 @@ RANDOM_OUTPUTS = {"test_training_dropout", "test_training_dropout_default",
                   "test_training_dropout_default_mask", "test_training_dropout_mask"}
 
 
-def run_case(gpipe_opt, gpipe_run, case, work):
+def compile_case(gpipe_opt, case, work, devices):
+    """Returns (status, detail, entry): entry {name, bundle, bindings,
+    runtime_inputs, outputs} when it compiled."""
     model = onnx.load(os.path.join(case, "model.onnx"))
     name = os.path.basename(case)
     bundle = os.path.join(work, name + ".gpipe")
+    extra = [f"--devices={devices}"] if devices else []
     proc, bindings, runtime_inputs = onnx_testdata.compile_with_bindings(
-        gpipe_opt, case, model, ["-o", bundle], 300)
+        gpipe_opt, case, model, extra + ["-o", bundle], 300)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         if 1 <= proc.returncode <= 127 and len(lines) == 1 and "error:" in lines[0]:
-            return "rejected", lines[0].split("error: ", 1)[-1]
-        return "fail", f"compile crashed or gave no clean error: {proc.stderr.strip()}"
-    outputs = [o.name for o in model.graph.output]
+            return "rejected", lines[0].split("error: ", 1)[-1], None
+        return "fail", f"compile crashed or gave no clean error: {proc.stderr.strip()}", None
+    return "compiled", "", {"name": name, "bundle": bundle,
+                            "bindings": sorted(bindings),
+                            "runtime_inputs": runtime_inputs,
+                            "outputs": [o.name for o in model.graph.output]}
+
+
+def run_case(gpipe_run, case, work, entry):
+    name = entry["name"]
     compare = name not in RANDOM_OUTPUTS
     for data in sorted(glob.glob(os.path.join(case, "test_data_set_*"))):
         out_dir = os.path.join(work, name + "_" + os.path.basename(data))
-        args = [gpipe_run, bundle, "--infer", "--output", out_dir]
-        for i, input_name in enumerate(runtime_inputs):
-            if input_name not in bindings:
+        args = [gpipe_run, entry["bundle"], "--infer", "--output", out_dir]
+        for i, input_name in enumerate(entry["runtime_inputs"]):
+            if input_name not in entry["bindings"]:
                 args.append(f"--input={input_name}={data}/input_{i}.pb")
         run = subprocess.run(args, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
             return "fail", f"{os.path.basename(data)}: gpipe-run failed: {run.stderr.strip()}"
-        for i, output_name in enumerate(outputs if compare else []):
+        for i, output_name in enumerate(entry["outputs"] if compare else []):
             expected = numpy_helper.to_array(
                 onnx.load_tensor(os.path.join(data, f"output_{i}.pb")))
             got = np.load(os.path.join(out_dir, output_name + ".npy"))
@@ -76,20 +93,7 @@ def run_case(gpipe_opt, gpipe_run, case, work):
     return ("pass", "") if compare else ("random", "random reference output, not compared")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("gpipe_opt")
-    parser.add_argument("gpipe_run")
-    parser.add_argument("data")
-    parser.add_argument("work")
-    parser.add_argument("--report", help="write a Markdown table of every case")
-    parser.add_argument("--filter", default="", help="only cases whose name contains this")
-    parser.add_argument("--min-pass", type=int, default=0,
-                        help="fail unless at least this many cases pass")
-    args = parser.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    results = []
-    supported = onnx_testdata.supported_ops(args.gpipe_opt)
+def selected_cases(args, supported):
     for suite in SUITES:
         for case in sorted(glob.glob(os.path.join(args.data, suite, "*"))):
             path = os.path.join(case, "model.onnx")
@@ -102,10 +106,60 @@ def main():
             if not ops or not ops <= supported or any(
                     n.domain not in ("", "ai.onnx") for n in model.graph.node):
                 continue
-            status, detail = run_case(args.gpipe_opt, args.gpipe_run, case, args.work)
+            yield suite, case
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("gpipe_opt")
+    parser.add_argument("gpipe_run")
+    parser.add_argument("data")
+    parser.add_argument("work")
+    parser.add_argument("--report", help="write a Markdown table of every case")
+    parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--min-pass", type=int, default=0,
+                        help="fail unless at least this many cases pass")
+    parser.add_argument("--devices", default="",
+                        help="compile for these devices (gpipe-opt --devices)")
+    parser.add_argument("--split", choices=("compile", "run"),
+                        help="compile only, or run what --split=compile left")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    manifest = os.path.join(args.work, "cases.json")
+    results = []
+    if args.split == "run":
+        with open(manifest) as f:
+            for entry in json.load(f):
+                # Bundles and data moved with WORK_DIR.
+                entry["bundle"] = os.path.join(args.work, os.path.basename(entry["bundle"]))
+                case = os.path.join(args.work, entry["name"] + ".data")
+                status, detail = run_case(args.gpipe_run, case, args.work, entry)
+                results.append((entry["suite"], entry["name"], status, detail))
+                if status == "fail":
+                    print(f"FAIL {entry['suite']}/{entry['name']}: {detail}")
+    else:
+        supported = onnx_testdata.supported_ops(args.gpipe_opt)
+        compiled = []
+        for suite, case in selected_cases(args, supported):
+            status, detail, entry = compile_case(args.gpipe_opt, case, args.work,
+                                                 args.devices)
+            if entry and args.split == "compile":
+                entry["suite"] = suite
+                compiled.append(entry)
+                shutil.copytree(case, os.path.join(args.work, entry["name"] + ".data"),
+                                dirs_exist_ok=True)
+            elif entry:
+                status, detail = run_case(args.gpipe_run, case, args.work, entry)
             results.append((suite, os.path.basename(case), status, detail))
             if status == "fail":
                 print(f"FAIL {suite}/{os.path.basename(case)}: {detail}")
+        if args.split == "compile":
+            with open(manifest, "w") as f:
+                json.dump(compiled, f, indent=1)
+            print(f"{len(compiled)} cases compiled, "
+                  f"{sum(r[2] == 'rejected' for r in results)} rejected, "
+                  f"{sum(r[2] == 'fail' for r in results)} failed to compile")
+            return 1 if any(r[2] == "fail" for r in results) else 0
     counts = {s: sum(r[2] == s for r in results)
               for s in ("pass", "fail", "rejected", "random")}
     if args.report:

@@ -12,7 +12,13 @@ parameters. Every step's loss must agree within 1e-4 relative
 for chaotic models (HORIZON) over the steps float32 can follow.
 
 usage: pytorch_training.py GPIPE_OPT GPIPE_RUN WORK_DIR [ONLY]
-(ONLY: run the cases whose label contains this text)
+(ONLY: run the cases whose label contains this text; GPIPE_EXCLUDE: a
+comma-separated list of models to leave out)
+
+On another device (scripts/gpu-check.sh): GPIPE_DEVICES=cuda:0 compiles for
+it; GPIPE_SPLIT=compile exports and compiles only (bundles, data and the
+initial weights in WORK_DIR), GPIPE_SPLIT=run then trains and compares
+those on a machine that has the device but no compiler (GPIPE_OPT unused).
 """
 import csv
 import os
@@ -28,6 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_models  # noqa: E402
 
 STEPS, BATCH, SAMPLES = 20, 32, 96
+DEVICES = os.environ.get("GPIPE_DEVICES", "")
+SPLIT = os.environ.get("GPIPE_SPLIT", "")  # "", "compile" or "run"
 # AdamW runs at lr 3e-4 (a usual Adam rate): at several times that, these
 # tiny models overfit 96 samples within 20 steps and float32 rounding
 # differences between any two implementations grow by an order of magnitude
@@ -157,24 +165,38 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
     tag = f"{name}_m{micro}_{optimizer}_{loss}"
     onnx_path = os.path.join(work, tag + ".onnx")
     bundle = os.path.join(work, tag + ".gpipe")
-    model, example = reference_models.export(name, onnx_path,
-                                             batch=BATCH // micro)
-    initial = {n: t.detach().clone() for n, t in model.state_dict().items()}
-    for recompute, path in (("never", bundle), ("always", bundle + "-rc")):
-        proc = subprocess.run(
-            [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
-             f"--micro-batches={micro}", f"--loss={loss}",
-             f"--recompute={recompute}"] + OPTIMIZERS[optimizer][0]
-            + ["-o", path],
-            capture_output=True, text=True)
-        if proc.returncode != 0:
-            return [f"compile failed: {proc.stderr.strip()}"]
-    rng = np.random.RandomState(5)
-    x = rng.randn(SAMPLES, *example.shape[1:]).astype(np.float32)
-    y = (rng.randn(SAMPLES, 10).astype(np.float32) if loss == "mse"
-         else rng.randint(0, 10, size=SAMPLES).astype(np.int64))
     data = os.path.join(work, tag + ".npz")
-    np.savez(data, input=x, labels=y)
+    initial_state = os.path.join(work, tag + ".pt")
+    if SPLIT == "run":
+        # Compiled elsewhere: the same module with the exported weights.
+        model, _ = {**reference_models.MODELS, **reference_models.VARIANTS}[name]()
+        model.load_state_dict(torch.load(initial_state))
+        model.train()
+        with np.load(data) as arrays:
+            x, y = arrays["input"], arrays["labels"]
+    else:
+        model, example = reference_models.export(name, onnx_path,
+                                                 batch=BATCH // micro)
+        devices = [f"--devices={DEVICES}"] if DEVICES else []
+        for recompute, path in (("never", bundle), ("always", bundle + "-rc")):
+            proc = subprocess.run(
+                [gpipe_opt, onnx_path, "--mode=train", f"--batch-size={BATCH}",
+                 f"--micro-batches={micro}", f"--loss={loss}",
+                 f"--recompute={recompute}"] + devices
+                + OPTIMIZERS[optimizer][0] + ["-o", path],
+                capture_output=True, text=True)
+            if proc.returncode != 0:
+                return [f"compile failed: {proc.stderr.strip()}"]
+        rng = np.random.RandomState(5)
+        x = rng.randn(SAMPLES, *example.shape[1:]).astype(np.float32)
+        y = (rng.randn(SAMPLES, 10).astype(np.float32) if loss == "mse"
+             else rng.randint(0, 10, size=SAMPLES).astype(np.int64))
+        np.savez(data, input=x, labels=y)
+        if SPLIT == "compile":
+            torch.save(model.state_dict(), initial_state)
+            print(f"{tag}: compiled")
+            return []
+    initial = {n: t.detach().clone() for n, t in model.state_dict().items()}
     log = os.path.join(work, tag + ".csv")
     params = os.path.join(work, tag + "_params")
     trained_onnx = os.path.join(work, tag + "_trained.onnx")
@@ -271,11 +293,13 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
 def main():
     gpipe_opt, gpipe_run, work = sys.argv[1:4]
     only = sys.argv[4] if len(sys.argv) > 4 else ""
+    excluded = [n for n in os.environ.get("GPIPE_EXCLUDE", "").split(",") if n]
     os.makedirs(work, exist_ok=True)
     return reference_models.run_checks(
         [(f"{name} M={micro} {optimizer} {loss}", case)
          for case in CASES for name, micro, optimizer, loss in [case]
-         if only in f"{name} M={micro} {optimizer} {loss}"],
+         if only in f"{name} M={micro} {optimizer} {loss}"
+         and name not in excluded],
         lambda case: check(*case, gpipe_opt, gpipe_run, work))
 
 

@@ -1,20 +1,16 @@
 #include "CudaBackend.h"
 
+#include "CudaDevice.h"
 #include "NativeLibrary.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 namespace gpipe::runtime::cuda {
 
-namespace {
-
-/// Throws BundleError naming the device, the call and CUDA's reason.
 void check(cudaError_t err, const std::string &device, const char *call) {
   if (err != cudaSuccess)
     throw BundleError(device + ": " + call +
@@ -27,7 +23,18 @@ void check(cublasStatus_t status, const std::string &device, const char *call) {
                       " failed: " + cublasGetStatusString(status));
 }
 
+#ifdef GPIPE_HAVE_CUDNN
+void check(cudnnStatus_t status, const std::string &device, const char *call) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw BundleError(device + ": " + call +
+                      " failed: " + cudnnGetErrorString(status));
+}
+#endif
+
+namespace {
+
 void freeDevice(char *p) { cudaFree(p); }
+void freePinned(char *p) { cudaFreeHost(p); }
 
 std::string readBytes(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
@@ -40,19 +47,44 @@ std::string readBytes(const std::string &path) {
 
 } // namespace
 
-struct CudaBackend::Device {
-  std::string name;
-  int ordinal = 0;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  /// "sm_90": the architecture whose cubin this GPU runs.
-  std::string arch;
+DeviceBuffer CudaDevice::allocate(int64_t size) const {
+  use();
+  size_t bytes =
+      (static_cast<size_t>(std::max<int64_t>(size, 1)) + 255) / 256 * 256;
+  char *p = nullptr;
+  cudaError_t err = cudaMalloc(reinterpret_cast<void **>(&p), bytes);
+  if (err != cudaSuccess)
+    throw BundleError(name + ": cannot allocate " + std::to_string(bytes) +
+                      " bytes of GPU memory: " + cudaGetErrorString(err));
+  return DeviceBuffer(p, freeDevice);
+}
 
-  /// Makes this GPU the calling thread's current one (each stage runs on
-  /// its own thread).
-  void use() const { check(cudaSetDevice(ordinal), name, "cudaSetDevice"); }
-  void wait() const {
-    check(cudaStreamSynchronize(stream), name, "cudaStreamSynchronize");
+void CudaDevice::reserveWorkspace(int64_t bytes) {
+  if (bytes <= workspaceBytes)
+    return;
+  workspace = DeviceBuffer();
+  workspace = allocate(bytes);
+  workspaceBytes = bytes;
+}
+
+/// The GPU's objects, and a pinned host buffer that copies between host
+/// and GPU memory go through (page-locked memory is what the GPU's copy
+/// engines read and write directly).
+struct CudaBackend::State : CudaDevice {
+  DeviceBuffer pinned;
+  int64_t pinnedBytes = 0;
+
+  char *staging(int64_t bytes) {
+    if (bytes > pinnedBytes) {
+      pinned = DeviceBuffer();
+      char *p = nullptr;
+      check(cudaMallocHost(reinterpret_cast<void **>(&p),
+                           static_cast<size_t>(bytes)),
+            name, "cudaMallocHost (pinned copy buffer)");
+      pinned = DeviceBuffer(p, freePinned);
+      pinnedBytes = bytes;
+    }
+    return pinned.get();
   }
 };
 
@@ -62,7 +94,7 @@ namespace {
 /// stage's stream.
 class CudaCode : public StageCode {
 public:
-  CudaCode(const CudaBackend::Device &device, const std::string &library,
+  CudaCode(const CudaDevice &device, const std::string &library,
            const std::string &image, const std::vector<std::string> &names)
       : device(device), host(library) {
     device.use();
@@ -105,165 +137,35 @@ public:
   }
 
 private:
-  const CudaBackend::Device &device;
+  const CudaDevice &device;
   NativeLibrary host;
   cudaLibrary_t module = nullptr;
   std::vector<cudaKernel_t> kernels;
 };
 
-/// ONNX Gemm on row-major tensors through cuBLAS's column-major sgemm:
-/// Y^T = alpha op(B)^T op(A)^T + beta C^T, C broadcast into Y first (a
-/// rank-1 update with a vector of ones for a row or column bias).
-class GemmKernel : public Kernel {
+/// Makes the kernel's GPU current before it runs (a stage's kernels run on
+/// its thread, which may have used another GPU).
+class OnDevice : public Kernel {
 public:
-  GemmKernel(const CudaBackend::Device &device, const KernelSpec &spec,
-             const KernelMemory &mem)
-      : device(device) {
-    const TensorSlot &a = spec.operand("a"), &b = spec.operand("b");
-    const TensorSlot *c = spec.optionalOperand("c");
-    const TensorSlot &out = spec.result("output");
-    if (a.shape.size() != 2 || b.shape.size() != 2 || out.shape.size() != 2)
-      spec.fail("operands must be 2-D");
-    for (const TensorSlot *t : {&a, &b, &out, c})
-      if (t && t->dtype != DType::F32)
-        spec.fail("only float32 kernels are implemented");
-    transA = spec.flag("trans_a");
-    transB = spec.flag("trans_b");
-    alpha = static_cast<float>(spec.number("alpha"));
-    beta = static_cast<float>(spec.number("beta"));
-    m = out.shape[0];
-    n = out.shape[1];
-    k = transA ? a.shape[0] : a.shape[1];
-    A = reinterpret_cast<const float *>(address(a, mem));
-    B = reinterpret_cast<const float *>(address(b, mem));
-    Y = reinterpret_cast<float *>(address(out, mem));
-    if (c) {
-      C = reinterpret_cast<const float *>(address(*c, mem));
-      std::vector<int64_t> shape = c->shape;
-      while (shape.size() < 2)
-        shape.insert(shape.begin(), 1);
-      cRows = shape[0];
-      cCols = shape[1];
-      if ((cRows != 1 && cRows != m) || (cCols != 1 && cCols != n) ||
-          (cRows == 1 && cCols == 1))
-        spec.fail("the CUDA backend adds C of shape [M, N], [N] or [M, 1] "
-                  "only");
-      std::vector<float> one(static_cast<size_t>(std::max(m, n)), 1.0f);
-      char *p = nullptr;
-      check(
-          cudaMalloc(reinterpret_cast<void **>(&p), one.size() * sizeof(float)),
-          device.name, "cudaMalloc");
-      ones = DeviceBuffer(p, freeDevice);
-      check(cudaMemcpy(p, one.data(), one.size() * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            device.name, "cudaMemcpy");
-    }
-  }
+  OnDevice(const CudaDevice &device, std::unique_ptr<Kernel> inner)
+      : device(device), inner(std::move(inner)) {}
   void run() override {
     device.use();
-    float zero = 0, one = 1, scale = beta;
-    if (C && cRows == m && cCols == n) {
-      check(cudaMemcpyAsync(Y, C, m * n * sizeof(float),
-                            cudaMemcpyDeviceToDevice, device.stream),
-            device.name, "cudaMemcpyAsync");
-    } else if (C) {
-      const float *onesData = reinterpret_cast<const float *>(ones.get());
-      check(cudaMemsetAsync(Y, 0, m * n * sizeof(float), device.stream),
-            device.name, "cudaMemsetAsync");
-      // Column-major Y^T (n x m) += x y^T.
-      const float *x = cRows == 1 ? C : onesData;
-      const float *y = cRows == 1 ? onesData : C;
-      check(cublasSger(device.blas, static_cast<int>(n), static_cast<int>(m),
-                       &one, x, 1, y, 1, Y, static_cast<int>(n)),
-            device.name, "cublasSger (gemm bias)");
-    } else {
-      scale = 0;
-    }
-    check(cublasSgemm(device.blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      transA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                      static_cast<int>(m), static_cast<int>(k), &alpha, B,
-                      static_cast<int>(transB ? k : n), A,
-                      static_cast<int>(transA ? m : k), C ? &scale : &zero, Y,
-                      static_cast<int>(n)),
-          device.name, "cublasSgemm");
+    inner->run();
   }
 
 private:
-  static char *address(const TensorSlot &slot, const KernelMemory &mem) {
-    return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
-  }
-
-  const CudaBackend::Device &device;
-  bool transA = false, transB = false;
-  float alpha = 1, beta = 1;
-  int64_t m = 0, n = 0, k = 0, cRows = 0, cCols = 0;
-  const float *A = nullptr, *B = nullptr, *C = nullptr;
-  float *Y = nullptr;
-  DeviceBuffer ones;
+  const CudaDevice &device;
+  std::unique_ptr<Kernel> inner;
 };
 
-/// NumPy matmul on row-major tensors: one strided-batched sgemm over the
-/// batch dimensions, an operand without them (or with batch 1) reused for
-/// every product (stride 0).
-class MatmulKernel : public Kernel {
-public:
-  MatmulKernel(const CudaBackend::Device &device, const KernelSpec &spec,
-               const KernelMemory &mem)
-      : device(device) {
-    const TensorSlot &a = spec.operand("lhs"), &b = spec.operand("rhs");
-    const TensorSlot &out = spec.result("output");
-    for (const TensorSlot *t : {&a, &b, &out})
-      if (t->dtype != DType::F32)
-        spec.fail("only float32 kernels are implemented");
-    std::vector<int64_t> l = a.shape, r = b.shape;
-    if (l.size() == 1)
-      l.insert(l.begin(), 1);
-    if (r.size() == 1)
-      r.push_back(1);
-    m = l[l.size() - 2];
-    k = l.back();
-    n = r.back();
-    auto batchOf = [](const std::vector<int64_t> &s) {
-      int64_t b = 1;
-      for (size_t i = 0; i + 2 < s.size(); ++i)
-        b *= s[i];
-      return b;
-    };
-    int64_t lb = batchOf(l), rb = batchOf(r);
-    batch = std::max(lb, rb);
-    if ((lb != 1 && lb != batch) || (rb != 1 && rb != batch) ||
-        (lb == batch && rb == batch && l.size() != r.size()))
-      spec.fail("the CUDA backend broadcasts one operand's batch only");
-    strideA = lb == 1 ? 0 : m * k;
-    strideB = rb == 1 ? 0 : k * n;
-    A = reinterpret_cast<const float *>(
-        (a.space == "params" ? mem.params : mem.arena) + a.offset);
-    B = reinterpret_cast<const float *>(
-        (b.space == "params" ? mem.params : mem.arena) + b.offset);
-    Y = reinterpret_cast<float *>(mem.arena + out.offset);
-  }
-  void run() override {
-    device.use();
-    float one = 1, zero = 0;
-    check(cublasSgemmStridedBatched(
-              device.blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
-              static_cast<int>(m), static_cast<int>(k), &one, B,
-              static_cast<int>(n), strideB, A, static_cast<int>(k), strideA,
-              &zero, Y, static_cast<int>(n), m * n, static_cast<int>(batch)),
-          device.name, "cublasSgemmStridedBatched");
-  }
-
-private:
-  const CudaBackend::Device &device;
-  int64_t m = 0, n = 0, k = 0, batch = 1, strideA = 0, strideB = 0;
-  const float *A = nullptr, *B = nullptr;
-  float *Y = nullptr;
-};
+/// Copies larger than this go through the pinned buffer in pieces.
+constexpr int64_t kPinnedChunk = int64_t(64) << 20;
 
 } // namespace
 
 CudaBackend::CudaBackend(std::string name, int ordinal)
-    : name_(std::move(name)), device(std::make_unique<Device>()) {
+    : name_(std::move(name)), device(std::make_unique<State>()) {
   device->name = name_;
   device->ordinal = ordinal;
   device->use();
@@ -280,9 +182,20 @@ CudaBackend::CudaBackend(std::string name, int ordinal)
   // float32 as on the CPU: no TF32 tensor-core rounding.
   check(cublasSetMathMode(device->blas, CUBLAS_PEDANTIC_MATH), name_,
         "cublasSetMathMode");
+#ifdef GPIPE_HAVE_CUDNN
+  check(cudnnCreate(&device->dnn), name_, "cudnnCreate");
+  check(cudnnSetStream(device->dnn, device->stream), name_, "cudnnSetStream");
+#endif
 }
 
 CudaBackend::~CudaBackend() {
+  device->use();
+  if (device->stream)
+    cudaStreamSynchronize(device->stream);
+#ifdef GPIPE_HAVE_CUDNN
+  if (device->dnn)
+    cudnnDestroy(device->dnn);
+#endif
   if (device->blas)
     cublasDestroy(device->blas);
   if (device->stream)
@@ -290,34 +203,42 @@ CudaBackend::~CudaBackend() {
 }
 
 DeviceBuffer CudaBackend::allocate(int64_t size) {
-  device->use();
+  DeviceBuffer buffer = device->allocate(size);
   size_t bytes =
       (static_cast<size_t>(std::max<int64_t>(size, 1)) + 255) / 256 * 256;
-  char *p = nullptr;
-  cudaError_t err = cudaMalloc(reinterpret_cast<void **>(&p), bytes);
-  if (err != cudaSuccess)
-    throw BundleError(name_ + ": cannot allocate " + std::to_string(bytes) +
-                      " bytes of GPU memory: " + cudaGetErrorString(err));
-  DeviceBuffer buffer(p, freeDevice);
-  check(cudaMemsetAsync(p, 0, bytes, device->stream), name_, "cudaMemsetAsync");
+  check(cudaMemsetAsync(buffer.get(), 0, bytes, device->stream), name_,
+        "cudaMemsetAsync");
   device->wait();
   return buffer;
 }
 
 void CudaBackend::copyToDevice(char *dst, const void *src, int64_t bytes) {
   device->use();
-  check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                        cudaMemcpyHostToDevice, device->stream),
-        name_, "cudaMemcpyAsync to the GPU");
-  device->wait();
+  const char *from = static_cast<const char *>(src);
+  for (int64_t done = 0; done < bytes; done += kPinnedChunk) {
+    int64_t n = std::min(bytes - done, kPinnedChunk);
+    char *pinned = device->staging(std::min(bytes, kPinnedChunk));
+    // The previous piece has left the pinned buffer (the wait below).
+    std::memcpy(pinned, from + done, static_cast<size_t>(n));
+    check(cudaMemcpyAsync(dst + done, pinned, static_cast<size_t>(n),
+                          cudaMemcpyHostToDevice, device->stream),
+          name_, "cudaMemcpyAsync to the GPU");
+    device->wait();
+  }
 }
 
 void CudaBackend::copyToHost(void *dst, const char *src, int64_t bytes) {
   device->use();
-  check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                        cudaMemcpyDeviceToHost, device->stream),
-        name_, "cudaMemcpyAsync from the GPU");
-  device->wait();
+  char *to = static_cast<char *>(dst);
+  for (int64_t done = 0; done < bytes; done += kPinnedChunk) {
+    int64_t n = std::min(bytes - done, kPinnedChunk);
+    char *pinned = device->staging(std::min(bytes, kPinnedChunk));
+    check(cudaMemcpyAsync(pinned, src + done, static_cast<size_t>(n),
+                          cudaMemcpyDeviceToHost, device->stream),
+          name_, "cudaMemcpyAsync from the GPU");
+    device->wait();
+    std::memcpy(to + done, pinned, static_cast<size_t>(n));
+  }
 }
 
 void CudaBackend::copyOnDevice(char *dst, const char *src, int64_t bytes) {
@@ -337,7 +258,6 @@ void CudaBackend::accumulate(float *dst, const float *src, int64_t count) {
       name_, "cublasSaxpy (gradient accumulation)");
   device->wait();
 }
-
 std::unique_ptr<StageCode> CudaBackend::loadCode(const Bundle &bundle,
                                                  const StageSpec &stage) {
   std::string library = bundle.partPath(stage.library);
@@ -365,12 +285,10 @@ std::unique_ptr<StageCode> CudaBackend::loadCode(const Bundle &bundle,
 std::unique_ptr<Kernel> CudaBackend::createKernel(const KernelSpec &spec,
                                                   const KernelMemory &memory) {
   device->use();
-  if (spec.kind == "gemm")
-    return std::make_unique<GemmKernel>(*device, spec, memory);
-  if (spec.kind == "matmul")
-    return std::make_unique<MatmulKernel>(*device, spec, memory);
-  spec.fail("the CUDA backend has no kernel of this kind yet (gemm and "
-            "matmul only; docs/cuda.md)");
+  for (auto create : {createBlasKernel, createConvKernel, createCudaBodyKernel})
+    if (std::unique_ptr<Kernel> kernel = create(*device, spec, memory))
+      return std::make_unique<OnDevice>(*device, std::move(kernel));
+  spec.fail("the CUDA backend has no kernel of this kind");
 }
 
 void CudaBackend::synchronize() {

@@ -2,10 +2,12 @@
 // memory, one stream per stage, the stage's GPU kernels loaded from the
 // bundle's cubin (for this GPU's architecture) or PTX (JIT) with the CUDA
 // runtime's library API and launched by its host code on that stream, and
-// heavy ops on cuBLAS. Copies are synchronous on the stage's stream (the
-// runtime's contract: a copy is done when it returns); overlapping them
-// with compute on copy streams is not done yet. See docs/cuda.md for what
-// this backend does not run yet.
+// heavy ops on cuBLAS and cuDNN, the other kernels of the runtime's
+// contract written as bodies (kernels/BodyKernel.h). Copies between host
+// and GPU go through a pinned buffer and are synchronous on the stage's
+// stream (the runtime's contract: a copy is done when it returns);
+// overlapping them with compute on copy streams is not done yet. See
+// docs/cuda.md.
 #ifndef GPIPE_RUNTIME_CUDA_CUDABACKEND_H
 #define GPIPE_RUNTIME_CUDA_CUDABACKEND_H
 
@@ -34,12 +36,11 @@ public:
                                        const KernelMemory &memory) override;
   void synchronize() override;
 
-  /// The GPU's objects (stream, cuBLAS handle), shared with its kernels.
-  struct Device;
-
 private:
+  /// The GPU's objects (stream, library handles, copy buffer).
+  struct State;
   std::string name_;
-  std::unique_ptr<Device> device;
+  std::unique_ptr<State> device;
 };
 
 } // namespace gpipe::runtime::cuda
