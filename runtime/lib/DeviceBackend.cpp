@@ -1,5 +1,6 @@
 #include "DeviceBackend.h"
 
+#include "Clock.h"
 #include "cpu/CpuBackend.h"
 #ifdef GPIPE_HAVE_CUDA
 #include "cuda/CudaBackend.h"
@@ -8,6 +9,11 @@
 #include "gpipe/runtime/DeviceList.h"
 
 namespace gpipe::runtime {
+
+int64_t DeviceBackend::mark() {
+  marks.push_back(steadySeconds());
+  return static_cast<int64_t>(marks.size()) - 1;
+}
 
 std::unique_ptr<DeviceBackend> createBackend(const std::string &device) {
   // "cpu" is the whole host, unpinned.

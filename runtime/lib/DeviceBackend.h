@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gpipe::runtime {
 
@@ -112,6 +113,21 @@ public:
                                                const KernelMemory &memory) = 0;
   /// Waits until the work queued on the device is done.
   virtual void synchronize() = 0;
+
+  /// Timing of queued work (traces, --profile-ops): beginMarks() starts a
+  /// set of marks (the queue is empty); mark() records a point of the
+  /// device's queue and returns its number; after synchronize(),
+  /// markSeconds(n) is the steady-clock time at which the device passed
+  /// mark n. A device that runs work as it is queued (the CPU) takes the
+  /// host's clock at mark(); a GPU records events in its stream.
+  virtual void beginMarks() { marks.clear(); }
+  virtual int64_t mark();
+  virtual double markSeconds(int64_t mark) const {
+    return marks.at(static_cast<size_t>(mark));
+  }
+
+private:
+  std::vector<double> marks;
 };
 
 /// The backend of a stage's device ("cpu:0-1"): BundleError if this

@@ -66,19 +66,11 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   }
   try {
     if (kernelTrace || profiling) {
-      // A GPU queues kernels: wait for the work before and for the kernel
-      // itself, so that the times are the kernel's (a traced or profiled
-      // step runs without overlap between the host and the device).
-      device_->synchronize();
-      double begin = steadySeconds();
+      // Marks in the device's queue: a GPU's kernel times, read when the
+      // phase is done, without waiting in between.
+      int64_t begin = device_->mark();
       kernels[id]->run();
-      device_->synchronize();
-      double end = steadySeconds();
-      if (kernelTrace)
-        kernelTrace->push_back({&spec.phases[phase].kernels[id],
-                                &spec.phases[phase].role, begin, end});
-      if (profiling)
-        kernelTotals[phase][id] += end - begin;
+      timedRuns.push_back({id, begin, device_->mark()});
     } else {
       kernels[id]->run();
     }
@@ -98,6 +90,11 @@ void StageExecutor::setKernelProfile(bool enable) {
 void StageExecutor::run(size_t phase) {
   kernelError.clear();
   Phase &p = phases.at(phase);
+  bool timed = kernelTrace || profiling;
+  if (timed) {
+    timedRuns.clear();
+    device_->beginMarks();
+  }
   p.entry(p.arena.get(), params_.get(),
           reinterpret_cast<int64_t>(p.context.get()));
   if (!kernelError.empty())
@@ -105,6 +102,17 @@ void StageExecutor::run(size_t phase) {
   // A phase is done when its work on the device is (a GPU runs it after
   // the entry has queued it): its time and its errors are its own.
   device_->synchronize();
+  if (!timed)
+    return;
+  for (const TimedRun &r : timedRuns) {
+    double begin = device_->markSeconds(r.begin);
+    double end = device_->markSeconds(r.end);
+    if (kernelTrace)
+      kernelTrace->push_back({&spec.phases[phase].kernels[r.kernel],
+                              &spec.phases[phase].role, begin, end});
+    if (profiling)
+      kernelTotals[phase][r.kernel] += end - begin;
+  }
 }
 
 void StageExecutor::parallelFor(size_t phase, LoopBody body,

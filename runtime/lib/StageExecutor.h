@@ -123,6 +123,12 @@ private:
   DeviceBuffer params_;
   int64_t allocated = 0;
   std::vector<KernelEvent> *kernelTrace = nullptr;
+  /// The device marks around each timed kernel run of the current phase
+  /// (kernel id, begin, end), read when the phase's work is done.
+  struct TimedRun {
+    int64_t kernel, begin, end;
+  };
+  std::vector<TimedRun> timedRuns;
   bool profiling = false;
   std::vector<std::vector<double>> kernelTotals; // [phase][kernel]
   std::unique_ptr<StageCode> code;

@@ -1,5 +1,6 @@
 #include "CudaBackend.h"
 
+#include "Clock.h"
 #include "CudaDevice.h"
 #include "NativeLibrary.h"
 
@@ -73,6 +74,12 @@ void CudaDevice::reserveWorkspace(int64_t bytes) {
 struct CudaBackend::State : CudaDevice {
   DeviceBuffer pinned;
   int64_t pinnedBytes = 0;
+  /// Timing events: the reference and the marks (a pool, reused), and the
+  /// host's clock when the reference passed.
+  cudaEvent_t reference = nullptr;
+  std::vector<cudaEvent_t> events;
+  size_t used = 0;
+  double referenceSeconds = 0;
 
   char *staging(int64_t bytes) {
     if (bytes > pinnedBytes) {
@@ -192,6 +199,10 @@ CudaBackend::~CudaBackend() {
   device->use();
   if (device->stream)
     cudaStreamSynchronize(device->stream);
+  for (cudaEvent_t e : device->events)
+    cudaEventDestroy(e);
+  if (device->reference)
+    cudaEventDestroy(device->reference);
 #ifdef GPIPE_HAVE_CUDNN
   if (device->dnn)
     cudnnDestroy(device->dnn);
@@ -289,6 +300,39 @@ std::unique_ptr<Kernel> CudaBackend::createKernel(const KernelSpec &spec,
     if (std::unique_ptr<Kernel> kernel = create(*device, spec, memory))
       return std::make_unique<OnDevice>(*device, std::move(kernel));
   spec.fail("the CUDA backend has no kernel of this kind");
+}
+
+void CudaBackend::beginMarks() {
+  device->use();
+  if (!device->reference)
+    check(cudaEventCreate(&device->reference), name_, "cudaEventCreate");
+  check(cudaEventRecord(device->reference, device->stream), name_,
+        "cudaEventRecord");
+  check(cudaEventSynchronize(device->reference), name_, "cudaEventSynchronize");
+  device->referenceSeconds = steadySeconds();
+  device->used = 0;
+}
+
+int64_t CudaBackend::mark() {
+  device->use();
+  if (!device->reference)
+    beginMarks();
+  if (device->used == device->events.size()) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), name_, "cudaEventCreate");
+    device->events.push_back(e);
+  }
+  check(cudaEventRecord(device->events[device->used], device->stream), name_,
+        "cudaEventRecord");
+  return static_cast<int64_t>(device->used++);
+}
+
+double CudaBackend::markSeconds(int64_t mark) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, device->reference,
+                             device->events.at(static_cast<size_t>(mark))),
+        name_, "cudaEventElapsedTime");
+  return device->referenceSeconds + ms / 1000.0;
 }
 
 void CudaBackend::synchronize() {

@@ -35,6 +35,11 @@ public:
   std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
                                        const KernelMemory &memory) override;
   void synchronize() override;
+  /// CUDA events in the stage's stream, against a reference event taken
+  /// with the host's clock when the queue is empty.
+  void beginMarks() override;
+  int64_t mark() override;
+  double markSeconds(int64_t mark) const override;
 
 private:
   /// The GPU's objects (stream, library handles, copy buffer).
