@@ -18,15 +18,18 @@
 #       - the PyTorch training equivalence cases (test/e2e/
 #         pytorch_training.py, --split; ResNet-18 left out: its bundles do
 #         not fit what the device tool carries),
-#       - the benchmark's models (bench/run_gpu_benchmarks.py; ResNet-18 and
-#         the Transformer),
+#       - the benchmark's models (bench/run_gpu_benchmarks.py; the
+#         Transformer only: a ResNet bundle, with its weights twice (the
+#         parameters and the ONNX model for --save-onnx), is larger than
+#         what the device tool carries),
 #     collects the runtime's dependencies (scripts/collect-device-deps.sh)
 #     and packs it all into gpu-pack/payload.tar.xz.
 #
 #   scripts/gpu-check.sh run      (on the GPU machine, carrying gpu-pack/)
 #     unpacks, builds the runtime with CUDA (-DGPIPE_BUILD_COMPILER=OFF; cuDNN
 #     from the toolkit or from PyTorch's nvidia-cudnn wheel), runs its
-#     GoogleTests and every check, then the benchmark; one line per check
+#     GoogleTests, measures the GPU (gpipe-run --calibrate=cuda:0) and runs
+#     every check, then the benchmark; one line per check
 #     and a summary; exit 1 if any fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -79,7 +82,7 @@ PY
   GPIPE_DEVICES=cuda:0 GPIPE_SPLIT=compile GPIPE_EXCLUDE="$exclude" \
     /usr/bin/python3 "$root/test/e2e/pytorch_training.py" "$opt" "$run" \
     "$work/train" | tail -1
-  local bench=resnet18,transformer
+  local bench=transformer
   [ "$models" = all ] && bench=resnet18,resnet50,transformer
   /usr/bin/python3 "$root/bench/run_gpu_benchmarks.py" prepare "$work/bench" \
     --gpipe-opt "$opt" --models "$bench"
@@ -120,6 +123,12 @@ run() {
     result FAIL "runtime GoogleTests (gpu-check/gtest.log)"
   fi
   "$bin/gpipe-run" --version | grep -i cuda || true
+  if "$bin/gpipe-run" --calibrate=cuda:0 --output="$work/gpu-profile.json" \
+       2>"$work/calibrate.log"; then
+    result PASS "GPU profile: $(grep -o 'cuda:0 .*' "$work/calibrate.log" | head -1)"
+  else
+    result FAIL "gpipe-run --calibrate=cuda:0 (gpu-check/calibrate.log)"
+  fi
   # Inference on the GPU against PyTorch.
   if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
        --output "$work/out" >"$work/infer.log" 2>&1 &&

@@ -59,6 +59,15 @@ DeviceProfile defaultProfile(const Device &device);
 llvm::Expected<DeviceProfile> readProfile(llvm::StringRef path,
                                           const Device &device);
 
+/// The profile of `device` from a comma-separated list of profile files
+/// (--device-profile): the one whose "device" is the device's kind ("cpu"
+/// when missing; "cuda" for a GPU profile written by gpipe-run
+/// --calibrate=cuda:N, whose figures are the whole device's:
+/// peak_gflops, memory_gbps, memory_gib, link_gbps); the built-in profile
+/// when none is.
+llvm::Expected<DeviceProfile> profileFor(llvm::StringRef profiles,
+                                         const Device &device);
+
 /// Writes a CPU profile in the format readProfile reads.
 /// The network figures are left out when not positive (the built-in
 /// ones then apply).

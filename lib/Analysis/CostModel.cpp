@@ -85,17 +85,24 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
   const llvm::json::Object *o = parsed->getAsObject();
   if (!o)
     return fail("a device profile is a JSON object");
-  if (device.kind != DeviceKind::Cpu)
-    return fail("profiles describe CPU cores; " + device.str() +
-                " uses the built-in profile");
+  std::string kind = o->getString("device").value_or("cpu").str();
+  bool gpu = device.kind == DeviceKind::Cuda;
+  if (kind != (gpu ? "cuda" : "cpu"))
+    return fail("the profile describes '" + kind + "' devices, not " +
+                device.str());
   DeviceProfile p = defaultProfile(device);
-  double cores = static_cast<double>(device.ids.size());
+  // A CPU profile gives per-core figures, a GPU profile (gpipe-run
+  // --calibrate=cuda:N) the whole device's.
+  double cores = gpu ? 1.0 : static_cast<double>(device.ids.size());
+  const char *perCore = gpu ? "" : "_per_core";
+  std::string flopsKey = std::string("peak_gflops") + perCore;
+  std::string memoryKey = std::string("memory_gbps") + perCore;
   struct Field {
     const char *key;
     double *target;
     double scale;
-  } fields[] = {{"peak_gflops_per_core", &p.peakFlops, 1e9 * cores},
-                {"memory_gbps_per_core", &p.memoryBandwidth, 1e9 * cores},
+  } fields[] = {{flopsKey.c_str(), &p.peakFlops, 1e9 * cores},
+                {memoryKey.c_str(), &p.memoryBandwidth, 1e9 * cores},
                 {"memory_gib", &p.memoryCapacity, double(1ull << 30)},
                 {"link_gbps", &p.linkBandwidth, 1e9}};
   for (Field &f : fields) {
@@ -127,6 +134,34 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
     }
   p.source = path.str();
   return p;
+}
+
+llvm::Expected<gpipe::DeviceProfile> gpipe::profileFor(StringRef profiles,
+                                                       const Device &device) {
+  llvm::SmallVector<StringRef> paths;
+  profiles.split(paths, ',', -1, /*KeepEmpty=*/false);
+  std::string wanted = device.kind == DeviceKind::Cuda ? "cuda" : "cpu";
+  for (StringRef path : paths) {
+    auto buffer = llvm::MemoryBuffer::getFile(path);
+    if (!buffer)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     path +
+                                         ": cannot read the device "
+                                         "profile: " +
+                                         buffer.getError().message());
+    llvm::Expected<llvm::json::Value> parsed =
+        llvm::json::parse((*buffer)->getBuffer());
+    if (!parsed) {
+      llvm::consumeError(parsed.takeError());
+      return readProfile(path, device); // says what is wrong
+    }
+    const llvm::json::Object *o = parsed->getAsObject();
+    std::string kind =
+        o ? o->getString("device").value_or("cpu").str() : std::string("cpu");
+    if (kind == wanted)
+      return readProfile(path, device);
+  }
+  return defaultProfile(device);
 }
 
 std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,

@@ -100,7 +100,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   DeviceProfile network = defaultProfile(Device{DeviceKind::Cpu, {0}});
   if (!p.profile.empty()) {
     llvm::Expected<DeviceProfile> read =
-        readProfile(p.profile, Device{DeviceKind::Cpu, {0}});
+        profileFor(p.profile, Device{DeviceKind::Cpu, {0}});
     if (read)
       network = *read;
     else

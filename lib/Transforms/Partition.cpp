@@ -107,11 +107,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (microBatches < 1)
       return module.emitError("micro-batches must be at least 1");
     for (const Device &d : this->devices) {
-      if (profile.empty() || d.kind != DeviceKind::Cpu) {
-        profiles.push_back(defaultProfile(d));
-        continue;
-      }
-      llvm::Expected<DeviceProfile> p = readProfile(profile, d);
+      llvm::Expected<DeviceProfile> p = profileFor(profile, d);
       if (!p)
         return module.emitError(llvm::toString(p.takeError()));
       profiles.push_back(*p);

@@ -3,6 +3,7 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -21,6 +22,10 @@ int cudaDeviceCount(std::string *reason) {
 }
 
 std::string cudaVersion() { return "not built"; }
+
+std::string calibrateGpu(int, std::ostream &) {
+  throw std::runtime_error("this runtime was built without CUDA support");
+}
 #endif
 
 std::string deviceMissing(const Device &device) {

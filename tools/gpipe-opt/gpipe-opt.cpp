@@ -159,9 +159,11 @@ cl::opt<std::string> stagesOption(
 
 cl::opt<std::string> deviceProfileOption(
     "device-profile",
-    cl::desc("JSON profile of the CPU cores (written by --calibrate) for the "
-             "cost model; default: built-in figures (--mode=train)"),
-    cl::value_desc("FILE"), cl::cat(pipelineCategory));
+    cl::desc("JSON profiles for the cost model, comma-separated: of the "
+             "CPU cores (written by --calibrate) and of the GPUs (written "
+             "by gpipe-run --calibrate=cuda:N on the GPU's machine); "
+             "default: built-in figures (--mode=train)"),
+    cl::value_desc("FILE[,FILE]"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> costTableOption(
     "cost-table",

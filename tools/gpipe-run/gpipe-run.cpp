@@ -188,8 +188,16 @@ int main(int argc, char **argv) {
   std::string outputDir = ".";
   app.add_option("--output", outputDir,
                  "Directory for the outputs, written as <name>.npy "
-                 "(--infer; default: the current directory)")
+                 "(--infer; default: the current directory); with "
+                 "--calibrate, the profile's file")
       ->type_name("DIR");
+  std::string calibrate;
+  app.add_option("--calibrate", calibrate,
+                 "Measure a GPU of this host (cuda:N: float32 sgemm, memory "
+                 "and host-link bandwidth, memory size) and write its "
+                 "profile to --output=FILE.json, for gpipe-opt "
+                 "--device-profile")
+      ->type_name("cuda:N");
   gpipe::runtime::TrainerOptions trainOptions;
   app.add_option("--data", trainOptions.data,
                  "Training data (--train): a .npz with one array per model "
@@ -315,6 +323,40 @@ int main(int argc, char **argv) {
 
   if (listDevices) {
     std::cout << gpipe::runtime::runtimeInfo();
+    return 0;
+  }
+  if (!calibrate.empty()) {
+    std::vector<gpipe::runtime::Device> parsed;
+    try {
+      parsed = gpipe::runtime::parseDevices(calibrate);
+    } catch (const gpipe::runtime::DeviceListError &e) {
+      std::cerr << "gpipe-run: error: --calibrate: " << e.what() << "\n";
+      return 1;
+    }
+    if (parsed.size() != 1 ||
+        parsed.front().kind != gpipe::runtime::DeviceKind::Cuda) {
+      std::cerr << "gpipe-run: error: --calibrate measures one GPU (cuda:N), "
+                   "not '"
+                << calibrate
+                << "' (CPU cores: gpipe-opt --calibrate -o profile.json)\n";
+      return 1;
+    }
+    if (outputDir == "." || train || infer || !bundle.empty()) {
+      std::cerr << "gpipe-run: error: --calibrate takes no bundle and "
+                   "writes the profile to --output=FILE.json\n";
+      return 1;
+    }
+    try {
+      std::string profile =
+          gpipe::runtime::calibrateGpu(parsed.front().ids.front(), std::cerr);
+      gpipe::runtime::writeFileAtomically(outputDir, profile);
+    } catch (const std::exception &e) {
+      std::cerr << "gpipe-run: error: --calibrate=" << calibrate << ": "
+                << e.what() << "\n";
+      return 1;
+    }
+    std::cerr << "gpipe-run: wrote " << outputDir
+              << " (gpipe-opt --device-profile=" << outputDir << ")\n";
     return 0;
   }
   if (!devices.empty()) {

@@ -4,6 +4,7 @@
 
 #include "gpipe/common/DeviceList.h"
 
+#include <iosfwd>
 #include <string>
 
 namespace gpipe::runtime {
@@ -27,6 +28,14 @@ std::string mpiVersion();
 /// binds each rank to its own cores, and a stage thread pins itself to
 /// the bundle's cores whatever its process was bound to.)
 std::string deviceMissing(const Device &device);
+
+/// Measures GPU `ordinal` (cuBLAS float32 sgemm without TF32, device
+/// memory copies, pinned host-to-GPU copies, memory size) and returns a
+/// GPU profile for gpipe-opt --device-profile:
+/// {"device": "cuda", "peak_gflops", "memory_gbps", "memory_gib",
+/// "link_gbps"}; progress lines go to `log`. Throws std::runtime_error
+/// when the GPU cannot be used or CUDA support is not built.
+std::string calibrateGpu(int ordinal, std::ostream &log);
 
 /// A multi-line description for `gpipe-run --version`.
 std::string runtimeInfo();
