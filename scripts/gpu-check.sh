@@ -99,14 +99,19 @@ PY
 
 run() {
   local build="${GPIPE_GPU_BUILD:-$root/build-gpu}"
+  # The Python with PyTorch, NumPy and onnx (the GPU machine's python3).
+  local py="${GPIPE_PYTHON:-python3}"
   if [ -f "$pack/payload.tar.xz" ]; then
     tar -C "$root" -xJf "$pack/payload.tar.xz"
   fi
   if [ -z "${GPIPE_GPU_BUILD:-}" ]; then
     # cuDNN: the toolkit's, else PyTorch's nvidia-cudnn wheel.
     local cudnn
-    cudnn="$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))' 2>/dev/null || true)"
-    cmake -S "$root" -B "$build" -G Ninja -DGPIPE_BUILD_COMPILER=OFF \
+    cudnn="$("$py" -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))' 2>/dev/null || true)"
+    local generator=()
+    [ -f "$build/CMakeCache.txt" ] || ! command -v ninja >/dev/null ||
+      generator=(-G Ninja)
+    cmake -S "$root" -B "$build" "${generator[@]}" -DGPIPE_BUILD_COMPILER=OFF \
       -DCMAKE_PREFIX_PATH="$root/.devdeps" -DCMAKE_BUILD_TYPE=Release \
       -DDNNL_LIBRARY="$root/.devdeps/lib/libdnnl.so.2" \
       -DGTEST_ROOT="$root/.devdeps" ${cudnn:+-DCUDNN_ROOT="$cudnn"} \
@@ -132,7 +137,7 @@ run() {
   # Inference on the GPU against PyTorch.
   if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
        --output "$work/out" >"$work/infer.log" 2>&1 &&
-     python3 -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(d > 1e-4)"; then
+     "$py" -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(d > 1e-4)"; then
     result PASS "inference on cuda:0 equals PyTorch (1e-4)"
   else
     result FAIL "inference on cuda:0 (gpu-check/infer.log)"
@@ -143,7 +148,7 @@ run() {
       "$bin/gpipe-run" "$work/$b.gpipe" --train --data "$work/$4" --steps 20 \
         --loss-log "$work/$b.csv" >"$work/$b.log" 2>&1 || return 1
     done
-    python3 - "$work/$2.csv" "$work/$3.csv" <<'PY'
+    "$py" - "$work/$2.csv" "$work/$3.csv" <<'PY'
 import sys
 a = [float(l.split(",")[1]) for l in open(sys.argv[1]).readlines()[1:]]
 b = [float(l.split(",")[1]) for l in open(sys.argv[2]).readlines()[1:]]
@@ -162,20 +167,20 @@ PY
   else
     result FAIL "the cuda:0,cpu:0 pipeline (gpu-check/pipe-cuda.log)"
   fi
-  if python3 "$root/test/conformance/onnx_backend.py" none "$bin/gpipe-run" \
+  if "$py" "$root/test/conformance/onnx_backend.py" none "$bin/gpipe-run" \
        none "$work/conformance" --split=run --min-pass 150 \
        >"$work/conformance.log" 2>&1; then
     result PASS "ONNX conformance on cuda:0: $(tail -1 "$work/conformance.log")"
   else
     result FAIL "ONNX conformance on cuda:0 (gpu-check/conformance.log)"
   fi
-  if GPIPE_SPLIT=run python3 "$root/test/e2e/pytorch_training.py" none \
+  if GPIPE_SPLIT=run "$py" "$root/test/e2e/pytorch_training.py" none \
        "$bin/gpipe-run" "$work/train" >"$work/train.log" 2>&1; then
     result PASS "PyTorch training equivalence on cuda:0: $(tail -1 "$work/train.log")"
   else
     result FAIL "PyTorch training equivalence on cuda:0 (gpu-check/train.log)"
   fi
-  if python3 "$root/bench/run_gpu_benchmarks.py" run "$work/bench" \
+  if "$py" "$root/bench/run_gpu_benchmarks.py" run "$work/bench" \
        --gpipe-bench "$bin/gpipe-bench" --markdown "$work/benchmarks.md" \
        >"$work/bench.log" 2>&1; then
     result PASS "benchmark against PyTorch eager (gpu-check/benchmarks.md)"
@@ -192,7 +197,7 @@ all)
   "$root/scripts/install-deps.sh"
   "$root/scripts/build.sh"
   prepare all
-  GPIPE_GPU_BUILD="$root/build" run
+  GPIPE_GPU_BUILD="$root/build" GPIPE_PYTHON=/usr/bin/python3 run
   ;;
 prepare) prepare ;;
 run) run ;;

@@ -135,10 +135,14 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
     auto stage = std::make_unique<Stage>();
     if (spec.device != "cpu") {
       std::vector<Device> devices = parseDevices(spec.device);
-      if (devices.size() != 1 || devices[0].kind != DeviceKind::Cpu)
+      if (devices.size() != 1)
         throw fail("stage " + std::to_string(s) + " is on '" + spec.device +
-                   "': this runtime runs stages on CPU devices");
-      stage->worker = std::make_unique<DeviceWorker>(devices[0].ids);
+                   "': a stage runs on one device");
+      // A CPU stage's thread is pinned to its cores; a GPU stage's thread
+      // only drives its GPU, unpinned.
+      stage->worker = std::make_unique<DeviceWorker>(
+          devices[0].kind == DeviceKind::Cpu ? devices[0].ids
+                                             : std::vector<int>{});
     } else if (k > 1 || perReplica > 1) {
       throw fail("a pipeline stage must name its device");
     }

@@ -194,6 +194,8 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         np.savez(data, input=x, labels=y)
         if SPLIT == "compile":
             torch.save(model.state_dict(), initial_state)
+            with open(os.path.join(work, "compiled.txt"), "a") as f:
+                f.write(tag + "\n")
             print(f"{tag}: compiled")
             return []
     initial = {n: t.detach().clone() for n, t in model.state_dict().items()}
@@ -295,11 +297,23 @@ def main():
     only = sys.argv[4] if len(sys.argv) > 4 else ""
     excluded = [n for n in os.environ.get("GPIPE_EXCLUDE", "").split(",") if n]
     os.makedirs(work, exist_ok=True)
+    compiled = os.path.join(work, "compiled.txt")
+    if SPLIT == "compile" and os.path.exists(compiled):
+        os.remove(compiled)
+    if SPLIT == "run":
+        # The cases GPIPE_SPLIT=compile compiled, no others.
+        with open(compiled) as f:
+            tags = set(f.read().split())
+        excluded_tags = lambda n, m, o, l: f"{n}_m{m}_{o}_{l}" not in tags
+    else:
+        excluded_tags = lambda n, m, o, l: False
+    os.makedirs(work, exist_ok=True)
     return reference_models.run_checks(
         [(f"{name} M={micro} {optimizer} {loss}", case)
          for case in CASES for name, micro, optimizer, loss in [case]
          if only in f"{name} M={micro} {optimizer} {loss}"
-         and name not in excluded],
+         and name not in excluded
+         and not excluded_tags(name, micro, optimizer, loss)],
         lambda case: check(*case, gpipe_opt, gpipe_run, work))
 
 

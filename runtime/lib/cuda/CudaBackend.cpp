@@ -64,6 +64,7 @@ void CudaDevice::reserveWorkspace(int64_t bytes) {
   if (bytes <= workspaceBytes)
     return;
   workspace = DeviceBuffer();
+  workspaceBytes = 0;
   workspace = allocate(bytes);
   workspaceBytes = bytes;
 }
@@ -129,6 +130,14 @@ public:
                         ": the stage code launched unknown "
                         "kernel " +
                         std::to_string(l.kernel));
+    for (int i = 0; i < 3; ++i) {
+      if (l.grid[i] <= 0 || l.block[i] <= 0)
+        return; // a loop over no elements
+      if (l.grid[i] > (i ? 65535 : 2147483647) || l.block[i] > 1024)
+        throw BundleError(device.name + ": the stage code launched kernel " +
+                          std::to_string(l.kernel) +
+                          " with a grid or block beyond CUDA's limits");
+    }
     std::vector<void *> args(static_cast<size_t>(l.count));
     for (int64_t i = 0; i < l.count; ++i)
       args[i] = &l.arguments[i];
@@ -186,8 +195,9 @@ CudaBackend::CudaBackend(std::string name, int ordinal)
   check(cublasCreate(&device->blas), name_, "cublasCreate");
   check(cublasSetStream(device->blas, device->stream), name_,
         "cublasSetStream");
-  // float32 as on the CPU: no TF32 tensor-core rounding.
-  check(cublasSetMathMode(device->blas, CUBLAS_PEDANTIC_MATH), name_,
+  // float32 as on the CPU: the default math keeps float32's precision
+  // (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH), as PyTorch with TF32 off.
+  check(cublasSetMathMode(device->blas, CUBLAS_DEFAULT_MATH), name_,
         "cublasSetMathMode");
 #ifdef GPIPE_HAVE_CUDNN
   check(cudnnCreate(&device->dnn), name_, "cudnnCreate");
@@ -196,7 +206,8 @@ CudaBackend::CudaBackend(std::string name, int ordinal)
 }
 
 CudaBackend::~CudaBackend() {
-  device->use();
+  // No throwing here: after a GPU fault every call reports it again.
+  cudaSetDevice(device->ordinal);
   if (device->stream)
     cudaStreamSynchronize(device->stream);
   for (cudaEvent_t e : device->events)
@@ -263,10 +274,14 @@ void CudaBackend::copyOnDevice(char *dst, const char *src, int64_t bytes) {
 void CudaBackend::accumulate(float *dst, const float *src, int64_t count) {
   device->use();
   float one = 1;
-  // Element-wise adds: the same result whatever the order of threads.
-  check(
-      cublasSaxpy(device->blas, static_cast<int>(count), &one, src, 1, dst, 1),
-      name_, "cublasSaxpy (gradient accumulation)");
+  // Element-wise adds: the same result whatever the order of threads; in
+  // pieces that cuBLAS's int counts hold.
+  constexpr int64_t kPiece = int64_t(1) << 30;
+  for (int64_t done = 0; done < count; done += kPiece)
+    check(cublasSaxpy(device->blas,
+                      static_cast<int>(std::min(count - done, kPiece)), &one,
+                      src + done, 1, dst + done, 1),
+          name_, "cublasSaxpy (gradient accumulation)");
   device->wait();
 }
 std::unique_ptr<StageCode> CudaBackend::loadCode(const Bundle &bundle,

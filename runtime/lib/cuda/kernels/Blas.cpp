@@ -1,4 +1,4 @@
-// gemm and matmul of the CUDA backend on cuBLAS, in pedantic float32 (no
+// gemm and matmul of the CUDA backend on cuBLAS, in float32 (no
 // TF32 rounding: the same float32 products as the CPU, in another order).
 #include "../CudaDevice.h"
 
@@ -48,9 +48,10 @@ public:
                   "only");
       std::vector<float> one(static_cast<size_t>(std::max(m, n)), 1.0f);
       ones = device.allocate(static_cast<int64_t>(one.size() * sizeof(float)));
-      check(cudaMemcpy(ones.get(), one.data(), one.size() * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            device.name, "cudaMemcpy");
+      check(cudaMemcpyAsync(ones.get(), one.data(), one.size() * sizeof(float),
+                            cudaMemcpyHostToDevice, device.stream),
+            device.name, "cudaMemcpyAsync");
+      device.wait();
     }
   }
   void run() override {

@@ -7,7 +7,7 @@
 
 #ifdef GPIPE_HAVE_CUDNN
 
-#include <array>
+#include <algorithm>
 #include <vector>
 
 namespace gpipe::runtime::cuda {
@@ -199,13 +199,16 @@ private:
     return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
   }
 
-  /// Whether cuDNN's suggestion is usable: it ran, is deterministic, and
-  /// computes in float32 FMA.
+  /// Whether cuDNN's suggestion is usable: it ran, is deterministic,
+  /// computes in float32 FMA (no TF32), and needs a workspace of at most
+  /// kWorkspaceLimit.
   template <class Perf> static bool usable(const Perf &p) {
     return p.status == CUDNN_STATUS_SUCCESS &&
            p.determinism == CUDNN_DETERMINISTIC &&
-           (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH);
+           (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH) &&
+           p.memory <= kWorkspaceLimit;
   }
+  static constexpr size_t kWorkspaceLimit = size_t(1) << 30;
 
   void chooseAlgorithm(const KernelSpec &spec) {
     const std::string &n = device.name;
@@ -213,9 +216,11 @@ private:
     size_t bytes = 0;
     bool found = false;
     if (role == Role::Forward) {
-      std::array<cudnnConvolutionFwdAlgoPerf_t,
-                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT>
-          perf{};
+      int max = 0;
+      check(cudnnGetConvolutionForwardAlgorithmMaxCount(device.dnn, &max), n,
+            "cudnnGetConvolutionForwardAlgorithmMaxCount");
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(
+          static_cast<size_t>(std::max(max, 1)));
       check(cudnnGetConvolutionForwardAlgorithm_v7(
                 device.dnn, desc.x, desc.w, desc.conv, desc.y,
                 static_cast<int>(perf.size()), &count, perf.data()),
@@ -229,9 +234,11 @@ private:
           found = true;
         }
     } else if (role == Role::GradInput) {
-      std::array<cudnnConvolutionBwdDataAlgoPerf_t,
-                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>
-          perf{};
+      int max = 0;
+      check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(device.dnn, &max),
+            n, "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(
+          static_cast<size_t>(std::max(max, 1)));
       check(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                 device.dnn, desc.w, desc.y, desc.conv, desc.x,
                 static_cast<int>(perf.size()), &count, perf.data()),
@@ -245,9 +252,12 @@ private:
           found = true;
         }
     } else {
-      std::array<cudnnConvolutionBwdFilterAlgoPerf_t,
-                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
-          perf{};
+      int max = 0;
+      check(
+          cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(device.dnn, &max),
+          n, "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(
+          static_cast<size_t>(std::max(max, 1)));
       check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                 device.dnn, desc.x, desc.y, desc.conv, desc.w,
                 static_cast<int>(perf.size()), &count, perf.data()),
@@ -263,7 +273,7 @@ private:
     }
     if (!found)
       spec.fail("cuDNN has no deterministic float32 algorithm for this "
-                "convolution");
+                "convolution within a workspace of 1 GiB");
     device.reserveWorkspace(static_cast<int64_t>(bytes));
   }
 
