@@ -25,12 +25,13 @@
 #     collects the runtime's dependencies (scripts/collect-device-deps.sh)
 #     and packs it all into gpu-pack/payload.tar.xz.
 #
-#   scripts/gpu-check.sh run      (on the GPU machine, carrying gpu-pack/)
+#   scripts/gpu-check.sh run [CHECKS]   (on the GPU machine, carrying gpu-pack/)
 #     unpacks, builds the runtime with CUDA (-DGPIPE_BUILD_COMPILER=OFF; cuDNN
 #     from the toolkit or from PyTorch's nvidia-cudnn wheel), runs its
 #     GoogleTests, measures the GPU (gpipe-run --calibrate=cuda:0) and runs
 #     every check, then the benchmark; one line per check
-#     and a summary; exit 1 if any fails.
+#     and a summary; exit 1 if any fails. CHECKS: all (default) or some of
+#     basic,conformance,train,bench (the build is kept between calls).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$root/gpu-check"
@@ -98,11 +99,19 @@ PY
 }
 
 run() {
+  # Which checks: all (default), or some of basic, conformance, train,
+  # bench (comma-separated), e.g. to stay within a time limit per command.
+  local checks="${1:-all}"
+  want() { [ "$checks" = all ] || [[ ",$checks," == *",$1,"* ]]; }
   local build="${GPIPE_GPU_BUILD:-$root/build-gpu}"
   # The Python with PyTorch, NumPy and onnx (the GPU machine's python3).
   local py="${GPIPE_PYTHON:-python3}"
-  if [ -f "$pack/payload.tar.xz" ]; then
+  # A new payload (or none unpacked yet) replaces gpu-check/ and .devdeps/.
+  if [ -f "$pack/payload.tar.xz" ] &&
+     [ "$pack/payload.tar.xz" -nt "$work/.unpacked" ]; then
+    rm -rf "$work" "$root/.devdeps"
     tar -C "$root" -xJf "$pack/payload.tar.xz"
+    touch "$work/.unpacked"
   fi
   if [ -z "${GPIPE_GPU_BUILD:-}" ]; then
     # cuDNN: the toolkit's, else PyTorch's nvidia-cudnn wheel.
@@ -122,33 +131,34 @@ run() {
   local bin="$build/bin" failed=0
   export LD_LIBRARY_PATH="$root/.devdeps/lib:${LD_LIBRARY_PATH:-}"
   result() { echo "$1 $2"; [ "$1" = PASS ] || failed=$((failed + 1)); }
-  if "$bin/gpipe_runtime_tests" >"$work/gtest.log" 2>&1; then
-    result PASS "runtime GoogleTests"
-  else
-    result FAIL "runtime GoogleTests (gpu-check/gtest.log)"
-  fi
-  "$bin/gpipe-run" --version | grep -i cuda || true
-  if "$bin/gpipe-run" --calibrate=cuda:0 --output="$work/gpu-profile.json" \
-       2>"$work/calibrate.log"; then
-    result PASS "GPU profile: $(grep -o 'cuda:0 .*' "$work/calibrate.log" | head -1)"
-  else
-    result FAIL "gpipe-run --calibrate=cuda:0 (gpu-check/calibrate.log)"
-  fi
-  # Inference on the GPU against PyTorch.
-  if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
-       --output "$work/out" >"$work/infer.log" 2>&1 &&
-     "$py" -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(d > 1e-4)"; then
-    result PASS "inference on cuda:0 equals PyTorch (1e-4)"
-  else
-    result FAIL "inference on cuda:0 (gpu-check/infer.log)"
-  fi
-  # Training on the GPU against the same model on a CPU core.
-  compare() { # name, bundle, reference bundle, data
-    for b in "$2" "$3"; do
-      "$bin/gpipe-run" "$work/$b.gpipe" --train --data "$work/$4" --steps 20 \
-        --loss-log "$work/$b.csv" >"$work/$b.log" 2>&1 || return 1
-    done
-    "$py" - "$work/$2.csv" "$work/$3.csv" <<'PY'
+  if want basic; then
+    if "$bin/gpipe_runtime_tests" >"$work/gtest.log" 2>&1; then
+      result PASS "runtime GoogleTests"
+    else
+      result FAIL "runtime GoogleTests (gpu-check/gtest.log)"
+    fi
+    "$bin/gpipe-run" --version | grep -i cuda || true
+    if "$bin/gpipe-run" --calibrate=cuda:0 --output="$work/gpu-profile.json" \
+         2>"$work/calibrate.log"; then
+      result PASS "GPU profile: $(grep -o 'cuda:0 .*' "$work/calibrate.log" | head -1)"
+    else
+      result FAIL "gpipe-run --calibrate=cuda:0 (gpu-check/calibrate.log)"
+    fi
+    # Inference on the GPU against PyTorch.
+    if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
+         --output "$work/out" >"$work/infer.log" 2>&1 &&
+       "$py" -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(d > 1e-4)"; then
+      result PASS "inference on cuda:0 equals PyTorch (1e-4)"
+    else
+      result FAIL "inference on cuda:0 (gpu-check/infer.log)"
+    fi
+    # Training on the GPU against the same model on a CPU core.
+    compare() { # name, bundle, reference bundle, data
+      for b in "$2" "$3"; do
+        "$bin/gpipe-run" "$work/$b.gpipe" --train --data "$work/$4" --steps 20 \
+          --loss-log "$work/$b.csv" >"$work/$b.log" 2>&1 || return 1
+      done
+      "$py" - "$work/$2.csv" "$work/$3.csv" <<'PY'
 import sys
 a = [float(l.split(",")[1]) for l in open(sys.argv[1]).readlines()[1:]]
 b = [float(l.split(",")[1]) for l in open(sys.argv[2]).readlines()[1:]]
@@ -156,38 +166,45 @@ d = max(abs(x - y) for x, y in zip(a, b))
 print("losses", a[0], "->", a[-1], "max diff", d)
 sys.exit(len(a) != 20 or d > 1e-4)
 PY
-  }
-  if compare mse mse-cuda mse-cpu mse.npz; then
-    result PASS "20 AdamW steps on cuda:0 equal cpu:0 (1e-4)"
-  else
-    result FAIL "training on cuda:0 (gpu-check/mse-cuda.log)"
+    }
+    if compare mse mse-cuda mse-cpu mse.npz; then
+      result PASS "20 AdamW steps on cuda:0 equal cpu:0 (1e-4)"
+    else
+      result FAIL "training on cuda:0 (gpu-check/mse-cuda.log)"
+    fi
+    if compare pipe pipe-cuda pipe-cpu classes.npz; then
+      result PASS "a cuda:0,cpu:0 pipeline trains like cpu:0,cpu:0 (1e-4)"
+    else
+      result FAIL "the cuda:0,cpu:0 pipeline (gpu-check/pipe-cuda.log)"
+    fi
   fi
-  if compare pipe pipe-cuda pipe-cpu classes.npz; then
-    result PASS "a cuda:0,cpu:0 pipeline trains like cpu:0,cpu:0 (1e-4)"
-  else
-    result FAIL "the cuda:0,cpu:0 pipeline (gpu-check/pipe-cuda.log)"
-  fi
-  if "$py" "$root/test/conformance/onnx_backend.py" none "$bin/gpipe-run" \
+  if ! want conformance; then
+    :
+  elif "$py" "$root/test/conformance/onnx_backend.py" none "$bin/gpipe-run" \
        none "$work/conformance" --split=run --min-pass 150 \
        >"$work/conformance.log" 2>&1; then
     result PASS "ONNX conformance on cuda:0: $(tail -1 "$work/conformance.log")"
   else
     result FAIL "ONNX conformance on cuda:0 (gpu-check/conformance.log)"
   fi
-  if GPIPE_SPLIT=run "$py" "$root/test/e2e/pytorch_training.py" none \
+  if ! want train; then
+    :
+  elif GPIPE_SPLIT=run "$py" "$root/test/e2e/pytorch_training.py" none \
        "$bin/gpipe-run" "$work/train" >"$work/train.log" 2>&1; then
     result PASS "PyTorch training equivalence on cuda:0: $(tail -1 "$work/train.log")"
   else
     result FAIL "PyTorch training equivalence on cuda:0 (gpu-check/train.log)"
   fi
-  if "$py" "$root/bench/run_gpu_benchmarks.py" run "$work/bench" \
+  if ! want bench; then
+    :
+  elif "$py" "$root/bench/run_gpu_benchmarks.py" run "$work/bench" \
        --gpipe-bench "$bin/gpipe-bench" --markdown "$work/benchmarks.md" \
        >"$work/bench.log" 2>&1; then
     result PASS "benchmark against PyTorch eager (gpu-check/benchmarks.md)"
   else
     result FAIL "benchmark (gpu-check/bench.log)"
   fi
-  cat "$work/benchmarks.md" 2>/dev/null || true
+  if want bench; then cat "$work/benchmarks.md" 2>/dev/null || true; fi
   echo "gpu-check: $failed failed"
   [ "$failed" -eq 0 ]
 }
@@ -200,7 +217,7 @@ all)
   GPIPE_GPU_BUILD="$root/build" GPIPE_PYTHON=/usr/bin/python3 run
   ;;
 prepare) prepare ;;
-run) run ;;
+run) run "${2:-all}" ;;
 *)
   echo "usage: scripts/gpu-check.sh all|prepare|run (see the top of this file)" >&2
   exit 2
