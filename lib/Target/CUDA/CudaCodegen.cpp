@@ -17,6 +17,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
@@ -304,6 +305,24 @@ LogicalResult gpipe::outlineCudaKernels(ModuleOp module, llvm::StringRef arch,
   }
   SmallVector<func::FuncOp> funcs = stageOpFunctions(module);
   for (func::FuncOp f : funcs) {
+    // Loops over no elements (an op on a tensor with a zero dimension, as
+    // a Slice past the end gives) launch nothing.
+    SmallVector<scf::ParallelOp> empty;
+    f.walk([&](scf::ParallelOp loop) {
+      if (loop.getNumResults() != 0)
+        return;
+      for (auto [lb, ub] :
+           llvm::zip(loop.getLowerBound(), loop.getUpperBound())) {
+        std::optional<int64_t> l = getConstantIntValue(lb),
+                               u = getConstantIntValue(ub);
+        if (l && u && *u <= *l) {
+          empty.push_back(loop);
+          return;
+        }
+      }
+    });
+    for (scf::ParallelOp loop : empty)
+      loop.erase();
     wrapSerialCode(f);
     // Every outermost parallel loop, also those in host loops (a loop of
     // row copies launches a kernel per row).
