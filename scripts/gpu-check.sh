@@ -116,7 +116,7 @@ run() {
   if [ -z "${GPIPE_GPU_BUILD:-}" ]; then
     # cuDNN: the toolkit's, else PyTorch's nvidia-cudnn wheel.
     local cudnn
-    cudnn="$("$py" -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))' 2>/dev/null || true)"
+    cudnn="$("$py" -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null || true)"
     local generator=()
     [ -f "$build/CMakeCache.txt" ] || ! command -v ninja >/dev/null ||
       generator=(-G Ninja)
