@@ -68,24 +68,41 @@ double gpipe::allReduceTime(double bytes, int64_t replicas,
   return 2 * (d - 1) * (latency + bytes / d / bandwidth);
 }
 
-llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
-                                                        const Device &device) {
-  auto fail = [&](const Twine &why) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   path + ": " + why);
-  };
+namespace {
+llvm::Error profileError(StringRef path, const Twine &why) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 path + ": " + why);
+}
+
+/// A profile file's JSON object.
+llvm::Expected<llvm::json::Value> parseProfile(StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
-    return fail("cannot read the device profile: " +
-                buffer.getError().message());
+    return profileError(path, "cannot read the device profile: " +
+                                  buffer.getError().message());
   llvm::Expected<llvm::json::Value> parsed =
       llvm::json::parse((*buffer)->getBuffer());
   if (!parsed)
-    return fail("not JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *o = parsed->getAsObject();
-  if (!o)
-    return fail("a device profile is a JSON object");
-  std::string kind = o->getString("device").value_or("cpu").str();
+    return profileError(path,
+                        "not JSON: " + llvm::toString(parsed.takeError()));
+  if (!parsed->getAsObject())
+    return profileError(path, "a device profile is a JSON object");
+  return parsed;
+}
+
+/// The kind of devices a profile describes: "cpu" (the default) or "cuda".
+std::string profileKind(const llvm::json::Object &o) {
+  return o.getString("device").value_or("cpu").str();
+}
+
+/// The profile of `device` from a parsed profile file.
+llvm::Expected<gpipe::DeviceProfile>
+profileFromJSON(StringRef path, const llvm::json::Object &object,
+                const gpipe::Device &device) {
+  using namespace gpipe;
+  const llvm::json::Object *o = &object;
+  auto fail = [&](const Twine &why) { return profileError(path, why); };
+  std::string kind = profileKind(*o);
   bool gpu = device.kind == DeviceKind::Cuda;
   if (kind != (gpu ? "cuda" : "cpu"))
     return fail("the profile describes '" + kind + "' devices, not " +
@@ -135,31 +152,28 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
   p.source = path.str();
   return p;
 }
+} // namespace
+
+llvm::Expected<gpipe::DeviceProfile> gpipe::readProfile(StringRef path,
+                                                        const Device &device) {
+  llvm::Expected<llvm::json::Value> parsed = parseProfile(path);
+  if (!parsed)
+    return parsed.takeError();
+  return profileFromJSON(path, *parsed->getAsObject(), device);
+}
 
 llvm::Expected<gpipe::DeviceProfile> gpipe::profileFor(StringRef profiles,
                                                        const Device &device) {
   llvm::SmallVector<StringRef> paths;
   profiles.split(paths, ',', -1, /*KeepEmpty=*/false);
   std::string wanted = device.kind == DeviceKind::Cuda ? "cuda" : "cpu";
+  // Each file read once: its kind decides, then its figures.
   for (StringRef path : paths) {
-    auto buffer = llvm::MemoryBuffer::getFile(path);
-    if (!buffer)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     path +
-                                         ": cannot read the device "
-                                         "profile: " +
-                                         buffer.getError().message());
-    llvm::Expected<llvm::json::Value> parsed =
-        llvm::json::parse((*buffer)->getBuffer());
-    if (!parsed) {
-      llvm::consumeError(parsed.takeError());
-      return readProfile(path, device); // says what is wrong
-    }
-    const llvm::json::Object *o = parsed->getAsObject();
-    std::string kind =
-        o ? o->getString("device").value_or("cpu").str() : std::string("cpu");
-    if (kind == wanted)
-      return readProfile(path, device);
+    llvm::Expected<llvm::json::Value> parsed = parseProfile(path);
+    if (!parsed)
+      return parsed.takeError();
+    if (profileKind(*parsed->getAsObject()) == wanted)
+      return profileFromJSON(path, *parsed->getAsObject(), device);
   }
   return defaultProfile(device);
 }

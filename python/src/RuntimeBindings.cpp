@@ -15,6 +15,8 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <ostream>
 #include <streambuf>
 
@@ -163,63 +165,58 @@ std::vector<double> train(TrainingSession &session, TrainerOptions options,
   return losses;
 }
 
+/// Sets one TrainerOptions member from a Python value.
+using OptionSetter = std::function<void(TrainerOptions &, py::handle)>;
+template <class T> OptionSetter member(T TrainerOptions::*field) {
+  return [field](TrainerOptions &o, py::handle v) { o.*field = v.cast<T>(); };
+}
+OptionSetter hyper(std::string name) {
+  return [name](TrainerOptions &o, py::handle v) {
+    o.hyper[name] = v.cast<double>();
+  };
+}
+
+/// train()'s keyword options, named as gpipe-run's flags.
 TrainerOptions trainerOptions(const py::dict &given) {
+  static const std::map<std::string, OptionSetter> setters = {
+      {"data", member(&TrainerOptions::data)},
+      {"eval_data", member(&TrainerOptions::evalData)},
+      {"loss_log", member(&TrainerOptions::lossLog)},
+      {"metrics", member(&TrainerOptions::metrics)},
+      {"checkpoint_dir", member(&TrainerOptions::checkpointDir)},
+      {"checkpoint_every", member(&TrainerOptions::checkpointEvery)},
+      {"resume", member(&TrainerOptions::resume)},
+      {"save_onnx", member(&TrainerOptions::saveOnnx)},
+      {"save_onnx_training", member(&TrainerOptions::saveOnnxTraining)},
+      {"save_params", member(&TrainerOptions::saveParams)},
+      {"trace", member(&TrainerOptions::trace)},
+      {"report", member(&TrainerOptions::report)},
+      {"profile_ops", member(&TrainerOptions::profileOps)},
+      {"lr_schedule", member(&TrainerOptions::lrSchedule)},
+      {"warmup_steps", member(&TrainerOptions::warmupSteps)},
+      {"lr_step_size", member(&TrainerOptions::lrStepSize)},
+      {"lr_gamma", member(&TrainerOptions::lrGamma)},
+      {"steps", member(&TrainerOptions::steps)},
+      {"epochs", member(&TrainerOptions::epochs)},
+      {"shuffle",
+       [](TrainerOptions &o, py::handle v) { o.noShuffle = !v.cast<bool>(); }},
+      {"seed", member(&TrainerOptions::seed)},
+      {"lr", member(&TrainerOptions::lr)},
+      {"terminal", member(&TrainerOptions::terminal)},
+      {"momentum", hyper("momentum")},
+      {"weight_decay", hyper("weight_decay")},
+      {"beta1", hyper("beta1")},
+      {"beta2", hyper("beta2")},
+      {"eps", hyper("eps")}};
   TrainerOptions o;
   for (auto [key, value] : given) {
     std::string name = py::str(key);
     if (value.is_none())
       continue;
-    if (name == "data")
-      o.data = value.cast<std::string>();
-    else if (name == "eval_data")
-      o.evalData = value.cast<std::string>();
-    else if (name == "loss_log")
-      o.lossLog = value.cast<std::string>();
-    else if (name == "metrics")
-      o.metrics = value.cast<std::string>();
-    else if (name == "checkpoint_dir")
-      o.checkpointDir = value.cast<std::string>();
-    else if (name == "checkpoint_every")
-      o.checkpointEvery = value.cast<int64_t>();
-    else if (name == "resume")
-      o.resume = value.cast<bool>();
-    else if (name == "save_onnx")
-      o.saveOnnx = value.cast<std::string>();
-    else if (name == "save_onnx_training")
-      o.saveOnnxTraining = value.cast<std::string>();
-    else if (name == "save_params")
-      o.saveParams = value.cast<std::string>();
-    else if (name == "trace")
-      o.trace = value.cast<std::string>();
-    else if (name == "report")
-      o.report = value.cast<std::string>();
-    else if (name == "profile_ops")
-      o.profileOps = value.cast<std::string>();
-    else if (name == "lr_schedule")
-      o.lrSchedule = value.cast<std::string>();
-    else if (name == "warmup_steps")
-      o.warmupSteps = value.cast<int64_t>();
-    else if (name == "lr_step_size")
-      o.lrStepSize = value.cast<int64_t>();
-    else if (name == "lr_gamma")
-      o.lrGamma = value.cast<double>();
-    else if (name == "steps")
-      o.steps = value.cast<int64_t>();
-    else if (name == "epochs")
-      o.epochs = value.cast<int64_t>();
-    else if (name == "shuffle")
-      o.noShuffle = !value.cast<bool>();
-    else if (name == "seed")
-      o.seed = value.cast<unsigned>();
-    else if (name == "lr")
-      o.lr = value.cast<double>();
-    else if (name == "terminal")
-      o.terminal = value.cast<bool>();
-    else if (name == "momentum" || name == "weight_decay" || name == "beta1" ||
-             name == "beta2" || name == "eps")
-      o.hyper[name] = value.cast<double>();
-    else
+    auto setter = setters.find(name);
+    if (setter == setters.end())
       throw InputError("train(): unknown option '" + name + "'");
+    setter->second(o, value);
   }
   return o;
 }

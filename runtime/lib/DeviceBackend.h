@@ -30,6 +30,11 @@ struct KernelMemory {
   const bool *updateState = nullptr;
   /// The current step's random state (dropout).
   const RandomState *random = nullptr;
+
+  /// The device address of a kernel's operand or result.
+  char *address(const TensorSlot &slot) const {
+    return (slot.space == "params" ? params : arena) + slot.offset;
+  }
 };
 
 /// One heavy op of a stage (a kernel table entry), bound to its tensors at

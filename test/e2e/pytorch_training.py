@@ -307,7 +307,6 @@ def main():
         excluded_tags = lambda n, m, o, l: f"{n}_m{m}_{o}_{l}" not in tags
     else:
         excluded_tags = lambda n, m, o, l: False
-    os.makedirs(work, exist_ok=True)
     return reference_models.run_checks(
         [(f"{name} M={micro} {optimizer} {loss}", case)
          for case in CASES for name, micro, optimizer, loss in [case]

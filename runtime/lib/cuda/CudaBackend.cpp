@@ -50,8 +50,8 @@ std::string readBytes(const std::string &path) {
 
 DeviceBuffer CudaDevice::allocate(int64_t size) const {
   use();
-  size_t bytes =
-      (static_cast<size_t>(std::max<int64_t>(size, 1)) + 255) / 256 * 256;
+  // cudaMalloc aligns to 256 bytes, enough for any kernel.
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(size, 1));
   char *p = nullptr;
   cudaError_t err = cudaMalloc(reinterpret_cast<void **>(&p), bytes);
   if (err != cudaSuccess)
@@ -138,7 +138,15 @@ public:
                           std::to_string(l.kernel) +
                           " with a grid or block beyond CUDA's limits");
     }
-    std::vector<void *> args(static_cast<size_t>(l.count));
+    // The argument pointers, on the stack for the usual few (every
+    // element-wise op launches a kernel: no allocation per launch).
+    void *fixed[64];
+    std::vector<void *> many;
+    void **args = fixed;
+    if (l.count > 64) {
+      many.resize(static_cast<size_t>(l.count));
+      args = many.data();
+    }
     for (int64_t i = 0; i < l.count; ++i)
       args[i] = &l.arguments[i];
     dim3 grid(static_cast<unsigned>(l.grid[0]),
@@ -148,7 +156,7 @@ public:
                static_cast<unsigned>(l.block[1]),
                static_cast<unsigned>(l.block[2]));
     check(cudaLaunchKernel(reinterpret_cast<const void *>(kernels[l.kernel]),
-                           grid, block, args.data(), 0, device.stream),
+                           grid, block, args, 0, device.stream),
           device.name, "cudaLaunchKernel");
   }
 
@@ -226,10 +234,10 @@ CudaBackend::~CudaBackend() {
 
 DeviceBuffer CudaBackend::allocate(int64_t size) {
   DeviceBuffer buffer = device->allocate(size);
-  size_t bytes =
-      (static_cast<size_t>(std::max<int64_t>(size, 1)) + 255) / 256 * 256;
-  check(cudaMemsetAsync(buffer.get(), 0, bytes, device->stream), name_,
-        "cudaMemsetAsync");
+  check(cudaMemsetAsync(buffer.get(), 0,
+                        static_cast<size_t>(std::max<int64_t>(size, 1)),
+                        device->stream),
+        name_, "cudaMemsetAsync");
   device->wait();
   return buffer;
 }
@@ -237,9 +245,9 @@ DeviceBuffer CudaBackend::allocate(int64_t size) {
 void CudaBackend::copyToDevice(char *dst, const void *src, int64_t bytes) {
   device->use();
   const char *from = static_cast<const char *>(src);
+  char *pinned = device->staging(std::min(bytes, kPinnedChunk));
   for (int64_t done = 0; done < bytes; done += kPinnedChunk) {
     int64_t n = std::min(bytes - done, kPinnedChunk);
-    char *pinned = device->staging(std::min(bytes, kPinnedChunk));
     // The previous piece has left the pinned buffer (the wait below).
     std::memcpy(pinned, from + done, static_cast<size_t>(n));
     check(cudaMemcpyAsync(dst + done, pinned, static_cast<size_t>(n),
@@ -252,9 +260,9 @@ void CudaBackend::copyToDevice(char *dst, const void *src, int64_t bytes) {
 void CudaBackend::copyToHost(void *dst, const char *src, int64_t bytes) {
   device->use();
   char *to = static_cast<char *>(dst);
+  char *pinned = device->staging(std::min(bytes, kPinnedChunk));
   for (int64_t done = 0; done < bytes; done += kPinnedChunk) {
     int64_t n = std::min(bytes - done, kPinnedChunk);
-    char *pinned = device->staging(std::min(bytes, kPinnedChunk));
     check(cudaMemcpyAsync(pinned, src + done, static_cast<size_t>(n),
                           cudaMemcpyDeviceToHost, device->stream),
           name_, "cudaMemcpyAsync from the GPU");

@@ -6,6 +6,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -146,11 +147,11 @@ std::string calibrateGpu(int ordinal, std::ostream &log) {
       << number(gflops) << " GFLOP/s (float32, no TF32), memory copy "
       << number(memoryGbps) << " GB/s, host to GPU " << number(linkGbps)
       << " GB/s, " << number(memoryGiB) << " GiB memory\n";
-  return "{\n  \"device\": \"cuda\",\n  \"name\": \"" +
-         std::string(props.name) + "\",\n  \"peak_gflops\": " + number(gflops) +
-         ",\n  \"memory_gbps\": " + number(memoryGbps) +
-         ",\n  \"memory_gib\": " + number(memoryGiB) +
-         ",\n  \"link_gbps\": " + number(linkGbps) + "\n}\n";
+  nlohmann::ordered_json profile = {
+      {"device", "cuda"},        {"name", props.name},
+      {"peak_gflops", gflops},   {"memory_gbps", memoryGbps},
+      {"memory_gib", memoryGiB}, {"link_gbps", linkGbps}};
+  return profile.dump(2) + "\n";
 }
 
 } // namespace gpipe::runtime

@@ -2,6 +2,8 @@
 // (the work is tiny next to the layers that produce the logits).
 #include "Families.h"
 
+#include "KernelShapes.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -14,23 +16,19 @@ public:
   CrossEntropyKernel(const KernelSpec &spec, const KernelMemory &mem,
                      bool gradient)
       : gradient(gradient) {
-    const TensorSlot &logits = spec.operand("logits");
-    const TensorSlot &labels = spec.operand("labels");
-    const TensorSlot &out = spec.result(gradient ? "grad_logits" : "loss");
-    if (logits.dtype != DType::F32 || logits.shape.size() != 2 ||
-        labels.dtype != DType::I64 || labels.shape.size() != 1 ||
-        labels.shape[0] != logits.shape[0] || out.dtype != DType::F32 ||
-        out.numElements() != (gradient ? logits.numElements() : 1))
-      spec.fail("needs float32 [N, C] logits and int64 [N] labels");
-    rows = logits.shape[0];
-    classes = logits.shape[1];
-    ignoreIndex = static_cast<int64_t>(spec.number("ignore_index"));
-    this->logits = static_cast<const float *>(address(logits, mem));
-    this->labels = static_cast<const int64_t *>(address(labels, mem));
+    CrossEntropyShape shape = crossEntropyShape(spec, gradient);
+    rows = shape.rows;
+    classes = shape.classes;
+    ignoreIndex = shape.ignoreIndex;
+    this->logits =
+        reinterpret_cast<const float *>(mem.address(spec.operand("logits")));
+    this->labels =
+        reinterpret_cast<const int64_t *>(mem.address(spec.operand("labels")));
     if (gradient)
-      seed =
-          static_cast<const float *>(address(spec.operand("grad_loss"), mem));
-    this->out = static_cast<float *>(address(out, mem));
+      seed = reinterpret_cast<const float *>(
+          mem.address(spec.operand("grad_loss")));
+    this->out = reinterpret_cast<float *>(
+        mem.address(spec.result(gradient ? "grad_logits" : "loss")));
   }
   void run() override {
     // The mean is over the rows that count: those not labelled ignoreIndex.

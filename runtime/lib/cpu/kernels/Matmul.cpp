@@ -51,8 +51,8 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
                        transA ? dims{1, m} : dims{k, 1});
   memory::desc weightsDesc(dims{k, n}, memory::data_type::f32,
                            transB ? dims{1, k} : dims{n, 1});
-  memory src(srcDesc, dnn.engine, address(a, mem));
-  memory weights(weightsDesc, dnn.engine, address(b, mem));
+  memory src(srcDesc, dnn.engine, mem.address(a));
+  memory weights(weightsDesc, dnn.engine, mem.address(b));
   memory dst = bindSlot(spec, out, mem, dnn);
   if (a.dtype != DType::F32 || b.dtype != DType::F32)
     spec.fail("only float32 kernels are implemented");
@@ -73,9 +73,9 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   dnnl::matmul::primitive_desc pd(desc, dnn.engine);
   std::function<void()> epilogue;
   if (alpha != 1.0f || c) {
-    float *d = static_cast<float *>(address(out, mem));
+    float *d = reinterpret_cast<float *>(mem.address(out));
     const float *cData =
-        c ? static_cast<const float *>(address(*c, mem)) : nullptr;
+        c ? reinterpret_cast<const float *>(mem.address(*c)) : nullptr;
     dims cShape = c ? padLeft(c->shape, 2) : dims{1, 1};
     epilogue = [=] {
       for (int64_t i = 0; i < m; ++i)

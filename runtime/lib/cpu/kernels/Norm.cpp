@@ -2,6 +2,8 @@
 // normalization primitives.
 #include "Families.h"
 
+#include "KernelShapes.h"
+
 namespace gpipe::runtime::cpu {
 
 namespace {
@@ -167,19 +169,6 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
           {DNNL_ARG_DIFF_SRC, gradIn},
           {DNNL_ARG_DIFF_SCALE, gradScale},
           {DNNL_ARG_DIFF_SHIFT, gradShift}});
-}
-
-/// A layer norm's input as [rows, normalized elements]: the axes before
-/// `axis`, then the rest.
-std::pair<int64_t, int64_t> layerNormRows(const KernelSpec &spec,
-                                          const TensorSlot &x) {
-  int64_t axis = static_cast<int64_t>(spec.number("axis"));
-  if (axis < 0)
-    axis += static_cast<int64_t>(x.shape.size());
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < x.shape.size(); ++i)
-    (static_cast<int64_t>(i) < axis ? outer : inner) *= x.shape[i];
-  return {outer, inner};
 }
 
 std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,

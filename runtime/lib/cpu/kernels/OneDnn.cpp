@@ -17,17 +17,13 @@ memory::desc plainDesc(const dims &shape) {
   return memory::desc(shape, memory::data_type::f32, rowMajorStrides(shape));
 }
 
-void *address(const TensorSlot &slot, const KernelMemory &mem) {
-  return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
-}
-
 memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
                 const KernelMemory &mem, OneDnn &dnn, const dims &shape) {
   if (slot.dtype != DType::F32)
     spec.fail("element type " + std::string(dtypeName(slot.dtype)) +
               " (only float32 kernels are implemented)");
   dims d = shape.empty() ? dims(slot.shape) : shape;
-  return memory(plainDesc(d), dnn.engine, address(slot, mem));
+  return memory(plainDesc(d), dnn.engine, mem.address(slot));
 }
 
 memory::desc anyLayout(const memory &m) {

@@ -27,8 +27,6 @@ struct OneDnn {
 
 /// Row-major float32 memory descriptor.
 memory::desc plainDesc(const dims &shape);
-/// The address of a tensor of the stage.
-void *address(const TensorSlot &slot, const KernelMemory &mem);
 /// A oneDNN memory over a float32 tensor of the stage, optionally viewed
 /// with other dims (same element count, row-major); BundleError for other
 /// element types.

@@ -2,19 +2,11 @@
 // softmax primitives.
 #include "Families.h"
 
+#include "KernelShapes.h"
+
 namespace gpipe::runtime::cpu {
 
 namespace {
-
-int softmaxAxis(const KernelSpec &spec, const TensorSlot &x) {
-  int rank = static_cast<int>(x.shape.size());
-  int axis = static_cast<int>(spec.number("axis"));
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    spec.fail("axis " + std::to_string(axis) + " is outside the rank");
-  return axis;
-}
 
 dnnl::algorithm softmaxAlgorithm(bool log) {
   return log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate;
@@ -28,7 +20,7 @@ std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
   dnnl::softmax_v2_forward::desc desc(
       dnnl::prop_kind::forward_inference,
       softmaxAlgorithm(spec.kind == "log_softmax"), src.get_desc(),
-      dst.get_desc(), softmaxAxis(spec, x));
+      dst.get_desc(), static_cast<int>(kernelAxis(spec, x.shape.size())));
   return std::make_unique<PrimitiveKernel>(
       dnn,
       dnnl::softmax_v2_forward(
@@ -45,7 +37,7 @@ std::unique_ptr<Kernel> createSoftmaxGrad(const KernelSpec &spec,
   memory gradOut = bindSlot(spec, gradOutput, mem, dnn);
   memory dst = bindSlot(spec, spec.operand("output"), mem, dnn);
   memory gradIn = bindSlot(spec, spec.result("grad_input"), mem, dnn);
-  int axis = softmaxAxis(spec, gradOutput);
+  int axis = static_cast<int>(kernelAxis(spec, gradOutput.shape.size()));
   auto algorithm = softmaxAlgorithm(spec.kind == "log_softmax_grad");
   dnnl::softmax_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
                                      algorithm, dst.get_desc(), dst.get_desc(),

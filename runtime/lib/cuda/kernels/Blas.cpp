@@ -32,11 +32,11 @@ public:
     m = out.shape[0];
     n = out.shape[1];
     k = transA ? a.shape[0] : a.shape[1];
-    A = reinterpret_cast<const float *>(address(a, mem));
-    B = reinterpret_cast<const float *>(address(b, mem));
-    Y = reinterpret_cast<float *>(address(out, mem));
+    A = reinterpret_cast<const float *>(mem.address(a));
+    B = reinterpret_cast<const float *>(mem.address(b));
+    Y = reinterpret_cast<float *>(mem.address(out));
     if (c) {
-      C = reinterpret_cast<const float *>(address(*c, mem));
+      C = reinterpret_cast<const float *>(mem.address(*c));
       std::vector<int64_t> shape = c->shape;
       while (shape.size() < 2)
         shape.insert(shape.begin(), 1);
@@ -84,10 +84,6 @@ public:
   }
 
 private:
-  static char *address(const TensorSlot &slot, const KernelMemory &mem) {
-    return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
-  }
-
   const CudaDevice &device;
   bool transA = false, transB = false;
   float alpha = 1, beta = 1;
@@ -131,11 +127,9 @@ public:
       spec.fail("the CUDA backend broadcasts one operand's batch only");
     strideA = lb == 1 ? 0 : m * k;
     strideB = rb == 1 ? 0 : k * n;
-    A = reinterpret_cast<const float *>(
-        (a.space == "params" ? mem.params : mem.arena) + a.offset);
-    B = reinterpret_cast<const float *>(
-        (b.space == "params" ? mem.params : mem.arena) + b.offset);
-    Y = reinterpret_cast<float *>(mem.arena + out.offset);
+    A = reinterpret_cast<const float *>(mem.address(a));
+    B = reinterpret_cast<const float *>(mem.address(b));
+    Y = reinterpret_cast<float *>(mem.address(out));
   }
   void run() override {
     device.use();

@@ -22,6 +22,7 @@
 
 #include "DeviceBackend.h"
 #include "HostDevice.h"
+#include "KernelShapes.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -35,8 +36,7 @@ namespace gpipe::runtime::cuda {
 /// The device address of a kernel operand or result.
 template <class T>
 T *slotData(const TensorSlot &slot, const KernelMemory &mem) {
-  return reinterpret_cast<T *>(
-      (slot.space == "params" ? mem.params : mem.arena) + slot.offset);
+  return reinterpret_cast<T *>(mem.address(slot));
 }
 
 /// Fails the kernel unless every tensor is float32.
@@ -51,18 +51,6 @@ inline void needFloat32(const KernelSpec &spec,
 constexpr int64_t kReduceChunk = 512;
 
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/// The `axis` attribute of a kernel on a tensor of `rank` dimensions, in
-/// [0, rank) (negative counts from the end).
-inline int64_t kernelAxis(const KernelSpec &spec, size_t rank) {
-  int64_t r = static_cast<int64_t>(rank);
-  int64_t axis = static_cast<int64_t>(spec.number("axis"));
-  if (axis < 0)
-    axis += r;
-  if (axis < 0 || axis >= r)
-    spec.fail("axis " + std::to_string(axis) + " is outside the rank");
-  return axis;
-}
 
 } // namespace gpipe::runtime::cuda
 

@@ -63,7 +63,7 @@ public:
       if (const TensorSlot *b = spec.optionalOperand("bias")) {
         if (b->numElements() != w->shape.at(0))
           spec.fail("the bias must have one value per output channel");
-        biasData = slotData(*b, mem);
+        biasData = mem.address(*b);
       }
     } else if (role == Role::GradInput) {
       y = &spec.operand("grad_output");
@@ -155,9 +155,9 @@ public:
                 biasDims.data(), packedStrides(biasDims).data()),
             n, "cudnnSetTensorNdDescriptor (bias)");
     }
-    xData = slotData(*x, mem);
-    wData = slotData(*w, mem);
-    yData = slotData(*y, mem);
+    xData = mem.address(*x);
+    wData = mem.address(*w);
+    yData = mem.address(*y);
     chooseAlgorithm(spec);
   }
 
@@ -195,10 +195,6 @@ public:
 private:
   enum class Role { Forward, GradInput, GradWeight };
 
-  static char *slotData(const TensorSlot &slot, const KernelMemory &mem) {
-    return (slot.space == "params" ? mem.params : mem.arena) + slot.offset;
-  }
-
   /// Whether cuDNN's suggestion is usable: it ran, is deterministic,
   /// computes in float32 FMA (no TF32), and needs a workspace of at most
   /// kWorkspaceLimit.
@@ -210,66 +206,69 @@ private:
   }
   static constexpr size_t kWorkspaceLimit = size_t(1) << 30;
 
+  /// The first of cuDNN's suggestions (best first) that is usable: its
+  /// algorithm into `algo`, its workspace into `bytes`. `query(size, count,
+  /// perf)` asks cuDNN for up to `size` suggestions.
+  template <class Perf, class Algo, class Query>
+  static bool firstUsable(int max, Query query, Algo &algo, size_t &bytes) {
+    std::vector<Perf> perf(static_cast<size_t>(std::max(max, 1)));
+    int count = 0;
+    query(static_cast<int>(perf.size()), &count, perf.data());
+    for (int i = 0; i < count; ++i)
+      if (usable(perf[i])) {
+        algo = perf[i].algo;
+        bytes = perf[i].memory;
+        return true;
+      }
+    return false;
+  }
+
   void chooseAlgorithm(const KernelSpec &spec) {
     const std::string &n = device.name;
-    int count = 0;
+    int max = 0;
     size_t bytes = 0;
     bool found = false;
-    if (role == Role::Forward) {
-      int max = 0;
+    switch (role) {
+    case Role::Forward:
       check(cudnnGetConvolutionForwardAlgorithmMaxCount(device.dnn, &max), n,
             "cudnnGetConvolutionForwardAlgorithmMaxCount");
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(
-          static_cast<size_t>(std::max(max, 1)));
-      check(cudnnGetConvolutionForwardAlgorithm_v7(
-                device.dnn, desc.x, desc.w, desc.conv, desc.y,
-                static_cast<int>(perf.size()), &count, perf.data()),
-            n, "cudnnGetConvolutionForwardAlgorithm_v7");
-      for (int i = 0; i < count && !found; ++i)
-        if (usable(perf[i]) &&
-            cudnnGetConvolutionForwardWorkspaceSize(
-                device.dnn, desc.x, desc.w, desc.conv, desc.y, perf[i].algo,
-                &bytes) == CUDNN_STATUS_SUCCESS) {
-          forwardAlgo = perf[i].algo;
-          found = true;
-        }
-    } else if (role == Role::GradInput) {
-      int max = 0;
+      found = firstUsable<cudnnConvolutionFwdAlgoPerf_t>(
+          max,
+          [&](int size, int *count, cudnnConvolutionFwdAlgoPerf_t *perf) {
+            check(cudnnGetConvolutionForwardAlgorithm_v7(
+                      device.dnn, desc.x, desc.w, desc.conv, desc.y, size,
+                      count, perf),
+                  n, "cudnnGetConvolutionForwardAlgorithm_v7");
+          },
+          forwardAlgo, bytes);
+      break;
+    case Role::GradInput:
       check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(device.dnn, &max),
             n, "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(
-          static_cast<size_t>(std::max(max, 1)));
-      check(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                device.dnn, desc.w, desc.y, desc.conv, desc.x,
-                static_cast<int>(perf.size()), &count, perf.data()),
-            n, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      for (int i = 0; i < count && !found; ++i)
-        if (usable(perf[i]) &&
-            cudnnGetConvolutionBackwardDataWorkspaceSize(
-                device.dnn, desc.w, desc.y, desc.conv, desc.x, perf[i].algo,
-                &bytes) == CUDNN_STATUS_SUCCESS) {
-          dataAlgo = perf[i].algo;
-          found = true;
-        }
-    } else {
-      int max = 0;
+      found = firstUsable<cudnnConvolutionBwdDataAlgoPerf_t>(
+          max,
+          [&](int size, int *count, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+            check(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      device.dnn, desc.w, desc.y, desc.conv, desc.x, size,
+                      count, perf),
+                  n, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+          },
+          dataAlgo, bytes);
+      break;
+    case Role::GradWeight:
       check(
           cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(device.dnn, &max),
           n, "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(
-          static_cast<size_t>(std::max(max, 1)));
-      check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                device.dnn, desc.x, desc.y, desc.conv, desc.w,
-                static_cast<int>(perf.size()), &count, perf.data()),
-            n, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-      for (int i = 0; i < count && !found; ++i)
-        if (usable(perf[i]) &&
-            cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                device.dnn, desc.x, desc.y, desc.conv, desc.w, perf[i].algo,
-                &bytes) == CUDNN_STATUS_SUCCESS) {
-          filterAlgo = perf[i].algo;
-          found = true;
-        }
+      found = firstUsable<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          max,
+          [&](int size, int *count, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+            check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                      device.dnn, desc.x, desc.y, desc.conv, desc.w, size,
+                      count, perf),
+                  n, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+          },
+          filterAlgo, bytes);
+      break;
     }
     if (!found)
       spec.fail("cuDNN has no deterministic float32 algorithm for this "

@@ -99,22 +99,16 @@ public:
   CrossEntropyKernel(L launcher, const KernelSpec &spec,
                      const KernelMemory &mem, bool gradient)
       : launcher(launcher), gradient(gradient) {
-    const TensorSlot &logits = spec.operand("logits");
-    const TensorSlot &labels = spec.operand("labels");
-    const TensorSlot &out = spec.result(gradient ? "grad_logits" : "loss");
-    if (logits.dtype != DType::F32 || logits.shape.size() != 2 ||
-        labels.dtype != DType::I64 || labels.shape.size() != 1 ||
-        labels.shape[0] != logits.shape[0] || out.dtype != DType::F32 ||
-        out.numElements() != (gradient ? logits.numElements() : 1))
-      spec.fail("needs float32 [N, C] logits and int64 [N] labels");
-    count = logits.shape[0];
-    classes = logits.shape[1];
-    ignoreIndex = static_cast<int64_t>(spec.number("ignore_index"));
-    this->logits = slotData<const float>(logits, mem);
-    this->labels = slotData<const int64_t>(labels, mem);
+    CrossEntropyShape shape = crossEntropyShape(spec, gradient);
+    count = shape.rows;
+    classes = shape.classes;
+    ignoreIndex = shape.ignoreIndex;
+    this->logits = slotData<const float>(spec.operand("logits"), mem);
+    this->labels = slotData<const int64_t>(spec.operand("labels"), mem);
     if (gradient)
       seed = slotData<const float>(spec.operand("grad_loss"), mem);
-    this->out = slotData<float>(out, mem);
+    this->out =
+        slotData<float>(spec.result(gradient ? "grad_logits" : "loss"), mem);
     // Rows, then the bad row's index and the count of rows that count.
     scratch = launcher.allocate(
         count * static_cast<int64_t>(sizeof(CrossEntropyRow)) + 16);

@@ -384,16 +384,6 @@ struct LayerNormGradParamsBody {
   }
 };
 
-inline std::pair<int64_t, int64_t> layerNormRows(const KernelSpec &spec,
-                                                 const TensorSlot &x) {
-  int64_t rank = static_cast<int64_t>(x.shape.size());
-  int64_t axis = kernelAxis(spec, x.shape.size());
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i)
-    (i < axis ? outer : inner) *= x.shape[i];
-  return {outer, inner};
-}
-
 template <class L> class LayerNormKernel : public Kernel {
 public:
   LayerNormKernel(L launcher, const KernelSpec &spec, const KernelMemory &mem,
