@@ -440,8 +440,14 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   // The batch of one optimizer step: --batch-size, else the model's own
   // static batch (a plain torch.onnx.export), read once.
   std::optional<int64_t> batch = options.batchSize;
-  if (training && !batch)
-    batch = onnxStaticBatch(options.input);
+  if (training && !batch) {
+    // An unreadable model is the first thing to say, whatever the flags.
+    FailureOr<std::optional<int64_t>> staticBatch =
+        onnxStaticBatch(options.input, &context);
+    if (failed(staticBatch))
+      return 1;
+    batch = *staticBatch;
+  }
   if (training && microBatches > 1) {
     if (!batch)
       problems.push_back("--micro-batches needs --batch-size=B (the samples "

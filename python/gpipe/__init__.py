@@ -315,7 +315,8 @@ class Bundle:
         if epochs is not None and steps is not None:
             raise InputError("train(): epochs and steps exclude each other")
         out = dict(options, epochs=epochs, steps=steps, lr=lr, seed=seed,
-                   shuffle=shuffle, terminal=sys.stdout.isatty())
+                   shuffle=shuffle, terminal=sys.stdout.isatty(),
+                   columns=shutil.get_terminal_size().columns)
         if quiet:
             devnull = open(os.devnull, "w")
             saved, sys.stdout = sys.stdout, devnull
@@ -349,7 +350,8 @@ class Bundle:
         """A Python loop over an iterable of batches: each batch is one
         step."""
         unsupported = sorted(k for k, v in options.items() if v and k not in (
-            "epochs", "steps", "lr", "seed", "shuffle", "terminal"))
+            "epochs", "steps", "lr", "seed", "shuffle", "terminal",
+            "columns"))
         if unsupported:
             raise InputError("train(batches): %s take arrays or a data "
                              "path, not an iterable of batches"
@@ -372,6 +374,7 @@ class Bundle:
         config.steps_per_epoch = per_epoch or total
         config.items_per_step = session.batch_size
         config.terminal = options["terminal"]
+        config.columns = options["columns"]
         config.line_every = max(1, (per_epoch or total) // 10)
         progress = _runtime.Progress(config)
         eval_arrays = None if eval_data is None else \

@@ -203,6 +203,7 @@ TrainerOptions trainerOptions(const py::dict &given) {
       {"seed", member(&TrainerOptions::seed)},
       {"lr", member(&TrainerOptions::lr)},
       {"terminal", member(&TrainerOptions::terminal)},
+      {"columns", member(&TrainerOptions::columns)},
       {"momentum", hyper("momentum")},
       {"weight_decay", hyper("weight_decay")},
       {"beta1", hyper("beta1")},
@@ -333,6 +334,7 @@ PYBIND11_MODULE(_runtime, m) {
       .def_readwrite("items_per_step", &Progress::Config::itemsPerStep)
       .def_readwrite("unit", &Progress::Config::unit)
       .def_readwrite("terminal", &Progress::Config::terminal)
+      .def_readwrite("columns", &Progress::Config::columns)
       .def_readwrite("line_every", &Progress::Config::lineEvery);
 
   // The progress display of gpipe-run, for loops written in Python (a

@@ -39,8 +39,14 @@ InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
     bool known = false;
     for (const TensorSlot &s : bundle_.inputs)
       known |= s.name == name;
-    if (!known)
-      throw InputError("input '" + name + "' is not an input of the model");
+    if (!known) {
+      std::string list;
+      for (const TensorSlot &s : bundle_.inputs)
+        list += (list.empty() ? "" : ", ") + s.name + " " + describeSlot(s);
+      throw InputError("input '" + name +
+                       "' is not an input of the model (its inputs: " + list +
+                       ")");
+    }
   }
   // Either every input has exactly its compiled shape (one run), or every
   // input is batched (first dimension = the compiled batch) and they all

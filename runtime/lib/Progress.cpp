@@ -48,6 +48,16 @@ Progress::Progress(std::ostream &out, Config config)
   c.steps = std::max<int64_t>(1, c.steps);
   c.stepsPerEpoch = std::max<int64_t>(1, c.stepsPerEpoch);
   c.lineEvery = std::max<int64_t>(1, c.lineEvery);
+  // Too narrow for the shortest bar (at its widest, the last step):
+  // plain lines.
+  if (c.terminal && bar(c.steps - 1, 0, 0).empty())
+    c.terminal = false;
+  int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
+  out << "training steps " << c.firstStep + 1 << ".." << c.steps << " ("
+      << epochs << (epochs == 1 ? " epoch" : " epochs") << " of "
+      << c.stepsPerEpoch << " steps, " << c.itemsPerStep << " " << c.unit
+      << " a step)\n"
+      << std::flush;
 }
 
 double Progress::smoothedLoss() const {
@@ -76,27 +86,37 @@ void Progress::update(int64_t step, double loss, double lr, double seconds) {
     average = kSmoothing * average + (1 - kSmoothing) * loss;
     weight = kSmoothing * weight + (1 - kSmoothing);
   }
+  lastStep = step;
+  lastLr = lr;
+  lastSeconds = seconds;
   bool last = step + 1 == c.steps;
   if (c.terminal) {
     // Redrawn ten times a second at most; the last step always.
-    if (last || done == 1 || seconds - lastLine >= 0.1) {
-      out << "\r" << line(step, loss, lr, seconds) << "\x1b[K";
-      barOpen = true;
-      lastLine = seconds;
-      out << std::flush;
-    }
+    if (last || done == 1 || seconds - lastLine >= 0.1)
+      draw(step, lr, seconds);
     if (last)
       finish();
     return;
   }
-  if (last || (step + 1) % c.lineEvery == 0 ||
+  // Plain lines: the first step (it tells how long a step takes), then
+  // every lineEvery steps, and after a quiet spell.
+  if (last || done == 1 || (step + 1) % c.lineEvery == 0 ||
       seconds - lastLine >= c.maxQuietSeconds) {
     out << line(step, loss, lr, seconds) << "\n" << std::flush;
     lastLine = seconds;
   }
 }
 
+void Progress::draw(int64_t step, double lr, double seconds) {
+  out << "\r" << bar(step, lr, seconds) << "\x1b[K" << std::flush;
+  barOpen = true;
+  drawnStep = step;
+  lastLine = seconds;
+}
+
 void Progress::interrupt() {
+  if (barOpen && drawnStep != lastStep)
+    draw(lastStep, lastLr, lastSeconds);
   if (barOpen)
     out << "\n";
   barOpen = false;
@@ -107,31 +127,58 @@ void Progress::finish() {
   out << std::flush;
 }
 
-std::string Progress::line(int64_t step, double loss, double lr,
-                           double seconds) const {
+std::string Progress::bar(int64_t step, double lr, double seconds) const {
   int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
   int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
   double fraction = double(step + 1) / c.steps;
-  double perSecond = rate(seconds);
   double eta = remainingSeconds(step, seconds);
-  std::string items =
-      std::to_string(static_cast<int64_t>(perSecond)) + " " + c.unit + "/s";
+  std::string items = std::to_string(static_cast<int64_t>(rate(seconds))) +
+                      " " + c.unit + "/s";
   std::string percent = number("%3.0f%%", 100 * fraction);
   std::string stepText =
       std::to_string(step + 1) + "/" + std::to_string(c.steps);
   std::string epochText =
       "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs);
-  if (c.terminal) {
-    int filled = static_cast<int>(fraction * kBarWidth);
-    std::string bar = "[" + std::string(filled, '#') +
-                      std::string(kBarWidth - filled, '-') + "]";
-    return epochText + " " + bar + " " + percent + "  " + stepText + "  " +
-           clockTime(seconds) + "<" + clockTime(eta) + "  loss" +
-           lossText(smoothedLoss()) + "  lr " + number("%.3g", lr) + "  " +
-           items;
-  }
-  std::string text = "step " + stepText + " (" +
-                     number("%.0f%%", 100 * fraction) + ")  " + epochText +
+  std::string lossField = "loss" + lossText(smoothedLoss());
+  auto barOf = [&](int width) {
+    int filled = static_cast<int>(fraction * width);
+    return "[" + std::string(filled, '#') + std::string(width - filled, '-') +
+           "] ";
+  };
+  // From the widest to the narrowest: the first that fits is drawn. A line
+  // as wide as the terminal would wrap on some terminals: one column spare.
+  const std::string candidates[] = {
+      epochText + " " + barOf(kBarWidth) + percent + "  " + stepText + "  " +
+          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField +
+          "  lr " + number("%.3g", lr) + "  " + items,
+      epochText + " " + barOf(kBarWidth) + percent + "  " + stepText + "  " +
+          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField + "  " +
+          items,
+      epochText + " " + barOf(10) + percent + "  " + stepText + "  " +
+          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField + "  " +
+          items,
+      epochText + " " + percent + " " + stepText + " ETA " + clockTime(eta) +
+          " " + lossField + " " + items,
+      stepText + " ETA " + clockTime(eta) + " " + lossField,
+      stepText + " " + lossField};
+  for (const std::string &text : candidates)
+    if (static_cast<int>(text.size()) < std::max(c.columns, 1))
+      return text;
+  return "";
+}
+
+std::string Progress::line(int64_t step, double loss, double lr,
+                           double seconds) const {
+  int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
+  int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
+  double fraction = double(step + 1) / c.steps;
+  double eta = remainingSeconds(step, seconds);
+  std::string items = std::to_string(static_cast<int64_t>(rate(seconds))) +
+                      " " + c.unit + "/s";
+  std::string text = "step " + std::to_string(step + 1) + "/" +
+                     std::to_string(c.steps) + " (" +
+                     number("%.0f%%", 100 * fraction) + ")  epoch " +
+                     std::to_string(epoch) + "/" + std::to_string(epochs) +
                      "  loss " + number("%.6g", loss);
   if (done > 1)
     text += " (smoothed " + number("%.6g", smoothedLoss()) + ")";

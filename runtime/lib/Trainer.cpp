@@ -479,6 +479,7 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     display.itemsPerStep = batch * tokensPerSample;
     display.unit = tokensPerSample > 1 ? "tokens" : "samples";
     display.terminal = o.terminal;
+    display.columns = o.columns;
     display.lineEvery = std::max<int64_t>(1, perEpoch / 10);
     Progress progress(out, display);
     for (int64_t step = firstStep; step < steps; ++step) {

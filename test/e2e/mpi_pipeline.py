@@ -11,7 +11,8 @@ one process training the same model on the whole global batch (the same
 micro-batch size, twice the micro-batches) within 1e-5 relative on every
 loss and every trained weight (only the order of the gradient sums
 differs); ResNet-18 with BatchNorm included (batch statistics per
-micro-batch, as in the reference).
+micro-batch, as in the reference), whose float32 training is chaotic: it
+is judged against a float64 replay in PyTorch (CHAOTIC).
 
 Cases: the MLP over two ranks (both schedules, recompute never and always)
 and four ranks (`--oversubscribe`, two stages per core), the CNN and the
@@ -51,19 +52,32 @@ CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b")
     ("transformer_no_dropout", 4, "1f1b", "never")]
 # (model, replicas, devices of one replica, schedule, optimizer, steps).
 # Weights are compared for SGD only: Adam turns the rounding of a
-# near-zero gradient into a full-size update of either sign. ResNet-18 on
-# micro-batches of 4 is chaotic in float32 (BatchNorm over 4 samples of a
-# 1x1 map): the rounding of the gradient sums grows from 1e-6 to 1e-3 of
-# the loss at the fourth step (with lr 0 every step agrees to the bit), so
-# its losses are compared over three steps, its weights not at all (after
-# three steps the smallest BatchNorm shifts already differ by 3%).
+# near-zero gradient into a full-size update of either sign.
 DP_CASES = [
     ("mlp", 2, None, "gpipe", OPTIMIZER, STEPS),
     ("cnn", 2, "r0:cpu:0,r1:cpu:1", "1f1b", ["--optimizer=adamw",
                                                "--lr=0.01"], STEPS),
     ("transformer_no_dropout", 2, "r0:cpu:0,r1:cpu:1", "gpipe",
      ["--optimizer=adam", "--lr=0.001"], STEPS),
-    ("resnet18", 2, None, "gpipe", ["--optimizer=sgd", "--lr=0.005"], 3)]
+    ("resnet18", 2, None, "gpipe", ["--optimizer=sgd", "--lr=0.005"], STEPS)]
+# ResNet-18 on micro-batches of 4 is chaotic in float32 (BatchNorm over 4
+# samples of a 1x1 map): the rounding of the gradient sums, which is all
+# that differs between the replicas and one process, grows from 1e-7 of
+# the loss at the second step to 1e-4 at the third and beyond on some
+# CPUs (with lr 0 every step agrees to the bit). How far it grows depends
+# on the CPU's kernels, so no fixed bound between the two float32 runs is
+# a test of gpipe. Both runs are judged instead against a float64 replay
+# in PyTorch (the same weights, data, global micro-batching and SGD), as
+# docs/training.md judges chaotic training: each step no further from it
+# than ten times PyTorch float32's own distance from it so far (PyTorch
+# float32 follows the same float64 trajectory with rounding of the same
+# kind and size, so a correct float32 implementation stays within a small
+# multiple of it; a wrong gradient, a lost replica or a wrong slice of the
+# batch is off by 1e-2 or more from the first update on), and never
+# further than 1e-5 where PyTorch float32 is closer than 1e-6 (the first
+# losses, before any rounding has been amplified).
+# {model: the SGD learning rate of its DP_CASES entry}
+CHAOTIC = {"resnet18": 0.005}
 
 
 def run(cmd, timeout=300):
@@ -181,13 +195,18 @@ def check_data_parallel(models, gpipe_opt, gpipe_run, work, case):
         return [f"mpirun failed: {out.strip()}"]
     one = np.loadtxt(logs["one"], delimiter=",", skiprows=1)[:, 1]
     dp = np.loadtxt(logs["dp"], delimiter=",", skiprows=1)[:, 1]
+    if len(one) != steps or len(dp) != steps:
+        return [f"{len(one)} and {len(dp)} losses logged, expected {steps}"]
     loss_err = float(np.max(np.abs(one - dp) / np.abs(one)))
-    if len(one) != steps or len(dp) != steps or loss_err > 1e-5:
+    if name in CHAOTIC:
+        return check_against_float64(name, tag, data, replicas, micro,
+                                     {"one process": one, "replicas": dp})
+    if loss_err > 1e-5:
         return [f"losses differ by {loss_err:.2e}: {one} vs {dp}"]
     # Trained weights (BatchNorm's running statistics follow another rule:
     # the mean of the replicas', docs/distributed.md).
     worst, count = 0.0, 0
-    sgd = "--optimizer=sgd" in optimizer and name != "resnet18"
+    sgd = "--optimizer=sgd" in optimizer
     for n in sorted(os.listdir(params["one"])) if sgd else []:
         if "running_" in n:
             continue
@@ -204,6 +223,47 @@ def check_data_parallel(models, gpipe_opt, gpipe_run, work, case):
           (f", worst weight error {worst:.1e} ({count} parameters)"
            if sgd else ""))
     return []
+
+
+def check_against_float64(name, tag, data, replicas, micro, runs):
+    """The chaotic cases (CHAOTIC): each run's losses against a float64
+    replay, within ten times PyTorch float32's own drift from it."""
+    import torch
+    import pytorch_training
+    arrays = np.load(data)
+    x, y = torch.from_numpy(arrays["input"]), torch.from_numpy(arrays["labels"])
+    batch = BATCH * replicas
+    optimizers = {"sgd": (None, lambda params: torch.optim.SGD(
+        params, lr=CHAOTIC[name]))}
+
+    def replay(model, inputs):
+        return pytorch_training.torch_run(
+            model, inputs, y, batch // micro, "sgd", steps=STEPS, batch=batch,
+            samples=SAMPLES, optimizers=optimizers)[0]
+
+    model = reference_models.MODELS[name]()[0].train()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    want = replay(model, x)
+    model.load_state_dict(start)
+    exact = replay(model.double(), x.double())
+
+    def relative(a, b):
+        return [abs(p - q) / abs(q) for p, q in zip(a, b)]
+    drift = relative(want, exact)
+    print(f"{tag}: float64 replay, PyTorch float32 off by "
+          + " ".join(f"{d:.1e}" for d in drift))
+    errors = []
+    for label, losses in runs.items():
+        ours = relative(losses, exact)
+        print(f"{tag}: {label} off by " + " ".join(f"{d:.1e}" for d in ours))
+        for step, d in enumerate(ours):
+            bound = max(1e-5, 10 * max(drift[:step + 1]))
+            if d > bound:
+                errors.append(f"{label}: step {step + 1} is {d:.1e} from "
+                              f"float64, more than {bound:.1e} (ten times "
+                              "PyTorch float32's drift, at least 1e-5)")
+                break
+    return errors
 
 
 def rank_pids(proc):

@@ -23,7 +23,11 @@ TEST(Progress, TerminalBarRedrawsInPlace) {
   c.stepsPerEpoch = 2;
   c.itemsPerStep = 10;
   c.terminal = true;
+  c.columns = 120;
   Progress p(out, c);
+  EXPECT_EQ(out.str(), "training steps 1..4 (2 epochs of 2 steps, 10 samples "
+                       "a step)\n");
+  out.str("");
   p.update(0, 2.0, 0.1, 1.0);
   p.update(1, 1.0, 0.1, 2.0);
   p.update(2, 1.0, 0.1, 3.0);
@@ -45,7 +49,8 @@ TEST(Progress, TerminalBarRedrawsInPlace) {
   EXPECT_NE(text.find("10 samples/s"), std::string::npos) << text;
 }
 
-// Without a terminal: plain lines every `lineEvery` steps and the last.
+// Without a terminal: a line at once, then the first step, every
+// `lineEvery` steps and the last.
 TEST(Progress, PlainLinesAtTheirPace) {
   std::ostringstream out;
   Progress::Config c;
@@ -57,7 +62,11 @@ TEST(Progress, PlainLinesAtTheirPace) {
     p.update(step, 1.0, 0.01, step + 1.0);
   std::string text = out.str();
   EXPECT_EQ(text.find('\r'), std::string::npos);
-  EXPECT_EQ(text, "step 4/10 (40%)  epoch 1/1  loss 1 (smoothed 1)  lr 0.01  "
+  EXPECT_EQ(text, "training steps 1..10 (1 epoch of 10 steps, 1 samples a "
+                  "step)\n"
+                  "step 1/10 (10%)  epoch 1/1  loss 1  lr 0.01  1 samples/s  "
+                  "elapsed 0:00:01  ETA 0:00:09\n"
+                  "step 4/10 (40%)  epoch 1/1  loss 1 (smoothed 1)  lr 0.01  "
                   "1 samples/s  elapsed 0:00:04  ETA 0:00:06\n"
                   "step 8/10 (80%)  epoch 1/1  loss 1 (smoothed 1)  lr 0.01  "
                   "1 samples/s  elapsed 0:00:08  ETA 0:00:02\n"
@@ -74,9 +83,87 @@ TEST(Progress, PlainLineAfterAQuietSpell) {
   c.maxQuietSeconds = 30;
   Progress p(out, c);
   p.update(0, 1.0, 0.01, 10.0);
+  out.str("");
+  p.update(1, 1.0, 0.01, 20.0);
   EXPECT_EQ(out.str(), "");
-  p.update(1, 1.0, 0.01, 31.0);
-  EXPECT_NE(out.str().find("step 2/100"), std::string::npos);
+  p.update(2, 1.0, 0.01, 41.0);
+  EXPECT_NE(out.str().find("step 3/100"), std::string::npos);
+}
+
+// Output that is not a terminal (a log file) hears at once that training
+// started, and again after the first step, however long that step takes.
+TEST(Progress, PlainLinesStartAtOnce) {
+  std::ostringstream out;
+  Progress::Config c;
+  c.firstStep = 10;
+  c.steps = 1000;
+  c.stepsPerEpoch = 500;
+  c.lineEvery = 50;
+  c.itemsPerStep = 2048;
+  c.unit = "tokens";
+  Progress p(out, c);
+  EXPECT_EQ(out.str(), "training steps 11..1000 (2 epochs of 500 steps, 2048 "
+                       "tokens a step)\n");
+  p.update(10, 5.0, 0.01, 25.0);
+  EXPECT_NE(out.str().find("step 11/1000"), std::string::npos) << out.str();
+}
+
+// The bar fits the terminal: every redraw is shorter than its width (a
+// line as wide as the terminal wraps on some), fields dropped as it
+// narrows, plain lines where even the shortest bar does not fit.
+TEST(Progress, BarFitsTheTerminal) {
+  for (int columns : {200, 100, 80, 60, 40, 30, 20, 8}) {
+    std::ostringstream out;
+    Progress::Config c;
+    c.steps = 20000;
+    c.stepsPerEpoch = 2000;
+    c.itemsPerStep = 256;
+    c.terminal = true;
+    c.columns = columns;
+    Progress p(out, c);
+    for (int step = 0; step < 20000; step += 997)
+      p.update(step, 123.456, 0.000123, 3600.0 + step);
+    p.finish();
+    std::string text = out.str();
+    bool plain = text.find('\r') == std::string::npos;
+    EXPECT_EQ(plain, columns <= 20) << columns << ": " << text;
+    if (plain)
+      continue;
+    size_t begin = text.find('\r');
+    while (begin != std::string::npos) {
+      size_t end = text.find("\x1b[K", begin);
+      ASSERT_NE(end, std::string::npos);
+      EXPECT_LT(static_cast<int>(end - begin - 1), columns)
+          << columns << ": " << text.substr(begin + 1, end - begin - 1);
+      begin = text.find('\r', end);
+    }
+    if (columns >= 120)
+      EXPECT_NE(text.find("lr 0.000123"), std::string::npos) << text;
+    if (columns <= 80)
+      EXPECT_EQ(text.find("lr "), std::string::npos) << text;
+  }
+}
+
+// An evaluation between redraws ends the bar at the last step taken, not
+// at the step the bar showed last (it is redrawn ten times a second at
+// most).
+TEST(Progress, NoStaleBarBeforeAnEvaluation) {
+  std::ostringstream out;
+  Progress::Config c;
+  c.steps = 2000;
+  c.stepsPerEpoch = 1000;
+  c.terminal = true;
+  c.columns = 120;
+  Progress p(out, c);
+  for (int step = 0; step < 1000; ++step)
+    p.update(step, 1.0, 0.01, 1.0 + step * 0.001); // 1 ms a step
+  p.interrupt();
+  std::string text = out.str();
+  size_t lastBar = text.rfind('\r');
+  ASSERT_NE(lastBar, std::string::npos);
+  EXPECT_NE(text.find("1000/2000", lastBar), std::string::npos)
+      << text.substr(lastBar);
+  EXPECT_EQ(text.back(), '\n');
 }
 
 // A resumed run counts its rate from its own first step, not from step 0,

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,9 +28,22 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 namespace {
+
+/// The width of the terminal on stdout: its window size, else $COLUMNS,
+/// else 80.
+int terminalColumns() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0)
+    return size.ws_col;
+  if (const char *columns = std::getenv("COLUMNS"))
+    if (int n = std::atoi(columns); n > 0)
+      return n;
+  return 80;
+}
 
 /// gpipe-run --infer: read the inputs, run, write DIR/<output>.npy.
 int runInference(const std::string &bundlePath,
@@ -145,6 +159,7 @@ int runTraining(const std::string &bundlePath,
     // mpirun forwards output through a pseudo-terminal whatever its own
     // output is: plain lines there.
     options.terminal = speaks && !group && isatty(STDOUT_FILENO);
+    options.columns = terminalColumns();
     gpipe::runtime::runTrainer(*session, options, speaks ? std::cout : silent);
   } catch (const std::exception &e) {
     if (group && group->size() > 1)

@@ -12,6 +12,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
@@ -54,8 +55,11 @@ importONNXFile(llvm::StringRef path, mlir::MLIRContext *context,
 
 /// The static batch of a model file: the first dimension of its first
 /// graph input (not an initializer), when that is a number; none when it
-/// is symbolic (a dynamic_axes export) or the file does not parse.
-std::optional<int64_t> onnxStaticBatch(llvm::StringRef path);
+/// is symbolic (a dynamic_axes export); failure, with an error at the
+/// file's location as the importer would emit it, when the file cannot be
+/// read or is not an ONNX model.
+mlir::FailureOr<std::optional<int64_t>>
+onnxStaticBatch(llvm::StringRef path, mlir::MLIRContext *context);
 
 /// "Add, AveragePool, ..." — every op type the importer accepts.
 std::string supportedONNXOps();

@@ -514,6 +514,22 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   return module;
 }
 
+constexpr const char *kNotAModel =
+    "not a valid ONNX model (protobuf parse failed: the file is truncated, "
+    "corrupt or not an ONNX ModelProto)";
+
+/// Parses a whole ModelProto; false when the bytes are not one.
+bool parseModelProto(StringRef bytes, onnx::ModelProto &model) {
+  if (bytes.size() > INT32_MAX)
+    return false;
+  google::protobuf::io::CodedInputStream stream(
+      reinterpret_cast<const uint8_t *>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  stream.SetTotalBytesLimit(INT32_MAX);
+  // Deep nesting in corrupt input must fail, not exhaust the stack.
+  stream.SetRecursionLimit(64);
+  return model.ParseFromCodedStream(&stream) && stream.ConsumedEntireMessage();
+}
 } // namespace
 
 OwningOpRef<ModuleOp> gpipe::importONNXModel(StringRef bytes,
@@ -531,16 +547,8 @@ OwningOpRef<ModuleOp> gpipe::importONNXModel(StringRef bytes,
     return nullptr;
   }
   onnx::ModelProto model;
-  google::protobuf::io::CodedInputStream stream(
-      reinterpret_cast<const uint8_t *>(bytes.data()),
-      static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
-  stream.SetTotalBytesLimit(INT32_MAX);
-  // Deep nesting in corrupt input must fail, not exhaust the stack.
-  stream.SetRecursionLimit(64);
-  if (bytes.size() > INT32_MAX || !model.ParseFromCodedStream(&stream) ||
-      !stream.ConsumedEntireMessage()) {
-    emitError(loc) << "not a valid ONNX model (protobuf parse failed: the "
-                      "file is truncated, corrupt or not an ONNX ModelProto)";
+  if (!parseModelProto(bytes, model)) {
+    emitError(loc) << kNotAModel;
     return nullptr;
   }
   return ModelImporter(model, fileName, context, options).run();
@@ -559,20 +567,19 @@ OwningOpRef<ModuleOp> gpipe::importONNXFile(StringRef path,
   return importONNXModel((*buffer)->getBuffer(), path, context, options);
 }
 
-std::optional<int64_t> gpipe::onnxStaticBatch(StringRef path) {
+FailureOr<std::optional<int64_t>>
+gpipe::onnxStaticBatch(StringRef path, MLIRContext *context) {
+  Location loc = FileLineColLoc::get(context, path, 0, 0);
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
-  if (!buffer || (*buffer)->getBufferSize() > INT32_MAX)
-    return std::nullopt;
-  StringRef bytes = (*buffer)->getBuffer();
+  if (!buffer)
+    return emitError(loc) << "cannot read the file: "
+                          << buffer.getError().message();
   onnx::ModelProto model;
-  google::protobuf::io::CodedInputStream stream(
-      reinterpret_cast<const uint8_t *>(bytes.data()),
-      static_cast<int>(bytes.size()));
-  stream.SetTotalBytesLimit(INT32_MAX);
-  stream.SetRecursionLimit(64);
-  if (!model.ParseFromCodedStream(&stream))
-    return std::nullopt;
+  if ((*buffer)->getBufferSize() == 0)
+    return emitError(loc) << "the file is empty";
+  if (!parseModelProto((*buffer)->getBuffer(), model))
+    return emitError(loc) << kNotAModel;
   llvm::StringSet<> initializers;
   for (const onnx::TensorProto &t : model.graph().initializer())
     initializers.insert(t.name());
@@ -582,10 +589,10 @@ std::optional<int64_t> gpipe::onnxStaticBatch(StringRef path) {
     const auto &shape = in.type().tensor_type().shape();
     if (shape.dim_size() == 0 || !shape.dim(0).has_dim_value() ||
         shape.dim(0).dim_value() <= 0)
-      return std::nullopt;
-    return shape.dim(0).dim_value();
+      return std::optional<int64_t>();
+    return std::optional<int64_t>(shape.dim(0).dim_value());
   }
-  return std::nullopt;
+  return std::optional<int64_t>();
 }
 
 std::string gpipe::supportedONNXOps() {

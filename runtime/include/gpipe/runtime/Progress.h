@@ -25,18 +25,25 @@ public:
     std::string unit = "samples";
     /// A bar redrawn in place (a terminal) or plain lines.
     bool terminal = false;
+    /// The terminal's width: the bar drops fields to fit in it, and falls
+    /// back to plain lines where even the shortest bar does not fit.
+    int columns = 80;
     /// Plain lines: one every this many steps (about ten per epoch), and
     /// one at least every `maxQuietSeconds`.
     int64_t lineEvery = 1;
     double maxQuietSeconds = 30;
   };
 
+  /// Prints the line that says what the run will do, at once (a log
+  /// file learns within a moment that training started).
   Progress(std::ostream &out, Config config);
 
   /// Step `step` (0-based) is done with `loss` at `lr`, `seconds` after
   /// the run began.
   void update(int64_t step, double loss, double lr, double seconds);
-  /// Ends the bar's line before other output (an evaluation) on a terminal.
+  /// Ends the bar's line before other output (an evaluation) on a
+  /// terminal, first redrawn at the last step updated (the bar is redrawn
+  /// ten times a second at most, so it may show an earlier step).
   void interrupt();
   /// Ends the display (the last step's line stays).
   void finish();
@@ -51,6 +58,9 @@ public:
 
 private:
   std::string line(int64_t step, double loss, double lr, double seconds) const;
+  /// The widest bar of at most `columns - 1` characters; empty if none.
+  std::string bar(int64_t step, double lr, double seconds) const;
+  void draw(int64_t step, double lr, double seconds);
 
   std::ostream &out;
   Config c;
@@ -59,6 +69,9 @@ private:
   double firstSeconds = 0;        // seconds at the end of the first step
   double lastLine = 0;            // seconds at the last line drawn
   bool barOpen = false;           // a bar line without its newline
+  int64_t drawnStep = -1;         // the step the open bar shows
+  int64_t lastStep = -1;          // the last step updated, its lr and time
+  double lastLr = 0, lastSeconds = 0;
 };
 
 } // namespace gpipe::runtime

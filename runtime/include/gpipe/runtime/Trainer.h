@@ -44,6 +44,8 @@ struct TrainerOptions {
   /// Progress is a bar redrawn in place (a terminal), else about ten lines
   /// per epoch (Progress.h).
   bool terminal = false;
+  /// The terminal's width in columns, which the bar fits in.
+  int columns = 80;
   /// Called after every step with its index (from 1) and mean loss; what
   /// it throws ends the training (a Python caller's KeyboardInterrupt).
   std::function<void(int64_t step, double loss)> onStep;
