@@ -147,7 +147,7 @@ run() {
     # Inference on the GPU against PyTorch.
     if "$bin/gpipe-run" "$work/infer.gpipe" --infer --input x="$work/x.npy" \
          --output "$work/out" >"$work/infer.log" 2>&1 &&
-       "$py" -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(d > 1e-4)"; then
+       "$py" -c "import numpy as np, sys; a = np.load('$work/out/y.npy'); b = np.load('$work/expected.npy'); d = np.abs(a - b).max(); print('max diff', d); sys.exit(bool(d > 1e-4))"; then
       result PASS "inference on cuda:0 equals PyTorch (1e-4)"
     else
       result FAIL "inference on cuda:0 (gpu-check/infer.log)"

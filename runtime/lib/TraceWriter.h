@@ -3,6 +3,7 @@
 #ifndef GPIPE_RUNTIME_TRACEWRITER_H
 #define GPIPE_RUNTIME_TRACEWRITER_H
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

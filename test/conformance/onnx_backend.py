@@ -80,7 +80,8 @@ def run_case(gpipe_run, case, work, entry):
                 args.append(f"--input={input_name}={data}/input_{i}.pb")
         run = subprocess.run(args, capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
-            return "fail", f"{os.path.basename(data)}: gpipe-run failed: {run.stderr.strip()}"
+            return "fail", (f"{os.path.basename(data)}: gpipe-run failed "
+                            f"(exit {run.returncode}): {run.stderr.strip()}")
         for i, output_name in enumerate(entry["outputs"] if compare else []):
             expected = numpy_helper.to_array(
                 onnx.load_tensor(os.path.join(data, f"output_{i}.pb")))

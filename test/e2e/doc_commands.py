@@ -1,7 +1,9 @@
 """Runs the commands of README.md and docs/*.md as written.
 
 A fenced block whose info string is `sh` is a list of commands a reader
-types; a block `python FILE` is a file the reader saves as FILE first.
+types; a block `python FILE` is a file the reader saves as FILE first; a
+block `python` alone is a program the reader runs (`python fragment`: a
+piece of a program, not run).
 The blocks of one document run in order, in one fresh directory of their
 own, with bash -e (every command must succeed), `python3` being the
 Python that runs this script (the one with PyTorch), and the built tools
@@ -25,8 +27,11 @@ def blocks(path):
         info = m.group(1).split()
         if info[:1] == ["sh"]:
             out.append(("sh", None, m.group(2)))
-        elif info[:1] == ["python"] and len(info) == 2:
+        elif info[:1] == ["python"] and len(info) == 2 and \
+                info[1] != "fragment":
             out.append(("file", info[1], m.group(2)))
+        elif info == ["python"]:
+            out.append(("python", None, m.group(2)))
     return out
 
 
@@ -34,7 +39,7 @@ def run_document(path, work, env):
     """Returns the failures of one document's blocks."""
     name = os.path.basename(path)
     found = blocks(path)
-    if not any(kind == "sh" for kind, _, _ in found):
+    if not any(kind in ("sh", "python") for kind, _, _ in found):
         return [], 0
     os.makedirs(work)
     failures = []
@@ -46,7 +51,9 @@ def run_document(path, work, env):
             continue
         commands += 1
         start = time.time()
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text],
+        command = ["bash", "-euo", "pipefail", "-c", text] if kind == "sh" \
+            else ["python3", "-c", text]
+        proc = subprocess.run(command,
                               cwd=work, env=env, capture_output=True,
                               text=True, timeout=600)
         first = text.strip().splitlines()[0]

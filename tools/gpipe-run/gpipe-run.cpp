@@ -51,6 +51,7 @@ int runInference(const std::string &bundlePath,
                  const std::string &outputDir) {
   using namespace gpipe::runtime;
   std::map<std::string, HostTensor> inputs;
+  std::optional<HostTensor> unnamed; // --input FILE
   for (const std::string &spec : inputSpecs) {
     auto eq = spec.find('=');
     bool isNpz =
@@ -66,9 +67,25 @@ int runInference(const std::string &bundlePath,
       }
       continue;
     }
+    if (eq == std::string::npos && !spec.empty()) {
+      // FILE alone: the input of a model of one input (checked below).
+      if (unnamed) {
+        std::cerr << "gpipe-run: error: --input " << spec
+                  << ": only one --input may leave out NAME= (NAME=FILE)\n";
+        return 1;
+      }
+      try {
+        unnamed = readTensorFile(spec);
+      } catch (const std::runtime_error &e) {
+        std::cerr << "gpipe-run: error: --input " << spec << ": " << e.what()
+                  << "\n";
+        return 1;
+      }
+      continue;
+    }
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      std::cerr << "gpipe-run: error: --input expects NAME=FILE, got '" << spec
-                << "'\n";
+      std::cerr << "gpipe-run: error: --input expects NAME=FILE or FILE, got '"
+                << spec << "'\n";
       return 1;
     }
     std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
@@ -90,6 +107,19 @@ int runInference(const std::string &bundlePath,
   }
   try {
     InferenceSession session(bundlePath);
+    if (unnamed) {
+      const std::vector<TensorSlot> &slots = session.bundle().inputs;
+      if (slots.size() != 1) {
+        std::string names;
+        for (const TensorSlot &s : slots)
+          names += (names.empty() ? "" : ", ") + s.name;
+        throw InputError("--input FILE without NAME= needs a model of one "
+                         "input; this one takes " +
+                         std::to_string(slots.size()) + " (" + names +
+                         "): give each as --input NAME=FILE");
+      }
+      inputs[slots.front().name] = std::move(*unnamed);
+    }
     std::map<std::string, HostTensor> outputs = session.run(inputs);
     std::filesystem::create_directories(outputDir);
     for (const auto &[name, tensor] : outputs) {
@@ -198,8 +228,9 @@ int main(int argc, char **argv) {
          "NAME=FILE: a graph input, a NumPy .npy or ONNX TensorProto .pb "
          "file (--infer; "
          "repeat for each input; any number of rows: larger inputs "
-         "run in micro-batches of the compiled batch)")
-      ->type_name("NAME=FILE");
+         "run in micro-batches of the compiled batch); FILE alone for a "
+         "model of one input; FILE.npz alone: its arrays by name")
+      ->type_name("[NAME=]FILE");
   std::string outputDir = ".";
   app.add_option("--output", outputDir,
                  "Directory for the outputs, written as <name>.npy "

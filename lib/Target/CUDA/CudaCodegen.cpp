@@ -18,7 +18,10 @@
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Analysis/SliceAnalysis.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
@@ -88,6 +91,64 @@ SmallVector<func::FuncOp> stageOpFunctions(ModuleOp module) {
     if (!f.isExternal() && f->hasAttr("gpipe.stage_op"))
       funcs.push_back(f);
   return funcs;
+}
+
+/// The copies a phase's entry makes itself (an output that is an input, a
+/// reshape, a constant from the parameters, a stash: LowerStage emits them
+/// as memref.copy in the entry, between its kernel calls) move into
+/// functions of their own, marked as LowerStage marks its element-wise
+/// ones, so that they become kernels as those do. Each takes the entry's
+/// arguments (arena, params, context) and recomputes its views.
+LogicalResult outlineEntryCopies(ModuleOp module) {
+  SmallVector<func::FuncOp> entries;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (!f.isExternal() && !f->hasAttr("gpipe.stage_op"))
+      entries.push_back(f);
+  MLIRContext *context = module.getContext();
+  OpBuilder b(context);
+  for (func::FuncOp f : entries) {
+    Operation *last = f; // the outlined functions follow f, in order
+    SmallVector<memref::CopyOp> copies;
+    f.walk([&](memref::CopyOp copy) { copies.push_back(copy); });
+    for (auto [index, copy] : llvm::enumerate(copies)) {
+      SetVector<Operation *> slice;
+      BackwardSliceOptions options;
+      getBackwardSlice(copy.getOperation(), &slice, options);
+      // Views of the entry's arguments only (not of a loop's induction
+      // variable or a value computed from memory).
+      bool movable = llvm::all_of(slice, isMemoryEffectFree);
+      SmallVector<Operation *> moved(slice.begin(), slice.end());
+      moved.push_back(copy);
+      for (Operation *op : moved)
+        for (Value v : op->getOperands())
+          if (auto arg = dyn_cast<BlockArgument>(v))
+            movable &= arg.getOwner() == &f.getBody().front();
+      if (!movable || copy->getParentOp() != f.getOperation())
+        return copy.emitError("CUDA stage: a copy in the phase's entry "
+                              "that cannot move into a kernel");
+      b.setInsertionPointAfter(last);
+      auto outlined = b.create<func::FuncOp>(
+          copy.getLoc(), (f.getName() + "_copy" + Twine(index)).str(),
+          f.getFunctionType());
+      outlined.setPrivate();
+      last = outlined;
+      outlined->setAttr("gpipe.stage_op", b.getUnitAttr());
+      outlined->setAttr("passthrough",
+                        b.getArrayAttr({b.getStringAttr("noinline")}));
+      Block *body = outlined.addEntryBlock();
+      IRMapping map;
+      map.map(f.getArguments(), outlined.getArguments());
+      b.setInsertionPointToStart(body);
+      for (Operation *op : slice)
+        b.clone(*op, map);
+      b.clone(*copy, map);
+      b.create<func::ReturnOp>(copy.getLoc());
+      b.setInsertionPoint(copy);
+      b.create<func::CallOp>(copy.getLoc(), outlined, f.getArguments());
+      copy.erase();
+    }
+  }
+  return success();
 }
 
 /// Whether `op` or an op nested in it touches memory outside a parallel
@@ -188,6 +249,30 @@ void collapseAndTile(scf::ParallelOp loop) {
                         /*noMinMaxBounds=*/false);
 }
 
+/// The aligned pointer of a memref, as the bare-pointer convention passes
+/// it to a kernel (which applies the layout's own offset). Taken from the
+/// root buffer plus the byte shifts of the `memref.view`s on the way:
+/// upstream folds `extract_aligned_pointer_as_index` of any view-like op
+/// into that of its source, which is right for subviews, casts and
+/// reshapes (same aligned pointer) but drops a `memref.view`'s shift, and
+/// every arena tensor is such a view.
+Value alignedPointer(OpBuilder &b, Location loc, Value memref) {
+  SmallVector<Value> shifts;
+  while (Operation *def = memref.getDefiningOp()) {
+    auto view = dyn_cast<ViewLikeOpInterface>(def);
+    if (!view)
+      break;
+    if (auto shifted = dyn_cast<memref::ViewOp>(def))
+      shifts.push_back(shifted.getByteShift());
+    memref = view.getViewSource();
+  }
+  Value pointer =
+      b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, memref);
+  for (Value shift : shifts)
+    pointer = b.create<arith::AddIOp>(loc, pointer, shift);
+  return pointer;
+}
+
 /// gpu.launch_func on the host becomes a call of the runtime's launcher:
 ///   gpipe_cuda_launch(context, kernel, gridX, gridY, gridZ, blockX,
 ///                     blockY, blockZ, arguments, count)
@@ -230,8 +315,7 @@ LogicalResult replaceLaunches(ModuleOp module,
       if (t.isF64())
         return b.create<arith::BitcastOp>(loc, i64, v);
       if (isa<MemRefType>(t))
-        return b.create<arith::IndexCastOp>(
-            loc, i64, b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, v));
+        return b.create<arith::IndexCastOp>(loc, i64, alignedPointer(b, loc, v));
       return Value();
     };
     ValueRange operands = launch.getKernelOperands();
@@ -283,6 +367,8 @@ LogicalResult gpipe::outlineCudaKernels(ModuleOp module, llvm::StringRef arch,
   code.ptx.clear();
   code.kernels.clear();
 
+  if (failed(outlineEntryCopies(module)))
+    return failure();
   // Copies (LowerStage's row copies, in host loops) as linalg copies, so
   // that they become kernels too.
   for (func::FuncOp f : stageOpFunctions(module)) {
@@ -352,8 +438,8 @@ LogicalResult gpipe::outlineCudaKernels(ModuleOp module, llvm::StringRef arch,
     if (failed(pm.run(module)))
       return failure();
   }
-  // Nothing may touch device memory on the host.
-  for (func::FuncOp f : stageOpFunctions(module)) {
+  // Nothing may touch device memory on the host, in any function.
+  for (func::FuncOp f : module.getOps<func::FuncOp>()) {
     WalkResult host = f.walk([&](Operation *op) {
       if (!touchesMemory(op))
         return WalkResult::advance();
