@@ -30,8 +30,8 @@ import numpy as np
 from . import _runtime
 from ._runtime import BundleError, InputError
 
-__all__ = ["compile", "export", "load", "Bundle", "CompileError",
-           "InputError", "BundleError"]
+__all__ = ["compile", "export", "load", "Bundle", "TrainResult",
+           "CompileError", "InputError", "BundleError"]
 
 
 class CompileError(RuntimeError):
@@ -214,6 +214,37 @@ def _numpy(value):
     return np.ascontiguousarray(value)
 
 
+class TrainResult(list):
+    """What train() did: the loss of every step (the list itself), and
+
+    evaluations: one dict per evaluation (epoch, step, accuracy, loss,
+        samples) when train() had eval_data;
+    accuracy, eval_loss: those of the last evaluation (None without);
+    samples_per_second: the pace after the first step (tokens per second
+        for a language model);
+    seconds: the run's time; stopped: whether a callback ended it.
+    """
+
+    def __init__(self, result):
+        super().__init__(result["losses"])
+        self.losses = list(result["losses"])
+        self.evaluations = list(result["evaluations"])
+        self.samples_per_second = result["items_per_second"]
+        self.seconds = result["seconds"]
+        self.stopped = result["stopped"]
+        last = self.evaluations[-1] if self.evaluations else None
+        self.accuracy = last["accuracy"] if last else None
+        self.eval_loss = last["loss"] if last else None
+
+    def __repr__(self):
+        text = "<TrainResult: %d steps, loss %s -> %s" % (
+            len(self), "%.4g" % self[0] if self else "-",
+            "%.4g" % self[-1] if self else "-")
+        if self.accuracy is not None:
+            text += ", accuracy %.4g" % self.accuracy
+        return text + ">"
+
+
 class Bundle:
     """A compiled bundle: a training bundle trains (`train`, `step`), and
     both kinds run (`infer`)."""
@@ -292,19 +323,25 @@ class Bundle:
 
     def train(self, data, labels=None, *, epochs=None, steps=None,
               eval_data=None, lr=None, seed=0, shuffle=True, quiet=False,
-              **options):
-        """Trains, printing progress, and returns the loss of every step.
+              callback=None, **options):
+        """Trains, printing progress, and returns a TrainResult: the loss of
+        every step (it is that list), the evaluations and the throughput.
 
         data: arrays (NumPy or torch) as a dict by input name and
             "labels", a tuple (inputs, labels) for a model of one input,
             the inputs with `labels=`, the path of a data set as
             gpipe-run --data takes it, or an iterable of batches (a torch
             DataLoader: (inputs, labels) or dicts, each of batch_size rows;
-            drop_last=True), passed over `epochs` times.
+            drop_last=True), passed over `epochs` times in its own order.
         epochs, steps: how long (one of them; default one epoch).
-        eval_data: arrays or a path: the test accuracy after each epoch.
+        eval_data: arrays, a path or an iterable of batches: the test
+            accuracy and loss after each epoch.
         lr, seed, shuffle: the learning rate (default: the compiled one),
-            the seed of the data order and dropout, whether to shuffle.
+            the seed of the data order and dropout, whether to shuffle
+            (arrays and paths; a DataLoader orders its own batches).
+        callback: called after every step with a StepInfo (step, loss, lr);
+            setting its `stop` ends the training after that step, setting
+            its `lr` changes the learning rate of the following steps.
         options: more of gpipe-run's training flags with underscores:
             lr_schedule, warmup_steps, lr_step_size, lr_gamma, momentum,
             weight_decay, beta1, beta2, eps, loss_log, metrics,
@@ -317,102 +354,109 @@ class Bundle:
         out = dict(options, epochs=epochs, steps=steps, lr=lr, seed=seed,
                    shuffle=shuffle, terminal=sys.stdout.isatty(),
                    columns=shutil.get_terminal_size().columns)
+        arrays = next_batch = None
+        per_epoch = 0
+        if isinstance(data, (str, os.PathLike)):
+            out["data"] = os.fspath(data)
+        elif isinstance(data, (dict, tuple, list, np.ndarray)) or \
+                hasattr(data, "detach"):
+            arrays = self._arrays(data, labels, "train()")
+        else:
+            next_batch, per_epoch = self._batches(session, data)
+        eval_arrays = None
+        if isinstance(eval_data, (str, os.PathLike)):
+            out["eval_data"] = os.fspath(eval_data)
+        elif eval_data is not None:
+            eval_arrays = self._eval_arrays(eval_data)
         if quiet:
             devnull = open(os.devnull, "w")
             saved, sys.stdout = sys.stdout, devnull
         try:
-            if isinstance(data, (str, os.PathLike)) or isinstance(
-                    data, (dict, tuple, list, np.ndarray)) or \
-                    hasattr(data, "detach"):
-                losses = self._train_arrays(session, data, labels, eval_data,
-                                            out)
-            else:
-                losses = self._train_batches(session, data, eval_data, out)
+            result = session.train(out, arrays, eval_arrays,
+                                   next_batch=next_batch,
+                                   steps_per_epoch=per_epoch,
+                                   callback=callback)
         finally:
             if quiet:
                 sys.stdout = saved
                 devnull.close()
-        return losses
+        return TrainResult(result)
 
-    def _train_arrays(self, session, data, labels, eval_data, options):
-        arrays = eval_arrays = None
-        if isinstance(data, (str, os.PathLike)):
-            options["data"] = os.fspath(data)
-        else:
-            arrays = self._arrays(data, labels, "train()")
-        if isinstance(eval_data, (str, os.PathLike)):
-            options["eval_data"] = os.fspath(eval_data)
-        elif eval_data is not None:
-            eval_arrays = self._arrays(eval_data, None, "eval_data")
-        return session.train(options, arrays, eval_arrays)
-
-    def _train_batches(self, session, loader, eval_data, options):
-        """A Python loop over an iterable of batches: each batch is one
-        step."""
-        unsupported = sorted(k for k, v in options.items() if v and k not in (
-            "epochs", "steps", "lr", "seed", "shuffle", "terminal",
-            "columns"))
-        if unsupported:
-            raise InputError("train(batches): %s take arrays or a data "
-                             "path, not an iterable of batches"
-                             % ", ".join(unsupported))
-        if options["lr"] is not None:
-            session.lr = options["lr"]
-        session.set_seed(options["seed"])
+    def _batches(self, session, loader):
+        """(next_batch(step), steps per pass) over an iterable of batches,
+        checked before the first step where the loader says enough (a
+        DataLoader's batch_size and drop_last)."""
+        batch = session.batch_size
+        size = getattr(loader, "batch_size", None)
+        if size is not None and size != batch:
+            raise InputError(
+                "train(batches): the DataLoader's batch_size is %d; the "
+                "bundle takes %d rows per step (compile with batch_size=%d "
+                "or make the DataLoader with batch_size=%d)"
+                % (size, batch, size, batch))
+        dataset = getattr(loader, "dataset", None)
+        if size is not None and getattr(loader, "drop_last", True) is False:
+            try:
+                rows = len(dataset)
+            except TypeError:
+                rows = None
+            if rows is None or rows % batch:
+                raise InputError(
+                    "train(batches): the DataLoader's last batch would have "
+                    "%s rows, not %d: make it with drop_last=True"
+                    % ("fewer" if rows is None else rows % batch, batch))
         try:
             per_epoch = len(loader)
         except TypeError:
-            per_epoch = None
-        steps = options["steps"]
-        epochs = options["epochs"] or (1 if steps is None else None)
-        if steps is None and per_epoch is None:
-            raise InputError("train(batches): an iterable without len() "
-                             "needs steps=N")
-        total = steps if steps is not None else epochs * per_epoch
-        config = _runtime.ProgressConfig()
-        config.steps = total
-        config.steps_per_epoch = per_epoch or total
-        config.items_per_step = session.batch_size
-        config.terminal = options["terminal"]
-        config.columns = options["columns"]
-        config.line_every = max(1, (per_epoch or total) // 10)
-        progress = _runtime.Progress(config)
-        eval_arrays = None if eval_data is None else \
-            self._arrays(eval_data, None, "eval_data")
-        losses, start, epoch = [], time.perf_counter(), 0
-        while len(losses) < total:
-            epoch += 1
-            taken = len(losses)
-            for batch in loader:
-                if len(losses) == total:
-                    break
-                arrays = self._arrays(batch, None, "batch %d" %
-                                      (len(losses) + 1))
-                rows = {len(a) for a in arrays.values()}
-                if rows != {session.batch_size}:
-                    raise InputError(
-                        "batch %d has %s rows; the bundle takes %d per step "
-                        "(a DataLoader of batch_size=%d with drop_last=True)"
-                        % (len(losses) + 1, "/".join(map(str, sorted(rows))),
-                           session.batch_size, session.batch_size))
-                losses.append(session.step(arrays))
-                progress.update(len(losses) - 1, losses[-1], session.lr,
-                                time.perf_counter() - start)
-            if len(losses) == taken:
-                raise InputError("train(batches): the iterable gave no "
-                                 "batch in pass %d" % epoch)
-            if eval_arrays is not None:
-                progress.interrupt()
-                self._print_accuracy(epoch, eval_arrays)
-        progress.finish()
-        return losses
+            per_epoch = 0
+        state = {"iterator": None, "taken": 0}
 
-    def _print_accuracy(self, epoch, arrays):
-        labels = arrays.pop("labels")
-        logits = self.infer(**arrays)
-        right = float(np.mean(np.argmax(logits, axis=-1) == labels))
-        print("epoch %d: test accuracy %g%% on %d samples"
-              % (epoch, 100 * right, len(labels)))
+        def next_batch(step):
+            # A run resumed at `step` skips what the passes before took.
+            if state["iterator"] is None:
+                state["iterator"] = iter(loader)
+                state["taken"] = 0
+                for _ in range(step % per_epoch if per_epoch else step):
+                    next(state["iterator"])
+                    state["taken"] += 1
+            try:
+                item = next(state["iterator"])
+            except StopIteration:
+                if state["taken"] == 0:
+                    raise InputError("train(batches): the iterable gave no "
+                                     "batch")
+                state["iterator"] = iter(loader)
+                state["taken"] = 0
+                item = next(state["iterator"])
+            state["taken"] += 1
+            arrays = self._arrays(item, None, "batch %d" % (step + 1))
+            rows = {len(a) for a in arrays.values()}
+            if rows != {batch}:
+                raise InputError(
+                    "batch %d has %s rows; the bundle takes %d per step (a "
+                    "DataLoader of batch_size=%d with drop_last=True)"
+                    % (step + 1, "/".join(map(str, sorted(rows))), batch,
+                       batch))
+            return arrays
+        return next_batch, per_epoch
+
+    def _eval_arrays(self, eval_data):
+        """Evaluation data as arrays: arrays as given, or the batches of an
+        iterable concatenated."""
+        if isinstance(eval_data, (dict, tuple, list, np.ndarray)) or \
+                hasattr(eval_data, "detach"):
+            return self._arrays(eval_data, None, "eval_data")
+        parts = [self._arrays(b, None, "eval_data batch %d" % (i + 1))
+                 for i, b in enumerate(eval_data)]
+        if not parts:
+            raise InputError("eval_data: the iterable gave no batch")
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    @property
+    def steps_taken(self):
+        """The optimizer steps this bundle has taken (across train() calls,
+        from a resumed checkpoint on)."""
+        return self._training("steps_taken").steps_taken
 
     def step(self, data, labels=None):
         """One optimizer step on one batch of batch_size rows; returns its
@@ -479,6 +523,11 @@ class Bundle:
                 raise InputError("infer(): input '%s' given twice" % k)
             arrays[k] = _numpy(v)
         outputs = session.run(arrays)
+        if any(hasattr(x, "detach") for x in list(inputs) +
+               list(named.values())):
+            # Torch in, torch out.
+            import torch
+            outputs = {k: torch.from_numpy(v) for k, v in outputs.items()}
         if len(outputs) == 1:
             return next(iter(outputs.values()))
         return outputs

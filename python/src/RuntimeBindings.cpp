@@ -5,7 +5,6 @@
 #include "gpipe/runtime/Bundle.h"
 #include "gpipe/runtime/InferenceSession.h"
 #include "gpipe/runtime/OnnxExport.h"
-#include "gpipe/runtime/Progress.h"
 #include "gpipe/runtime/Trainer.h"
 #include "gpipe/runtime/TrainingSession.h"
 
@@ -130,39 +129,86 @@ TrainingData trainingData(const py::dict &arrays, const std::string &source) {
   return data;
 }
 
-/// Trains as gpipe-run --train does, on the arrays given or else the file
-/// options.data names (evaluating on evalArrays or options.evalData);
-/// returns the loss of every step.
-std::vector<double> train(TrainingSession &session, TrainerOptions options,
-                          const py::object &arrays,
-                          const py::object &evalArrays) {
+/// Batches from a Python callable `next_batch(step) -> dict of arrays`
+/// (the Python side walks a DataLoader), widened and checked as arrays are.
+class PythonBatches : public BatchSource {
+public:
+  PythonBatches(py::object next, int64_t perEpoch)
+      : next(std::move(next)), perEpoch(perEpoch) {}
+  std::string describe() const override { return "the batches"; }
+  int64_t stepsPerEpoch() const override { return perEpoch; }
+  std::map<std::string, HostTensor> batch(int64_t step) override {
+    py::gil_scoped_acquire gil;
+    return toHost(next(step).cast<py::dict>());
+  }
+
+private:
+  py::object next;
+  int64_t perEpoch;
+};
+
+/// A TrainingResult as a dict (the Python side makes its TrainResult).
+py::dict resultDict(const TrainingResult &r) {
+  py::list evaluations;
+  for (const Evaluation &e : r.evaluations) {
+    py::dict d;
+    d["epoch"] = e.epoch;
+    d["step"] = e.step;
+    d["accuracy"] = e.accuracy;
+    d["loss"] = e.loss;
+    d["samples"] = e.samples;
+    evaluations.append(d);
+  }
+  py::dict d;
+  d["losses"] = r.losses;
+  d["evaluations"] = evaluations;
+  d["items_per_second"] = r.itemsPerSecond;
+  d["seconds"] = r.seconds;
+  d["stopped"] = r.stopped;
+  return d;
+}
+
+/// Trains as gpipe-run --train does, on the arrays given, the batches
+/// `nextBatch` makes, or else the file options.data names (evaluating on
+/// evalArrays or options.evalData); `callback(StepInfo)` after each step.
+py::dict train(TrainingSession &session, TrainerOptions options,
+               const py::object &arrays, const py::object &evalArrays,
+               const py::object &nextBatch, int64_t stepsPerEpoch,
+               const py::object &callback) {
   std::optional<TrainingData> data, eval;
   if (!arrays.is_none())
     data = trainingData(arrays.cast<py::dict>(), "the training data");
-  else if (options.data.empty())
+  else if (options.data.empty() && nextBatch.is_none())
     throw InputError("train(): no data");
   if (!evalArrays.is_none())
     eval = trainingData(evalArrays.cast<py::dict>(), "the evaluation data");
-  std::vector<double> losses;
-  options.onStep = [&losses](int64_t, double loss) {
-    losses.push_back(loss);
+  options.onStep = [&callback](StepInfo &info) {
     // Ctrl-C in Python ends the training after the step it interrupts.
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0)
       throw py::error_already_set();
+    if (!callback.is_none())
+      callback(py::cast(&info, py::return_value_policy::reference));
   };
   PythonStdout buffer;
   std::ostream out(&buffer);
+  TrainingResult result;
   {
     py::gil_scoped_release release;
-    if (!data)
-      data = loadTrainingData(options.data, "train", session);
     if (!eval && !options.evalData.empty())
       eval = loadTrainingData(options.evalData, "t10k", session);
-    runTrainer(session, options, out, std::move(*data), std::move(eval));
+    if (!nextBatch.is_none()) {
+      PythonBatches batches(nextBatch, stepsPerEpoch);
+      result = runTrainer(session, options, out, batches, std::move(eval));
+    } else {
+      if (!data)
+        data = loadTrainingData(options.data, "train", session);
+      result =
+          runTrainer(session, options, out, std::move(*data), std::move(eval));
+    }
     out.flush();
   }
-  return losses;
+  return resultDict(result);
 }
 
 /// Sets one TrainerOptions member from a Python value.
@@ -241,6 +287,20 @@ PYBIND11_MODULE(_runtime, m) {
     }
   });
 
+  py::class_<StepInfo>(m, "StepInfo",
+                       "After each step of train(): step (from 1), loss "
+                       "and lr; set stop = True to end the training after "
+                       "this step, or lr to the learning rate of the "
+                       "following steps")
+      .def_readonly("step", &StepInfo::step)
+      .def_readonly("loss", &StepInfo::loss)
+      .def_readwrite("lr", &StepInfo::lr)
+      .def_readwrite("stop", &StepInfo::stop)
+      .def("__repr__", [](const StepInfo &i) {
+        return "<StepInfo step " + std::to_string(i.step) + ", loss " +
+               std::to_string(i.loss) + ", lr " + std::to_string(i.lr) + ">";
+      });
+
   py::class_<TrainingSession>(m, "TrainingSession")
       .def(py::init([](const std::string &path) {
              // Every stage in this process, as threads (a bundle compiled
@@ -276,11 +336,16 @@ PYBIND11_MODULE(_runtime, m) {
       .def(
           "train",
           [](TrainingSession &s, const py::dict &options,
-             const py::object &arrays, const py::object &evalArrays) {
-            return train(s, trainerOptions(options), arrays, evalArrays);
+             const py::object &arrays, const py::object &evalArrays,
+             const py::object &nextBatch, int64_t stepsPerEpoch,
+             const py::object &callback) {
+            return train(s, trainerOptions(options), arrays, evalArrays,
+                         nextBatch, stepsPerEpoch, callback);
           },
           py::arg("options"), py::arg("arrays") = py::none(),
-          py::arg("eval_arrays") = py::none())
+          py::arg("eval_arrays") = py::none(),
+          py::arg("next_batch") = py::none(), py::arg("steps_per_epoch") = 0,
+          py::arg("callback") = py::none())
       .def(
           "save_onnx",
           [](TrainingSession &s, const std::string &path, bool training) {
@@ -325,41 +390,4 @@ PYBIND11_MODULE(_runtime, m) {
             return toNumpy(out);
           },
           py::arg("inputs"));
-
-  py::class_<Progress::Config>(m, "ProgressConfig")
-      .def(py::init<>())
-      .def_readwrite("first_step", &Progress::Config::firstStep)
-      .def_readwrite("steps", &Progress::Config::steps)
-      .def_readwrite("steps_per_epoch", &Progress::Config::stepsPerEpoch)
-      .def_readwrite("items_per_step", &Progress::Config::itemsPerStep)
-      .def_readwrite("unit", &Progress::Config::unit)
-      .def_readwrite("terminal", &Progress::Config::terminal)
-      .def_readwrite("columns", &Progress::Config::columns)
-      .def_readwrite("line_every", &Progress::Config::lineEvery);
-
-  // The progress display of gpipe-run, for loops written in Python (a
-  // DataLoader's batches).
-  struct PythonProgress {
-    PythonStdout buffer;
-    std::ostream out{&buffer};
-    Progress progress;
-    explicit PythonProgress(const Progress::Config &c) : progress(out, c) {}
-  };
-  py::class_<PythonProgress>(m, "Progress")
-      .def(py::init<const Progress::Config &>())
-      .def("update",
-           [](PythonProgress &p, int64_t step, double loss, double lr,
-              double seconds) {
-             p.progress.update(step, loss, lr, seconds);
-             p.out.flush();
-           })
-      .def("interrupt",
-           [](PythonProgress &p) {
-             p.progress.interrupt();
-             p.out.flush();
-           })
-      .def("finish", [](PythonProgress &p) {
-        p.progress.finish();
-        p.out.flush();
-      });
 }

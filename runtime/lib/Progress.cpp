@@ -132,8 +132,8 @@ std::string Progress::bar(int64_t step, double lr, double seconds) const {
   int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
   double fraction = double(step + 1) / c.steps;
   double eta = remainingSeconds(step, seconds);
-  std::string items = std::to_string(static_cast<int64_t>(rate(seconds))) +
-                      " " + c.unit + "/s";
+  std::string items =
+      std::to_string(static_cast<int64_t>(rate(seconds))) + " " + c.unit + "/s";
   std::string percent = number("%3.0f%%", 100 * fraction);
   std::string stepText =
       std::to_string(step + 1) + "/" + std::to_string(c.steps);
@@ -173,8 +173,8 @@ std::string Progress::line(int64_t step, double loss, double lr,
   int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
   double fraction = double(step + 1) / c.steps;
   double eta = remainingSeconds(step, seconds);
-  std::string items = std::to_string(static_cast<int64_t>(rate(seconds))) +
-                      " " + c.unit + "/s";
+  std::string items =
+      std::to_string(static_cast<int64_t>(rate(seconds))) + " " + c.unit + "/s";
   std::string text = "step " + std::to_string(step + 1) + "/" +
                      std::to_string(c.steps) + " (" +
                      number("%.0f%%", 100 * fraction) + ")  epoch " +

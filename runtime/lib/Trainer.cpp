@@ -201,11 +201,13 @@ void checkLabels(TrainingSession &session,
                        std::to_string(ignored));
 }
 
-/// Accuracy of the model's class predictions on a labelled data set, run in
-/// micro-batches (the last one padded).
-double accuracy(TrainingSession &session,
-                const std::map<std::string, HostTensor> &data, int64_t n) {
+/// Accuracy of the model's class predictions on a labelled data set, and
+/// the mean cross-entropy of its logits, run in micro-batches (the last
+/// one padded).
+Evaluation evaluate(TrainingSession &session,
+                    const std::map<std::string, HostTensor> &data, int64_t n) {
   int64_t b = session.microBatchSize(), correct = 0;
+  double lossSum = 0;
   for (int64_t first = 0; first < n; first += b) {
     std::map<std::string, HostTensor> batch;
     for (const TensorSlot *slot : session.localDataInputs()) {
@@ -225,11 +227,24 @@ double accuracy(TrainingSession &session,
     const float *l = reinterpret_cast<const float *>(logits.data.data());
     for (int64_t r = 0; r < b && first + r < n; ++r) {
       const float *row = l + r * classes;
-      correct += std::max_element(row, row + classes) - row == label[first + r];
+      int64_t want = label[first + r];
+      correct += std::max_element(row, row + classes) - row == want;
+      // -log softmax(row)[want], in double: max + log(sum(exp(x - max))).
+      double top = *std::max_element(row, row + classes), sum = 0;
+      for (int64_t c = 0; c < classes; ++c)
+        sum += std::exp(double(row[c]) - top);
+      if (want >= 0 && want < classes)
+        lossSum += top + std::log(sum) - double(row[want]);
     }
   }
-  double right = session.fromLastStage(static_cast<double>(correct));
-  return right / static_cast<double>(n);
+  Evaluation e;
+  e.samples = n;
+  e.accuracy = session.fromLastStage(static_cast<double>(correct)) /
+               static_cast<double>(n);
+  e.loss = session.fromLastStage(lossSum) / static_cast<double>(n);
+  if (session.bundle().training.loss != "cross-entropy")
+    e.loss = std::numeric_limits<double>::quiet_NaN();
+  return e;
 }
 
 /// The pipeline's measured step, bubble and memory against the compiler's
@@ -377,8 +392,8 @@ double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
   return base;
 }
 
-void runTrainer(TrainingSession &session, const TrainerOptions &o,
-                std::ostream &out) {
+TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
+                          std::ostream &out) {
   if (o.data.empty())
     throw InputError("--train needs --data=FILE.npz, a directory of IDX "
                      "files or a plain-text file (byte-level language "
@@ -387,12 +402,75 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
   std::optional<TrainingData> evalData;
   if (!o.evalData.empty())
     evalData = loadTrainingData(o.evalData, "t10k", session);
-  runTrainer(session, o, out, std::move(data), std::move(evalData));
+  return runTrainer(session, o, out, std::move(data), std::move(evalData));
 }
 
-void runTrainer(TrainingSession &session, const TrainerOptions &o,
-                std::ostream &out, TrainingData train,
-                std::optional<TrainingData> eval) {
+namespace {
+
+/// A data set in memory: each pass over it in an order drawn from the seed
+/// and the pass (resumed runs see the same order), or in the data's order;
+/// with data parallelism each step takes a global batch of D x the
+/// compiled batch, replica r its r-th slice of it.
+class ArraySource : public BatchSource {
+public:
+  ArraySource(TrainingSession &session, TrainingData data, unsigned seed,
+              bool shuffle)
+      : session(session), data(std::move(data)), seed(seed), shuffle(shuffle) {
+    keepLocalArrays(session, this->data.arrays);
+    checkLabels(session, this->data.arrays, this->data.source);
+    samples = sampleCount(session, this->data);
+    batchRows = session.batchSize() * session.replicas();
+    order.resize(samples);
+    std::iota(order.begin(), order.end(), 0);
+  }
+  std::string describe() const override { return data.source; }
+  int64_t stepsPerEpoch() const override {
+    return std::max<int64_t>(1, samples / batchRows);
+  }
+  std::map<std::string, HostTensor> batch(int64_t step) override {
+    int64_t first = step * batchRows;
+    // A new pass over the data gets its own permutation (a function of
+    // the seed and the pass only).
+    if (shuffle && first / samples != pass) {
+      pass = first / samples;
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937 rng(seed + static_cast<unsigned>(pass));
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    int64_t replicaRows = session.batchSize();
+    int64_t replicaFirst = session.replica() * replicaRows;
+    std::map<std::string, HostTensor> mini;
+    for (const TensorSlot *slot : session.localDataInputs())
+      mini[slot->name] =
+          gatherRows(data.arrays.at(slot->name), replicaRows, [&](int64_t r) {
+            return order[(first + replicaFirst + r) % samples];
+          });
+    return mini;
+  }
+
+private:
+  TrainingSession &session;
+  TrainingData data;
+  unsigned seed;
+  bool shuffle;
+  int64_t samples = 0, batchRows = 0, pass = -1;
+  std::vector<int64_t> order;
+};
+
+} // namespace
+
+TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
+                          std::ostream &out, TrainingData train,
+                          std::optional<TrainingData> eval) {
+  // The data's errors before the bundle's warnings, as they always were.
+  ArraySource source(session, std::move(train), o.seed, !o.noShuffle);
+  return runTrainer(session, o, out, source, std::move(eval));
+}
+
+TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
+                          std::ostream &out, BatchSource &train,
+                          std::optional<TrainingData> eval) {
+  TrainingResult result;
   {
     for (const std::string &w : session.placementWarnings())
       out << "warning: " << w << "\n";
@@ -411,21 +489,17 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       throw InputError("--lr-schedule must be constant, step or cosine");
     if (o.lrSchedule == "step" && o.lrStepSize <= 0)
       throw InputError("--lr-schedule=step needs --lr-step-size=N");
-    keepLocalArrays(session, train.arrays);
-    if (eval)
+    if (eval) {
       keepLocalArrays(session, eval->arrays);
-    const std::map<std::string, HostTensor> &data = train.arrays;
-    checkLabels(session, data, train.source);
-    if (eval)
       checkLabels(session, eval->arrays, eval->source);
-    int64_t samples = sampleCount(session, train);
+    }
     int64_t evalSamples = eval ? sampleCount(session, *eval) : 0;
-    // With data parallelism each step takes a global batch of D x the
-    // compiled batch, replica r its r-th slice of it.
     int64_t batch = session.batchSize() * session.replicas();
-    int64_t replicaRows = session.batchSize();
-    int64_t replicaFirst = session.replica() * replicaRows;
-    int64_t perEpoch = std::max<int64_t>(1, samples / batch);
+    int64_t perEpoch = train.stepsPerEpoch();
+    if (perEpoch <= 0 && o.steps <= 0)
+      throw InputError(train.describe() +
+                       ": its length is not known: give a number of steps");
+    perEpoch = perEpoch > 0 ? perEpoch : o.steps;
     int64_t steps =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * perEpoch;
     const std::string &checkpoint = o.checkpointDir;
@@ -456,16 +530,8 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
                                         "step,loss\n", stepOfCsvLine);
     std::ofstream metrics =
         openStepLog(o.metrics, "--metrics", firstStep, "", stepOfJsonLine);
-    std::vector<int64_t> order(samples);
-    std::iota(order.begin(), order.end(), 0);
     auto start = std::chrono::steady_clock::now();
-    auto shuffleFor = [&](int64_t epochIndex) {
-      std::iota(order.begin(), order.end(), 0);
-      std::mt19937 rng(o.seed + static_cast<unsigned>(epochIndex));
-      std::shuffle(order.begin(), order.end(), rng);
-    };
-    if (!o.noShuffle)
-      shuffleFor(firstStep * batch / samples);
+    std::optional<double> lrOverride; // set by onStep
     // Sequence models (labels [batch, T, ...]) count tokens, not samples.
     int64_t tokensPerSample = 1;
     for (const TensorSlot *slot : session.dataInputs())
@@ -482,28 +548,19 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
     display.columns = o.columns;
     display.lineEvery = std::max<int64_t>(1, perEpoch / 10);
     Progress progress(out, display);
+    double seconds = 0;
     for (int64_t step = firstStep; step < steps; ++step) {
-      int64_t first = step * batch;
-      // A new pass over the data gets its own permutation (a function of
-      // the seed and the pass, so resumed runs see the same order).
-      if (!o.noShuffle && step > firstStep &&
-          first / samples != (first - batch) / samples)
-        shuffleFor(first / samples);
-      session.setLearningRate(scheduledLearningRate(o, baseLr, step, steps));
-      std::map<std::string, HostTensor> mini;
-      for (const TensorSlot *slot : session.localDataInputs()) {
-        mini[slot->name] =
-            gatherRows(data.at(slot->name), replicaRows, [&](int64_t r) {
-              return order[(first + replicaFirst + r) % samples];
-            });
-      }
-      double loss = session.step(mini);
+      session.setLearningRate(
+          lrOverride ? *lrOverride
+                     : scheduledLearningRate(o, baseLr, step, steps));
+      double loss = session.step(train.batch(step));
+      result.losses.push_back(loss);
       // The first step creates caches and touches memory: not profiled.
       if (!o.profileOps.empty() && step == firstStep && steps - firstStep > 1)
         session.enableOpProfile();
-      double seconds = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - start)
-                           .count();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                              start)
+                    .count();
       int64_t epoch = step / perEpoch + 1;
       double lr = session.learningRate();
       progress.update(step, loss, lr, seconds);
@@ -522,31 +579,55 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
         lossLog << step + 1 << ","
                 << std::setprecision(std::numeric_limits<double>::max_digits10)
                 << loss << std::endl;
-      if (!checkpoint.empty() &&
+      bool checkpointed =
+          !checkpoint.empty() &&
           ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) ||
-           step + 1 == steps))
+           step + 1 == steps);
+      if (checkpointed)
         session.saveCheckpoint(checkpoint, o.seed);
       bool epochEnd = (step + 1) % perEpoch == 0 || step + 1 == steps;
       if (epochEnd && eval) {
-        double correct = accuracy(session, eval->arrays, evalSamples);
+        Evaluation e = evaluate(session, eval->arrays, evalSamples);
+        e.epoch = (step + 1 + perEpoch - 1) / perEpoch;
+        e.step = step + 1;
+        result.evaluations.push_back(e);
         progress.interrupt();
-        out << "epoch " << (step + 1 + perEpoch - 1) / perEpoch
-            << ": test accuracy " << 100.0 * correct << "% on " << evalSamples
-            << " samples\n"
-            << std::flush;
-        if (metrics)
-          metrics << nlohmann::json{{"step", step + 1},
-                                    {"epoch", epoch},
-                                    {"eval_accuracy", correct},
-                                    {"eval_samples", evalSamples},
-                                    {"time_s", seconds}}
-                         .dump()
-                  << std::endl;
+        out << "epoch " << e.epoch << ": test accuracy " << 100.0 * e.accuracy
+            << "%";
+        if (std::isfinite(e.loss))
+          out << ", loss " << e.loss;
+        out << " on " << evalSamples << " samples\n" << std::flush;
+        if (metrics) {
+          nlohmann::json line{{"step", step + 1},
+                              {"epoch", epoch},
+                              {"eval_accuracy", e.accuracy},
+                              {"eval_samples", evalSamples},
+                              {"time_s", seconds}};
+          if (std::isfinite(e.loss))
+            line["eval_loss"] = e.loss;
+          metrics << line.dump() << std::endl;
+        }
       }
-      if (o.onStep)
-        o.onStep(step + 1, loss);
+      if (o.onStep) {
+        StepInfo info{step + 1, loss, lr, false};
+        o.onStep(info);
+        if (info.lr != lr)
+          lrOverride = info.lr;
+        if (info.stop && step + 1 < steps) {
+          result.stopped = true;
+          out << "stopped after step " << step + 1 << "\n";
+          if (!checkpoint.empty() && !checkpointed)
+            session.saveCheckpoint(checkpoint, o.seed);
+          break;
+        }
+      }
     }
     progress.finish();
+    // The next run (a Python caller's next train()) starts from this
+    // run's base rate, not from where a schedule left it.
+    session.setLearningRate(lrOverride ? *lrOverride : baseLr);
+    result.seconds = seconds;
+    result.itemsPerSecond = progress.rate(seconds);
     std::ostringstream summary;
     printSummary(session, summary);
     out << summary.str();
@@ -612,6 +693,7 @@ void runTrainer(TrainingSession &session, const TrainerOptions &o,
       }
     }
   }
+  return result;
 }
 
 } // namespace gpipe::runtime

@@ -252,11 +252,21 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
         model.eval()
         with torch.no_grad():
             correct = int((model(xt).argmax(1) == yt).sum())
+            eval_loss = float(torch.nn.functional.cross_entropy(
+                model(xt), yt))
         model.train()
         expected_line = f"test accuracy {100.0 * correct / SAMPLES:g}%"
         if not line or expected_line not in line[-1]:
             errors.append(f"evaluation: {line[-1] if line else 'no accuracy'}"
                           f", PyTorch eval: {expected_line}")
+        elif ", loss " not in line[-1] or abs(float(
+                line[-1].split(", loss ")[1].split()[0]) - eval_loss) > \
+                1e-4 * abs(eval_loss):
+            # Printed to 6 digits (5e-6 relative), computed in float32
+            # (1e-6 relative per logit): 1e-4 is far above both and far
+            # below any real difference of two models' losses.
+            errors.append(f"evaluation loss: {line[-1]}, PyTorch eval "
+                          f"cross-entropy {eval_loss:.6g}")
     # BatchNorm running statistics, accumulated over every micro-batch.
     if horizon == STEPS:
         for bname, buf in model.named_buffers():

@@ -121,6 +121,71 @@ losses2 = bundle2.train(loader, steps=20, seed=3, quiet=True)
 check("a DataLoader trains like --no-shuffle, bit for bit",
       losses2 == cli_in_order, "%s vs %s" % (losses2[:3], cli_in_order[:3]))
 
+# A DataLoader is a full citizen: every option arrays take, the same steps.
+cli_cosine, _ = cli_losses("--no-shuffle", "--lr-schedule=cosine",
+                           "--warmup-steps=3")
+bundle3 = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
+                        **flags)
+metrics = os.path.join(work, "metrics.jsonl")
+checkpoints = os.path.join(work, "checkpoints")
+saved_onnx = os.path.join(work, "loader.onnx")
+result3 = bundle3.train(loader, steps=20, seed=3, quiet=True,
+                        lr_schedule="cosine", warmup_steps=3, metrics=metrics,
+                        checkpoint_dir=checkpoints, checkpoint_every=5,
+                        save_onnx=saved_onnx)
+check("a DataLoader takes lr_schedule, metrics, checkpoints and save_onnx",
+      result3 == cli_cosine and
+      len(open(metrics).read().splitlines()) == 20 and
+      os.listdir(checkpoints) and os.path.exists(saved_onnx),
+      "%s vs %s" % (result3[:3], cli_cosine[:3]))
+check("train returns its result", isinstance(result3, gpipe.TrainResult) and
+      result3.losses == list(result3) and result3.samples_per_second > 0 and
+      result3.accuracy is None and not result3.stopped, repr(result3))
+
+# Evaluation on a DataLoader: the accuracy and the cross-entropy of the
+# trained model on its rows, as infer() gives them (an inference bundle of
+# the trained model: the same float32 logits up to the rounding of other
+# kernel blockings, ~1e-6 relative, so the loss within 1e-5).
+x_eval = rng.standard_normal((70, 1, 14, 14), dtype=np.float32)
+y_eval = rng.integers(0, 10, 70)
+eval_loader = torch.utils.data.DataLoader(
+    torch.utils.data.TensorDataset(torch.from_numpy(x_eval),
+                                   torch.from_numpy(y_eval)), batch_size=16)
+result4 = bundle3.train(loader, epochs=1, eval_data=eval_loader, quiet=True)
+logits = bundle3.infer(x_eval)
+want_accuracy = float(np.mean(np.argmax(logits, 1) == y_eval))
+want_loss = float(torch.nn.functional.cross_entropy(
+    torch.from_numpy(logits).double(), torch.from_numpy(y_eval)))
+check("eval_data may be a DataLoader; its accuracy and loss are returned",
+      len(result4) == 6 and len(result4.evaluations) == 1 and
+      result4.accuracy == want_accuracy and
+      abs(result4.eval_loss - want_loss) < 1e-5 * want_loss,
+      "%r: %s %s vs %s %s" % (result4, result4.accuracy, result4.eval_loss,
+                              want_accuracy, want_loss))
+
+# A callback after every step: it sees the step and can change the
+# learning rate or stop. (The run starts at the compiled rate, not where
+# the cosine schedule of the runs before left it.)
+seen = []
+
+
+def callback(info):
+    seen.append((info.step, info.lr))
+    if info.step == 2:
+        info.lr = 1e-4
+    if info.step == 4:
+        info.stop = True
+
+
+taken = bundle3.steps_taken
+result5 = bundle3.train((x, y), steps=10, quiet=True, callback=callback)
+check("a callback changes the learning rate and stops the training",
+      len(result5) == 4 and result5.stopped and
+      [s for s, _ in seen] == [1, 2, 3, 4] and
+      np.allclose([r for _, r in seen], [2e-3, 2e-3, 1e-4, 1e-4],
+                  rtol=1e-6) and
+      bundle3.steps_taken == taken + 4, "%s %r" % (seen, result5))
+
 # Inference with the trained parameters equals PyTorch in eval mode.
 reference = cnn()
 state = {k: torch.from_numpy(v) for k, v in params.items()}
@@ -138,7 +203,9 @@ check("infer of the trained bundle equals PyTorch eval",
       "%s vs %s, max diff %s" % (got.shape, want.shape,
                                  np.abs(got - want).max()))
 got_torch = bundle.infer(torch.from_numpy(x_test))
-check("infer takes torch tensors", np.array_equal(got, got_torch))
+check("infer takes torch tensors and returns them",
+      isinstance(got_torch, torch.Tensor) and
+      np.array_equal(got, got_torch.numpy()), type(got_torch).__name__)
 
 # save_onnx: an inference model, written atomically.
 import onnx
@@ -189,7 +256,15 @@ raises("no labels", gpipe.InputError, "no labels",
        lambda: bundle.train(x, steps=1, quiet=True))
 odd = torch.utils.data.DataLoader(dataset, batch_size=30)
 raises("a DataLoader of another batch size", gpipe.InputError,
-       "drop_last=True", lambda: bundle.train(odd, steps=2, quiet=True))
+       "batch_size is 30", lambda: bundle.train(odd, steps=2, quiet=True))
+ragged = torch.utils.data.DataLoader(
+    torch.utils.data.TensorDataset(torch.from_numpy(x[:100]),
+                                   torch.from_numpy(y[:100])), batch_size=32)
+before = bundle.steps_taken
+raises("a DataLoader without drop_last, before the first step",
+       gpipe.InputError, "drop_last=True",
+       lambda: bundle.train(ragged, epochs=2, quiet=True))
+check("no step taken before that error", bundle.steps_taken == before)
 raises("an inference bundle does not train", gpipe.InputError,
        "inference bundle", lambda: infer_bundle.train((x, y), steps=1))
 raises("epochs and steps", gpipe.InputError, "exclude",

@@ -354,14 +354,14 @@ int main(int argc, char **argv) {
        << gpipe::onednnVersion() << " (--calibrate)\n";
   });
 
-  const std::string opsets = std::to_string(gpipe::kMinONNXOpset) + "-" +
-                             std::to_string(gpipe::kMaxONNXOpset);
-  auto [input, output] = registerAndParseCLIOptions(
-      argc, argv,
+  std::string overview =
       "gpipe-opt: the gpipe compiler\n\n"
       "  gpipe-opt model.onnx --emit=nn [--batch-size=N] [-o out.mlir]\n"
-      "      import an ONNX model (opsets " + opsets + ") and print it in "
-      "the nn dialect\n"
+      "      import an ONNX model (opsets ";
+  overview += std::to_string(gpipe::kMinONNXOpset) + "-" +
+              std::to_string(gpipe::kMaxONNXOpset);
+  overview +=
+      ") and print it in the nn dialect\n"
       "  gpipe-opt model.onnx -o model.gpipe [--mode=infer] [--batch-size=N]\n"
       "      compile an inference bundle for gpipe-run --infer\n"
       "  gpipe-opt model.onnx --devices=cpu:0,cpu:1 --micro-batches=M "
@@ -376,8 +376,9 @@ int main(int argc, char **argv) {
       "      measure this machine's cores for --device-profile\n"
       "  gpipe-opt file.mlir [--pass...] [--split-input-file] "
       "[--verify-diagnostics]\n"
-      "      run passes on MLIR input, like mlir-opt\n",
-      registry);
+      "      run passes on MLIR input, like mlir-opt\n";
+  auto [input, output] =
+      registerAndParseCLIOptions(argc, argv, overview, registry);
 
   if (printOnnxOps) {
     SmallVector<StringRef> ops;

@@ -567,8 +567,8 @@ OwningOpRef<ModuleOp> gpipe::importONNXFile(StringRef path,
   return importONNXModel((*buffer)->getBuffer(), path, context, options);
 }
 
-FailureOr<std::optional<int64_t>>
-gpipe::onnxStaticBatch(StringRef path, MLIRContext *context) {
+FailureOr<std::optional<int64_t>> gpipe::onnxStaticBatch(StringRef path,
+                                                         MLIRContext *context) {
   Location loc = FileLineColLoc::get(context, path, 0, 0);
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);

@@ -1,6 +1,7 @@
 //===- CudaCodegen.cpp - Stage modules to PTX and host code ---------------===//
 #include "Target/CUDA/CudaCodegen.h"
 
+#include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
@@ -18,11 +19,10 @@
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
-#include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -266,8 +266,7 @@ Value alignedPointer(OpBuilder &b, Location loc, Value memref) {
       shifts.push_back(shifted.getByteShift());
     memref = view.getViewSource();
   }
-  Value pointer =
-      b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, memref);
+  Value pointer = b.create<memref::ExtractAlignedPointerAsIndexOp>(loc, memref);
   for (Value shift : shifts)
     pointer = b.create<arith::AddIOp>(loc, pointer, shift);
   return pointer;
@@ -315,7 +314,8 @@ LogicalResult replaceLaunches(ModuleOp module,
       if (t.isF64())
         return b.create<arith::BitcastOp>(loc, i64, v);
       if (isa<MemRefType>(t))
-        return b.create<arith::IndexCastOp>(loc, i64, alignedPointer(b, loc, v));
+        return b.create<arith::IndexCastOp>(loc, i64,
+                                            alignedPointer(b, loc, v));
       return Value();
     };
     ValueRange operands = launch.getKernelOperands();

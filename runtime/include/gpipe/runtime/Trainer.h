@@ -19,6 +19,17 @@
 
 namespace gpipe::runtime {
 
+/// What TrainerOptions::onStep sees after each step, and what it may
+/// change: `stop` ends the training after this step (the end-of-run
+/// outputs are written as after the last step); a new `lr` is the
+/// learning rate of every following step (the schedule no longer applies).
+struct StepInfo {
+  int64_t step = 0; // from 1
+  double loss = 0;
+  double lr = 0;
+  bool stop = false;
+};
+
 struct TrainerOptions {
   std::string data, evalData, lossLog, saveParams, checkpointDir, saveOnnx;
   /// The trained model as its training graph (BatchNorm, Dropout in
@@ -46,9 +57,46 @@ struct TrainerOptions {
   bool terminal = false;
   /// The terminal's width in columns, which the bar fits in.
   int columns = 80;
-  /// Called after every step with its index (from 1) and mean loss; what
-  /// it throws ends the training (a Python caller's KeyboardInterrupt).
-  std::function<void(int64_t step, double loss)> onStep;
+  /// Called after every step (StepInfo); what it throws ends the training
+  /// (a Python caller's KeyboardInterrupt).
+  std::function<void(StepInfo &)> onStep;
+};
+
+/// One evaluation on the evaluation data (after each epoch).
+struct Evaluation {
+  int64_t epoch = 0, step = 0, samples = 0;
+  double accuracy = 0;
+  /// Mean cross-entropy of the logits (NaN for a loss of another kind).
+  double loss = 0;
+};
+
+/// What a run did: the loss of every step it took, its evaluations and
+/// its pace.
+struct TrainingResult {
+  std::vector<double> losses;
+  std::vector<Evaluation> evaluations;
+  /// Samples (or tokens) per second after the first step of this run.
+  double itemsPerSecond = 0;
+  double seconds = 0;
+  /// Ended by StepInfo::stop before the steps asked for.
+  bool stopped = false;
+};
+
+/// Where a run's batches come from: a data set in memory, in an order
+/// drawn per pass from the seed (TrainingData), or batches a caller makes
+/// (a Python DataLoader).
+class BatchSource {
+public:
+  virtual ~BatchSource() = default;
+  /// Names the data in messages.
+  virtual std::string describe() const = 0;
+  /// Steps in one pass over the data; 0 when not known (then the run
+  /// needs a number of steps).
+  virtual int64_t stepsPerEpoch() const = 0;
+  /// The batch of step `step` (0-based; asked in increasing order from
+  /// the run's first step): this rank's data inputs and labels, each with
+  /// the compiled batch's rows.
+  virtual std::map<std::string, HostTensor> batch(int64_t step) = 0;
 };
 
 /// The learning rate of `step` (0-based) of `steps` from `base`: linear
@@ -79,13 +127,18 @@ TrainingData loadTrainingData(const std::string &path, const std::string &split,
 /// Trains `session` as `options` say on the data of options.data (and
 /// options.evalData), printing progress to `out`. Throws InputError (bad
 /// options or data), BundleError and std::runtime_error.
-void runTrainer(TrainingSession &session, const TrainerOptions &options,
-                std::ostream &out);
+TrainingResult runTrainer(TrainingSession &session,
+                          const TrainerOptions &options, std::ostream &out);
 /// The same on data sets in memory (options.data and evalData unused):
 /// given the same arrays, the same steps as from a file, to the last bit.
-void runTrainer(TrainingSession &session, const TrainerOptions &options,
-                std::ostream &out, TrainingData train,
-                std::optional<TrainingData> eval);
+TrainingResult runTrainer(TrainingSession &session,
+                          const TrainerOptions &options, std::ostream &out,
+                          TrainingData train, std::optional<TrainingData> eval);
+/// The same on batches from `train` (options.data, noShuffle unused: the
+/// source decides the order).
+TrainingResult runTrainer(TrainingSession &session,
+                          const TrainerOptions &options, std::ostream &out,
+                          BatchSource &train, std::optional<TrainingData> eval);
 
 } // namespace gpipe::runtime
 
