@@ -512,14 +512,19 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
           throw InputError("--seed differs from the checkpoint's (" +
                            std::to_string(*seed) + ")");
         firstStep = session.stepsTaken();
-        if (firstStep >= steps)
+        if (firstStep > steps)
           throw InputError(
               "--resume: the checkpoint in " + checkpoint + " is after step " +
               std::to_string(firstStep) + ", and this run trains " +
               std::to_string(steps) +
               " steps: nothing left to train (raise --steps or --epochs)");
-        out << "resumed from " << checkpoint << " after step " << firstStep
-            << "\n";
+        out << "resumed from " << checkpoint << " after step " << firstStep;
+        // A run stopped after its last checkpoint but before its outputs
+        // (killed, out of time) ends now: its outputs are written.
+        if (firstStep == steps)
+          out << ", the run's last: nothing left to train; writing its "
+                 "outputs";
+        out << "\n";
       } else {
         out << "--resume: no checkpoint in " << checkpoint
             << " yet: training from the first step\n";
@@ -547,7 +552,10 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
     display.terminal = o.terminal;
     display.columns = o.columns;
     display.lineEvery = std::max<int64_t>(1, perEpoch / 10);
-    Progress progress(out, display);
+    bool finished = firstStep == steps; // resumed at its last step
+    std::optional<Progress> progress;
+    if (!finished)
+      progress.emplace(out, display);
     double seconds = 0;
     for (int64_t step = firstStep; step < steps; ++step) {
       session.setLearningRate(
@@ -563,14 +571,14 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
                     .count();
       int64_t epoch = step / perEpoch + 1;
       double lr = session.learningRate();
-      progress.update(step, loss, lr, seconds);
+      progress->update(step, loss, lr, seconds);
       if (metrics)
         metrics << nlohmann::json{{"step", step + 1},
                                   {"epoch", epoch},
                                   {"loss", loss},
                                   {"lr", lr},
                                   {display.unit + "_per_s",
-                                   progress.rate(seconds)},
+                                   progress->rate(seconds)},
                                   {"time_s", seconds}}
                        .dump()
                 << std::endl;
@@ -591,7 +599,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
         e.epoch = (step + 1 + perEpoch - 1) / perEpoch;
         e.step = step + 1;
         result.evaluations.push_back(e);
-        progress.interrupt();
+        progress->interrupt();
         out << "epoch " << e.epoch << ": test accuracy " << 100.0 * e.accuracy
             << "%";
         if (std::isfinite(e.loss))
@@ -622,16 +630,19 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
         }
       }
     }
-    progress.finish();
+    if (progress)
+      progress->finish();
     // The next run (a Python caller's next train()) starts from this
     // run's base rate, not from where a schedule left it.
     session.setLearningRate(lrOverride ? *lrOverride : baseLr);
     result.seconds = seconds;
-    result.itemsPerSecond = progress.rate(seconds);
+    result.itemsPerSecond = progress ? progress->rate(seconds) : 0;
+    // What measures the run's steps: none when it had none to take.
     std::ostringstream summary;
-    printSummary(session, summary);
+    if (!finished)
+      printSummary(session, summary);
     out << summary.str();
-    if (!o.report.empty()) {
+    if (!o.report.empty() && !finished) {
       session.writeReport(
           o.report,
           std::filesystem::path(session.bundle().path).filename().string() +
@@ -639,7 +650,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
           summary.str());
       out << "wrote the report to " << o.report << "\n";
     }
-    if (!o.profileOps.empty()) {
+    if (!o.profileOps.empty() && !finished) {
       std::ostringstream csv;
       csv << "op,forward_seconds,backward_seconds,micro_batch_rows\n"
           << std::setprecision(9);
@@ -653,7 +664,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
             << " (for gpipe-opt --cost-table)\n";
       }
     }
-    if (!o.trace.empty()) {
+    if (!o.trace.empty() && !finished) {
       session.writeTrace(o.trace);
       out << "wrote the trace to " << o.trace
           << " (open it in ui.perfetto.dev or chrome://tracing)\n";

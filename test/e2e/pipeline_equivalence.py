@@ -25,7 +25,8 @@ bias of norm 2e-3), exactly as much as four devices with 1f1b do; hence its
 reference uses the same schedule.
 
 With GPIPE_FULL_MATRIX=1 in the environment every model runs the full
-matrix (384 configurations; about 35 minutes on two cores, too long for CI).
+matrix (384 configurations; about 35 minutes on two cores, too long for CI);
+with GPIPE_COVERING=N every model runs the same N covering configurations.
 
 usage: pipeline_equivalence.py GPIPE_OPT GPIPE_RUN WORK_DIR [ONLY]
 """
@@ -58,6 +59,11 @@ def covering(count):
 FULL = list(itertools.product((1, 2, 3, 4), (1, 2, 4, 8), SCHEDULES,
                               RECOMPUTE))
 if os.environ.get("GPIPE_FULL_MATRIX") == "1":
+    covering = lambda count: FULL  # noqa: E731
+# GPIPE_COVERING=N: every model (the MLP too) runs covering(N), still every
+# K, M, schedule and recompute mode for N >= 12 (the sanitizer runs).
+if os.environ.get("GPIPE_COVERING"):
+    FULL = covering(int(os.environ["GPIPE_COVERING"]))
     covering = lambda count: FULL  # noqa: E731
 
 # model -> (steps, batch norm, optimizer flags, configurations)
