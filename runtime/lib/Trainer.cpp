@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -333,11 +334,25 @@ std::ofstream openStepLog(const std::string &path, const std::string &flag,
         kept += line + "\n";
     }
   }
-  log.open(path, std::ios::trunc);
-  log << kept;
+  // The rows kept replace the old log atomically (a failed write leaves
+  // it whole); the run's rows are appended.
+  writeFileAtomically(path, kept);
+  log.open(path, std::ios::app);
   if (!log)
     throw InputError("cannot write " + flag + " file '" + path + "'");
   return log;
+}
+
+/// A per-step log's row, written: a full disk or a vanished directory is
+/// an error that names the log, not a log that silently stops.
+void checkLogWrite(std::ofstream &log, const std::string &flag,
+                   const std::string &path) {
+  if (log)
+    return;
+  int error = errno;
+  throw FileWriteError(
+      flag + " " + path + ": write failed" +
+      (error ? std::string(": ") + std::strerror(error) : std::string()));
 }
 
 } // namespace
@@ -572,7 +587,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       int64_t epoch = step / perEpoch + 1;
       double lr = session.learningRate();
       progress->update(step, loss, lr, seconds);
-      if (metrics)
+      if (metrics.is_open()) {
         metrics << nlohmann::json{{"step", step + 1},
                                   {"epoch", epoch},
                                   {"loss", loss},
@@ -582,11 +597,15 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
                                   {"time_s", seconds}}
                        .dump()
                 << std::endl;
-      if (lossLog)
+        checkLogWrite(metrics, "--metrics", o.metrics);
+      }
+      if (lossLog.is_open()) {
         // Every digit: logs of two runs compare bit for bit.
         lossLog << step + 1 << ","
                 << std::setprecision(std::numeric_limits<double>::max_digits10)
                 << loss << std::endl;
+        checkLogWrite(lossLog, "--loss-log", o.lossLog);
+      }
       bool checkpointed =
           !checkpoint.empty() &&
           ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) ||
@@ -605,7 +624,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
         if (std::isfinite(e.loss))
           out << ", loss " << e.loss;
         out << " on " << evalSamples << " samples\n" << std::flush;
-        if (metrics) {
+        if (metrics.is_open()) {
           nlohmann::json line{{"step", step + 1},
                               {"epoch", epoch},
                               {"eval_accuracy", e.accuracy},
@@ -614,6 +633,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
           if (std::isfinite(e.loss))
             line["eval_loss"] = e.loss;
           metrics << line.dump() << std::endl;
+          checkLogWrite(metrics, "--metrics", o.metrics);
         }
       }
       if (o.onStep) {
