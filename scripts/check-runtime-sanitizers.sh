@@ -91,17 +91,35 @@ for kind in "${kinds[@]}"; do
     "$opt" "$run" "$work/resume"
   step dropout_streams /usr/bin/python3 "$e2e/dropout_streams.py" \
     "$opt" "$run" "$work/dropout"
-  step mpi_pipeline /usr/bin/python3 "$e2e/mpi_pipeline.py" "$opt" "$run" \
+  # Leaks are not checked in MPI ranks: Open MPI unloads its components
+  # (dlclose) at MPI_Finalize, so what they keep cannot be attributed or
+  # suppressed by name; memory errors are checked as everywhere.
+  step mpi_pipeline env ASAN_OPTIONS="${ASAN_OPTIONS:-} detect_leaks=0" \
+    /usr/bin/python3 "$e2e/mpi_pipeline.py" "$opt" "$run" \
     "$work/mpi" "mlp 2,mlp 4,failures"
-  # Python: the sanitizer runtime must come first in the process.
-  step python env LD_PRELOAD="$preload" PYTHONPATH="$build/python" GPIPE_OPT="$opt" \
-    PATH="$(dirname "$run"):$(dirname "$opt"):$PATH" \
+  # Python: the sanitizer runtime must come first in the process; the
+  # tools the test starts get no preload (clang links TSan's runtime into
+  # gpipe-run: a second copy would crash it).
+  tools="$work/tools"
+  mkdir -p "$tools"
+  for t in "$run" "$opt"; do
+    printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$t" >"$tools/$(basename "$t")"
+    chmod +x "$tools/$(basename "$t")"
+  done
+  # Under TSan (LLVM's OpenMP runtime) the Python path and gpipe-run
+  # differ in the last bits with several OpenMP threads per stage (with
+  # libgomp, the shipped build, they are bit-identical: ctest's api.py):
+  # one OpenMP thread per stage here, the stages' own threads as ever.
+  omp=()
+  [ "$kind" = thread ] && omp=(OMP_NUM_THREADS=1)
+  step python env "${omp[@]}" LD_PRELOAD="$preload" PYTHONPATH="$build/python" \
+    GPIPE_OPT="$tools/gpipe-opt" PATH="$tools:$PATH" \
     ASAN_OPTIONS="${ASAN_OPTIONS:-} detect_leaks=0" \
     /usr/bin/python3 "$root/test/python/api.py" "$work/python"
   reports=$(ls "$logs" | wc -l)
   if [ "$reports" -ne 0 ]; then
     echo "$kind: FAIL $reports sanitizer report(s):"
-    for f in "$logs"/*; do echo "== $f"; head -40 "$f"; done
+    for f in $(ls "$logs" | head -5); do echo "== $f"; head -30 "$logs/$f"; done
     failed=$((failed + 1))
   else
     echo "$kind: no sanitizer report ($(( $(date +%s) - start )) s)"

@@ -14,7 +14,7 @@ non-zero exit. A run that ends by itself is a completed training: its log
 and parameters are compared with the reference; then the next training
 starts from scratch.
 
-    scripts/soak.py [--seconds 3600] [--work DIR] [--steps 400]
+    scripts/soak.py [--seconds 3600] [--work DIR] [--steps 1500]
         [--gpipe-opt build/bin/gpipe-opt] [--gpipe-run build/bin/gpipe-run]
 """
 import argparse
@@ -71,7 +71,7 @@ def same_params(a, b):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=3600)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--work", default="/tmp/gpipe-soak")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--gpipe-opt", default=os.path.join(root, "build/bin/gpipe-opt"))
@@ -126,12 +126,25 @@ def main():
             except subprocess.TimeoutExpired:
                 done = False
             if not done:
-                ranks = rank_pids(proc)
-                victim = pick.choice(sorted(ranks)) if ranks else None
+                # The ranks (mpirun may still be starting them, or they may
+                # be ending: then the run goes on without a kill).
+                ranks = {}
+                for _ in range(50):
+                    ranks = rank_pids(proc)
+                    if len(ranks) == 2 or proc.poll() is not None:
+                        break
+                    time.sleep(0.1)
+                if not ranks:
+                    out, _ = proc.communicate()
+                    done = True
+            if not done:
+                victim = pick.choice(sorted(ranks))
                 at = committed_step(ck)
-                if victim is not None:
+                try:
                     os.kill(ranks[victim], signal.SIGKILL)
                     kills += 1
+                except ProcessLookupError:
+                    pass  # it had just ended
                 killed = time.time()
                 try:
                     out, _ = proc.communicate(timeout=30)

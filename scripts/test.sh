@@ -2,9 +2,10 @@
 # The test command: installs the dependencies (apt), builds everything and
 # runs every test (lit suites, GoogleTest, end-to-end PyTorch tests, the
 # runtime link check) through ctest, then the importer and dialect tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
-# 60-second libFuzzer smoke run of each parser (scripts/fuzz.sh). Exits
-# non-zero if anything fails.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# runtime under ThreadSanitizer and under ASan + UBSan
+# (scripts/check-runtime-sanitizers.sh), then a 60-second libFuzzer smoke
+# run of each parser (scripts/fuzz.sh). Exits non-zero if anything fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 start=$(date +%s)
@@ -18,6 +19,8 @@ phase build
 phase ctest
 "$root/scripts/check-sanitizers.sh"
 phase sanitizers
+"$root/scripts/check-runtime-sanitizers.sh"
+phase runtime-sanitizers
 "$root/scripts/fuzz.sh" 60
 phase fuzz
 
