@@ -576,7 +576,14 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       session.setLearningRate(
           lrOverride ? *lrOverride
                      : scheduledLearningRate(o, baseLr, step, steps));
-      double loss = session.step(train.batch(step));
+      // Batches a caller makes are widened and checked as arrays are (the
+      // arrays' own were at load: this finds nothing more there).
+      std::map<std::string, HostTensor> mini = train.batch(step);
+      keepLocalArrays(session, mini);
+      checkLabels(session, mini,
+                  train.describe() + " (step " + std::to_string(step + 1) +
+                      ")");
+      double loss = session.step(mini);
       result.losses.push_back(loss);
       // The first step creates caches and touches memory: not profiled.
       if (!o.profileOps.empty() && step == firstStep && steps - firstStep > 1)

@@ -260,6 +260,13 @@ raises("a DataLoader of another batch size", gpipe.InputError,
 ragged = torch.utils.data.DataLoader(
     torch.utils.data.TensorDataset(torch.from_numpy(x[:100]),
                                    torch.from_numpy(y[:100])), batch_size=32)
+bad_labels = torch.utils.data.DataLoader(
+    torch.utils.data.TensorDataset(torch.from_numpy(x),
+                                   torch.from_numpy((y + 10).astype(np.int32))),
+    batch_size=32, drop_last=True)
+raises("a DataLoader's labels are checked as arrays' are", gpipe.InputError,
+       "is outside [0, 10)", lambda: bundle.train(bad_labels, steps=1,
+                                                  quiet=True))
 before = bundle.steps_taken
 raises("a DataLoader without drop_last, before the first step",
        gpipe.InputError, "drop_last=True",
