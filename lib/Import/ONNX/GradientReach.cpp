@@ -4,8 +4,12 @@
 #include "ConstTensor.h"
 
 #include "onnx/onnx_pb.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
+
+#include <cmath>
+#include <cstring>
 
 using namespace gpipe::onnx_import;
 
@@ -49,6 +53,48 @@ bool passesGradient(const onnx::NodeProto &node, int input) {
   return n < 0 || input < n;
 }
 
+/// Whether a floating-point initializer holds an infinity or a NaN (read
+/// in place: no copy of a large weight). float16 and bfloat16 are their
+/// bits (an exponent of all ones).
+bool hasNonFinite(const onnx::TensorProto &t) {
+  const std::string &raw = t.raw_data();
+  auto scan = [&](auto tag, auto finite) {
+    using T = decltype(tag);
+    for (size_t i = 0; i + sizeof(T) <= raw.size(); i += sizeof(T)) {
+      T v;
+      std::memcpy(&v, raw.data() + i, sizeof(T));
+      if (!finite(v))
+        return true;
+    }
+    return false;
+  };
+  auto isFinite = [](auto v) { return std::isfinite(v); };
+  switch (static_cast<DType>(t.data_type())) {
+  case DType::Float:
+    return scan(float(), isFinite) || llvm::any_of(t.float_data(), [](float v) {
+             return !std::isfinite(v);
+           });
+  case DType::Double:
+    return scan(double(), isFinite) ||
+           llvm::any_of(t.double_data(),
+                        [](double v) { return !std::isfinite(v); });
+  case DType::Float16:
+  case DType::BFloat16: {
+    uint16_t exponent =
+        static_cast<DType>(t.data_type()) == DType::Float16 ? 0x7C00 : 0x7F80;
+    auto finite16 = [exponent](uint16_t bits) {
+      return (bits & exponent) != exponent;
+    };
+    return scan(uint16_t(), finite16) ||
+           llvm::any_of(t.int32_data(), [&](int32_t v) {
+             return !finite16(static_cast<uint16_t>(v));
+           });
+  }
+  default:
+    return false;
+  }
+}
+
 } // namespace
 
 llvm::StringMap<std::string>
@@ -76,8 +122,17 @@ gpipe::onnx_import::initializersWithoutGradient(const onnx::GraphProto &graph) {
         users[in] = node.op_type() + " '" + node.name() + "'";
   llvm::StringMap<std::string> frozen;
   for (const onnx::TensorProto &t : graph.initializer()) {
-    if (!isFloatDType(static_cast<DType>(t.data_type())) ||
-        reached.contains(t.name()))
+    if (!isFloatDType(static_cast<DType>(t.data_type())))
+      continue;
+    // An infinity or a NaN can never be a trained weight (one step would
+    // make the loss NaN): an additive mask kept as a buffer, such as
+    // triu(full(-inf)), whatever reaches it.
+    if (hasNonFinite(t)) {
+      frozen[t.name()] = "holds infinities or NaNs: a buffer such as an "
+                         "additive mask, never a trained weight";
+      continue;
+    }
+    if (reached.contains(t.name()))
       continue;
     auto user = users.find(t.name());
     frozen[t.name()] =

@@ -21,8 +21,10 @@ class GraphProto;
 
 namespace gpipe::onnx_import {
 
-/// Floating-point initializers no output's gradient reaches, each with the
-/// reason in words.
+/// Floating-point initializers not to train, each with the reason in
+/// words: those no output's gradient reaches, and those that hold
+/// infinities or NaNs (an additive mask kept as a buffer; whatever reaches
+/// it, a trained copy would be NaN after one step).
 llvm::StringMap<std::string>
 initializersWithoutGradient(const onnx::GraphProto &graph);
 
