@@ -18,7 +18,6 @@ starts from scratch.
         [--gpipe-opt build/bin/gpipe-opt] [--gpipe-run build/bin/gpipe-run]
 """
 import argparse
-import json
 import os
 import random
 import shutil
@@ -32,33 +31,7 @@ import numpy as np
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(root, "test", "e2e"))
 import reference_models  # noqa: E402
-
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe",
-          "--mca", "btl", "self,vader,tcp"]
-
-
-def rank_pids(proc):
-    """{rank: pid} of the gpipe-run processes mpirun `proc` started."""
-    pids = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "gpipe-run"],
-                          capture_output=True, text=True).stdout.split()
-    ranks = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0")
-                           if b"=" in e)
-            ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
-        except (OSError, KeyError, ValueError):
-            pass
-    return ranks
-
-
-def committed_step(ck):
-    try:
-        with open(os.path.join(ck, "checkpoint.json")) as f:
-            return json.load(f)["step"]
-    except (OSError, ValueError, KeyError):
-        return 0
+from mpi_pipeline import MPIRUN, committed_step, rank_pids  # noqa: E402
 
 
 def same_params(a, b):

@@ -127,63 +127,64 @@ void Progress::finish() {
   out << std::flush;
 }
 
-std::string Progress::bar(int64_t step, double lr, double seconds) const {
-  int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
-  int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
-  double fraction = double(step + 1) / c.steps;
-  double eta = remainingSeconds(step, seconds);
-  std::string items =
+Progress::Fields Progress::fields(int64_t step, double seconds) const {
+  Fields f;
+  f.epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
+  f.epoch = std::min(f.epochs, step / c.stepsPerEpoch + 1);
+  f.fraction = double(step + 1) / c.steps;
+  f.eta = remainingSeconds(step, seconds);
+  f.items =
       std::to_string(static_cast<int64_t>(rate(seconds))) + " " + c.unit + "/s";
-  std::string percent = number("%3.0f%%", 100 * fraction);
-  std::string stepText =
-      std::to_string(step + 1) + "/" + std::to_string(c.steps);
-  std::string epochText =
-      "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs);
+  f.stepText = std::to_string(step + 1) + "/" + std::to_string(c.steps);
+  f.epochText =
+      "epoch " + std::to_string(f.epoch) + "/" + std::to_string(f.epochs);
+  return f;
+}
+
+std::string Progress::bar(int64_t step, double lr, double seconds) const {
+  Fields f = fields(step, seconds);
+  std::string percent = number("%3.0f%%", 100 * f.fraction);
   std::string lossField = "loss" + lossText(smoothedLoss());
-  auto barOf = [&](int width) {
-    int filled = static_cast<int>(fraction * width);
-    return "[" + std::string(filled, '#') + std::string(width - filled, '-') +
-           "] ";
+  std::string clocks = clockTime(seconds) + "<" + clockTime(f.eta);
+  auto full = [&](int width, bool withLr) {
+    int filled = static_cast<int>(f.fraction * width);
+    return f.epochText + " [" + std::string(filled, '#') +
+           std::string(width - filled, '-') + "] " + percent + "  " +
+           f.stepText + "  " + clocks + "  " + lossField +
+           (withLr ? "  lr " + number("%.3g", lr) : std::string()) + "  " +
+           f.items;
   };
   // From the widest to the narrowest: the first that fits is drawn. A line
   // as wide as the terminal would wrap on some terminals: one column spare.
-  const std::string candidates[] = {
-      epochText + " " + barOf(kBarWidth) + percent + "  " + stepText + "  " +
-          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField +
-          "  lr " + number("%.3g", lr) + "  " + items,
-      epochText + " " + barOf(kBarWidth) + percent + "  " + stepText + "  " +
-          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField + "  " +
-          items,
-      epochText + " " + barOf(10) + percent + "  " + stepText + "  " +
-          clockTime(seconds) + "<" + clockTime(eta) + "  " + lossField + "  " +
-          items,
-      epochText + " " + percent + " " + stepText + " ETA " + clockTime(eta) +
-          " " + lossField + " " + items,
-      stepText + " ETA " + clockTime(eta) + " " + lossField,
-      stepText + " " + lossField};
-  for (const std::string &text : candidates)
-    if (static_cast<int>(text.size()) < std::max(c.columns, 1))
+  int room = std::max(c.columns, 1);
+  auto fits = [&](const std::string &text) {
+    return static_cast<int>(text.size()) < room;
+  };
+  for (auto [width, withLr] :
+       {std::pair{kBarWidth, true}, std::pair{kBarWidth, false},
+        std::pair{10, false}})
+    if (std::string text = full(width, withLr); fits(text))
+      return text;
+  std::string eta = " ETA " + clockTime(f.eta) + " ";
+  for (const std::string &text :
+       {f.epochText + " " + percent + " " + f.stepText + eta + lossField + " " +
+            f.items,
+        f.stepText + eta + lossField, f.stepText + " " + lossField})
+    if (fits(text))
       return text;
   return "";
 }
 
 std::string Progress::line(int64_t step, double loss, double lr,
                            double seconds) const {
-  int64_t epochs = (c.steps + c.stepsPerEpoch - 1) / c.stepsPerEpoch;
-  int64_t epoch = std::min(epochs, step / c.stepsPerEpoch + 1);
-  double fraction = double(step + 1) / c.steps;
-  double eta = remainingSeconds(step, seconds);
-  std::string items =
-      std::to_string(static_cast<int64_t>(rate(seconds))) + " " + c.unit + "/s";
-  std::string text = "step " + std::to_string(step + 1) + "/" +
-                     std::to_string(c.steps) + " (" +
-                     number("%.0f%%", 100 * fraction) + ")  epoch " +
-                     std::to_string(epoch) + "/" + std::to_string(epochs) +
+  Fields f = fields(step, seconds);
+  std::string text = "step " + f.stepText + " (" +
+                     number("%.0f%%", 100 * f.fraction) + ")  " + f.epochText +
                      "  loss " + number("%.6g", loss);
   if (done > 1)
     text += " (smoothed " + number("%.6g", smoothedLoss()) + ")";
-  return text + "  lr " + number("%.3g", lr) + "  " + items + "  elapsed " +
-         clockTime(seconds) + "  ETA " + clockTime(eta);
+  return text + "  lr " + number("%.3g", lr) + "  " + f.items + "  elapsed " +
+         clockTime(seconds) + "  ETA " + clockTime(f.eta);
 }
 
 } // namespace gpipe::runtime

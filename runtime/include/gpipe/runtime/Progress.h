@@ -57,6 +57,13 @@ public:
   double remainingSeconds(int64_t step, double seconds) const;
 
 private:
+  /// What the bar and the plain line both show of a step.
+  struct Fields {
+    int64_t epochs = 0, epoch = 0;
+    double fraction = 0, eta = 0;
+    std::string items, stepText, epochText;
+  };
+  Fields fields(int64_t step, double seconds) const;
   std::string line(int64_t step, double loss, double lr, double seconds) const;
   /// The widest bar of at most `columns - 1` characters; empty if none.
   std::string bar(int64_t step, double lr, double seconds) const;

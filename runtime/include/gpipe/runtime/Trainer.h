@@ -97,6 +97,9 @@ public:
   /// the run's first step): this rank's data inputs and labels, each with
   /// the compiled batch's rows.
   virtual std::map<std::string, HostTensor> batch(int64_t step) = 0;
+  /// Whether its batches are this rank's arrays, widened and with checked
+  /// labels already (else the trainer does both for every batch).
+  virtual bool checked() const { return false; }
 };
 
 /// The learning rate of `step` (0-based) of `steps` from `base`: linear
