@@ -7,7 +7,11 @@ piece of a program, not run).
 The blocks of one document run in order, in one fresh directory of their
 own, with bash -e (every command must succeed), `python3` being the
 Python that runs this script (the one with PyTorch), and the built tools
-on PATH. Plain fences are synopses with placeholders and are not run.
+on PATH. Plain fences are synopses with placeholders and are not run;
+an `sh` block right after an HTML comment `<!-- placeholders: COMMANDS -->`
+is a synopsis whose placeholders the comment makes (with
+doc_placeholders.py, as $DOC_PLACEHOLDERS): the comment's commands run
+first, then the block as written.
 
     doc_commands.py REPO_ROOT WORK_DIR
 """
@@ -18,14 +22,20 @@ import sys
 import time
 
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.M | re.S)
+PLACEHOLDERS = re.compile(r"<!--\s*placeholders:((?:(?!<!--).)*?)-->\s*\Z",
+                          re.S)
 
 
 def blocks(path):
     """(kind, argument, text) of the runnable blocks of one document."""
     out = []
-    for m in FENCE.finditer(open(path).read()):
+    text = open(path).read()
+    for m in FENCE.finditer(text):
         info = m.group(1).split()
-        if info[:1] == ["sh"]:
+        made = PLACEHOLDERS.search(text, max(0, m.start() - 2000), m.start())
+        if info[:1] == ["sh"] and made:
+            out.append(("sh", made.group(1).strip(), m.group(2)))
+        elif info[:1] == ["sh"]:
             out.append(("sh", None, m.group(2)))
         elif info[:1] == ["python"] and len(info) == 2 and \
                 info[1] != "fragment":
@@ -51,18 +61,20 @@ def run_document(path, work, env):
             continue
         commands += 1
         start = time.time()
-        command = ["bash", "-euo", "pipefail", "-c", text] if kind == "sh" \
-            else ["python3", "-c", text]
+        setup = arg + "\n" if kind == "sh" and arg else ""
+        command = ["bash", "-euo", "pipefail", "-c", setup + text] \
+            if kind == "sh" else ["python3", "-c", text]
         proc = subprocess.run(command,
                               cwd=work, env=env, capture_output=True,
-                              text=True, timeout=600)
+                              text=True, errors="replace", timeout=600)
         first = text.strip().splitlines()[0]
         if proc.returncode != 0:
             failures.append(f"{name}: `{first}` ...: exit {proc.returncode}\n"
                             + proc.stdout[-2000:] + proc.stderr[-3000:])
         else:
+            made = " (placeholders made first)" if setup else ""
             print(f"{name}: ran {len(text.strip().splitlines())} line(s) "
-                  f"from `{first}` in {time.time() - start:.0f} s")
+                  f"from `{first}`{made} in {time.time() - start:.0f} s")
             if "error:" in proc.stderr:
                 failures.append(f"{name}: `{first}` printed an error:\n"
                                 + proc.stderr[-2000:])
@@ -79,6 +91,8 @@ def main():
     # The commands use mpirun as a reader does; these runs are as root.
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env["DOC_PLACEHOLDERS"] = os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "doc_placeholders.py")
     docs = [os.path.join(root, "README.md")] + sorted(
         os.path.join(root, "docs", f)
         for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))
