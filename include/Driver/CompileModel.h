@@ -47,6 +47,8 @@ struct CompileOptions {
   std::optional<std::string> devices;
   /// --const-input NAME=FILE bindings (FILE: a serialized TensorProto).
   std::vector<std::pair<std::string, std::string>> constInputFiles;
+  /// --freeze and --trainable: initializer name patterns.
+  std::vector<std::string> freeze, trainable;
   /// Training: loss, optimizer and hyper-parameters, micro-batches (its
   /// batchSize is filled from `batchSize` or the model).
   TrainingOptions training;

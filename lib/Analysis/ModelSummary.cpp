@@ -60,7 +60,12 @@ void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
   }
   os << "parameters: " << trainable << " trainable tensors (" << trainableValues
      << " values), " << frozen << " other (" << frozenValues << " values)\n";
-  // Floating-point initializers that are not trained, and why.
+  // What will train, then the floating-point initializers that will not,
+  // and why.
+  for (auto param : module.getOps<ParameterOp>())
+    if (param.getTrainable())
+      os << "trainable: " << param.getSymName() << " "
+         << describe(param.getType()) << "\n";
   for (auto param : module.getOps<ParameterOp>())
     if (auto reason = param->getAttrOfType<StringAttr>("gpipe.frozen_reason"))
       os << "frozen: " << param.getSymName() << " " << describe(param.getType())

@@ -475,6 +475,8 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   warnIfDevicesBeyondThisMachine(options, devices, ranks);
   if (int rc = readConstInputs(options, import))
     return rc;
+  import.freeze = options.freeze;
+  import.trainable = options.trainable;
   OwningOpRef<ModuleOp> module =
       importONNXFile(options.input, &context, import);
   if (!module)

@@ -18,6 +18,7 @@ Given the same arrays and options, `train` takes the same steps as
 
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,7 +46,8 @@ _COMPILE_FLAGS = {
     "mode", "batch_size", "devices", "micro_batches", "loss", "ignore_index",
     "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
-    "device_profile", "cost_table", "report", "const_input",
+    "device_profile", "cost_table", "report", "const_input", "freeze",
+    "trainable",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
@@ -121,6 +123,20 @@ def export(model, example_input, path, train=True):
     return names
 
 
+def _exported_buffers(model, onnx_path):
+    """The module's floating-point buffers (named_buffers()) that the export
+    kept as initializers, as --freeze patterns: PyTorch never trains a
+    buffer, and ONNX stores buffers like parameters."""
+    import onnx
+    floats = {name for name, b in model.named_buffers()
+              if b.is_floating_point()}
+    if not floats:
+        return []
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    return [re.sub(r"([*?\[\]\\])", r"\\\1", t.name)
+            for t in graph.initializer if t.name in floats]
+
+
 def _flag(name, value):
     flag = "--" + name.replace("_", "-")
     if value is True:
@@ -145,7 +161,10 @@ def compile(model, example_input=None, *, output=None, quiet=False,
         configuration, the per-stage table, the predicted step).
     options: gpipe-opt's flags with underscores, e.g. devices="cpu:0,cpu:1"
         (or a list), micro_batches=8, batch_size=64, optimizer="adamw",
-        lr=3e-4, schedule="1f1b", recompute="always", mode="train".
+        lr=3e-4, schedule="1f1b", recompute="always", mode="train",
+        freeze=["pe"] (names or patterns of initializers not to train),
+        trainable=["head.*"] (the only ones to train). A module's
+        floating-point buffers (named_buffers()) are always frozen.
         A training option or several devices make a training bundle, as on
         the command line.
     """
@@ -169,6 +188,12 @@ def compile(model, example_input=None, *, output=None, quiet=False,
                                 "batch, or a tuple of them)")
             onnx_path = os.path.join(work, type(model).__name__ + ".onnx")
             export(model, example_input, onnx_path, train=train)
+            buffers = _exported_buffers(model, onnx_path) if train else []
+            if buffers:
+                given = options.get("freeze") or []
+                if isinstance(given, str):
+                    given = given.split(",")
+                options["freeze"] = list(given) + buffers
         elif isinstance(model, (str, os.PathLike)):
             onnx_path = os.fspath(model)
             if example_input is not None:

@@ -231,6 +231,20 @@ cl::list<std::string> constInputOption(
              "input; repeatable)"),
     cl::value_desc("NAME=FILE"), cl::cat(inputCategory));
 
+cl::list<std::string> freezeOption(
+    "freeze",
+    cl::desc("Floating-point initializers not to train, a list of names or "
+             "glob patterns (*, ?, [...]): buffers such as a position table "
+             "that ONNX stores like parameters (see --emit=summary; "
+             "repeatable)"),
+    cl::value_desc("NAME,..."), cl::CommaSeparated, cl::cat(inputCategory));
+
+cl::list<std::string> trainableOption(
+    "trainable",
+    cl::desc("Train only the floating-point initializers these names or "
+             "glob patterns match; the others are frozen (repeatable)"),
+    cl::value_desc("NAME,..."), cl::CommaSeparated, cl::cat(inputCategory));
+
 cl::opt<bool> printOnnxOps(
     "print-onnx-ops",
     cl::desc("Print the ONNX op types the importer accepts, one per line "
@@ -293,6 +307,8 @@ int compileOptions(StringRef input, StringRef output,
     }
     o.constInputFiles.emplace_back(name.str(), file.str());
   }
+  o.freeze.assign(freezeOption.begin(), freezeOption.end());
+  o.trainable.assign(trainableOption.begin(), trainableOption.end());
   gpipe::TrainingOptions &t = o.training;
   t.microBatches = microBatchesOption;
   t.dataParallel = dataParallelOption;
@@ -421,10 +437,12 @@ int main(int argc, char **argv) {
     return gpipe::compileModel(options, registry);
   }
   if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences() ||
-      constInputOption.getNumOccurrences()) {
-    llvm::errs() << "gpipe-opt: error: --emit, --batch-size and --const-input "
-                    "apply to ONNX input (a .onnx file); '"
-                 << input << "' is read as MLIR\n";
+      constInputOption.getNumOccurrences() ||
+      freezeOption.getNumOccurrences() || trainableOption.getNumOccurrences()) {
+    llvm::errs()
+        << "gpipe-opt: error: --emit, --batch-size, --const-input, "
+           "--freeze and --trainable apply to ONNX input (a .onnx file); '"
+        << input << "' is read as MLIR\n";
     return 1;
   }
   return asMainReturnCode(MlirOptMain(argc, argv, input, output, registry));

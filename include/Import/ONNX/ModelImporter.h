@@ -33,6 +33,10 @@ struct ONNXImportOptions {
   /// Graph inputs turned into compile-time constants: name -> serialized
   /// TensorProto (e.g. the shape argument of a Reshape).
   std::vector<std::pair<std::string, std::string>> constantInputs;
+  /// Floating-point initializers not to train (--freeze), and, when not
+  /// empty, the only ones to train (--trainable): glob patterns over their
+  /// names. gpipe.compile passes a module's buffers as `freeze`.
+  std::vector<std::string> freeze, trainable;
 };
 
 /// The default-domain opsets a model may import. Each op is imported by the

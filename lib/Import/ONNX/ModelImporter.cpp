@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Import/ONNX/ModelImporter.h"
 
+#include "FreezeByName.h"
 #include "GradientReach.h"
 #include "GraphImporter.h"
 #include "OpImporterTable.h"
@@ -474,6 +475,15 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
   g.getBuilder().setInsertionPointToEnd(body);
   for (const onnx::TensorProto &t : graph.initializer())
     g.addInitializer(t);
+  // The user's names first: their reason is the one the summary shows.
+  auto named =
+      initializersFrozenByName(graph, options.freeze, options.trainable);
+  if (!named) {
+    error() << llvm::toString(named.takeError());
+    return nullptr;
+  }
+  for (auto &[name, reason] : *named)
+    g.freezeInitializer(name, reason);
   for (auto &[name, reason] : initializersWithoutGradient(graph))
     g.freezeInitializer(name, reason);
   if (failed(bindConstantInputs(g, constantInputs)))
