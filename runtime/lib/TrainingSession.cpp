@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -202,11 +203,22 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
                        " with the model's other dimensions");
   }
   if (tracing && traceOrigin == 0) {
-    // Across ranks the traces share an origin: the end of a barrier (as
-    // close as the barrier's latency; on one host the clock is the same).
+    // Across ranks the traces share an origin. The steady clock is one
+    // clock on one host: the ranks on rank 0's host take its origin
+    // exactly; a rank on another host takes the end of a barrier (as
+    // close as the barrier's latency).
     if (acrossRanks())
       group->barrier();
     traceOrigin = steadySeconds();
+    if (acrossRanks()) {
+      // The host's name as a double, exactly (53 bits of its hash).
+      double host = static_cast<double>(
+          std::hash<std::string>()(group->host()) & ((uint64_t(1) << 53) - 1));
+      double rootHost = group->broadcast(host, 0);
+      double rootOrigin = group->broadcast(traceOrigin, 0);
+      if (rootHost == host)
+        traceOrigin = rootOrigin;
+    }
   }
   double start = steadySeconds();
   // This step's optimizer hyper-parameters, the same for every stage.
