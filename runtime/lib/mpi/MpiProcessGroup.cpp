@@ -6,6 +6,7 @@
 #include "MpiTransport.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -89,8 +90,16 @@ double ProcessGroup::sum(double value) {
 }
 
 void ProcessGroup::abort(const std::string &why, int code) {
-  std::cerr << "gpipe-run: error: rank " << rank_ << " (" << host_
-            << "): " << why << std::endl;
+  // One write: mpirun forwards a rank's stderr as it reads it, and its
+  // own MPI_Abort banner must not land inside this line.
+  std::string line = "gpipe-run: error: rank " + std::to_string(rank_) + " (" +
+                     host_ + "): " + why + "\n";
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
