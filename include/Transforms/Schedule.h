@@ -2,6 +2,7 @@
 #ifndef GPIPE_TRANSFORMS_SCHEDULE_H
 #define GPIPE_TRANSFORMS_SCHEDULE_H
 
+#include "Analysis/Planner/ScheduleSimulator.h"
 #include "GPipe/IR/GPipeOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -29,39 +30,6 @@ struct ScheduleRequest {
 /// point. The caller verifies it.
 ScheduleOp buildSchedule(mlir::OpBuilder &builder, mlir::Location loc,
                          const ScheduleRequest &request);
-
-/// Seconds per micro-batch of each stage's instructions.
-struct StageTimes {
-  double forward = 0, backward = 0, transfer = 0, optimizer = 0;
-  /// Between ranks: how long a sent activation (gradient) is on the wire
-  /// after its send, before the receiver has it.
-  double activationWire = 0, gradientWire = 0;
-  /// The rank the stage runs in: stages of one rank naming the same device
-  /// share it (their instructions take turns); other ranks' devices are
-  /// their own (ranks on one host that pin the same cores get a warning
-  /// from gpipe-run instead).
-  int64_t rank = 0;
-};
-
-/// The schedule played with these durations: sends take the transfer time
-/// of their stage, a receive waits for its send, instructions of a stream
-/// run one after the other, and streams on one device take turns on it.
-/// A receive's span is its wait (from when the stream reached it to when
-/// the message arrived).
-struct SchedulePrediction {
-  double stepTime = 0;
-  /// Idle fraction of the devices over the step.
-  double bubble = 0;
-  /// Start and end of every instruction, per stream in order.
-  struct Span {
-    std::string what; // "forward", "backward", ...
-    int64_t microBatch = -1;
-    double begin = 0, end = 0;
-  };
-  llvm::SmallVector<llvm::SmallVector<Span>> spans;
-};
-SchedulePrediction predictSchedule(ScheduleOp schedule,
-                                   llvm::ArrayRef<StageTimes> times);
 
 } // namespace gpipe
 

@@ -4,6 +4,7 @@
 #include "llvm/Support/Path.h"
 
 #include "Analysis/CostModel.h"
+#include "Analysis/Planner/PipelinePlan.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 #include "Transforms/OutlineStages.h"
@@ -114,8 +115,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];
     bool last = s + 1 == k;
-    bool recompute =
-        p.recompute == "always" || (p.recompute == "except-last" && !last);
+    bool recompute = recomputesStage(
+        parseRecomputePolicy(p.recompute).value_or(RecomputePolicy::Never), s,
+        k);
     {
       PassManager pm(context);
       SplitForwardBackwardOptions split;

@@ -9,6 +9,7 @@
 #include "Transforms/Passes.h"
 
 #include "Analysis/CostModel.h"
+#include "Analysis/Planner/PipelinePlan.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
@@ -61,6 +62,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   // Per layer result: the position of its last user (n: the return).
   DenseMap<Value, int64_t> lastUse;
   std::vector<Device> devices;
+  ScheduleKind scheduleKind = ScheduleKind::GPipe;
+  RecomputePolicy recomputePolicy = RecomputePolicy::Never;
   SmallVector<DeviceProfile> profiles;
 
   void runOnOperation() override {
@@ -78,16 +81,12 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   }
 
   bool recomputes(int64_t stage) const {
-    return recompute == "always" ||
-           (recompute == "except-last" &&
-            stage + 1 != static_cast<int64_t>(devices.size()));
+    return recomputesStage(recomputePolicy, stage, devices.size());
   }
 
   /// Micro-batches whose activations a stage keeps at once.
   int64_t alive(int64_t stage) const {
-    int64_t k = devices.size();
-    return schedule == "1f1b" ? std::min<int64_t>(microBatches, k - stage)
-                              : static_cast<int64_t>(microBatches);
+    return activationsAlive(scheduleKind, microBatches, stage, devices.size());
   }
 
   LogicalResult setUp(ModuleOp module, func::FuncOp forward) {
@@ -96,14 +95,17 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       return module.emitError("--devices: ")
              << llvm::toString(parsed.takeError());
     this->devices = std::move(*parsed);
-    if (schedule != "gpipe" && schedule != "1f1b")
+    std::optional<ScheduleKind> kind = parseScheduleKind(schedule);
+    if (!kind)
       return module.emitError("schedule must be gpipe or 1f1b, not '")
              << schedule << "'";
-    if (recompute != "never" && recompute != "always" &&
-        recompute != "except-last")
+    scheduleKind = *kind;
+    std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
+    if (!policy)
       return module.emitError("recompute must be never, always or "
                               "except-last, not '")
              << recompute << "'";
+    recomputePolicy = *policy;
     if (microBatches < 1)
       return module.emitError("micro-batches must be at least 1");
     for (const Device &d : this->devices) {

@@ -2,11 +2,9 @@
 #include "Transforms/Schedule.h"
 #include "Transforms/Passes.h"
 
-#include "mlir/IR/Verifier.h"
-#include "llvm/ADT/TypeSwitch.h"
+#include "Analysis/Planner/PipelinePlan.h"
 
-#include <map>
-#include <tuple>
+#include "mlir/IR/Verifier.h"
 
 namespace gpipe {
 #define GEN_PASS_DEF_SCHEDULE
@@ -74,107 +72,6 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
   return schedule;
 }
 
-SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
-                                          ArrayRef<StageTimes> times) {
-  SmallVector<StreamOp> streams;
-  for (auto s : schedule.getBody().front().getOps<StreamOp>())
-    streams.push_back(s);
-  size_t k = streams.size();
-  SchedulePrediction out;
-  out.spans.resize(k);
-  // (kind, from, micro-batch) -> the time the message arrives.
-  std::map<std::tuple<int, int64_t, int64_t>, double> arrival;
-  SmallVector<Block::iterator> pc;
-  SmallVector<double> clock(k, 0), busy(k, 0), recomputed(k, 0);
-  // When each (rank, device) is next free: stages sharing a core.
-  std::map<std::pair<int64_t, std::string>, double> deviceFree;
-  for (StreamOp s : streams)
-    pc.push_back(s.getBody().front().begin());
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (size_t i = 0; i < k; ++i) {
-      int64_t stage = streams[i].getStage();
-      const StageTimes &t = times[stage];
-      Block &block = streams[i].getBody().front();
-      while (pc[i] != block.end()) {
-        Operation *op = &*pc[i];
-        double start = clock[i], duration = 0;
-        int64_t mb = -1;
-        std::string what = op->getName().stripDialect().str();
-        bool blocked = false;
-        llvm::TypeSwitch<Operation *>(op)
-            .Case([&](ForwardInstr f) {
-              duration = t.forward;
-              mb = f.getMicroBatch();
-            })
-            .Case([&](BackwardInstr f) {
-              // A stage that recomputes has the forward in its backward
-              // time: drawn as the recompute box before it.
-              duration = std::max(0.0, t.backward - recomputed[i]);
-              recomputed[i] = 0;
-              mb = f.getMicroBatch();
-            })
-            .Case([&](RecomputeInstr f) {
-              duration = std::min(t.forward, t.backward);
-              recomputed[i] = duration;
-              mb = f.getMicroBatch();
-            })
-            .Case([&](OptimizerStepInstr) { duration = t.optimizer; })
-            .Case([&](SendActivationInstr f) {
-              mb = f.getMicroBatch();
-              duration = t.transfer / 4;
-              arrival[{0, stage, mb}] = start + duration + t.activationWire;
-            })
-            .Case([&](SendGradientInstr f) {
-              mb = f.getMicroBatch();
-              duration = t.transfer / 4;
-              arrival[{1, stage, mb}] = start + duration + t.gradientWire;
-            })
-            .Case([&](RecvActivationInstr f) {
-              mb = f.getMicroBatch();
-              auto it = arrival.find({0, f.getPeer(), mb});
-              if (it == arrival.end())
-                blocked = true;
-              else
-                start = std::max(start, it->second);
-            })
-            .Case([&](RecvGradientInstr f) {
-              mb = f.getMicroBatch();
-              auto it = arrival.find({1, f.getPeer(), mb});
-              if (it == arrival.end())
-                blocked = true;
-              else
-                start = std::max(start, it->second);
-            });
-        if (blocked)
-          break;
-        double reached = clock[i];
-        if (duration > 0) {
-          double &free = deviceFree[{t.rank, streams[i].getDevice().str()}];
-          start = std::max(start, free);
-          free = start + duration;
-        }
-        clock[i] = start + duration;
-        busy[i] += duration;
-        bool receive = isa<RecvActivationInstr, RecvGradientInstr>(op);
-        out.spans[stage].push_back(
-            {what, mb, receive ? reached : start, clock[i]});
-        ++pc[i];
-        progress = true;
-      }
-    }
-  }
-  for (double c : clock)
-    out.stepTime = std::max(out.stepTime, c);
-  double work = 0;
-  for (double b : busy)
-    work += b;
-  out.bubble =
-      out.stepTime > 0 ? 1 - work / (out.stepTime * static_cast<double>(k)) : 0;
-  return out;
-}
-
 namespace {
 
 struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
@@ -192,13 +89,13 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
                        "gpipe-partition first)");
       return signalPassFailure();
     }
-    if (kind != "gpipe" && kind != "1f1b") {
+    if (!parseScheduleKind(kind)) {
       module.emitError("schedule kind must be gpipe or 1f1b, not '")
           << kind << "'";
       return signalPassFailure();
     }
-    if (recompute != "never" && recompute != "always" &&
-        recompute != "except-last") {
+    std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
+    if (!policy) {
       module.emitError("recompute must be never, always or except-last");
       return signalPassFailure();
     }
@@ -208,9 +105,7 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
     int64_t k = stages.size();
     for (auto [s, stage] : llvm::enumerate(stages)) {
       r.devices.push_back(stage.getDevice().str());
-      r.recompute.push_back(
-          recompute == "always" ||
-          (recompute == "except-last" && static_cast<int64_t>(s) + 1 != k));
+      r.recompute.push_back(recomputesStage(*policy, s, k));
       auto get = [&](StringRef name) -> std::optional<int64_t> {
         if (auto a = stage->getAttrOfType<IntegerAttr>(name))
           return a.getInt();

@@ -1,0 +1,70 @@
+//===- PipelinePlan.h - A training plan as a value --------------*- C++ -*-===//
+//
+// What the compiler decides for a training bundle, in one value: the cuts
+// of the model into stages, each stage's device and rank, the data-parallel
+// replicas, the micro-batches, the schedule and what each stage recomputes.
+// The partitioner, the schedule and the report read the plan instead of
+// parsing their own copies of the flags (DESIGN.md 6d, "a plan is a value").
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_PLANNER_PIPELINEPLAN_H
+#define GPIPE_ANALYSIS_PLANNER_PIPELINEPLAN_H
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gpipe {
+
+/// The order of a stage's forwards and backwards over the micro-batches.
+enum class ScheduleKind { GPipe, OneFOneB };
+/// What a stage's forward keeps for its backward.
+enum class RecomputePolicy { Never, Always, ExceptLast };
+
+/// "gpipe" or "1f1b"; none for anything else.
+std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef text);
+/// "never", "always" or "except-last"; none for anything else.
+std::optional<RecomputePolicy> parseRecomputePolicy(llvm::StringRef text);
+llvm::StringRef toString(ScheduleKind kind);
+llvm::StringRef toString(RecomputePolicy policy);
+
+/// Whether stage `stage` of `numStages` runs its forward again before its
+/// backward (except-last: every stage but the last, whose backward follows
+/// its forward at once).
+bool recomputesStage(RecomputePolicy policy, int64_t stage, int64_t numStages);
+
+/// Micro-batches whose activations stage `stage` of `numStages` keeps at
+/// once: all M under GPipe, at most K - stage under 1F1B.
+int64_t activationsAlive(ScheduleKind kind, int64_t microBatches, int64_t stage,
+                         int64_t numStages);
+
+/// One stage of a plan: where it runs.
+struct StagePlacement {
+  std::string device; // "cpu:0", "cpu:2-3", "cuda:0"
+  int64_t rank = 0;   // the MPI rank that runs it
+};
+
+struct PipelinePlan {
+  /// The first layer of stages 1..K-1 (stage 0 starts at layer 0); empty
+  /// until the partitioner has cut the model.
+  llvm::SmallVector<int64_t> cuts;
+  llvm::SmallVector<StagePlacement> stages;
+  int64_t replicas = 1, microBatches = 1;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  RecomputePolicy recompute = RecomputePolicy::Never;
+
+  int64_t numStages() const { return static_cast<int64_t>(stages.size()); }
+  bool recomputes(int64_t stage) const {
+    return recomputesStage(recompute, stage, numStages());
+  }
+  int64_t alive(int64_t stage) const {
+    return activationsAlive(schedule, microBatches, stage, numStages());
+  }
+};
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_PLANNER_PIPELINEPLAN_H

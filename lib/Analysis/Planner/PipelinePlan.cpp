@@ -1,0 +1,53 @@
+//===- PipelinePlan.cpp - A training plan as a value ----------------------===//
+#include "Analysis/Planner/PipelinePlan.h"
+
+#include "llvm/ADT/StringSwitch.h"
+
+#include <algorithm>
+
+using namespace gpipe;
+
+std::optional<ScheduleKind> gpipe::parseScheduleKind(llvm::StringRef text) {
+  return llvm::StringSwitch<std::optional<ScheduleKind>>(text)
+      .Case("gpipe", ScheduleKind::GPipe)
+      .Case("1f1b", ScheduleKind::OneFOneB)
+      .Default(std::nullopt);
+}
+
+std::optional<RecomputePolicy>
+gpipe::parseRecomputePolicy(llvm::StringRef text) {
+  return llvm::StringSwitch<std::optional<RecomputePolicy>>(text)
+      .Case("never", RecomputePolicy::Never)
+      .Case("always", RecomputePolicy::Always)
+      .Case("except-last", RecomputePolicy::ExceptLast)
+      .Default(std::nullopt);
+}
+
+llvm::StringRef gpipe::toString(ScheduleKind kind) {
+  return kind == ScheduleKind::OneFOneB ? "1f1b" : "gpipe";
+}
+
+llvm::StringRef gpipe::toString(RecomputePolicy policy) {
+  switch (policy) {
+  case RecomputePolicy::Never:
+    return "never";
+  case RecomputePolicy::Always:
+    return "always";
+  case RecomputePolicy::ExceptLast:
+    return "except-last";
+  }
+  return "never";
+}
+
+bool gpipe::recomputesStage(RecomputePolicy policy, int64_t stage,
+                            int64_t numStages) {
+  return policy == RecomputePolicy::Always ||
+         (policy == RecomputePolicy::ExceptLast && stage + 1 != numStages);
+}
+
+int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
+                                int64_t stage, int64_t numStages) {
+  return kind == ScheduleKind::OneFOneB
+             ? std::min<int64_t>(microBatches, numStages - stage)
+             : microBatches;
+}

@@ -1,0 +1,111 @@
+//===- ScheduleSimulator.cpp - A schedule played with durations -----------===//
+#include "Analysis/Planner/ScheduleSimulator.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+#include <tuple>
+
+using namespace mlir;
+using namespace gpipe;
+
+SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
+                                          ArrayRef<StageTimes> times) {
+  SmallVector<StreamOp> streams;
+  for (auto s : schedule.getBody().front().getOps<StreamOp>())
+    streams.push_back(s);
+  size_t k = streams.size();
+  SchedulePrediction out;
+  out.spans.resize(k);
+  // (kind, from, micro-batch) -> the time the message arrives.
+  std::map<std::tuple<int, int64_t, int64_t>, double> arrival;
+  SmallVector<Block::iterator> pc;
+  SmallVector<double> clock(k, 0), busy(k, 0), recomputed(k, 0);
+  // When each (rank, device) is next free: stages sharing a core.
+  std::map<std::pair<int64_t, std::string>, double> deviceFree;
+  for (StreamOp s : streams)
+    pc.push_back(s.getBody().front().begin());
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (size_t i = 0; i < k; ++i) {
+      int64_t stage = streams[i].getStage();
+      const StageTimes &t = times[stage];
+      Block &block = streams[i].getBody().front();
+      while (pc[i] != block.end()) {
+        Operation *op = &*pc[i];
+        double start = clock[i], duration = 0;
+        int64_t mb = -1;
+        std::string what = op->getName().stripDialect().str();
+        bool blocked = false;
+        llvm::TypeSwitch<Operation *>(op)
+            .Case([&](ForwardInstr f) {
+              duration = t.forward;
+              mb = f.getMicroBatch();
+            })
+            .Case([&](BackwardInstr f) {
+              // A stage that recomputes has the forward in its backward
+              // time: drawn as the recompute box before it.
+              duration = std::max(0.0, t.backward - recomputed[i]);
+              recomputed[i] = 0;
+              mb = f.getMicroBatch();
+            })
+            .Case([&](RecomputeInstr f) {
+              duration = std::min(t.forward, t.backward);
+              recomputed[i] = duration;
+              mb = f.getMicroBatch();
+            })
+            .Case([&](OptimizerStepInstr) { duration = t.optimizer; })
+            .Case([&](SendActivationInstr f) {
+              mb = f.getMicroBatch();
+              duration = t.transfer / 4;
+              arrival[{0, stage, mb}] = start + duration + t.activationWire;
+            })
+            .Case([&](SendGradientInstr f) {
+              mb = f.getMicroBatch();
+              duration = t.transfer / 4;
+              arrival[{1, stage, mb}] = start + duration + t.gradientWire;
+            })
+            .Case([&](RecvActivationInstr f) {
+              mb = f.getMicroBatch();
+              auto it = arrival.find({0, f.getPeer(), mb});
+              if (it == arrival.end())
+                blocked = true;
+              else
+                start = std::max(start, it->second);
+            })
+            .Case([&](RecvGradientInstr f) {
+              mb = f.getMicroBatch();
+              auto it = arrival.find({1, f.getPeer(), mb});
+              if (it == arrival.end())
+                blocked = true;
+              else
+                start = std::max(start, it->second);
+            });
+        if (blocked)
+          break;
+        double reached = clock[i];
+        if (duration > 0) {
+          double &free = deviceFree[{t.rank, streams[i].getDevice().str()}];
+          start = std::max(start, free);
+          free = start + duration;
+        }
+        clock[i] = start + duration;
+        busy[i] += duration;
+        bool receive = isa<RecvActivationInstr, RecvGradientInstr>(op);
+        out.spans[stage].push_back(
+            {what, mb, receive ? reached : start, clock[i]});
+        ++pc[i];
+        progress = true;
+      }
+    }
+  }
+  for (double c : clock)
+    out.stepTime = std::max(out.stepTime, c);
+  double work = 0;
+  for (double b : busy)
+    work += b;
+  out.bubble =
+      out.stepTime > 0 ? 1 - work / (out.stepTime * static_cast<double>(k)) : 0;
+  return out;
+}
