@@ -9,6 +9,7 @@
 #ifndef GPIPE_DRIVER_TRAININGPIPELINE_H
 #define GPIPE_DRIVER_TRAININGPIPELINE_H
 
+#include "Analysis/Planner/PlanCostModel.h"
 #include "Transforms/Passes.h"
 #include "Transforms/Schedule.h"
 #include "gpipe/common/TimelineReport.h"
@@ -67,6 +68,9 @@ struct StageReport {
 };
 
 struct TrainingPipelineResult {
+  /// The plan compiled, and each stage's cost under it (PlanCostModel).
+  PipelinePlan plan;
+  llvm::SmallVector<StageCost> costs;
   int64_t dataParallel = 1;
   /// Lowered stage modules, in order (TrainingStop::Lowered).
   std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;

@@ -5,6 +5,7 @@
 
 #include "Analysis/CostModel.h"
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/PlanCostModel.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 #include "Transforms/OutlineStages.h"
@@ -109,15 +110,23 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   }
 
   result.microBatches = p.microBatches;
+  // The plan this bundle runs, and its cost model.
+  PipelinePlan &plan = result.plan;
+  for (int64_t s = 0; s < k; ++s)
+    plan.stages.push_back({o.bundleDevices[s], rankOf(s)});
+  plan.replicas = o.dataParallel;
+  plan.microBatches = p.microBatches;
+  plan.schedule = parseScheduleKind(p.schedule).value_or(ScheduleKind::GPipe);
+  plan.recompute =
+      parseRecomputePolicy(p.recompute).value_or(RecomputePolicy::Never);
+  PlanCostModel costModel(plan, network, optimizerSlots);
   ScheduleRequest request;
   request.kind = p.schedule;
   request.microBatches = p.microBatches;
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];
     bool last = s + 1 == k;
-    bool recompute = recomputesStage(
-        parseRecomputePolicy(p.recompute).value_or(RecomputePolicy::Never), s,
-        k);
+    bool recompute = plan.recomputes(s);
     {
       PassManager pm(context);
       SplitForwardBackwardOptions split;
@@ -185,48 +194,35 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     row.endLayer = layers[1];
     row.ops = layers[1] - layers[0];
     row.flops = op->getAttrOfType<IntegerAttr>("gpipe.flops").getInt();
-    row.forwardSeconds =
+    StageFacts facts;
+    facts.forwardKernels =
         op->getAttrOfType<FloatAttr>("gpipe.forward_time").getValueAsDouble();
-    row.backwardSeconds =
+    facts.backwardKernels =
         op->getAttrOfType<FloatAttr>("gpipe.backward_time").getValueAsDouble();
-    row.transferSeconds =
+    facts.transfer =
         op->getAttrOfType<FloatAttr>("gpipe.transfer_time").getValueAsDouble();
-    double trainableBytes = 0;
     for (auto p : stage.getOps<ParameterOp>())
       if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();
-        trainableBytes += nn::detail::numBytes(p.getType());
+        facts.trainableBytes += nn::detail::numBytes(p.getType());
       }
-    // What the kernels do not: the runtime's copies (inputs and messages
-    // into the arenas, the stash out and back, gradients summed over the
-    // micro-batches) and the optimizer's pass over parameters, gradients
-    // and state, all at memory bandwidth.
-    double bandwidth = op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
-                           .getValueAsDouble();
-    double copies = 2.0 * (stashBytes + messageBytes / 2.0) / bandwidth;
-    row.forwardSeconds += copies;
-    row.backwardSeconds += copies + 3 * trainableBytes / bandwidth;
-    row.optimizerSeconds =
-        (3 + 2 * optimizerSlots) * trainableBytes / bandwidth;
-    // Between ranks, messages cross the network after their send; the
-    // replicas' gradient sum runs before the optimizer step.
-    row.rank = rankOf(s);
-    if (s + 1 < k && rankOf(s + 1) != row.rank)
-      row.activationWireSeconds =
-          network.networkLatency +
-          static_cast<double>(outBytes) / network.networkBandwidth;
-    if (s > 0 && rankOf(s - 1) != row.rank)
-      row.gradientWireSeconds =
-          network.networkLatency +
-          static_cast<double>(inBytes) / network.networkBandwidth;
-    // The runtime copies the gradients into its buckets and back around
-    // the sum (a read and a write of them each way).
-    row.allReduceSeconds =
-        o.dataParallel > 1
-            ? allReduceTime(trainableBytes, o.dataParallel, network) +
-                  4 * trainableBytes / bandwidth
-            : 0;
-    row.optimizerSeconds += row.allReduceSeconds;
+    facts.stashBytes = stashBytes;
+    facts.messages = messageBytes;
+    facts.inBytes = inBytes;
+    facts.outBytes = outBytes;
+    facts.memoryBandwidth =
+        op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
+            .getValueAsDouble();
+    StageCost cost = costModel.stageCost(s, facts);
+    result.costs.push_back(cost);
+    row.forwardSeconds = cost.forward;
+    row.backwardSeconds = cost.backward;
+    row.transferSeconds = cost.transfer;
+    row.optimizerSeconds = cost.optimizer;
+    row.rank = cost.rank;
+    row.activationWireSeconds = cost.activationWire;
+    row.gradientWireSeconds = cost.gradientWire;
+    row.allReduceSeconds = cost.allReduce;
     result.report.push_back(row);
   }
   if (stop == TrainingStop::Autodiff)
@@ -242,12 +238,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     holder->print(os);
     return TrainingPipelineResult{};
   }
-  SmallVector<StageTimes> times;
-  for (const StageReport &r : result.report)
-    times.push_back({r.forwardSeconds, r.backwardSeconds, r.transferSeconds,
-                     r.optimizerSeconds, r.activationWireSeconds,
-                     r.gradientWireSeconds, r.rank});
-  result.prediction = predictSchedule(schedule, times);
+  result.prediction = costModel.predict(schedule, result.costs);
 
   llvm::json::Array streams;
   for (auto stream : schedule.getBody().front().getOps<StreamOp>()) {
@@ -326,20 +317,17 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        static_cast<long long>(r.dataParallel * perReplica),
                        static_cast<long long>(perReplica), allReduce * 1e3);
   }
-  double k = static_cast<double>(r.report.size());
-  double m = static_cast<double>(r.microBatches);
+  PlanCostModel costModel(r.plan, DeviceProfile{}, 0);
   os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
                      "ms, bubble %.1f%% (fill-drain (K-1)/(M+K-1) = %.1f%%)\n",
                      r.scheduleKind.c_str(),
                      static_cast<long long>(r.microBatches),
                      r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
-                     (k - 1) / (m + k - 1) * 100);
+                     costModel.fillDrainBubble() * 100);
   // What the pipeline gains: the same work on one device, one stage after
   // the other and no transfers.
   if (r.report.size() > 1 && r.prediction.stepTime > 0) {
-    double one = 0;
-    for (const StageReport &s : r.report)
-      one += m * (s.forwardSeconds + s.backwardSeconds) + s.optimizerSeconds;
+    double one = costModel.sequentialStep(r.costs);
     os << llvm::format("one device would take %.3f ms a step (the stages' "
                        "work one after the other): predicted speed-up "
                        "%.2fx\n",

@@ -1,0 +1,80 @@
+//===- PlanCostModel.h - One definition of a plan's times -------*- C++ -*-===//
+//
+// What a plan costs: each stage's seconds per micro-batch (its kernels, the
+// runtime's copies, the transfers), per step (the optimizer, the replicas'
+// gradient sum) and on the wire between ranks; the step the schedule makes
+// of them (ScheduleSimulator.h); the fill-drain bubble and the baseline the
+// report compares with. The driver's report and the bundle's predicted step
+// use it; the partitioner's search is next (DESIGN.md 6d).
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_PLANNER_PLANCOSTMODEL_H
+#define GPIPE_ANALYSIS_PLANNER_PLANCOSTMODEL_H
+
+#include "Analysis/CostModel.h"
+#include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/ScheduleSimulator.h"
+
+#include "llvm/ADT/ArrayRef.h"
+
+namespace gpipe {
+
+/// What the cost of one stage is computed from.
+struct StageFacts {
+  /// The kernels' seconds per micro-batch (forward; backward with any
+  /// recompute) and the stage's transfer time, from the partitioner.
+  double forwardKernels = 0, backwardKernels = 0, transfer = 0;
+  /// Bytes per micro-batch the runtime copies: the stash kept for the
+  /// backward, the messages in and out (`messages` counts both ways).
+  double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
+  /// Bytes of the trainable parameters (gradients and state alike).
+  double trainableBytes = 0;
+  /// The stage's device's memory bandwidth, bytes per second.
+  double memoryBandwidth = 1;
+};
+
+/// A stage's predicted seconds: forward, backward and transfer per
+/// micro-batch, optimizer per step (the all-reduce included), the network
+/// time of a message to the next (previous) stage's rank.
+struct StageCost {
+  double forward = 0, backward = 0, transfer = 0, optimizer = 0;
+  double allReduce = 0, activationWire = 0, gradientWire = 0;
+  int64_t rank = 0;
+  StageTimes times() const {
+    return {forward,        backward,     transfer, optimizer,
+            activationWire, gradientWire, rank};
+  }
+};
+
+class PlanCostModel {
+public:
+  /// `network`: the figures between ranks; `optimizerSlots`: state tensors
+  /// per parameter (0 plain SGD, 1 momentum, 2 Adam).
+  PlanCostModel(const PipelinePlan &plan, const DeviceProfile &network,
+                int64_t optimizerSlots)
+      : plan(plan), network(network), optimizerSlots(optimizerSlots) {}
+
+  StageCost stageCost(int64_t stage, const StageFacts &facts) const;
+
+  /// The step the schedule makes of the stages' costs.
+  SchedulePrediction predict(ScheduleOp schedule,
+                             llvm::ArrayRef<StageCost> stages) const;
+
+  /// The idle share of a fill-drain pipeline of K stages and M
+  /// micro-batches with equal stages: (K-1)/(M+K-1).
+  double fillDrainBubble() const;
+
+  /// The stages' work one after the other on one device, no transfers:
+  /// the baseline of today's "predicted speed-up" (issue: compare with the
+  /// best alternative plan instead).
+  double sequentialStep(llvm::ArrayRef<StageCost> stages) const;
+
+private:
+  const PipelinePlan &plan;
+  DeviceProfile network;
+  int64_t optimizerSlots;
+};
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_PLANNER_PLANCOSTMODEL_H

@@ -1,0 +1,59 @@
+//===- PlanCostModel.cpp - One definition of a plan's times ---------------===//
+#include "Analysis/Planner/PlanCostModel.h"
+
+using namespace gpipe;
+
+StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
+  StageCost c;
+  c.rank = plan.stages[s].rank;
+  c.transfer = f.transfer;
+  // What the kernels do not: the runtime's copies (inputs and messages
+  // into the arenas, the stash out and back, gradients summed over the
+  // micro-batches) and the optimizer's pass over parameters, gradients
+  // and state, all at memory bandwidth.
+  double bw = f.memoryBandwidth;
+  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / bw;
+  c.forward = f.forwardKernels + copies;
+  c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / bw;
+  c.optimizer = (3 + 2 * optimizerSlots) * f.trainableBytes / bw;
+  // Between ranks, messages cross the network after their send; the
+  // replicas' gradient sum runs before the optimizer step.
+  int64_t k = plan.numStages();
+  if (s + 1 < k && plan.stages[s + 1].rank != c.rank)
+    c.activationWire =
+        network.networkLatency +
+        static_cast<double>(f.outBytes) / network.networkBandwidth;
+  if (s > 0 && plan.stages[s - 1].rank != c.rank)
+    c.gradientWire = network.networkLatency +
+                     static_cast<double>(f.inBytes) / network.networkBandwidth;
+  // The runtime copies the gradients into its buckets and back around the
+  // sum (a read and a write of them each way).
+  if (plan.replicas > 1)
+    c.allReduce = allReduceTime(f.trainableBytes, plan.replicas, network) +
+                  4 * f.trainableBytes / bw;
+  c.optimizer += c.allReduce;
+  return c;
+}
+
+SchedulePrediction
+PlanCostModel::predict(ScheduleOp schedule,
+                       llvm::ArrayRef<StageCost> stages) const {
+  llvm::SmallVector<StageTimes> times;
+  for (const StageCost &c : stages)
+    times.push_back(c.times());
+  return predictSchedule(schedule, times);
+}
+
+double PlanCostModel::fillDrainBubble() const {
+  double k = static_cast<double>(plan.numStages());
+  double m = static_cast<double>(plan.microBatches);
+  return (k - 1) / (m + k - 1);
+}
+
+double PlanCostModel::sequentialStep(llvm::ArrayRef<StageCost> stages) const {
+  double m = static_cast<double>(plan.microBatches);
+  double one = 0;
+  for (const StageCost &c : stages)
+    one += m * (c.forward + c.backward) + c.optimizer;
+  return one;
+}
