@@ -71,15 +71,12 @@ struct TrainingPipelineResult {
   /// The plan compiled, and each stage's cost under it (PlanCostModel).
   PipelinePlan plan;
   llvm::SmallVector<StageCost> costs;
-  int64_t dataParallel = 1;
   /// Lowered stage modules, in order (TrainingStop::Lowered).
   std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
   /// The manifest's "schedule" object.
   llvm::json::Value schedule = nullptr;
   std::vector<StageReport> report;
   SchedulePrediction prediction;
-  std::string scheduleKind;
-  int64_t microBatches = 1;
 };
 
 /// Runs the flow on the imported module up to `stop`; for the earlier

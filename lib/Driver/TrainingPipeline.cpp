@@ -91,8 +91,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         ++copies[param.getSymName()];
 
   TrainingPipelineResult result;
-  result.dataParallel = o.dataParallel;
-  result.scheduleKind = p.schedule;
   auto rankOf = [&](int64_t s) {
     return o.ranks.empty() ? int64_t(0) : o.ranks[s];
   };
@@ -109,7 +107,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       llvm::consumeError(read.takeError());
   }
 
-  result.microBatches = p.microBatches;
   // The plan this bundle runs, and its cost model.
   PipelinePlan &plan = result.plan;
   for (int64_t s = 0; s < k; ++s)
@@ -284,7 +281,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
 void gpipe::printStageReport(const TrainingPipelineResult &r,
                              llvm::raw_ostream &os) {
   bool ranks =
-      r.dataParallel > 1 ||
+      r.plan.replicas > 1 ||
       llvm::any_of(r.report, [](const StageReport &s) { return s.rank != 0; });
   os << "stage " << (ranks ? "rank " : "")
      << "device   layers        ops      params  MFLOP/mb    fwd ms "
@@ -303,7 +300,7 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        s.forwardSeconds * 1e3, s.backwardSeconds * 1e3,
                        formatBytes(static_cast<double>(s.peakBytes)).c_str());
   }
-  if (r.dataParallel > 1) {
+  if (r.plan.replicas > 1) {
     int64_t perReplica = 1;
     double allReduce = 0;
     for (const StageReport &s : r.report) {
@@ -313,15 +310,15 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
     os << llvm::format("data parallel: %lld replicas on %lld ranks (replica "
                        "r of a stage on rank r x %lld + its rank); gradient "
                        "all-reduce %.3f ms per step (largest stage)\n",
-                       static_cast<long long>(r.dataParallel),
-                       static_cast<long long>(r.dataParallel * perReplica),
+                       static_cast<long long>(r.plan.replicas),
+                       static_cast<long long>(r.plan.replicas * perReplica),
                        static_cast<long long>(perReplica), allReduce * 1e3);
   }
   PlanCostModel costModel(r.plan, DeviceProfile{}, 0);
   os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
                      "ms, bubble %.1f%% (fill-drain (K-1)/(M+K-1) = %.1f%%)\n",
-                     r.scheduleKind.c_str(),
-                     static_cast<long long>(r.microBatches),
+                     toString(r.plan.schedule).str().c_str(),
+                     static_cast<long long>(r.plan.microBatches),
                      r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
                      costModel.fillDrainBubble() * 100);
   // What the pipeline gains: the same work on one device, one stage after
@@ -339,9 +336,10 @@ std::string gpipe::reportTitle(StringRef modelFile,
                                const TrainingPipelineResult &r) {
   return (llvm::sys::path::filename(modelFile) + ": " +
           std::to_string(r.report.size()) + " stage" +
-          (r.report.size() == 1 ? "" : "s") + ", " + r.scheduleKind +
-          " schedule, " + std::to_string(r.microBatches) + " micro-batch" +
-          (r.microBatches == 1 ? "" : "es"))
+          (r.report.size() == 1 ? "" : "s") + ", " +
+          toString(r.plan.schedule).str() + " schedule, " +
+          std::to_string(r.plan.microBatches) + " micro-batch" +
+          (r.plan.microBatches == 1 ? "" : "es"))
       .str();
 }
 
@@ -362,7 +360,7 @@ gpipe::Timeline gpipe::predictedTimeline(const TrainingPipelineResult &r,
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
     const StageReport &stage = r.report[s];
     TimelineRow &row = t.rows.emplace_back();
-    bool ranks = r.dataParallel > 1 ||
+    bool ranks = r.plan.replicas > 1 ||
                  llvm::any_of(r.report,
                               [](const StageReport &x) { return x.rank != 0; });
     row.label = timelineRowLabel(s, stage.device, ranks ? stage.rank : -1);
