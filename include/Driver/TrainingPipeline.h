@@ -53,16 +53,10 @@ struct StageReport {
   int64_t firstLayer = 0, endLayer = 0, ops = 0;
   int64_t parameters = 0; // trainable elements
   int64_t flops = 0;      // forward, per micro-batch
-  /// Predicted per micro-batch (forward, backward, transfers) and per step
-  /// (optimizer).
-  double forwardSeconds = 0, backwardSeconds = 0, transferSeconds = 0;
-  double optimizerSeconds = 0;
-  /// The MPI rank of the stage; the network time of a sent activation
-  /// (gradient) to a stage on another rank; the gradient all-reduce over
-  /// the data-parallel replicas (part of optimizerSeconds).
-  int64_t rank = 0;
-  double activationWireSeconds = 0, gradientWireSeconds = 0;
-  double allReduceSeconds = 0;
+  /// Predicted seconds (PlanCostModel): per micro-batch forward, backward
+  /// and transfers, per step the optimizer (the all-reduce included), the
+  /// stage's rank and its messages' network times.
+  StageCost cost;
   int64_t peakBytes = 0; // from the verified schedule
   int64_t maxAlive = 0;
 };

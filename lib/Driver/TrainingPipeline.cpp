@@ -210,16 +210,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     facts.memoryBandwidth =
         op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
             .getValueAsDouble();
-    StageCost cost = costModel.stageCost(s, facts);
-    result.costs.push_back(cost);
-    row.forwardSeconds = cost.forward;
-    row.backwardSeconds = cost.backward;
-    row.transferSeconds = cost.transfer;
-    row.optimizerSeconds = cost.optimizer;
-    row.rank = cost.rank;
-    row.activationWireSeconds = cost.activationWire;
-    row.gradientWireSeconds = cost.gradientWire;
-    row.allReduceSeconds = cost.allReduce;
+    row.cost = costModel.stageCost(s, facts);
+    result.costs.push_back(row.cost);
     result.report.push_back(row);
   }
   if (stop == TrainingStop::Autodiff)
@@ -281,8 +273,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
 void gpipe::printStageReport(const TrainingPipelineResult &r,
                              llvm::raw_ostream &os) {
   bool ranks =
-      r.plan.replicas > 1 ||
-      llvm::any_of(r.report, [](const StageReport &s) { return s.rank != 0; });
+      r.plan.replicas > 1 || llvm::any_of(r.report, [](const StageReport &s) {
+        return s.cost.rank != 0;
+      });
   os << "stage " << (ranks ? "rank " : "")
      << "device   layers        ops      params  MFLOP/mb    fwd ms "
         "   bwd ms  peak memory\n";
@@ -291,21 +284,21 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                          std::to_string(s.endLayer) + ")";
     os << llvm::format("%-5lld ", static_cast<long long>(s.index));
     if (ranks)
-      os << llvm::format("%-4lld ", static_cast<long long>(s.rank));
+      os << llvm::format("%-4lld ", static_cast<long long>(s.cost.rank));
     os << llvm::format("%-8s %-11s %5lld %11lld %9.1f %9.3f %9.3f %12s\n",
                        s.device.c_str(), layers.c_str(),
                        static_cast<long long>(s.ops),
                        static_cast<long long>(s.parameters),
-                       static_cast<double>(s.flops) / 1e6,
-                       s.forwardSeconds * 1e3, s.backwardSeconds * 1e3,
+                       static_cast<double>(s.flops) / 1e6, s.cost.forward * 1e3,
+                       s.cost.backward * 1e3,
                        formatBytes(static_cast<double>(s.peakBytes)).c_str());
   }
   if (r.plan.replicas > 1) {
     int64_t perReplica = 1;
     double allReduce = 0;
     for (const StageReport &s : r.report) {
-      perReplica = std::max(perReplica, s.rank + 1);
-      allReduce = std::max(allReduce, s.allReduceSeconds);
+      perReplica = std::max(perReplica, s.cost.rank + 1);
+      allReduce = std::max(allReduce, s.cost.allReduce);
     }
     os << llvm::format("data parallel: %lld replicas on %lld ranks (replica "
                        "r of a stage on rank r x %lld + its rank); gradient "
@@ -360,10 +353,11 @@ gpipe::Timeline gpipe::predictedTimeline(const TrainingPipelineResult &r,
   for (auto [s, spans] : llvm::enumerate(r.prediction.spans)) {
     const StageReport &stage = r.report[s];
     TimelineRow &row = t.rows.emplace_back();
-    bool ranks = r.plan.replicas > 1 ||
-                 llvm::any_of(r.report,
-                              [](const StageReport &x) { return x.rank != 0; });
-    row.label = timelineRowLabel(s, stage.device, ranks ? stage.rank : -1);
+    bool ranks =
+        r.plan.replicas > 1 || llvm::any_of(r.report, [](const StageReport &x) {
+          return x.cost.rank != 0;
+        });
+    row.label = timelineRowLabel(s, stage.device, ranks ? stage.cost.rank : -1);
     t.recompute |= stage.recompute;
     for (const SchedulePrediction::Span &span : spans)
       if (std::string kind = timelineKind(span.what); !kind.empty())
