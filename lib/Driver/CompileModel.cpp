@@ -3,6 +3,7 @@
 #include "Driver/CompileModel.h"
 #include "Analysis/CostModel.h"
 #include "Analysis/ModelSummary.h"
+#include "Analysis/Planner/PipelinePlan.h"
 #include "Driver/TrainingPipeline.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "Import/ONNX/ModelImporter.h"
@@ -128,12 +129,11 @@ std::vector<std::string> validate(const CompileOptions &o) {
                        "--mode=train)");
   if (o.emit == CompileOutput::NN || o.emit == CompileOutput::Summary)
     return problems;
-  if (o.train && o.recompute != "never" && o.recompute != "always" &&
-      o.recompute != "except-last")
+  if (o.train && !parseRecomputePolicy(o.recompute))
     problems.push_back("--recompute=" + o.recompute +
                        " is not a recompute mode: use never, always or "
                        "except-last");
-  if (o.train && o.schedule != "gpipe" && o.schedule != "1f1b")
+  if (o.train && !parseScheduleKind(o.schedule))
     problems.push_back("--schedule=" + o.schedule +
                        " is not a schedule: use gpipe or 1f1b");
   const std::string &opt = o.training.optimizer;
