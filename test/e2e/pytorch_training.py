@@ -89,15 +89,28 @@ CASES += [("transformer_no_dropout", micro, o, "cross-entropy")
 # can follow PyTorch float32 for 20 steps. For such models the loss and the
 # parameters are compared after the first HORIZON steps; the 20 steps still
 # run and their drift is printed beside PyTorch's own float32/float64
-# drift. The issue's 1e-3 on parameters is NOT met there: at M = 1 a
-# BatchNorm bias of layer1 (zero at the start, so its value is its update)
-# differs by 2.8e-3 after one step (1.4e-5 at M = 4). Max pooling makes
+# drift.
+#
+# Parameters after those steps. Per tensor, 1e-3 is not reachable: at
+# M = 1 a BatchNorm bias of layer1 (zero at the start, so its value is its
+# update) differs by 2.8e-3 after one step on one CPU, and by more or less
+# on another (the test failed on a CI machine with 5e-3). Max pooling makes
 # that gradient ill-conditioned: in float64 PyTorch, a 1e-6 relative change
 # of the stem's weights moves it by 9.8e-3 at batch 32 (near-ties in the
-# pooling windows flip). PARAMETER_TOLERANCE records what holds
-# (docs/training.md).
+# pooling windows flip), and PyTorch float32 on inputs with 2^-22 relative
+# noise moves a tensor by 1.1e-2 on one of four draws (docs/training.md).
+# So for these models all parameters are compared at once: the relative L2
+# distance of gpipe's parameter vector from PyTorch's must stay under
+# UPDATE_FRACTION of the first steps' update (|theta_h - theta_0| /
+# |theta_h|, 4e-3 to 6e-3 here), i.e. the update is right to 10 % overall.
+# Measured: branch flips of PyTorch's own float32 runs (2^-22 input noise,
+# 16 runs over the four cases) move it by at most 2.5 % of the update
+# (AdamW, M = 4; SGD 0.4 %), gpipe by 0.15 % (SGD, M = 1) and 0.3 %
+# (AdamW); a wrong optimizer step or micro-batch accumulation moves it by
+# the order of the update itself. Each tensor's gradient, ties aside, is
+# checked against float64 by first_update.py.
 HORIZON = {"resnet18": 1}
-PARAMETER_TOLERANCE = {"resnet18": 5e-3}
+UPDATE_FRACTION = 0.1
 
 
 def torch_run(model, x, y, micro, optimizer, loss="cross-entropy", steps=STEPS,
@@ -242,9 +255,26 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
                        params_at_horizon)[0] is None:
             return ["gpipe-run failed"]
     worst_param = worst_param_error(params_at_horizon, reference)
-    if worst_param > PARAMETER_TOLERANCE.get(name, 1e-3):
+    if horizon == STEPS and worst_param > 1e-3:
         errors.append(f"parameters after {horizon} steps differ: relative L2 "
                       f"{worst_param:.2e}")
+    elif horizon != STEPS:
+        names = list(reference)
+        flat = lambda arrays: np.concatenate(
+            [np.asarray(arrays[n], np.float64).ravel() for n in names])
+        theirs = flat(reference)
+        mine = flat({n: np.load(os.path.join(params_at_horizon, n + ".npy"))
+                     for n in names})
+        start = flat({n: initial[n].double().numpy() for n in names})
+        update = float(np.linalg.norm(theirs - start) / np.linalg.norm(theirs))
+        overall = float(np.linalg.norm(mine - theirs) / np.linalg.norm(theirs))
+        print(f"  after {horizon} steps: all parameters at relative L2 "
+              f"{overall:.2e} from PyTorch's, {100 * overall / update:.2g} % "
+              f"of the update ({update:.2e})")
+        if overall > UPDATE_FRACTION * update:
+            errors.append(f"parameters after {horizon} steps differ: relative "
+                          f"L2 {overall:.2e} over all parameters, more than "
+                          f"{UPDATE_FRACTION:g} of the update ({update:.2e})")
     # Evaluation (--eval-data) uses the running statistics and no dropout,
     # as PyTorch's eval mode: the same accuracy on the training data.
     if evaluate:
