@@ -102,6 +102,10 @@ llvm::Expected<CostTable> readCostTable(llvm::StringRef path, int64_t rows = 0);
 /// The name that a cost table uses for `op` ("" if it has none).
 std::string costTableKey(mlir::Operation *op);
 
+/// max(flops / peak, bytes / bandwidth) on `profile`.
+double rooflineSeconds(double flops, double bytes,
+                       const DeviceProfile &profile);
+
 /// Seconds one forward execution of `op` takes on `profile`: the table's
 /// entry if there is one, else max(FLOPs / peak, bytes / bandwidth).
 double forwardTime(mlir::Operation *op, const DeviceProfile &profile,

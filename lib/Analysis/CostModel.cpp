@@ -264,8 +264,12 @@ double gpipe::forwardTime(Operation *op, const DeviceProfile &profile,
   auto cost = dyn_cast<nn::CostOpInterface>(op);
   if (!cost)
     return 0;
-  double flops = static_cast<double>(cost.getFlops());
-  double bytes = static_cast<double>(cost.getBytesMoved());
+  return rooflineSeconds(static_cast<double>(cost.getFlops()),
+                         static_cast<double>(cost.getBytesMoved()), profile);
+}
+
+double gpipe::rooflineSeconds(double flops, double bytes,
+                              const DeviceProfile &profile) {
   return std::max(flops / profile.peakFlops, bytes / profile.memoryBandwidth);
 }
 

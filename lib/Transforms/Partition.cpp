@@ -9,7 +9,9 @@
 #include "Transforms/Passes.h"
 
 #include "Analysis/CostModel.h"
+#include "Analysis/Planner/LayerTable.h"
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/StagePartition.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
@@ -27,11 +29,6 @@ using namespace gpipe;
 
 namespace {
 
-bool isLayer(Operation &op) {
-  return !isa<GetParameterOp, func::ReturnOp>(op) &&
-         !op.hasTrait<OpTrait::ConstantLike>();
-}
-
 std::string mib(double bytes) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -39,31 +36,12 @@ std::string mib(double bytes) {
   return s;
 }
 
-/// What the dynamic program knows of a candidate stage.
-struct StageCost {
-  double forward = 0; // seconds per micro-batch
-  double backward = 0;
-  double transfer = 0;
-  double memory = 0; // bytes
-  double time() const { return forward + backward + transfer; }
-};
-
 struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
 
-  // Per layer.
-  SmallVector<Operation *> layers;
-  SmallVector<SmallVector<double>> time;     // [device][layer], forward seconds
-  SmallVector<SmallVector<double>> backTime; // [device][layer]
-  SmallVector<double> activationBytes, paramBytes;
-  SmallVector<int64_t> flops;
-  // Per cut position c in [0, n]: bytes of the tensors crossing it.
-  SmallVector<double> crossBytes;
-  // Per layer result: the position of its last user (n: the return).
-  DenseMap<Value, int64_t> lastUse;
+  LayerTable table;
   std::vector<Device> devices;
-  ScheduleKind scheduleKind = ScheduleKind::GPipe;
-  RecomputePolicy recomputePolicy = RecomputePolicy::Never;
+  PipelinePlan plan;
   SmallVector<DeviceProfile> profiles;
 
   void runOnOperation() override {
@@ -80,15 +58,6 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       return signalPassFailure();
   }
 
-  bool recomputes(int64_t stage) const {
-    return recomputesStage(recomputePolicy, stage, devices.size());
-  }
-
-  /// Micro-batches whose activations a stage keeps at once.
-  int64_t alive(int64_t stage) const {
-    return activationsAlive(scheduleKind, microBatches, stage, devices.size());
-  }
-
   LogicalResult setUp(ModuleOp module, func::FuncOp forward) {
     llvm::Expected<std::vector<Device>> parsed = parseDevices(deviceList);
     if (!parsed)
@@ -99,36 +68,32 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (!kind)
       return module.emitError("schedule must be gpipe or 1f1b, not '")
              << schedule << "'";
-    scheduleKind = *kind;
+    plan.schedule = *kind;
     std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
     if (!policy)
       return module.emitError("recompute must be never, always or "
                               "except-last, not '")
              << recompute << "'";
-    recomputePolicy = *policy;
+    plan.recompute = *policy;
     if (microBatches < 1)
       return module.emitError("micro-batches must be at least 1");
+    plan.microBatches = microBatches;
     for (const Device &d : this->devices) {
+      plan.stages.push_back({d.str(), 0});
       llvm::Expected<DeviceProfile> p = profileFor(profile, d);
       if (!p)
         return module.emitError(llvm::toString(p.takeError()));
       profiles.push_back(*p);
     }
-    std::optional<CostTable> table;
+    std::optional<CostTable> costs;
     if (!costTable.empty()) {
-      // The rows of the micro-batch the stages are compiled for: the batch
-      // dimension of the forward's data inputs.
-      int64_t rows = 0;
-      for (Type t : forward.getArgumentTypes())
-        if (auto ranked = dyn_cast<RankedTensorType>(t))
-          if (ranked.getRank() > 0 && !ranked.isDynamicDim(0)) {
-            rows = ranked.getDimSize(0);
-            break;
-          }
+      // Seconds as measured, for the rows of the micro-batch the stages are
+      // compiled for (the table scales them).
+      int64_t rows = LayerTable::build(forward, 0, nullptr).rows;
       llvm::Expected<CostTable> t = readCostTable(costTable, rows);
       if (!t)
         return module.emitError(llvm::toString(t.takeError()));
-      table = std::move(*t);
+      costs = std::move(*t);
     }
 
     // Random dropouts get model-wide stream numbers before the cuts.
@@ -139,80 +104,18 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         d.setStreamAttr(b.getI64IntegerAttr(stream++));
     });
 
-    Block &body = forward.front();
-    for (Operation &op : body)
-      if (isLayer(op))
-        layers.push_back(&op);
-    int64_t n = layers.size();
-    if (n < static_cast<int64_t>(this->devices.size()))
+    table =
+        LayerTable::build(forward, optimizerSlots, costs ? &*costs : nullptr);
+    if (table.size() < static_cast<int64_t>(this->devices.size()))
       return forward.emitError("the model has ")
-             << n << " layers, fewer than the " << this->devices.size()
-             << " devices to cut it across";
-    DenseMap<Operation *, int64_t> position;
-    for (auto [i, op] : llvm::enumerate(layers))
-      position[op] = i;
-    time.assign(this->devices.size(), SmallVector<double>(n, 0));
-    backTime.assign(this->devices.size(), SmallVector<double>(n, 0));
-    activationBytes.assign(n, 0);
-    paramBytes.assign(n, 0);
-    flops.assign(n, 0);
-    crossBytes.assign(n + 1, 0);
-    llvm::StringSet<> counted;
-    for (auto [i, op] : llvm::enumerate(layers)) {
-      for (auto [d, p] : llvm::enumerate(profiles)) {
-        time[d][i] = forwardTime(op, p, table ? &*table : nullptr);
-        backTime[d][i] = backwardTime(op, p, table ? &*table : nullptr);
-      }
-      if (auto cost = dyn_cast<nn::CostOpInterface>(op))
-        flops[i] = cost.getFlops();
-      for (Value r : op->getResults()) {
-        int64_t bytes = nn::detail::numBytes(r.getType());
-        activationBytes[i] += bytes;
-        int64_t last = i;
-        for (Operation *user : r.getUsers())
-          last = std::max(
-              last, isa<func::ReturnOp>(user) ? n : position.lookup(user));
-        lastUse[r] = last;
-        for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
-          crossBytes[c] += bytes;
-      }
-      for (Value operand : op->getOperands()) {
-        auto get = operand.getDefiningOp<GetParameterOp>();
-        if (!get || !counted.insert(get.getName()).second)
-          continue;
-        auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
-        double bytes = nn::detail::numBytes(get.getType());
-        paramBytes[i] += param && param.getTrainable()
-                             ? bytes * (2 + optimizerSlots)
-                             : bytes;
-      }
-    }
+             << table.size() << " layers, fewer than the "
+             << this->devices.size() << " devices to cut it across";
     return success();
-  }
-
-  StageCost cost(int64_t stage, int64_t begin, int64_t end) const {
-    StageCost c;
-    double params = 0, activations = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      c.forward += time[stage][i];
-      c.backward += backTime[stage][i];
-      params += paramBytes[i];
-      activations += activationBytes[i];
-    }
-    // Recompute runs the forward once more in the backward.
-    if (recomputes(stage))
-      c.backward += c.forward;
-    const DeviceProfile &p = profiles[stage];
-    c.transfer = 2 * (crossBytes[begin] + crossBytes[end]) / p.linkBandwidth;
-    double kept = recomputes(stage) ? crossBytes[begin] : activations;
-    c.memory = params + alive(stage) * kept +
-               (recomputes(stage) ? activations : 0) + crossBytes[end];
-    return c;
   }
 
   /// The cut positions: the first layer of stages 1..K-1.
   FailureOr<SmallVector<int64_t>> choose(func::FuncOp forward) {
-    int64_t k = devices.size(), n = layers.size();
+    int64_t k = devices.size(), n = table.size();
     if (StringRef(stages).starts_with("manual:")) {
       SmallVector<StringRef> items;
       StringRef(stages).drop_front(7).split(items, ',');
@@ -235,18 +138,20 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (stages != "auto")
       return forward.emitError("--stages must be auto or manual:i,j,..., not '")
              << stages << "'";
-    FailureOr<SmallVector<int64_t>> best = solve(/*withMemory=*/true);
+    StagePartitioner partitioner(table, plan, profiles, table.rows);
+    FailureOr<SmallVector<int64_t>> best =
+        partitioner.solve(/*withMemory=*/true);
     if (succeeded(best))
       return best;
     // Report what the best partition without the memory bound needs.
-    SmallVector<int64_t> cuts = *solve(/*withMemory=*/false);
+    SmallVector<int64_t> cuts = *partitioner.solve(/*withMemory=*/false);
     InFlightDiagnostic diag =
         forward.emitError("the model does not fit the devices' memory");
     SmallVector<int64_t> bounds{0};
     llvm::append_range(bounds, cuts);
     bounds.push_back(n);
     for (int64_t s = 0; s < k; ++s) {
-      StageCost c = cost(s, bounds[s], bounds[s + 1]);
+      StageSlice c = partitioner.slice(s, bounds[s], bounds[s + 1]);
       double capacity = profiles[s].memoryCapacity;
       if (c.memory > capacity)
         diag << "; stage " << s << " on " << devices[s].str() << " needs "
@@ -256,42 +161,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     return failure();
   }
 
-  /// Minimizes the slowest stage; failure if no partition fits memory.
-  FailureOr<SmallVector<int64_t>> solve(bool withMemory) {
-    int64_t k = devices.size(), n = layers.size();
-    const double inf = std::numeric_limits<double>::infinity();
-    // best[s][e]: slowest stage of the best split of layers [0, e) into
-    // stages 0..s; from[s][e]: where stage s begins in it.
-    SmallVector<SmallVector<double>> best(k, SmallVector<double>(n + 1, inf));
-    SmallVector<SmallVector<int64_t>> from(k, SmallVector<int64_t>(n + 1, -1));
-    for (int64_t s = 0; s < k; ++s)
-      for (int64_t e = s + 1; e <= n - (k - 1 - s); ++e)
-        for (int64_t b = s; b < e; ++b) {
-          double before = s == 0 ? (b == 0 ? 0 : inf) : best[s - 1][b];
-          if (before == inf)
-            continue;
-          StageCost c = cost(s, b, e);
-          if (withMemory && c.memory > profiles[s].memoryCapacity)
-            continue;
-          double value = std::max(before, c.time());
-          if (value < best[s][e]) {
-            best[s][e] = value;
-            from[s][e] = b;
-          }
-        }
-    if (best[k - 1][n] == inf)
-      return failure();
-    SmallVector<int64_t> cuts;
-    for (int64_t s = k - 1, e = n; s > 0; --s) {
-      e = from[s][e];
-      cuts.push_back(e);
-    }
-    std::reverse(cuts.begin(), cuts.end());
-    return cuts;
-  }
-
   LogicalResult rewrite(func::FuncOp forward, ArrayRef<int64_t> cuts) {
-    int64_t k = devices.size(), n = layers.size();
+    int64_t k = devices.size(), n = table.size();
+    ArrayRef<Operation *> layers = table.layers;
+    StagePartitioner partitioner(table, plan, profiles, table.rows);
     Block &body = forward.front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     // The layer results crossing cut c, in definition order.
@@ -299,7 +172,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       SmallVector<Value> out;
       for (int64_t i = 0; i < c; ++i)
         for (Value r : layers[i]->getResults())
-          if (lastUse.lookup(r) >= c)
+          if (table.lastUse.lookup(r) >= c)
             out.push_back(r);
       return out;
     };
@@ -396,10 +269,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         results.push_back(map.lookup(v));
       sb.create<YieldOp>(forward.getLoc(), results);
 
-      StageCost c = cost(s, begin, end);
+      StageSlice c = partitioner.slice(s, begin, end);
       int64_t stageFlops = 0;
       for (int64_t i = begin; i < end; ++i)
-        stageFlops += flops[i];
+        stageFlops += static_cast<int64_t>(table.flops[i]);
       stage->setAttr("gpipe.input_names", b.getArrayAttr(inNames));
       stage->setAttr("gpipe.output_names", b.getArrayAttr(outNames));
       stage->setAttr("gpipe.input_roles", b.getArrayAttr(inRoles));

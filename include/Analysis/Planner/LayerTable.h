@@ -1,0 +1,66 @@
+//===- LayerTable.h - The layers of @forward as the planner weighs them -*- C++
+//-*-===//
+//
+// The planner's view of a model: its layers (the ops of @forward other than
+// parameters and constants, in order) with their work, the bytes they
+// keep and the bytes crossing each possible cut, measured on the shapes the
+// module was imported with (`rows` per micro-batch) and scaled to other
+// micro-batch sizes: FLOPs and activations grow with the rows, the bytes of
+// parameters an op reads do not. The partitioner and the plan search both
+// read it, so that a plan the search weighs is the plan the partitioner
+// cuts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_PLANNER_LAYERTABLE_H
+#define GPIPE_ANALYSIS_PLANNER_LAYERTABLE_H
+
+#include "Analysis/CostModel.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+
+namespace gpipe {
+
+struct LayerTable {
+  llvm::SmallVector<mlir::Operation *> layers;
+  /// Rows of the micro-batch the shapes describe (the batch dimension of
+  /// @forward's first ranked input; 0 when unknown: nothing is scaled).
+  int64_t rows = 0;
+  /// Per layer, at `rows`: FLOPs, bytes moved (CostOpInterface), of which
+  /// parameters and constants read, and the bytes of its results.
+  llvm::SmallVector<double> flops, bytesMoved, constantBytes, activationBytes;
+  /// Per layer: bytes of the parameters it reads first (trainable ones
+  /// with their gradient and optimizer state), and of those trainable.
+  llvm::SmallVector<double> paramBytes, trainableBytes;
+  /// Per cut position c in [0, n], at `rows`: bytes of the tensors
+  /// crossing it.
+  llvm::SmallVector<double> crossBytes;
+  /// Per layer result: the position of its last user (n: the return).
+  llvm::DenseMap<mlir::Value, int64_t> lastUse;
+  /// Measured seconds at `rows` (--cost-table), where the table has them.
+  llvm::SmallVector<std::optional<OpCost>> measured;
+
+  /// Reads @forward; `table` may be null.
+  static LayerTable build(mlir::func::FuncOp forward, int64_t optimizerSlots,
+                          const CostTable *table);
+
+  int64_t size() const { return static_cast<int64_t>(layers.size()); }
+  /// How much a per-row figure grows from `rows` to `r` rows.
+  double scale(int64_t r) const {
+    return rows > 0 && r > 0 ? static_cast<double>(r) / rows : 1.0;
+  }
+  /// Seconds of layer i's forward (backward) on `profile` for a
+  /// micro-batch of `r` rows: the cost table's entry scaled to them, else
+  /// the roofline of the scaled FLOPs and bytes.
+  double forwardSeconds(int64_t i, const DeviceProfile &profile,
+                        int64_t r) const;
+  double backwardSeconds(int64_t i, const DeviceProfile &profile,
+                         int64_t r) const;
+};
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_PLANNER_LAYERTABLE_H

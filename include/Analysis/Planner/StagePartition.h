@@ -1,0 +1,57 @@
+//===- StagePartition.h - Cutting the layers into stages ---------*- C++
+//-*-===//
+//
+// The cuts of a plan: a dynamic program over the cut positions of a
+// LayerTable that minimizes the slowest stage's time per micro-batch
+// (forward, backward, the forward again under recompute, the transfers
+// across its cuts) within each device's memory (parameters with their
+// gradients and optimizer state, the activations the schedule keeps
+// alive). The Partition pass and the plan search both cut with it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_PLANNER_STAGEPARTITION_H
+#define GPIPE_ANALYSIS_PLANNER_STAGEPARTITION_H
+
+#include "Analysis/Planner/LayerTable.h"
+#include "Analysis/Planner/PipelinePlan.h"
+
+#include "mlir/Support/LogicalResult.h"
+
+namespace gpipe {
+
+/// What the partitioner knows of a candidate stage, per micro-batch.
+struct StageSlice {
+  double forward = 0, backward = 0; // seconds (backward with recompute)
+  double transfer = 0;              // seconds to send and receive its cuts
+  double memory = 0;                // bytes at the schedule's peak
+  double time() const { return forward + backward + transfer; }
+};
+
+class StagePartitioner {
+public:
+  /// One profile per stage of `plan` (its devices); `rows`: the
+  /// micro-batch's rows.
+  StagePartitioner(const LayerTable &table, const PipelinePlan &plan,
+                   llvm::ArrayRef<DeviceProfile> profiles, int64_t rows);
+
+  /// Stage `stage` holding layers [begin, end).
+  StageSlice slice(int64_t stage, int64_t begin, int64_t end) const;
+
+  /// The cuts (first layer of stages 1..K-1) that minimize the slowest
+  /// stage; failure if no partition fits memory (withMemory) or the model
+  /// has fewer layers than stages.
+  mlir::FailureOr<llvm::SmallVector<int64_t>> solve(bool withMemory) const;
+
+private:
+  const LayerTable &table;
+  const PipelinePlan &plan;
+  llvm::SmallVector<DeviceProfile> profiles;
+  int64_t rows;
+  // [stage][layer] seconds, prefix sums: forward[s][e] is layers [0, e).
+  llvm::SmallVector<llvm::SmallVector<double>> forward, backward;
+  llvm::SmallVector<double> params, activations; // prefix sums
+};
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_PLANNER_STAGEPARTITION_H

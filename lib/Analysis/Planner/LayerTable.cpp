@@ -1,0 +1,105 @@
+//===- LayerTable.cpp - The layers of @forward as the planner weighs them -===//
+#include "Analysis/Planner/LayerTable.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+bool isLayer(Operation &op) {
+  return !isa<GetParameterOp, func::ReturnOp>(op) &&
+         !op.hasTrait<OpTrait::ConstantLike>();
+}
+} // namespace
+
+LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
+                             const CostTable *table) {
+  LayerTable t;
+  for (Type type : forward.getArgumentTypes())
+    if (auto ranked = dyn_cast<RankedTensorType>(type))
+      if (ranked.getRank() > 0 && !ranked.isDynamicDim(0)) {
+        t.rows = ranked.getDimSize(0);
+        break;
+      }
+  Block &body = forward.front();
+  for (Operation &op : body)
+    if (isLayer(op))
+      t.layers.push_back(&op);
+  int64_t n = t.size();
+  DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(t.layers))
+    position[op] = i;
+  t.flops.assign(n, 0);
+  t.bytesMoved.assign(n, 0);
+  t.constantBytes.assign(n, 0);
+  t.activationBytes.assign(n, 0);
+  t.paramBytes.assign(n, 0);
+  t.trainableBytes.assign(n, 0);
+  t.crossBytes.assign(n + 1, 0);
+  t.measured.assign(n, std::nullopt);
+  auto module = forward->getParentOfType<ModuleOp>();
+  llvm::StringSet<> counted;
+  for (auto [i, op] : llvm::enumerate(t.layers)) {
+    if (table) {
+      auto it = table->find(costTableKey(op));
+      if (it != table->end())
+        t.measured[i] = it->second;
+    }
+    if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {
+      t.flops[i] = static_cast<double>(cost.getFlops());
+      t.bytesMoved[i] = static_cast<double>(cost.getBytesMoved());
+    }
+    for (Value r : op->getResults()) {
+      double bytes = nn::detail::numBytes(r.getType());
+      t.activationBytes[i] += bytes;
+      int64_t last = i;
+      for (Operation *user : r.getUsers())
+        last = std::max(last,
+                        isa<func::ReturnOp>(user) ? n : position.lookup(user));
+      t.lastUse[r] = last;
+      for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
+        t.crossBytes[c] += bytes;
+    }
+    for (Value operand : op->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (!def ||
+          !(isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>()))
+        continue;
+      double bytes = nn::detail::numBytes(operand.getType());
+      t.constantBytes[i] += bytes;
+      auto get = dyn_cast<GetParameterOp>(def);
+      if (!get || !counted.insert(get.getName()).second)
+        continue;
+      auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
+      bool trainable = param && param.getTrainable();
+      t.paramBytes[i] += trainable ? bytes * (2 + optimizerSlots) : bytes;
+      if (trainable)
+        t.trainableBytes[i] += bytes;
+    }
+    // An op reads each parameter at most once per execution.
+    t.constantBytes[i] = std::min(t.constantBytes[i], t.bytesMoved[i]);
+  }
+  return t;
+}
+
+double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
+                                  int64_t r) const {
+  double s = scale(r);
+  if (measured[i])
+    return measured[i]->forward * s;
+  double bytes = constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * s;
+  return rooflineSeconds(flops[i] * s, bytes, profile);
+}
+
+double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
+                                   int64_t r) const {
+  if (measured[i] && measured[i]->backward)
+    return *measured[i]->backward * scale(r);
+  // The gradients of the inputs and of the weights: two forwards.
+  return 2 * forwardSeconds(i, profile, r);
+}

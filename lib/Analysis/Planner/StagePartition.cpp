@@ -1,0 +1,87 @@
+//===- StagePartition.cpp - Cutting the layers into stages ----------------===//
+#include "Analysis/Planner/StagePartition.h"
+
+#include <limits>
+
+using namespace gpipe;
+
+StagePartitioner::StagePartitioner(const LayerTable &table,
+                                   const PipelinePlan &plan,
+                                   llvm::ArrayRef<DeviceProfile> profiles,
+                                   int64_t rows)
+    : table(table), plan(plan), profiles(profiles), rows(rows) {
+  int64_t n = table.size();
+  double s = table.scale(rows);
+  for (const DeviceProfile &p : profiles) {
+    llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      f[i + 1] = f[i] + table.forwardSeconds(i, p, rows);
+      b[i + 1] = b[i] + table.backwardSeconds(i, p, rows);
+    }
+    forward.push_back(std::move(f));
+    backward.push_back(std::move(b));
+  }
+  params.assign(n + 1, 0);
+  activations.assign(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    params[i + 1] = params[i] + table.paramBytes[i];
+    activations[i + 1] = activations[i] + table.activationBytes[i] * s;
+  }
+}
+
+StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
+                                   int64_t end) const {
+  StageSlice c;
+  c.forward = forward[stage][end] - forward[stage][begin];
+  c.backward = backward[stage][end] - backward[stage][begin];
+  bool recomputes = plan.recomputes(stage);
+  // Recompute runs the forward once more in the backward.
+  if (recomputes)
+    c.backward += c.forward;
+  double s = table.scale(rows);
+  double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
+  c.transfer = 2 * (in + out) / profiles[stage].linkBandwidth;
+  double acts = activations[end] - activations[begin];
+  double kept = recomputes ? in : acts;
+  c.memory = params[end] - params[begin] + plan.alive(stage) * kept +
+             (recomputes ? acts : 0) + out;
+  return c;
+}
+
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+StagePartitioner::solve(bool withMemory) const {
+  int64_t k = plan.numStages(), n = table.size();
+  if (n < k)
+    return mlir::failure();
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][e]: slowest stage of the best split of layers [0, e) into
+  // stages 0..s; from[s][e]: where stage s begins in it.
+  llvm::SmallVector<llvm::SmallVector<double>> best(
+      k, llvm::SmallVector<double>(n + 1, inf));
+  llvm::SmallVector<llvm::SmallVector<int64_t>> from(
+      k, llvm::SmallVector<int64_t>(n + 1, -1));
+  for (int64_t s = 0; s < k; ++s)
+    for (int64_t e = s + 1; e <= n - (k - 1 - s); ++e)
+      for (int64_t b = s; b < e; ++b) {
+        double before = s == 0 ? (b == 0 ? 0 : inf) : best[s - 1][b];
+        if (before == inf)
+          continue;
+        StageSlice c = slice(s, b, e);
+        if (withMemory && c.memory > profiles[s].memoryCapacity)
+          continue;
+        double value = std::max(before, c.time());
+        if (value < best[s][e]) {
+          best[s][e] = value;
+          from[s][e] = b;
+        }
+      }
+  if (best[k - 1][n] == inf)
+    return mlir::failure();
+  llvm::SmallVector<int64_t> cuts;
+  for (int64_t s = k - 1, e = n; s > 0; --s) {
+    e = from[s][e];
+    cuts.push_back(e);
+  }
+  std::reverse(cuts.begin(), cuts.end());
+  return cuts;
+}
