@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Operation.h"
 #include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
@@ -45,7 +46,21 @@ struct DeviceProfile {
   double allReduceBandwidth = 0;
   double allReduceLatency = 0;
   std::string source; // "built-in" or the file it came from
+  /// A CPU device's cores, and what the calibrated host reaches with every
+  /// core busy (0: not measured): see shareHost.
+  int64_t cores = 1;
+  int64_t hostCores = 0;
+  double hostPeakFlops = 0, hostMemoryBandwidth = 0;
 };
+
+/// The devices of a plan run at once and share their host: with
+/// `busyCores` cores busy in all, a device's sgemm rate and memory
+/// bandwidth are its cores' share of what that many cores reach together,
+/// min(busy x one core's, the whole host's measured figure), at most its
+/// cores times one core's. Profiles without host figures are left as they
+/// are.
+void shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
+               int64_t busyCores);
 
 /// The built-in profile of `device`: per-core figures times its cores for
 /// a CPU (docs/pipeline.md gives the numbers).
@@ -75,9 +90,17 @@ struct NetworkFigures {
   double gbps = 0, latencyUs = 0;                   // ping-pong
   double allReduceGbps = 0, allReduceLatencyUs = 0; // the reducer's sums
 };
+/// The whole host with every core busy (0: not measured; the per-core
+/// figures times the cores then apply): cores, sgemm GFLOP/s on all of
+/// them, and the memory bandwidth all of them share.
+struct HostFigures {
+  int64_t cores = 0;
+  double gflops = 0, gbps = 0;
+};
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,
-                        const NetworkFigures &network = {});
+                        const NetworkFigures &network = {},
+                        const HostFigures &host = {});
 
 /// Seconds of a sum of `bytes` over `replicas` ranks on `profile`'s network
 /// (a ring: 2 (D-1) steps of a latency and bytes / D), with the measured

@@ -29,6 +29,7 @@ enum class CompileOutput {
   Stages,   // training: the partitioned stages
   Autodiff, // training: each stage with its backward
   Schedule, // training: the verified schedule
+  Plans,    // training: the plans weighed for the cores (PlanSearch)
   LLVM      // each stage lowered to the LLVM dialect
 };
 
@@ -53,6 +54,10 @@ struct CompileOptions {
   /// batchSize is filled from `batchSize` or the model).
   TrainingOptions training;
   std::string stages = "auto", schedule = "gpipe", recompute = "never";
+  /// "given": the devices, micro-batches, schedule and recompute as
+  /// written; "auto": the fastest plan the search predicts for the cores
+  /// of `devices`.
+  std::string plan = "given";
   std::string deviceProfile, costTable;
   /// The GPU architecture of CUDA stages.
   std::string cudaArch = "sm_80";

@@ -1,6 +1,8 @@
 //===- CostModel.cpp - Devices, device profiles and op times --------------===//
 #include "Analysis/CostModel.h"
 
+#include <cmath>
+
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
@@ -46,6 +48,7 @@ gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
     return p;
   }
   double cores = static_cast<double>(device.ids.size());
+  p.cores = static_cast<int64_t>(device.ids.size());
   p.name = "cpu";
   p.peakFlops = kCpuGflopsPerCore * 1e9 * cores;
   p.memoryBandwidth = kCpuGbpsPerCore * 1e9 * cores;
@@ -54,6 +57,21 @@ gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
   p.networkBandwidth = kNetworkGbps * 1e9;
   p.networkLatency = kNetworkLatencyUs * 1e-6;
   return p;
+}
+
+void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
+                      int64_t busyCores) {
+  double busy = static_cast<double>(std::max<int64_t>(1, busyCores));
+  for (DeviceProfile &p : profiles) {
+    if (p.hostCores <= 0 || p.name != "cpu")
+      continue;
+    double c = static_cast<double>(p.cores);
+    // Per core, as the profile's figures were read.
+    double flops = p.peakFlops / c, bandwidth = p.memoryBandwidth / c;
+    p.peakFlops = c * std::min(flops, p.hostPeakFlops / busy);
+    p.memoryBandwidth = c * std::min(bandwidth, p.hostMemoryBandwidth / busy);
+    p.hostCores = 0; // shared once
+  }
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,
@@ -130,6 +148,21 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       return fail(Twine("'") + f.key + "' must be positive");
     *f.target = *v * f.scale;
   }
+  // Optional: the whole host, measured with every core busy.
+  if (!gpu) {
+    std::optional<int64_t> hostCores = o->getInteger("host_cores");
+    std::optional<double> hostGflops = o->getNumber("host_gflops");
+    std::optional<double> hostGbps = o->getNumber("host_memory_gbps");
+    if (hostCores || hostGflops || hostGbps) {
+      if (!hostCores || *hostCores < 1 || !hostGflops || !(*hostGflops > 0) ||
+          !hostGbps || !(*hostGbps > 0))
+        return fail("'host_cores' (a positive integer), 'host_gflops' and "
+                    "'host_memory_gbps' (positive numbers) go together");
+      p.hostCores = *hostCores;
+      p.hostPeakFlops = *hostGflops * 1e9;
+      p.hostMemoryBandwidth = *hostGbps * 1e9;
+    }
+  }
   // Optional: measured under mpirun only.
   struct Optional {
     const char *key;
@@ -180,11 +213,17 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::profileFor(StringRef profiles,
 
 std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
                                double memoryGiB, double linkGbps,
-                               const NetworkFigures &network) {
+                               const NetworkFigures &network,
+                               const HostFigures &host) {
   llvm::json::Object o{{"peak_gflops_per_core", gflopsPerCore},
                        {"memory_gbps_per_core", gbpsPerCore},
                        {"memory_gib", memoryGiB},
                        {"link_gbps", linkGbps}};
+  if (host.cores > 0) {
+    o["host_cores"] = host.cores;
+    o["host_gflops"] = host.gflops;
+    o["host_memory_gbps"] = host.gbps;
+  }
   if (network.gbps > 0) {
     o["network_gbps"] = network.gbps;
     o["network_latency_us"] = network.latencyUs;

@@ -4,6 +4,7 @@
 #include "Analysis/CostModel.h"
 #include "Analysis/ModelSummary.h"
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Driver/PlanSearch.h"
 #include "Driver/TrainingPipeline.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "Import/ONNX/ModelImporter.h"
@@ -87,7 +88,7 @@ int error(const llvm::Twine &message, int code = 1) {
 
 bool isTrainingPhase(CompileOutput emit) {
   return emit == CompileOutput::Stages || emit == CompileOutput::Autodiff ||
-         emit == CompileOutput::Schedule;
+         emit == CompileOutput::Schedule || emit == CompileOutput::Plans;
 }
 
 /// The training the bundle does, defaults included, as one line.
@@ -140,6 +141,10 @@ std::vector<std::string> validate(const CompileOptions &o) {
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
     problems.push_back("--optimizer=" + opt +
                        " is not an optimizer: use sgd, adam or adamw");
+  if (o.plan != "given" && o.plan != "auto")
+    problems.push_back("--plan=" + o.plan +
+                       " is not a plan: use auto (the fastest plan predicted "
+                       "for the cores of --devices) or given (default)");
   if (o.train && o.training.microBatches < 1)
     problems.push_back("--micro-batches must be at least 1");
   if (o.emit == CompileOutput::Bundle && o.output == "-")
@@ -308,14 +313,59 @@ void warnIfEvalModeExport(ModuleOp module) {
   (firstNorm ? firstNorm : firstFolded)->emitWarning(what);
 }
 
+AppendLossOptions lossOptions(const CompileOptions &o) {
+  AppendLossOptions loss;
+  loss.loss = o.training.loss;
+  loss.ignoreIndex = o.training.ignoreIndex;
+  return loss;
+}
+
+/// The plans the compiler can weigh for these options: the CPU cores of
+/// one process, the batch known, the stages not cut by hand.
+std::optional<PlanSearchSpace>
+planSearchSpace(const CompileOptions &o, const std::string &deviceList,
+                const std::vector<int64_t> &ranks) {
+  if (!o.devices || !ranks.empty() || o.training.dataParallel != 1 ||
+      o.stages != "auto" || !o.batchSize)
+    return std::nullopt;
+  llvm::Expected<std::vector<Device>> parsed = parseDevices(deviceList);
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return std::nullopt;
+  }
+  PlanSearchSpace space;
+  space.cores = coresOf(*parsed);
+  if (space.cores.empty())
+    return std::nullopt;
+  space.batch = *o.batchSize;
+  space.profiles = o.deviceProfile;
+  const std::string &opt = o.training.optimizer;
+  space.optimizerSlots =
+      opt == "sgd" ? (o.training.momentum != 0.0 ? 1 : 0) : 2;
+  return space;
+}
+
+/// The plan the flags give, as the search names plans.
+PipelinePlan givenPlan(const CompileOptions &o,
+                       const std::vector<std::string> &devices) {
+  PipelinePlan plan;
+  for (const std::string &d : devices)
+    plan.stages.push_back({d, 0});
+  plan.microBatches = o.training.microBatches;
+  plan.schedule = parseScheduleKind(o.schedule).value_or(ScheduleKind::GPipe);
+  plan.recompute =
+      parseRecomputePolicy(o.recompute).value_or(RecomputePolicy::Never);
+  return plan;
+}
+
 int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices,
                     const std::vector<int64_t> &ranks,
-                    const std::string &deviceList) {
+                    const std::string &deviceList,
+                    const std::optional<PlanSearchSpace> &space) {
   warnIfEvalModeExport(module);
   TrainingPipelineOptions t;
-  t.loss.loss = o.training.loss;
-  t.loss.ignoreIndex = o.training.ignoreIndex;
+  t.loss = lossOptions(o);
   t.partition.deviceList = o.devices ? deviceList : "cpu:0";
   t.partition.stages = o.stages;
   t.partition.microBatches = o.training.microBatches;
@@ -336,6 +386,10 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     stop = TrainingStop::Autodiff;
   else if (o.emit == CompileOutput::Schedule)
     stop = TrainingStop::Schedule;
+  // The import as it was, for the plan search after the compile.
+  OwningOpRef<ModuleOp> imported;
+  if (space)
+    imported = module.clone();
   std::string text;
   llvm::raw_string_ostream phaseOS(text);
   FailureOr<TrainingPipelineResult> result =
@@ -372,6 +426,15 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     return 1;
   printTrainingConfiguration(o, llvm::outs());
   printStageReport(*result, llvm::outs());
+  if (space) {
+    llvm::Expected<std::vector<PlanCandidate>> plans =
+        weighPlans(*imported, t.loss, o.costTable, *space);
+    if (plans)
+      printPlanComparison(result->plan, result->prediction.stepTime, *plans,
+                          llvm::outs());
+    else
+      llvm::consumeError(plans.takeError());
+  }
   if (o.reportPath.empty())
     return 0;
   // Titled by the model file (PyTorch names every graph torch_jit).
@@ -417,6 +480,8 @@ StringRef compileOutputName(CompileOutput output) {
     return "autodiff";
   case CompileOutput::Schedule:
     return "schedule";
+  case CompileOutput::Plans:
+    return "plans";
   case CompileOutput::LLVM:
     return "llvm";
   }
@@ -481,8 +546,59 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       importONNXFile(options.input, &context, import);
   if (!module)
     return 1;
-  if (training)
-    return compileTraining(resolved, *module, devices, ranks, deviceList);
+  if (training) {
+    std::optional<PlanSearchSpace> space =
+        planSearchSpace(resolved, deviceList, ranks);
+    if (options.plan == "auto" || options.emit == CompileOutput::Plans) {
+      std::string flag =
+          options.emit == CompileOutput::Plans ? "--emit=plans" : "--plan=auto";
+      if (!space && !resolved.batchSize)
+        return error(flag + " needs the samples of one step: the model's "
+                            "batch dimension is symbolic, give --batch-size=B");
+      if (!space)
+        return error(flag + " weighs the plans for CPU cores of one process: "
+                            "give them with --devices=cpu:A-B (or a list of "
+                            "cpu:N), without rank prefixes, --data-parallel "
+                            "or --stages=manual:...");
+      llvm::Expected<std::vector<PlanCandidate>> plans = weighPlans(
+          *module, lossOptions(resolved), resolved.costTable, *space);
+      if (!plans)
+        return error(llvm::toString(plans.takeError()));
+      PipelinePlan given = givenPlan(resolved, devices);
+      if (options.emit == CompileOutput::Plans)
+        return writeText(options.output, [&](llvm::raw_ostream &os) {
+          printPlans(*plans, space->batch,
+                     options.plan == "auto" ? nullptr : &given, os);
+        });
+      const PlanCandidate &best = plans->front();
+      if (!best.fits)
+        return error("no plan for --devices=" + *options.devices +
+                     " fits the cores' memory (--emit=plans lists the " +
+                     std::to_string(plans->size()) + " plans weighed)");
+      llvm::outs() << "plan: " << best.flags()
+                   << llvm::format(" (%.4g ms a step predicted, the fastest "
+                                   "of %zu plans weighed; --emit=plans lists "
+                                   "them)\n",
+                                   best.step * 1e3, plans->size());
+      std::vector<std::string> chosen;
+      for (const StagePlacement &stage : best.plan.stages)
+        chosen.push_back(stage.device);
+      resolved.devices = llvm::join(chosen, ",");
+      resolved.schedule = toString(best.plan.schedule).str();
+      resolved.recompute = toString(best.plan.recompute).str();
+      if (best.plan.microBatches != resolved.training.microBatches) {
+        resolved.training.microBatches = best.plan.microBatches;
+        import.batchSize = space->batch / best.plan.microBatches;
+        module = importONNXFile(options.input, &context, import);
+        if (!module)
+          return 1;
+      }
+      if (int rc = parseStageDevices(resolved, devices, ranks, deviceList))
+        return rc;
+    }
+    return compileTraining(resolved, *module, devices, ranks, deviceList,
+                           space);
+  }
   if (lowered)
     return compileInference(options, *module, devices);
   return writeText(options.output, [&](llvm::raw_ostream &os) {

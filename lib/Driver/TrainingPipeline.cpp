@@ -314,15 +314,6 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                      static_cast<long long>(r.plan.microBatches),
                      r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
                      costModel.fillDrainBubble() * 100);
-  // What the pipeline gains: the same work on one device, one stage after
-  // the other and no transfers.
-  if (r.report.size() > 1 && r.prediction.stepTime > 0) {
-    double one = costModel.sequentialStep(r.costs);
-    os << llvm::format("one device would take %.3f ms a step (the stages' "
-                       "work one after the other): predicted speed-up "
-                       "%.2fx\n",
-                       one * 1e3, one / r.prediction.stepTime);
-  }
 }
 
 std::string gpipe::reportTitle(StringRef modelFile,

@@ -19,6 +19,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 
+#include <set>
+
 namespace gpipe {
 #define GEN_PASS_DEF_PARTITION
 #include "Transforms/Passes.h.inc"
@@ -85,6 +87,12 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         return module.emitError(llvm::toString(p.takeError()));
       profiles.push_back(*p);
     }
+    // The stages run at once: the cores they keep busy share the host.
+    std::set<int> busy;
+    for (const Device &d : this->devices)
+      if (d.kind == DeviceKind::Cpu)
+        busy.insert(d.ids.begin(), d.ids.end());
+    shareHost(profiles, static_cast<int64_t>(busy.size()));
     std::optional<CostTable> costs;
     if (!costTable.empty()) {
       // Seconds as measured, for the rows of the micro-batch the stages are

@@ -2,9 +2,10 @@
 as scripts/demo.sh cuts it: the partitioner gives each stage about the same
 work, the second stage not a sliver (forward + backward of the heavier
 stage at most 1.25 times the lighter's), each stage gets one of the two
-convolution blocks, and the predicted speed-up over one device is at least
-1.5x. (The example's earlier CNN put 3 of 11 layers and 320 of its
-parameters in stage 0: 0.69 against 1.68 ms forward.) Then 30 steps of the
+convolution blocks, and the report compares the pipeline with one stage on
+both cores (not with one core running the same micro-batches). (The
+example's earlier CNN put 3 of 11 layers and 320 of its parameters in
+stage 0: 0.69 against 1.68 ms forward.) Then 30 steps of the
 pipeline and of one device at the same 8 micro-batches (BatchNorm
 normalizes each micro-batch) on Fashion-MNIST, whose losses agree (1e-5).
 
@@ -49,10 +50,12 @@ if len(rows) == 2:
     # Layers: conv, bn, relu, conv, bn, relu, pool (block 1), then block 2.
     check("a convolution block per stage",
           6 <= int(rows[0][2]) <= 8, "cut before layer " + rows[0][2])
-speedup = re.search(r"predicted speed-up ([\d.]+)x", text)
-check("predicted speed-up over one device at least 1.5x",
-      speedup is not None and float(speedup.group(1)) >= 1.5,
-      speedup.group(0) if speedup else text)
+alternative = re.search(r"^one stage on all the cores \(cpu:0-1, \d+ "
+                        r"micro-batch(es)?\): [\d.e-]+ ms a step predicted; "
+                        r"this plan is predicted [\d.]+x (as fast|slower)$",
+                        text, re.M)
+check("compared with one stage on both cores", alternative is not None, text)
+check("no speed-up over one core announced", "speed-up" not in text, text)
 
 one = os.path.join(work, "one.gpipe")
 subprocess.run([gpipe_opt, onnx_path, "--mode=train", "--devices=cpu:0",

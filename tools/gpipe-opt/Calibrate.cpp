@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -104,11 +105,65 @@ gpipe::NetworkFigures measureNetwork(llvm::raw_ostream &log,
 }
 } // namespace
 
+namespace {
+/// The host with every core of this process's affinity busy: one sgemm on
+/// all of them, and one copy per core at once (each pinned to its core).
+gpipe::HostFigures measureHost(llvm::raw_ostream &log) {
+  gpipe::HostFigures host;
+  cpu_set_t all;
+  if (sched_getaffinity(0, sizeof(all), &all) != 0)
+    return host;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all))
+      cores.push_back(c);
+  if (cores.size() < 2)
+    return host;
+  omp_set_num_threads(static_cast<int>(cores.size()));
+  const dnnl_dim_t n = 1024;
+  std::vector<float> a(n * n, 0.25f), b(n * n, 0.5f), c(n * n);
+  double gemm = medianSeconds(5, [&] {
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+               c.data(), n);
+  });
+  // 256 MiB in all, as the one-core figure, split over the cores.
+  size_t bytes = (size_t(256) << 20) / cores.size();
+  std::vector<std::vector<char>> from(cores.size()), to(cores.size());
+  for (size_t i = 0; i < cores.size(); ++i) {
+    from[i].assign(bytes, 1);
+    to[i].assign(bytes, 2);
+  }
+  double copy = medianSeconds(5, [&] {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < cores.size(); ++i)
+      threads.emplace_back([&, i] {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cores[i], &one);
+        sched_setaffinity(0, sizeof(one), &one);
+        std::memcpy(to[i].data(), from[i].data(), bytes);
+        from[i][0] = to[i][bytes - 1];
+      });
+    for (std::thread &t : threads)
+      t.join();
+  });
+  host.cores = static_cast<int64_t>(cores.size());
+  host.gflops = 2.0 * n * n * n / gemm / 1e9;
+  host.gbps = 2.0 * static_cast<double>(bytes * cores.size()) / copy / 1e9;
+  log << llvm::format("calibrate: all %lld cores at once: sgemm %.1f GFLOP/s, "
+                      "memory copy %.1f GB/s\n",
+                      static_cast<long long>(host.cores), host.gflops,
+                      host.gbps);
+  return host;
+}
+} // namespace
+
 std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   bool answering = false;
   NetworkFigures network = measureNetwork(log, answering);
   if (answering)
     return "";
+  HostFigures host = measureHost(log);
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core
   // it runs on.
   omp_set_num_threads(1);
@@ -135,7 +190,7 @@ std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   log << llvm::format("calibrate: one core: sgemm %.1f GFLOP/s, memory copy "
                       "%.1f GB/s, 4 MiB transfer %.1f GB/s, %.1f GiB memory\n",
                       gflops, memory, link, memoryGiB);
-  return profileJSON(gflops, memory, memoryGiB, link, network);
+  return profileJSON(gflops, memory, memoryGiB, link, network, host);
 }
 
 std::string gpipe::onednnVersion() {

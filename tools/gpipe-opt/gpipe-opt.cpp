@@ -74,6 +74,10 @@ cl::opt<CompileOutput> emitOption(
                           "after per-stage autodiff"),
                clEnumValN(CompileOutput::Schedule, "schedule",
                           "after the static micro-batch schedule"),
+               clEnumValN(CompileOutput::Plans, "plans",
+                          "the plans weighed for the cores of --devices: "
+                          "stages, micro-batches, schedule, recompute, "
+                          "predicted step and memory"),
                clEnumValN(CompileOutput::LLVM, "llvm",
                           "the LLVM dialect of each stage")));
 
@@ -149,6 +153,16 @@ cl::opt<std::string> scheduleOption(
              "all backwards; default) or 1f1b (one forward, one backward "
              "after a warm-up: at most K micro-batches alive per stage)"),
     cl::init("gpipe"), cl::cat(pipelineCategory));
+
+cl::opt<std::string> planOption(
+    "plan",
+    cl::desc("given (default): --devices, --micro-batches, --schedule and "
+             "--recompute as written; auto: the compiler weighs the plans "
+             "for the CPU cores --devices names (stages on groups of cores, "
+             "micro-batches dividing the batch, schedule, recompute) with "
+             "its cost model and compiles the fastest (--emit=plans lists "
+             "them) (--mode=train)"),
+    cl::init("given"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> stagesOption(
     "stages",
@@ -270,7 +284,7 @@ int compileOptions(StringRef input, StringRef output,
            &dataParallelOption, &recomputeOption, &optimizerOption, &lrOption,
            &momentumOption, &nesterovOption, &weightDecayOption, &beta1Option,
            &beta2Option, &epsOption, &scheduleOption, &stagesOption,
-           &deviceProfileOption, &costTableOption, &reportOption})
+           &planOption, &deviceProfileOption, &costTableOption, &reportOption})
     if (flag->getNumOccurrences())
       trainingFlags.push_back("--" + flag->ArgStr.str());
   if (devicesOption.getNumOccurrences() &&
@@ -279,7 +293,7 @@ int compileOptions(StringRef input, StringRef output,
         "--devices with several devices (pipelined inference is not "
         "implemented yet)");
   if (o.emit == CompileOutput::Stages || o.emit == CompileOutput::Autodiff ||
-      o.emit == CompileOutput::Schedule)
+      o.emit == CompileOutput::Schedule || o.emit == CompileOutput::Plans)
     trainingFlags.push_back("--emit=" + compileOutputName(o.emit).str());
   bool explicitMode = modeOption.getNumOccurrences() > 0;
   o.train = explicitMode ? modeOption == Mode::Train : !trainingFlags.empty();
@@ -328,6 +342,17 @@ int compileOptions(StringRef input, StringRef output,
   t.beta2 = beta2Option;
   t.eps = epsOption;
   o.stages = stagesOption;
+  o.plan = planOption;
+  if (o.plan == "auto")
+    for (cl::Option *flag : std::initializer_list<cl::Option *>{
+             &microBatchesOption, &scheduleOption, &recomputeOption,
+             &stagesOption})
+      if (flag->getNumOccurrences()) {
+        llvm::errs() << "gpipe-opt: error: --plan=auto chooses --"
+                     << flag->ArgStr << " (drop it, or compile the plan "
+                     << "you give with --plan=given)\n";
+        return 1;
+      }
   o.schedule = scheduleOption;
   o.recompute = recomputeOption;
   o.deviceProfile = deviceProfileOption;

@@ -1,0 +1,288 @@
+//===- PlanSearch.cpp - The plans a set of cores can run ------------------===//
+#include "Driver/PlanSearch.h"
+
+#include "Analysis/Planner/PlanCostModel.h"
+#include "Analysis/Planner/StagePartition.h"
+#include "Transforms/Schedule.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+
+#include <algorithm>
+#include <set>
+
+using namespace mlir;
+using namespace gpipe;
+
+std::string PlanCandidate::flags() const {
+  std::string devices;
+  for (const StagePlacement &s : plan.stages)
+    devices += (devices.empty() ? "" : ",") + s.device;
+  return "--devices=" + devices +
+         " --micro-batches=" + std::to_string(plan.microBatches) +
+         " --schedule=" + toString(plan.schedule).str() +
+         " --recompute=" + toString(plan.recompute).str();
+}
+
+bool PlanCandidate::sameAs(const PipelinePlan &other) const {
+  if (other.numStages() != plan.numStages() ||
+      other.microBatches != plan.microBatches ||
+      other.replicas != plan.replicas)
+    return false;
+  for (int64_t s = 0; s < plan.numStages(); ++s)
+    if (other.stages[s].device != plan.stages[s].device)
+      return false;
+  // One stage: the schedules are the same; recompute still differs.
+  return (plan.numStages() == 1 || other.schedule == plan.schedule) &&
+         other.recompute == plan.recompute;
+}
+
+std::vector<int> gpipe::coresOf(const std::vector<Device> &devices) {
+  std::set<int> cores;
+  for (const Device &d : devices) {
+    if (d.kind != DeviceKind::Cpu)
+      return {};
+    cores.insert(d.ids.begin(), d.ids.end());
+  }
+  return {cores.begin(), cores.end()};
+}
+
+namespace {
+
+/// The cores split into `k` contiguous groups of consecutive cores (sizes
+/// differing by at most one), as devices; empty if a group is not a range.
+std::vector<Device> splitCores(const std::vector<int> &cores, int64_t k) {
+  std::vector<Device> groups;
+  int64_t n = cores.size(), begin = 0;
+  for (int64_t g = 0; g < k; ++g) {
+    int64_t size = n / k + (g < n % k ? 1 : 0);
+    Device d{DeviceKind::Cpu, {}};
+    for (int64_t i = begin; i < begin + size; ++i) {
+      if (i > begin && cores[i] != cores[i - 1] + 1)
+        return {};
+      d.ids.push_back(cores[i]);
+    }
+    groups.push_back(d);
+    begin += size;
+  }
+  return groups;
+}
+
+/// The plan's step over the verified schedule, as the driver predicts a
+/// compiled one (the stash approximated by the activations kept).
+void predict(PlanCandidate &c, const LayerTable &table,
+             ArrayRef<DeviceProfile> profiles, const DeviceProfile &network,
+             int64_t optimizerSlots, int64_t rows, MLIRContext *context) {
+  PipelinePlan &plan = c.plan;
+  StagePartitioner partitioner(table, plan, profiles, rows);
+  FailureOr<SmallVector<int64_t>> cuts = partitioner.solve(true);
+  if (failed(cuts)) {
+    c.fits = false;
+    cuts = partitioner.solve(false);
+  }
+  plan.cuts = *cuts;
+  int64_t k = plan.numStages(), n = table.size();
+  SmallVector<int64_t> bounds{0};
+  llvm::append_range(bounds, plan.cuts);
+  bounds.push_back(n);
+  PlanCostModel model(plan, network, optimizerSlots);
+  SmallVector<StageCost> costs;
+  ScheduleRequest request;
+  request.kind = toString(plan.schedule).str();
+  request.microBatches = plan.microBatches;
+  double scale = table.scale(rows);
+  for (int64_t s = 0; s < k; ++s) {
+    int64_t begin = bounds[s], end = bounds[s + 1];
+    StageSlice slice = partitioner.slice(s, begin, end);
+    c.memory = std::max(c.memory, slice.memory);
+    StageFacts facts;
+    facts.forwardKernels = slice.forward;
+    facts.backwardKernels = slice.backward;
+    facts.transfer = slice.transfer;
+    facts.inBytes = table.crossBytes[begin] * scale;
+    facts.outBytes = table.crossBytes[end] * scale;
+    facts.messages = 2 * (facts.inBytes + facts.outBytes);
+    double activations = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      activations += table.activationBytes[i] * scale;
+      facts.trainableBytes += table.trainableBytes[i];
+    }
+    facts.stashBytes = plan.recomputes(s) ? facts.inBytes : activations;
+    facts.memoryBandwidth = profiles[s].memoryBandwidth;
+    costs.push_back(model.stageCost(s, facts));
+    request.devices.push_back(plan.stages[s].device);
+    request.recompute.push_back(plan.recomputes(s));
+  }
+  OwningOpRef<ModuleOp> holder = ModuleOp::create(UnknownLoc::get(context));
+  OpBuilder b = OpBuilder::atBlockEnd(holder->getBody());
+  ScheduleOp schedule = buildSchedule(b, holder->getLoc(), request);
+  SchedulePrediction p = model.predict(schedule, costs);
+  c.step = p.stepTime;
+  c.bubble = p.bubble;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<PlanCandidate>>
+gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
+                   MLIRContext *context) {
+  std::vector<PlanCandidate> plans;
+  llvm::Expected<DeviceProfile> network =
+      profileFor(space.profiles, Device{DeviceKind::Cpu, {0}});
+  if (!network)
+    return network.takeError();
+  int64_t maxStages =
+      std::min<int64_t>(space.cores.size(), std::max<int64_t>(1, table.size()));
+  for (int64_t k = 1; k <= maxStages; ++k) {
+    std::vector<Device> groups = splitCores(space.cores, k);
+    if (groups.empty())
+      continue;
+    SmallVector<DeviceProfile> profiles;
+    for (const Device &d : groups) {
+      llvm::Expected<DeviceProfile> p = profileFor(space.profiles, d);
+      if (!p)
+        return p.takeError();
+      profiles.push_back(*p);
+    }
+    shareHost(profiles, static_cast<int64_t>(space.cores.size()));
+    for (int64_t m = 1; m <= std::min(space.batch, space.maxMicroBatches);
+         ++m) {
+      if (space.batch % m != 0)
+        continue;
+      for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+        if (k == 1 && kind != ScheduleKind::GPipe)
+          continue; // one stage: the schedules are the same
+        // Recompute is for memory: weighed where keeping the activations
+        // does not fit (its copies saved never repay the forward run
+        // again in measurements, docs/pipeline-benchmarks.md).
+        bool neverFits = true;
+        for (RecomputePolicy recompute :
+             {RecomputePolicy::Never, RecomputePolicy::Always}) {
+          if (recompute == RecomputePolicy::Always && neverFits)
+            continue;
+          PlanCandidate c;
+          for (const Device &d : groups)
+            c.plan.stages.push_back({d.str(), 0});
+          c.plan.microBatches = m;
+          c.plan.schedule = kind;
+          c.plan.recompute = recompute;
+          predict(c, table, profiles, *network, space.optimizerSlots,
+                  space.batch / m, context);
+          neverFits = c.fits;
+          plans.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  // Fastest first among those that fit; ties keep the simpler plan (fewer
+  // stages, fewer micro-batches, GPipe, no recompute: the order made).
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const PlanCandidate &a, const PlanCandidate &b) {
+                     if (a.fits != b.fits)
+                       return a.fits;
+                     return a.step < b.step * (1 - 1e-9);
+                   });
+  return plans;
+}
+
+const PlanCandidate *
+gpipe::bestOneStage(const std::vector<PlanCandidate> &plans) {
+  for (const PlanCandidate &c : plans)
+    if (c.plan.numStages() == 1)
+      return &c;
+  return nullptr;
+}
+
+void gpipe::printPlans(const std::vector<PlanCandidate> &plans, int64_t batch,
+                       const PipelinePlan *compiled, llvm::raw_ostream &os) {
+  os << "plans weighed for a batch of " << batch
+     << " (predicted; * the fastest, = the plan compiled):\n"
+     << "   stages devices              M schedule recompute    step ms  "
+        "samples/s  bubble  memory (largest stage)\n";
+  for (const PlanCandidate &c : plans) {
+    std::string devices;
+    for (const StagePlacement &s : c.plan.stages)
+      devices += (devices.empty() ? "" : ",") + s.device;
+    char mark = &c == &plans.front() && c.fits ? '*' : ' ';
+    if (compiled && c.sameAs(*compiled))
+      mark = '=';
+    os << llvm::format(
+        "%c  %6lld %-18s %3lld %-8s %-9s %10.4g %10.0f %6.1f%%  %.1f %s%s\n",
+        mark, static_cast<long long>(c.plan.numStages()), devices.c_str(),
+        static_cast<long long>(c.plan.microBatches),
+        toString(c.plan.schedule).str().c_str(),
+        toString(c.plan.recompute).str().c_str(), c.step * 1e3,
+        c.step > 0 ? static_cast<double>(batch) / c.step : 0.0, c.bubble * 100,
+        c.memory >= (1 << 20) ? c.memory / (1 << 20) : c.memory / 1024,
+        c.memory >= (1 << 20) ? static_cast<const char *>("MiB") : "KiB",
+        c.fits ? "" : " (does not fit)");
+  }
+}
+
+void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
+                                const std::vector<PlanCandidate> &plans,
+                                llvm::raw_ostream &os) {
+  if (plans.empty() || step <= 0)
+    return;
+  auto ratio = [&](double other) {
+    std::string s;
+    llvm::raw_string_ostream rs(s);
+    if (step <= other)
+      rs << llvm::format("this plan is predicted %.2fx as fast", other / step);
+    else
+      rs << llvm::format("this plan is predicted %.2fx slower", step / other);
+    return s;
+  };
+  const PlanCandidate *one = bestOneStage(plans);
+  if (one && !one->sameAs(compiled))
+    os << llvm::format("one stage on all the cores (%s, %lld micro-batch%s): "
+                       "%.4g ms a step predicted; ",
+                       one->plan.stages[0].device.c_str(),
+                       static_cast<long long>(one->plan.microBatches),
+                       one->plan.microBatches == 1 ? "" : "es", one->step * 1e3)
+       << ratio(one->step) << "\n";
+  const PlanCandidate &best = plans.front();
+  if (!best.fits)
+    return;
+  if (best.sameAs(compiled)) {
+    os << "this is the fastest of the " << plans.size()
+       << " plans weighed for these cores (--emit=plans lists them)\n";
+    return;
+  }
+  if (&best == one) {
+    os << "it is the fastest plan found for these cores (--plan=auto "
+          "compiles it: "
+       << best.flags() << "; --emit=plans lists the " << plans.size()
+       << " plans weighed)\n";
+    return;
+  }
+  os << "fastest plan found for these cores: " << best.flags()
+     << llvm::format(", %.4g ms a step predicted; ", best.step * 1e3)
+     << ratio(best.step) << " (--plan=auto compiles it; --emit=plans lists "
+     << "the " << plans.size() << " plans weighed)\n";
+}
+
+llvm::Expected<std::vector<PlanCandidate>>
+gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
+                  llvm::StringRef costTable, const PlanSearchSpace &space) {
+  MLIRContext *context = module.getContext();
+  OwningOpRef<ModuleOp> copy(module.clone());
+  PassManager pm(context);
+  pm.addPass(createAppendLoss(loss));
+  if (failed(pm.run(*copy)))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the loss could not be appended");
+  auto forward = copy->lookupSymbol<func::FuncOp>("forward");
+  std::optional<CostTable> table;
+  if (!costTable.empty()) {
+    llvm::Expected<CostTable> read =
+        readCostTable(costTable, LayerTable::build(forward, 0, nullptr).rows);
+    if (!read)
+      return read.takeError();
+    table = std::move(*read);
+  }
+  LayerTable layers = LayerTable::build(forward, space.optimizerSlots,
+                                        table ? &*table : nullptr);
+  return searchPlans(layers, space, context);
+}
