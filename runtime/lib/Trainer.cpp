@@ -248,6 +248,19 @@ Evaluation evaluate(TrainingSession &session,
   return e;
 }
 
+/// Seconds of work the compiler predicted for `stage` in one step: its
+/// forward, backward, recompute and optimizer boxes.
+double predictedBusySeconds(const ScheduleSpec &schedule, int64_t stage) {
+  double busy = 0;
+  for (const StreamSpec &stream : schedule.streams)
+    if (stream.stage == stage)
+      for (const TimelineBox &box : stream.predictedTimeline)
+        if (box.kind == "forward" || box.kind == "backward" ||
+            box.kind == "recompute" || box.kind == "optimizer")
+          busy += box.end - box.begin;
+  return busy;
+}
+
 /// The pipeline's measured step, bubble and memory against the compiler's
 /// prediction.
 void printSummary(const TrainingSession &session, std::ostream &out) {
@@ -275,8 +288,12 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
     if (ranks > 1)
       out << " on rank " << st.rank << ",";
     out << " on " << st.device << ": busy "
-        << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps, "
-        << mib(st.allocatedBytes) << " allocated (predicted peak "
+        << 100.0 * st.busySeconds / s.stepSeconds << "% of the steps ("
+        << st.busySeconds / static_cast<double>(s.steps) * 1e3 << " ms a step";
+    if (double predicted = predictedBusySeconds(schedule, st.index);
+        predicted > 0)
+      out << ", " << predicted * 1e3 << " predicted";
+    out << "), " << mib(st.allocatedBytes) << " allocated (predicted peak "
         << mib(st.predictedPeakBytes) << ")\n";
     if (st.allReduceSeconds > 0) {
       double n = static_cast<double>(s.steps);
@@ -290,8 +307,19 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
   out << "  step " << step * 1e3 << " ms measured (mean of " << s.steps << "), "
       << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
       << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
-      << "% predicted\n"
-      << std::defaultfloat << std::setprecision(6);
+      << "% predicted\n";
+  // The compiler chose the plan by its prediction: say when this run does
+  // not bear it out (a few steps include the first touches of memory).
+  double ratio = s.predictedStepSeconds > 0 ? step / s.predictedStepSeconds : 1;
+  if (s.steps >= 5 && (ratio > 1.25 || ratio < 0.8))
+    out << "  warning: the step took " << ratio
+        << "x the predicted time: the cost model's figures do not describe "
+           "this run (a busy machine, or figures of another one). On a "
+           "quiet machine, measure them (gpipe-opt --calibrate -o "
+           "profile.json, then compile with --device-profile=profile.json), "
+           "or give the compiler this model's op times (gpipe-run "
+           "--profile-ops=ops.csv, then gpipe-opt --cost-table=ops.csv)\n";
+  out << std::defaultfloat << std::setprecision(6);
 }
 
 /// The step of a loss-log row ("12,2.3"), or -1.
