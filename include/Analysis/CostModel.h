@@ -17,11 +17,14 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 
 #include "gpipe/common/DeviceList.h"
 
+#include <array>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpipe {
 
@@ -51,6 +54,26 @@ struct DeviceProfile {
   int64_t cores = 1;
   int64_t hostCores = 0;
   double hostPeakFlops = 0, hostMemoryBandwidth = 0;
+  /// A kernel family's measured seconds on `cores` cores: a + b x work
+  /// + c x bytes, forward and (when measured) backward (gpipe-opt
+  /// --calibrate).
+  struct KernelFit {
+    std::string family;
+    int64_t cores = 1;
+    std::array<double, 3> forward{};
+    std::optional<std::array<double, 3>> backward;
+  };
+  std::vector<KernelFit> kernels;
+  /// How much slower the kernels run than when calibrated, because other
+  /// stages share the host (shareHost): for FLOP- and byte-bound families.
+  double flopsSlowdown = 1, bytesSlowdown = 1;
+
+  /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
+  /// conv, bytes for the others) and moving `bytes` on this device, from
+  /// the fit measured on the nearest number of cores (scaled to this
+  /// device's cores); none when the profile has no fit for the family.
+  std::optional<double> kernelSeconds(llvm::StringRef family, double work,
+                                      double bytes, bool backward) const;
 };
 
 /// The devices of a plan run at once and share their host: with
@@ -100,7 +123,8 @@ struct HostFigures {
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,
                         const NetworkFigures &network = {},
-                        const HostFigures &host = {});
+                        const HostFigures &host = {},
+                        llvm::json::Array kernels = {});
 
 /// Seconds of a sum of `bytes` over `replicas` ranks on `profile`'s network
 /// (a ring: 2 (D-1) steps of a latency and bytes / D), with the measured

@@ -63,6 +63,8 @@ struct CompileOptions {
   std::string cudaArch = "sm_80";
   /// Training: also write the HTML report here.
   std::string reportPath;
+  /// Training: print neither the configuration nor the stage report.
+  bool quiet = false;
 };
 
 /// Runs the compile; errors are printed one line each to llvm::errs()

@@ -252,6 +252,24 @@ def VerifySchedule : Pass<"gpipe-verify-schedule", "::mlir::ModuleOp"> {
   }];
 }
 
+def CollapseElementwiseLoops : Pass<"gpipe-collapse-elementwise-loops"> {
+  let summary = "Run element-wise loops over several dimensions as one loop";
+  let description = [{
+    Each linalg.generic whose iterators are all parallel and whose body
+    reads no index has its runs of consecutive dimensions that every
+    operand indexes in the same order (or not at all) merged into one
+    (upstream linalg dimension collapsing; on memrefs through
+    memref.collapse_shape). A convolution's weights [O, I, 3, 3] then run
+    as one loop of O*I*9 iterations that LLVM vectorizes, instead of an
+    innermost loop of 3 that it unrolls into scalar code (the optimizer
+    step of ResNet-18 took 25 ms on one core, an MLP's of half its
+    parameters 1.3 ms). Each element is computed as before.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def OutlineParallelLoops : Pass<"gpipe-outline-parallel-loops",
                                 "::mlir::ModuleOp"> {
   let summary = "Run large element-wise loops of stage code on all cores";

@@ -68,10 +68,44 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
     double c = static_cast<double>(p.cores);
     // Per core, as the profile's figures were read.
     double flops = p.peakFlops / c, bandwidth = p.memoryBandwidth / c;
-    p.peakFlops = c * std::min(flops, p.hostPeakFlops / busy);
-    p.memoryBandwidth = c * std::min(bandwidth, p.hostMemoryBandwidth / busy);
+    // The share of one core when n cores are busy.
+    auto flopShare = [&](double n) {
+      return std::min(flops, p.hostPeakFlops / n);
+    };
+    auto byteShare = [&](double n) {
+      return std::min(bandwidth, p.hostMemoryBandwidth / n);
+    };
+    p.peakFlops = c * flopShare(busy);
+    p.memoryBandwidth = c * byteShare(busy);
+    // The kernels were timed with only their own cores busy.
+    p.flopsSlowdown = flopShare(c) / flopShare(std::max(busy, c));
+    p.bytesSlowdown = byteShare(c) / byteShare(std::max(busy, c));
     p.hostCores = 0; // shared once
   }
+}
+
+std::optional<double>
+gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
+                                    double bytes, bool backward) const {
+  // The fit of the most cores not above this device's, else the fewest.
+  const KernelFit *best = nullptr;
+  for (const KernelFit &f : kernels) {
+    if (f.family != family || (backward && !f.backward))
+      continue;
+    bool fits = f.cores <= cores;
+    bool bestFits = best && best->cores <= cores;
+    if (!best || (fits && (!bestFits || f.cores > best->cores)) ||
+        (!fits && !bestFits && f.cores < best->cores))
+      best = &f;
+  }
+  if (!best)
+    return std::nullopt;
+  const std::array<double, 3> &c = backward ? *best->backward : best->forward;
+  // Other core counts: the rates scale with the cores.
+  double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
+  bool flops = family == "matmul" || family == "conv";
+  (void)flops;
+  return c[0] + c[1] * scale * work + c[2] * scale * bytes;
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,
@@ -163,6 +197,43 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       p.hostMemoryBandwidth = *hostGbps * 1e9;
     }
   }
+  // Optional: the kernel families' fits.
+  if (const llvm::json::Array *kernels = o->getArray("kernels")) {
+    for (const llvm::json::Value &k : *kernels) {
+      const llvm::json::Object *e = k.getAsObject();
+      DeviceProfile::KernelFit f;
+      auto pair = [&](llvm::StringRef key, double *out) {
+        const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
+        if (!a || a->size() < 2 || a->size() > 3)
+          return false;
+        for (size_t i = 0; i < a->size(); ++i) {
+          std::optional<double> v = (*a)[i].getAsNumber();
+          if (!v || *v < 0)
+            return false;
+          out[i] = *v;
+        }
+        return true;
+      };
+      std::optional<llvm::StringRef> family =
+          e ? e->getString("family") : std::nullopt;
+      std::optional<int64_t> kcores = e ? e->getInteger("cores") : std::nullopt;
+      bool ok =
+          family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
+      if (ok && e->get("backward")) {
+        std::array<double, 3> b{};
+        ok = pair("backward", b.data());
+        f.backward = b;
+      }
+      if (!ok)
+        return fail("'kernels' holds objects with 'family', 'cores' (at "
+                    "least 1) and 'forward' (and 'backward'): [seconds, "
+                    "seconds per unit of work(, seconds per byte)], not "
+                    "negative");
+      f.family = family->str();
+      f.cores = *kcores;
+      p.kernels.push_back(std::move(f));
+    }
+  }
   // Optional: measured under mpirun only.
   struct Optional {
     const char *key;
@@ -214,7 +285,8 @@ llvm::Expected<gpipe::DeviceProfile> gpipe::profileFor(StringRef profiles,
 std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
                                double memoryGiB, double linkGbps,
                                const NetworkFigures &network,
-                               const HostFigures &host) {
+                               const HostFigures &host,
+                               llvm::json::Array kernels) {
   llvm::json::Object o{{"peak_gflops_per_core", gflopsPerCore},
                        {"memory_gbps_per_core", gbpsPerCore},
                        {"memory_gib", memoryGiB},
@@ -224,6 +296,8 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["host_gflops"] = host.gflops;
     o["host_memory_gbps"] = host.gbps;
   }
+  if (!kernels.empty())
+    o["kernels"] = std::move(kernels);
   if (network.gbps > 0) {
     o["network_gbps"] = network.gbps;
     o["network_latency_us"] = network.latencyUs;

@@ -424,6 +424,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     stages.push_back(*stage);
   if (failed(writeBundle(stages, o.output, bundle)))
     return 1;
+  if (o.quiet)
+    return 0;
   printTrainingConfiguration(o, llvm::outs());
   printStageReport(*result, llvm::outs());
   if (space) {

@@ -110,6 +110,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
     }
     facts.stashBytes = plan.recomputes(s) ? facts.inBytes : activations;
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
+    facts.optimizerKernel = profiles[s].kernelSeconds(
+        "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));
     request.devices.push_back(plan.stages[s].device);
     request.recompute.push_back(plan.recomputes(s));

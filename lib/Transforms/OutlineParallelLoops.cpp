@@ -37,9 +37,13 @@ struct ViewRange {
 };
 
 /// The byte range of `v` if it is a statically shaped memref.view of a
-/// function argument at a constant offset.
+/// function argument at a constant offset, or such a view collapsed
+/// (gpipe-collapse-elementwise-loops).
 std::optional<ViewRange> viewRange(Value v) {
-  auto view = v.getDefiningOp<memref::ViewOp>();
+  Value base = v;
+  while (auto collapse = base.getDefiningOp<memref::CollapseShapeOp>())
+    base = collapse.getSrc();
+  auto view = base.getDefiningOp<memref::ViewOp>();
   if (!view || !isa<BlockArgument>(view.getSource()))
     return std::nullopt;
   auto type = cast<MemRefType>(view.getType());

@@ -294,6 +294,14 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                      b.getI64IntegerAttr(static_cast<int64_t>(c.memory)));
       stage->setAttr("gpipe.memory_bandwidth",
                      b.getF64FloatAttr(profiles[s].memoryBandwidth));
+      // The optimizer step as calibrated (an SGD pass), when the profile
+      // timed it.
+      double trainable = 0;
+      for (int64_t i = begin; i < end; ++i)
+        trainable += table.trainableBytes[i];
+      if (std::optional<double> step = profiles[s].kernelSeconds(
+              "optimizer", trainable, trainable, /*backward=*/false))
+        stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

@@ -94,8 +94,11 @@ void StreamRunner::runStep(const StepContext &context) {
     run(instr, context);
     if (compute || tracing) {
       double end = steadySeconds();
-      if (compute)
+      if (compute) {
         busy += end - begin;
+        if (instr.op == Instruction::Op::OptimizerStep)
+          optimizerBusy += end - begin;
+      }
       if (tracing) {
         using Op = Instruction::Op;
         int64_t bytes = 0;

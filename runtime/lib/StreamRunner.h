@@ -75,6 +75,8 @@ public:
 
   /// Timing of the steps run so far (forward, backward and optimizer).
   double busySeconds() const { return busy; }
+  /// Of busySeconds, the optimizer steps'.
+  double optimizerSeconds() const { return optimizerBusy; }
   /// Of the replica sums: the time from the first start to the end of
   /// the wait at the optimizer step, and the part of it spent waiting.
   double replicaSumSeconds() const { return sumSpan; }
@@ -157,7 +159,7 @@ private:
   int64_t backwards = 0;
   double lossSum_ = 0;
 
-  double busy = 0;
+  double busy = 0, optimizerBusy = 0;
   bool tracing = false;
   std::vector<TraceEvent> traceEvents;
   int64_t tracedSteps = 0;

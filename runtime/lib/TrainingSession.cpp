@@ -566,6 +566,7 @@ TrainingSession::Stats TrainingSession::stats() const {
     s.rank = runner.spec().rank;
     s.device = runner.spec().device;
     s.busySeconds = runner.busySeconds();
+    s.optimizerSeconds = runner.optimizerSeconds();
     s.allReduceSeconds = runner.replicaSumSeconds();
     s.allReduceWaitSeconds = runner.replicaWaitSeconds();
     s.allocatedBytes =

@@ -1,5 +1,6 @@
 //===- Calibrate.cpp - Measuring this machine's cores ---------------------===//
 #include "Calibrate.h"
+#include "CalibrateKernels.h"
 
 #include "gpipe/runtime/ProcessGroup.h"
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -158,12 +160,17 @@ gpipe::HostFigures measureHost(llvm::raw_ostream &log) {
 }
 } // namespace
 
-std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
+std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
+                                llvm::raw_ostream &log) {
   bool answering = false;
   NetworkFigures network = measureNetwork(log, answering);
   if (answering)
     return "";
   HostFigures host = measureHost(log);
+  // gpipe's own kernels, before this thread is pinned to one core.
+  llvm::Expected<llvm::json::Array> kernels = calibrateKernels(registry, log);
+  if (!kernels)
+    throw std::runtime_error(llvm::toString(kernels.takeError()));
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core
   // it runs on.
   omp_set_num_threads(1);
@@ -190,7 +197,8 @@ std::string gpipe::calibrateCpu(llvm::raw_ostream &log) {
   log << llvm::format("calibrate: one core: sgemm %.1f GFLOP/s, memory copy "
                       "%.1f GB/s, 4 MiB transfer %.1f GB/s, %.1f GiB memory\n",
                       gflops, memory, link, memoryGiB);
-  return profileJSON(gflops, memory, memoryGiB, link, network, host);
+  return profileJSON(gflops, memory, memoryGiB, link, network, host,
+                     std::move(*kernels));
 }
 
 std::string gpipe::onednnVersion() {

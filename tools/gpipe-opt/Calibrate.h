@@ -2,6 +2,7 @@
 #ifndef GPIPE_TOOLS_CALIBRATE_H
 #define GPIPE_TOOLS_CALIBRATE_H
 
+#include "mlir/IR/DialectRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -16,8 +17,12 @@ namespace gpipe {
 /// each other rank with an MPI ping-pong (latency of small messages,
 /// bandwidth of 4 MiB ones; the slowest peer counts) and writes
 /// network_gbps and network_latency_us; the other ranks only answer.
-/// Returns an empty profile on those ranks.
-std::string calibrateCpu(llvm::raw_ostream &log);
+/// Returns an empty profile on those ranks. With several cores it also
+/// measures the whole host (every core busy) and times gpipe's own kernels
+/// on one core and on all of them (CalibrateKernels.h). Throws
+/// std::runtime_error when the kernels cannot be timed.
+std::string calibrateCpu(mlir::DialectRegistry &registry,
+                         llvm::raw_ostream &log);
 
 /// "oneDNN 2.6.3": the library --calibrate times sgemm with.
 std::string onednnVersion();

@@ -437,7 +437,7 @@ int main(int argc, char **argv) {
     }
     std::string profile;
     try {
-      profile = gpipe::calibrateCpu(llvm::errs());
+      profile = gpipe::calibrateCpu(registry, llvm::errs());
     } catch (const std::exception &e) {
       llvm::errs() << "gpipe-opt: error: --calibrate: " << e.what() << "\n";
       return 1;

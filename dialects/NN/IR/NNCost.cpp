@@ -127,3 +127,29 @@ int64_t SplitOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
 int64_t ConstantOp::getFlops() { return 0; }
 int64_t DropoutOp::getFlops() { return 2 * numElements(getType()); }
+
+// The kernel families of the forward ops (CostOpInterface).
+StringRef WhereOp::getKernelFamily() { return "elementwise"; }
+StringRef GemmOp::getKernelFamily() { return "matmul"; }
+StringRef MatMulOp::getKernelFamily() { return "matmul"; }
+StringRef ConvOp::getKernelFamily() { return "conv"; }
+StringRef BatchNormOp::getKernelFamily() { return "normalization"; }
+StringRef LayerNormOp::getKernelFamily() { return "normalization"; }
+StringRef SoftmaxOp::getKernelFamily() { return "softmax"; }
+StringRef CumSumOp::getKernelFamily() { return "elementwise"; }
+StringRef LogSoftmaxOp::getKernelFamily() { return "softmax"; }
+StringRef MaxPoolOp::getKernelFamily() { return "pooling"; }
+StringRef AvgPoolOp::getKernelFamily() { return "pooling"; }
+StringRef GlobalAvgPoolOp::getKernelFamily() { return "pooling"; }
+StringRef PadOp::getKernelFamily() { return "copy"; }
+StringRef ReshapeOp::getKernelFamily() { return "copy"; }
+StringRef TransposeOp::getKernelFamily() { return "copy"; }
+StringRef ReduceMeanOp::getKernelFamily() { return "elementwise"; }
+StringRef BroadcastOp::getKernelFamily() { return "copy"; }
+StringRef ReduceSumOp::getKernelFamily() { return "elementwise"; }
+StringRef SoftmaxCrossEntropyOp::getKernelFamily() { return "softmax"; }
+StringRef ConcatOp::getKernelFamily() { return "copy"; }
+StringRef SliceOp::getKernelFamily() { return "copy"; }
+StringRef SplitOp::getKernelFamily() { return "copy"; }
+StringRef GatherOp::getKernelFamily() { return "copy"; }
+StringRef ConstantOp::getKernelFamily() { return "copy"; }

@@ -32,6 +32,15 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
       /*defaultImplementation=*/[{
         return ::gpipe::nn::detail::defaultBytesMoved($_op.getOperation());
       }]>,
+    InterfaceMethod<
+      /*desc=*/[{The family of kernels that runs the op, whose measured
+                 speed (gpipe-opt --calibrate) the cost model applies to
+                 it: "matmul" and "conv" (timed by their FLOPs),
+                 "normalization", "softmax", "pooling", "copy" and
+                 "elementwise" (timed by their bytes).}],
+      /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
+      /*args=*/(ins), /*methodBody=*/"",
+      /*defaultImplementation=*/[{ return "elementwise"; }]>,
   ];
 }
 

@@ -37,9 +37,12 @@ defvar NN_Tensor = AnyRankedTensor;
 defvar NN_IntArray = DenseI64ArrayAttr;
 
 // A forward op: pure, type-inferring, with a cost.
-class NN_ForwardOp<string mnemonic, list<Trait> traits = []>
+// `costMethods`: the CostOpInterface methods it defines (the others keep
+// their defaults: bytes of operands and results, the element-wise family).
+class NN_ForwardOp<string mnemonic, list<Trait> traits = [],
+                   list<string> costMethods = ["getFlops", "getKernelFamily"]>
     : NN_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor,
-        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>])> {
+        DeclareOpInterfaceMethods<NN_CostOpInterface, costMethods>])> {
   let assemblyFormat = [{
     operands attr-dict `:` functional-type(operands, results)
   }];
@@ -166,7 +169,7 @@ def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
 // Two inputs broadcast against each other (NumPy rules).
 class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
     : NN_ForwardOp<mnemonic, !listconcat(traits,
-        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>])> {
+        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]), ["getFlops"]> {
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$output);
 }

@@ -40,6 +40,8 @@ struct LayerTable {
   llvm::SmallVector<double> crossBytes;
   /// Per layer result: the position of its last user (n: the return).
   llvm::DenseMap<mlir::Value, int64_t> lastUse;
+  /// Per layer: its kernel family (CostOpInterface::getKernelFamily).
+  llvm::SmallVector<std::string> family;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
   llvm::SmallVector<std::optional<OpCost>> measured;
 
@@ -52,9 +54,13 @@ struct LayerTable {
   double scale(int64_t r) const {
     return rows > 0 && r > 0 ? static_cast<double>(r) / rows : 1.0;
   }
+  /// The work by which layer i's family is timed, for `r` rows: FLOPs for
+  /// matmul and conv, bytes moved for the others.
+  double work(int64_t i, int64_t r) const;
   /// Seconds of layer i's forward (backward) on `profile` for a
   /// micro-batch of `r` rows: the cost table's entry scaled to them, else
-  /// the roofline of the scaled FLOPs and bytes.
+  /// the profile's fit of the layer's kernel family (gpipe-opt
+  /// --calibrate), else the roofline of the scaled FLOPs and bytes.
   double forwardSeconds(int64_t i, const DeviceProfile &profile,
                         int64_t r) const;
   double backwardSeconds(int64_t i, const DeviceProfile &profile,

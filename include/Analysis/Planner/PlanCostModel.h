@@ -17,6 +17,8 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <optional>
+
 namespace gpipe {
 
 /// What the cost of one stage is computed from.
@@ -31,6 +33,10 @@ struct StageFacts {
   double trainableBytes = 0;
   /// The stage's device's memory bandwidth, bytes per second.
   double memoryBandwidth = 1;
+  /// The optimizer step's seconds as calibrated (kernel family
+  /// "optimizer", timed for SGD: a pass over parameters and gradients),
+  /// when the device's profile has them; else a pass at memory bandwidth.
+  std::optional<double> optimizerKernel;
 };
 
 /// A stage's predicted seconds: forward, backward and transfer per

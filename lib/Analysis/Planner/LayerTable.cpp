@@ -42,6 +42,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.trainableBytes.assign(n, 0);
   t.crossBytes.assign(n + 1, 0);
   t.measured.assign(n, std::nullopt);
+  t.family.assign(n, "");
   auto module = forward->getParentOfType<ModuleOp>();
   llvm::StringSet<> counted;
   for (auto [i, op] : llvm::enumerate(t.layers)) {
@@ -53,6 +54,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {
       t.flops[i] = static_cast<double>(cost.getFlops());
       t.bytesMoved[i] = static_cast<double>(cost.getBytesMoved());
+      t.family[i] = cost.getKernelFamily().str();
     }
     for (Value r : op->getResults()) {
       double bytes = nn::detail::numBytes(r.getType());
@@ -87,12 +89,30 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   return t;
 }
 
+namespace {
+bool timedByFlops(llvm::StringRef family) {
+  return family == "matmul" || family == "conv";
+}
+} // namespace
+
+double LayerTable::work(int64_t i, int64_t r) const {
+  double s = scale(r);
+  if (timedByFlops(family[i]))
+    return flops[i] * s;
+  return constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * s;
+}
+
 double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
                                   int64_t r) const {
   double s = scale(r);
   if (measured[i])
     return measured[i]->forward * s;
+  if (family[i].empty())
+    return 0; // not an op with kernels (CostOpInterface)
   double bytes = constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * s;
+  if (std::optional<double> fitted = profile.kernelSeconds(
+          family[i], work(i, r), bytes, /*backward=*/false))
+    return *fitted;
   return rooflineSeconds(flops[i] * s, bytes, profile);
 }
 
@@ -100,6 +120,13 @@ double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
                                    int64_t r) const {
   if (measured[i] && measured[i]->backward)
     return *measured[i]->backward * scale(r);
+  if (measured[i] || family[i].empty())
+    return 2 * forwardSeconds(i, profile, r);
+  double bytes =
+      constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * scale(r);
+  if (std::optional<double> fitted = profile.kernelSeconds(
+          family[i], work(i, r), bytes, /*backward=*/true))
+    return *fitted;
   // The gradients of the inputs and of the weights: two forwards.
   return 2 * forwardSeconds(i, profile, r);
 }

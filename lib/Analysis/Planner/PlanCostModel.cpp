@@ -15,7 +15,11 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / bw;
   c.forward = f.forwardKernels + copies;
   c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / bw;
-  c.optimizer = (3 + 2 * optimizerSlots) * f.trainableBytes / bw;
+  // SGD reads parameters and gradients and writes parameters; each state
+  // tensor (momentum, Adam's moments) is one more read and write.
+  double passes = 3 + 2 * static_cast<double>(optimizerSlots);
+  c.optimizer = f.optimizerKernel ? *f.optimizerKernel * passes / 3
+                                  : passes * f.trainableBytes / bw;
   // Between ranks, messages cross the network after their send; the
   // replicas' gradient sum runs before the optimizer step.
   int64_t k = plan.numStages();

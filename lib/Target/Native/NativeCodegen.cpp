@@ -56,6 +56,7 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   if (failed(applyPatternsAndFoldGreedily(module, std::move(bf16))))
     return failure();
   PassManager pm(module.getContext());
+  pm.addPass(createCollapseElementwiseLoops());
   pm.addPass(createOutlineParallelLoops());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createConvertSCFToCFPass());

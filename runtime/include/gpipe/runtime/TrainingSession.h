@@ -162,7 +162,8 @@ public:
   struct StageStats {
     int64_t index = 0, rank = 0;
     std::string device;
-    double busySeconds = 0; // forward, backward and optimizer work
+    double busySeconds = 0;      // forward, backward and optimizer work
+    double optimizerSeconds = 0; // of which the optimizer steps
     /// Data parallelism: from the start of the gradient sums to their end,
     /// and the part of it the optimizer step waited.
     double allReduceSeconds = 0, allReduceWaitSeconds = 0;

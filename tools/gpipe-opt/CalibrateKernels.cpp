@@ -1,0 +1,484 @@
+//===- CalibrateKernels.cpp - Timing gpipe's own kernels ------------------===//
+#include "CalibrateKernels.h"
+
+#include "Analysis/CostModel.h"
+#include "Analysis/Planner/LayerTable.h"
+#include "Driver/CompileModel.h"
+#include "Import/ONNX/ModelImporter.h"
+#include "Transforms/Passes.h"
+
+#include "gpipe/runtime/TrainingSession.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+
+#include "onnx/onnx_pb.h"
+
+#include <sched.h>
+
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+
+using namespace gpipe;
+
+namespace {
+
+/// An ONNX graph under construction, with random initializers.
+class GraphBuilder {
+public:
+  explicit GraphBuilder(std::mt19937 &rng) : rng(rng) {
+    model.set_ir_version(8);
+    model.add_opset_import()->set_version(17);
+    graph = model.mutable_graph();
+    graph->set_name("calibration");
+  }
+  void input(const std::string &name, std::vector<int64_t> dims) {
+    auto *v = graph->add_input();
+    v->set_name(name);
+    auto *t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims)
+      t->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void output(const std::string &name) {
+    auto *v = graph->add_output();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(
+        onnx::TensorProto::FLOAT);
+  }
+  /// A float initializer: `fill` for every element, or normal noise of
+  /// standard deviation `scale` when fill is NaN.
+  std::string init(const std::string &name, std::vector<int64_t> dims,
+                   float scale, float fill = NAN) {
+    auto *t = graph->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      t->add_dims(d);
+      n *= d;
+    }
+    std::normal_distribution<float> normal(0.0f, scale);
+    for (int64_t i = 0; i < n; ++i)
+      t->add_float_data(std::isnan(fill) ? normal(rng) : fill);
+    return name;
+  }
+  std::string ints(const std::string &name, std::vector<int64_t> values) {
+    auto *t = graph->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values)
+      t->add_int64_data(v);
+    return name;
+  }
+  onnx::NodeProto *node(const std::string &type, const std::string &name,
+                        std::vector<std::string> inputs) {
+    auto *n = graph->add_node();
+    n->set_op_type(type);
+    n->set_name(name);
+    for (const std::string &i : inputs)
+      n->add_input(i);
+    n->add_output(name);
+    return n;
+  }
+  static void attr(onnx::NodeProto *n, const std::string &name,
+                   std::vector<int64_t> values, bool list = true) {
+    auto *a = n->add_attribute();
+    a->set_name(name);
+    if (list) {
+      a->set_type(onnx::AttributeProto::INTS);
+      for (int64_t v : values)
+        a->add_ints(v);
+    } else {
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(values.front());
+    }
+  }
+  bool write(const std::string &path) const {
+    std::ofstream out(path, std::ios::binary);
+    return model.SerializeToOstream(&out);
+  }
+
+private:
+  std::mt19937 &rng;
+  onnx::ModelProto model;
+  onnx::GraphProto *graph;
+};
+
+/// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels, max
+/// pooling, one of 2C, global average pooling and a classifier.
+void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
+  g.input("x", {b, 8, h, h});
+  std::string x = "x";
+  auto block = [&](const std::string &tag, int64_t in, int64_t out) {
+    onnx::NodeProto *conv = g.node(
+        "Conv", "conv_" + tag, {x, g.init("w_" + tag, {out, in, 3, 3}, 0.1f)});
+    GraphBuilder::attr(conv, "pads", {1, 1, 1, 1});
+    GraphBuilder::attr(conv, "kernel_shape", {3, 3});
+    onnx::NodeProto *bn = g.node(
+        "BatchNormalization", "bn_" + tag,
+        {"conv_" + tag, g.init("s_" + tag, {out}, 0, 1.0f),
+         g.init("b_" + tag, {out}, 0, 0.0f), g.init("m_" + tag, {out}, 0, 0.0f),
+         g.init("v_" + tag, {out}, 0, 1.0f)});
+    GraphBuilder::attr(bn, "training_mode", {1}, /*list=*/false);
+    g.node("Relu", "relu_" + tag, {"bn_" + tag});
+    x = "relu_" + tag;
+  };
+  block("a", 8, c);
+  block("b", c, c);
+  onnx::NodeProto *pool = g.node("MaxPool", "pool", {x});
+  GraphBuilder::attr(pool, "kernel_shape", {2, 2});
+  GraphBuilder::attr(pool, "strides", {2, 2});
+  x = "pool";
+  block("c", c, 2 * c);
+  g.node("GlobalAveragePool", "gap", {x});
+  g.node("Flatten", "flatten", {"gap"});
+  onnx::NodeProto *fc = g.node("Gemm", "fc",
+                               {"flatten", g.init("w_fc", {10, 2 * c}, 0.1f),
+                                g.init("b_fc", {10}, 0, 0.0f)});
+  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
+  g.output("fc");
+}
+
+/// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, MatMul), a
+/// residual Add, a transpose there and back, Softmax over D, and a
+/// classifier of the flattened sequence.
+void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
+  g.input("x", {b, t, d});
+  g.node("LayerNormalization", "ln",
+         {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
+  g.node("MatMul", "up", {"ln", g.init("w_up", {d, 4 * d}, 0.05f)});
+  g.node("Relu", "act", {"up"});
+  g.node("MatMul", "down", {"act", g.init("w_down", {4 * d, d}, 0.05f)});
+  g.node("Add", "residual", {"down", "x"});
+  GraphBuilder::attr(g.node("Transpose", "swap", {"residual"}), "perm",
+                     {0, 2, 1});
+  GraphBuilder::attr(g.node("Transpose", "back", {"swap"}), "perm", {0, 2, 1});
+  GraphBuilder::attr(g.node("Softmax", "softmax", {"back"}), "axis", {-1},
+                     /*list=*/false);
+  g.node("Reshape", "flat", {"softmax", g.ints("shape", {b, t * d})});
+  onnx::NodeProto *fc = g.node("Gemm", "fc",
+                               {"flat", g.init("w_fc", {10, t * d}, 0.05f),
+                                g.init("b_fc", {10}, 0, 0.0f)});
+  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
+  g.output("fc");
+}
+
+struct Sample {
+  double work, bytes, forward, backward;
+};
+
+/// Seconds = a + b x work + c x bytes (c only for families timed by
+/// FLOPs: a small matmul or convolution reads its weights whatever its
+/// rows), fitted to relative error (weights 1/t^2) so that small kernels
+/// count as much as large ones; no coefficient negative (a negative one is
+/// dropped and the rest fitted again).
+std::array<double, 3> fit(const std::vector<std::array<double, 3>> &points,
+                          bool withBytes) {
+  // Regressors: 1, work, bytes; `use` says which are in.
+  auto solve = [&](std::array<bool, 3> use) {
+    double m[3][4] = {};
+    for (const auto &[work, bytes, t] : points) {
+      double x[3] = {1, work, bytes}, w = 1.0 / std::max(t * t, 1e-18);
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j)
+          m[i][j] += use[i] && use[j] ? w * x[i] * x[j] : 0;
+      for (int i = 0; i < 3; ++i)
+        m[i][3] += use[i] ? w * x[i] * t : 0;
+    }
+    for (int i = 0; i < 3; ++i)
+      if (!use[i])
+        m[i][i] = 1;
+    // Gaussian elimination with partial pivoting.
+    for (int c = 0; c < 3; ++c) {
+      int p = c;
+      for (int r = c + 1; r < 3; ++r)
+        if (std::abs(m[r][c]) > std::abs(m[p][c]))
+          p = r;
+      std::swap(m[c], m[p]);
+      if (std::abs(m[c][c]) < 1e-300)
+        return std::array<double, 3>{-1, -1, -1};
+      for (int r = 0; r < 3; ++r)
+        if (r != c) {
+          double f = m[r][c] / m[c][c];
+          for (int k = c; k < 4; ++k)
+            m[r][k] -= f * m[c][k];
+        }
+    }
+    return std::array<double, 3>{m[0][3] / m[0][0], m[1][3] / m[1][1],
+                                 m[2][3] / m[2][2]};
+  };
+  std::array<bool, 3> use{true, true, withBytes};
+  for (int round = 0; round < 3; ++round) {
+    std::array<double, 3> c = solve(use);
+    bool negative = false;
+    for (int i = 0; i < 3; ++i)
+      if (use[i] && c[i] < 0 && i != 1) {
+        use[i] = false;
+        negative = true;
+      }
+    if (!negative && c[1] > 0)
+      return {use[0] ? c[0] : 0, c[1], use[2] ? c[2] : 0};
+    if (!negative) // the work itself: fit it alone
+      use = {false, true, false};
+  }
+  std::array<double, 3> c = solve({false, true, false});
+  return {0, std::max(c[1], 0.0), 0};
+}
+
+/// A random batch for `session`: normal floats, labels below its classes.
+std::map<std::string, runtime::HostTensor>
+randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {
+  std::map<std::string, runtime::HostTensor> batch;
+  for (const runtime::TensorSlot *slot : session.dataInputs()) {
+    runtime::HostTensor t;
+    t.dtype = slot->dtype;
+    t.shape = slot->shape;
+    t.shape[0] = session.batchSize();
+    t.data.resize(t.numElements() * runtime::dtypeSize(t.dtype));
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      if (t.dtype == runtime::DType::F32)
+        reinterpret_cast<float *>(t.data.data())[i] = normal(rng);
+      else if (t.dtype == runtime::DType::I64)
+        reinterpret_cast<int64_t *>(t.data.data())[i] = static_cast<int64_t>(
+            rng() % std::max<int64_t>(session.classCount(), 1));
+    }
+    batch[slot->name] = std::move(t);
+  }
+  return batch;
+}
+
+} // namespace
+
+llvm::Expected<llvm::json::Array>
+gpipe::calibrateKernels(mlir::DialectRegistry &registry,
+                        llvm::raw_ostream &log) {
+  auto failure = [](const llvm::Twine &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), why);
+  };
+  // One core, and every core of this process when they are consecutive.
+  cpu_set_t set;
+  std::vector<int> cores;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        cores.push_back(c);
+  if (cores.empty())
+    return failure("no core to run on");
+  std::vector<std::pair<int64_t, std::string>> deviceSets{
+      {1, "cpu:" + std::to_string(cores.front())}};
+  if (cores.size() > 1 &&
+      cores.back() - cores.front() + 1 == static_cast<int>(cores.size()))
+    deviceSets.push_back({static_cast<int64_t>(cores.size()),
+                          "cpu:" + std::to_string(cores.front()) + "-" +
+                              std::to_string(cores.back())});
+  llvm::SmallString<128> dir;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("gpipe-calibrate", dir))
+    return failure("cannot make a temporary directory: " + ec.message());
+  struct Cleanup {
+    llvm::SmallString<128> dir;
+    ~Cleanup() { llvm::sys::fs::remove_directories(dir); }
+  } cleanup{dir};
+
+  // The models: (kind, batch, size, size).
+  struct Spec {
+    bool conv;
+    int64_t b, m, n;
+  };
+  const Spec specs[] = {
+      {true, 4, 16, 32},   {true, 32, 16, 32},  {true, 8, 32, 16},
+      {true, 32, 64, 16},  {true, 8, 128, 8},   {true, 32, 128, 8},
+      {true, 4, 256, 4},   {true, 32, 256, 4},  {false, 4, 16, 64},
+      {false, 16, 32, 64}, {false, 8, 64, 128}, {false, 32, 64, 128},
+      {false, 8, 32, 256}, {false, 8, 16, 512}, {false, 4, 8, 1024},
+      {true, 32, 512, 2}};
+  // family -> cores -> samples
+  std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
+  // cores -> per model: element-wise ops, their bytes, trainable bytes,
+  // seconds of the stage's work outside the library kernels.
+  std::map<int64_t, std::vector<std::array<double, 4>>> loops;
+  std::mt19937 rng(7);
+  mlir::MLIRContext context(registry);
+  context.getDiagEngine().registerHandler([](mlir::Diagnostic &) {
+    return mlir::success(); // reported by compileModel's own handler
+  });
+  for (auto [i, spec] : llvm::enumerate(specs)) {
+    GraphBuilder g(rng);
+    if (spec.conv)
+      convNet(g, spec.b, spec.m, spec.n);
+    else
+      sequenceNet(g, spec.b, spec.m, spec.n);
+    std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
+    if (!g.write(onnxPath))
+      return failure("cannot write " + onnxPath);
+    // Each op's family and work, by its node name; the element-wise ops'
+    // count and bytes, the trainable bytes.
+    std::map<std::string, std::pair<std::string, double>> work;
+    std::vector<std::pair<std::string, double>> elementwise;
+    std::map<std::string, double> bytesOf;
+    double trainableBytes = 0;
+    {
+      ONNXImportOptions import;
+      mlir::OwningOpRef<mlir::ModuleOp> module =
+          importONNXFile(onnxPath, &context, import);
+      if (!module)
+        return failure("cannot import the calibration model " + onnxPath);
+      mlir::PassManager pm(&context);
+      pm.addPass(createAppendLoss(AppendLossOptions{}));
+      if (mlir::failed(pm.run(*module)))
+        return failure("cannot append the loss to " + onnxPath);
+      LayerTable table = LayerTable::build(
+          module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
+      for (int64_t l = 0; l < table.size(); ++l) {
+        std::string key = costTableKey(table.layers[l]);
+        if (table.family[l] == "elementwise" || table.family[l] == "copy")
+          elementwise.push_back({key, table.work(l, table.rows)});
+        else if (!key.empty()) {
+          work[key] = {table.family[l], table.work(l, table.rows)};
+          bytesOf[key] = table.bytesMoved[l];
+        }
+        trainableBytes += table.trainableBytes[l];
+      }
+    }
+    for (auto [cores, devices] : deviceSets) {
+      CompileOptions o;
+      o.input = onnxPath;
+      o.output = (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
+                  ".gpipe")
+                     .str();
+      o.train = true;
+      o.batchSize = spec.b;
+      o.devices = devices;
+      o.training.optimizer = "sgd";
+      o.quiet = true;
+      if (compileModel(o, registry) != 0)
+        return failure("cannot compile the calibration model " + onnxPath);
+      // In this process whatever launched it (mpirun included).
+      runtime::TrainingSession session(o.output, /*allStagesHere=*/true);
+      auto batch = randomBatch(session, rng);
+      for (int s = 0; s < 3; ++s)
+        session.step(batch);
+      session.enableOpProfile();
+      runtime::TrainingSession::Stats before = session.stats();
+      const int steps = 5;
+      for (int s = 0; s < steps; ++s)
+        session.step(batch);
+      runtime::TrainingSession::Stats after = session.stats();
+      // The library kernels one by one; the generated element-wise loops
+      // (and the optimizer's) only together: the stage's work less the
+      // library kernels'.
+      double optimizer = (after.stages[0].optimizerSeconds -
+                          before.stages[0].optimizerSeconds) /
+                         steps;
+      double busy =
+          (after.stages[0].busySeconds - before.stages[0].busySeconds) / steps -
+          optimizer;
+      if (optimizer > 0)
+        samples["optimizer"][cores].push_back(
+            {trainableBytes, trainableBytes, optimizer, 0});
+      double rest = busy, count = 0, bytes = 0;
+      for (const auto &[name, seconds] : session.opProfile()) {
+        rest -= seconds.first + seconds.second;
+        auto it = work.find(name);
+        if (it == work.end() || it->second.second <= 0)
+          continue;
+        samples[it->second.first][cores].push_back(
+            {it->second.second, bytesOf[name], seconds.first, seconds.second});
+      }
+      for (const auto &[name, b] : elementwise) {
+        count += 1;
+        bytes += b;
+      }
+      if (rest > 0)
+        loops[cores].push_back({count, bytes, trainableBytes, rest});
+    }
+    log << llvm::format("calibrate: kernels of model %zu of %zu timed\r", i + 1,
+                        std::size(specs));
+  }
+  log << "\n";
+  llvm::json::Array fits;
+  for (const auto &[family, byCores] : samples)
+    for (const auto &[cores, points] : byCores) {
+      std::vector<std::array<double, 3>> fwd, bwd;
+      for (const Sample &p : points) {
+        if (p.forward > 0)
+          fwd.push_back({p.work, p.bytes, p.forward});
+        if (p.backward > 0)
+          bwd.push_back({p.work, p.bytes, p.backward});
+      }
+      if (fwd.size() < 3)
+        continue;
+      bool flops = family == "matmul" || family == "conv";
+      std::array<double, 3> f = fit(fwd, flops);
+      auto json = [](const std::array<double, 3> &c) {
+        return llvm::json::Array{c[0], c[1], c[2]};
+      };
+      llvm::json::Object entry{{"family", family},
+                               {"cores", cores},
+                               {"samples", static_cast<int64_t>(fwd.size())},
+                               {"forward", json(f)}};
+      if (bwd.size() >= 3)
+        entry["backward"] = json(fit(bwd, flops));
+      log << llvm::format(
+          "calibrate: %-13s on %lld core(s): forward %.1f "
+          "us + %s at %.2f %s%s (%zu kernels)\n",
+          family.c_str(), static_cast<long long>(cores), f[0] * 1e6,
+          flops ? static_cast<const char *>("FLOPs") : "bytes", 1e-9 / f[1],
+          flops ? "GFLOP/s" : "GB/s",
+          f[2] > 0 ? llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2])
+                         .str()
+                         .c_str()
+                   : "",
+          fwd.size());
+      fits.push_back(std::move(entry));
+    }
+  // The generated loops: each element-wise op a forward of a + b x bytes
+  // and a backward of twice that (its gradient reads and writes about
+  // twice its bytes), and the runtime's copies of the stash and of the
+  // gradients: rest = 3a x ops + b x (3 bytes + trainable bytes), fitted to
+  // relative error.
+  for (const auto &[cores, models] : loops) {
+    double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
+    for (const auto &[count, bytes, trainable, rest] : models) {
+      double w = 1.0 / (rest * rest);
+      double x1 = 3 * count, x2 = 3 * bytes + trainable;
+      s11 += w * x1 * x1;
+      s12 += w * x1 * x2;
+      s22 += w * x2 * x2;
+      s1y += w * x1 * rest;
+      s2y += w * x2 * rest;
+    }
+    double det = s11 * s22 - s12 * s12;
+    if (models.size() < 3 || det <= 0)
+      continue;
+    double a = (s22 * s1y - s12 * s2y) / det;
+    double b = (s11 * s2y - s12 * s1y) / det;
+    if (a < 0 || b <= 0) {
+      a = 0;
+      b = s2y / s22;
+    }
+    for (const char *family : {"elementwise", "copy"})
+      fits.push_back(llvm::json::Object{
+          {"family", family},
+          {"cores", cores},
+          {"samples", static_cast<int64_t>(models.size())},
+          {"forward", llvm::json::Array{a, b, 0.0}},
+          {"backward", llvm::json::Array{2 * a, 2 * b, 0.0}}});
+    log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f us + "
+                        "bytes at %.2f GB/s (%zu models)\n",
+                        static_cast<const char *>("elementwise"),
+                        static_cast<long long>(cores), a * 1e6, 1e-9 / b,
+                        models.size());
+  }
+  return fits;
+}

@@ -1,0 +1,28 @@
+//===- CalibrateKernels.h - Timing gpipe's own kernels ----------*- C++ -*-===//
+//
+// gpipe-opt --calibrate's kernel part: small training models (a CNN and an
+// attention-like block at several sizes) are compiled for one core and for
+// all the cores of this process, trained a few steps with every kernel
+// timed, and each kernel family's seconds are fitted as a + b x work (FLOPs
+// for matmul and conv, bytes for the others), forward and backward, per
+// core count. The cost model applies the fits to the ops of the family
+// (DeviceProfile::kernelSeconds).
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_TOOLS_GPIPEOPT_CALIBRATEKERNELS_H
+#define GPIPE_TOOLS_GPIPEOPT_CALIBRATEKERNELS_H
+
+#include "mlir/IR/DialectRegistry.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace gpipe {
+
+/// The profile's "kernels" array; progress on `log`.
+llvm::Expected<llvm::json::Array>
+calibrateKernels(mlir::DialectRegistry &registry, llvm::raw_ostream &log);
+
+} // namespace gpipe
+
+#endif // GPIPE_TOOLS_GPIPEOPT_CALIBRATEKERNELS_H
