@@ -70,10 +70,6 @@ public:
   /// micro-batches with equal stages: (K-1)/(M+K-1).
   double fillDrainBubble() const;
 
-  /// The stages' work one after the other on one device, no transfers:
-  /// the baseline of today's "predicted speed-up" (issue: compare with the
-  /// best alternative plan instead).
-  double sequentialStep(llvm::ArrayRef<StageCost> stages) const;
 
 private:
   const PipelinePlan &plan;

@@ -53,11 +53,3 @@ double PlanCostModel::fillDrainBubble() const {
   double m = static_cast<double>(plan.microBatches);
   return (k - 1) / (m + k - 1);
 }
-
-double PlanCostModel::sequentialStep(llvm::ArrayRef<StageCost> stages) const {
-  double m = static_cast<double>(plan.microBatches);
-  double one = 0;
-  for (const StageCost &c : stages)
-    one += m * (c.forward + c.backward) + c.optimizer;
-  return one;
-}
