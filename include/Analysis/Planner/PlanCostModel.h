@@ -70,7 +70,6 @@ public:
   /// micro-batches with equal stages: (K-1)/(M+K-1).
   double fillDrainBubble() const;
 
-
 private:
   const PipelinePlan &plan;
   DeviceProfile network;
