@@ -1,0 +1,242 @@
+"""Plans against measurement: does the plan gpipe-opt --plan=auto picks run
+as fast as the fastest plan, and as fast as predicted?
+
+For each model and each device set, every plan that `gpipe-opt
+--emit=plans` lists (stages on groups of the cores, micro-batches dividing
+the batch, GPipe and 1F1B, recompute where memory needs it) is compiled
+with its flags and trained STEPS steps; the table gives each plan's
+measured step (gpipe-run's mean, in process, after a warm-up run) beside
+its prediction, and per model: the plan auto picks, its measured step
+against the fastest plan measured, and its prediction error. The profile
+is measured once by `gpipe-opt --calibrate` at the start; no cost table.
+
+Device sets: one core (cpu:0) and both cores (cpu:0-1, which the search
+splits into stages itself). Two MPI ranks are not covered: the search
+does not weigh plans across ranks yet (gpipe-opt refuses them by name).
+
+usage: bench/run_plan_benchmarks.py [--build build]
+       [--out docs/plan-benchmarks.md] [--only NAME] [--max-plans N]
+"""
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import language_models  # noqa: E402
+
+STEPS = 20
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                         nn.Linear(256, 256), nn.ReLU(),
+                         nn.Linear(256, 10)), (64, 1, 28, 28)
+
+
+def demo_cnn():
+    from fashion_mnist_cnn import FashionMnistCnn
+    return FashionMnistCnn(), (64, 1, 28, 28)
+
+
+def resnet18():
+    return torchvision.models.resnet18(num_classes=10), (32, 3, 32, 32)
+
+
+def mobilenet_v2():
+    return torchvision.models.mobilenet_v2(num_classes=10), (32, 3, 32, 32)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 3)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(1))
+
+
+def encoder():
+    return Encoder(), (32, 32, 128)
+
+
+def vit_small():
+    return torchvision.models.VisionTransformer(
+        image_size=32, patch_size=4, num_layers=4, num_heads=4,
+        hidden_dim=128, mlp_dim=256, num_classes=10), (32, 3, 32, 32)
+
+
+def gpt(layers, dim):
+    def make():
+        language_models.SEQ, language_models.VOCAB = 64, 512
+        return language_models.GPT(triu=False, dim=dim, heads=4,
+                                   layers=layers), (8, 64)
+    return make
+
+
+MODELS = {
+    "MLP (README)": mlp,
+    "CNN (demo)": demo_cnn,
+    "ResNet-18 32x32": resnet18,
+    "MobileNet V2 32x32": mobilenet_v2,
+    "TransformerEncoder 3x128": encoder,
+    "ViT-small 32x32": vit_small,
+    "GPT 2x128, seq 64": gpt(2, 128),
+    "GPT 4x256, seq 64": gpt(4, 256),
+}
+
+
+def export(name, make, work):
+    """The ONNX file and training data of a model (training mode)."""
+    torch.manual_seed(0)
+    model, shape = make()
+    model.train()
+    tokens = len(shape) == 2
+    x = (torch.randint(0, 512, shape) if tokens else torch.randn(shape))
+    path = os.path.join(work, re.sub(r"\W+", "_", name) + ".onnx")
+    torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
+                      output_names=["output"], do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING)
+    rng = np.random.RandomState(0)
+    rows = 4 * shape[0]
+    data = {"input": (rng.randint(0, 512, (rows,) + shape[1:])
+                      if tokens else
+                      rng.randn(rows, *shape[1:]).astype(np.float32))}
+    data["labels"] = (rng.randint(0, 512, (rows,) + shape[1:]) if tokens
+                      else rng.randint(0, 10, rows))
+    npz = path[:-5] + ".npz"
+    np.savez(npz, **data)
+    return path, npz, shape[0]
+
+
+PLAN = re.compile(r"^([*= ])\s+(\d+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(\S+)\s+"
+                  r"([\d.e+-]+)\s+\d+\s+[\d.]+%\s+(.*)$")
+
+
+def plans(build, onnx_path, batch, devices, profile):
+    """[(auto?, devices, M, schedule, recompute, predicted ms, fits)]."""
+    out = subprocess.run(
+        [os.path.join(build, "bin", "gpipe-opt"), onnx_path,
+         f"--devices={devices}", f"--batch-size={batch}", "--emit=plans",
+         f"--device-profile={profile}"],
+        capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        m = PLAN.match(line)
+        if m:
+            rows.append((m.group(1) == "*", m.group(3), int(m.group(4)),
+                         m.group(5), m.group(6), float(m.group(7)),
+                         "does not fit" not in m.group(8)))
+    return rows
+
+
+def measure(build, onnx_path, npz, batch, plan, profile, work):
+    """gpipe-run's mean step (ms) and the bundle's predicted step."""
+    _, devices, micro, schedule, recompute, _, _ = plan
+    bundle = os.path.join(work, "plan.gpipe")
+    subprocess.run(
+        [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
+         f"--devices={devices}", f"--batch-size={batch}",
+         f"--micro-batches={micro}", f"--schedule={schedule}",
+         f"--recompute={recompute}", f"--device-profile={profile}",
+         "-o", bundle], capture_output=True, text=True, check=True)
+    run = [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
+           f"--data={npz}", "--no-shuffle"]
+    subprocess.run(run + ["--steps=2"], capture_output=True, check=True)
+    out = subprocess.run(run + [f"--steps={STEPS}"], capture_output=True,
+                         text=True, check=True).stdout
+    m = re.search(r"step ([\d.]+) ms measured \(mean of \d+\), ([\d.]+) ms "
+                  r"predicted", out)
+    return float(m.group(1)), float(m.group(2))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out",
+                        default=os.path.join(ROOT, "docs", "plan-benchmarks.md"))
+    parser.add_argument("--only", default="")
+    parser.add_argument("--max-plans", type=int, default=1000)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="gpipe-plans-")
+    profile = os.path.join(work, "profile.json")
+    calibrate = subprocess.run(
+        [os.path.join(args.build, "bin", "gpipe-opt"), "--calibrate", "-o",
+         profile], capture_output=True, text=True, check=True).stderr
+    lines = [
+        "# Plan benchmarks",
+        "",
+        f"Generated by `bench/run_plan_benchmarks.py` on "
+        f"{datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
+        f"cores): every plan `gpipe-opt --emit=plans` lists, compiled and "
+        f"trained {STEPS} steps (gpipe-run's mean step after a warm-up "
+        f"run), beside its prediction; the profile measured once by "
+        f"`gpipe-opt --calibrate`, no cost table.",
+        "",
+        "```",
+        *[l for l in calibrate.splitlines() if "timed" not in l],
+        "```",
+        "",
+        "| model | cores | plans | auto's plan | auto measured (ms) | fastest "
+        "measured (ms) | auto / fastest | auto predicted / measured | worst "
+        "predicted / measured |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    details = ["", "## Every plan", ""]
+    for name, make in MODELS.items():
+        if args.only and args.only not in name:
+            continue
+        onnx_path, npz, batch = export(name, make, work)
+        for cores in ("cpu:0", "cpu:0-1"):
+            rows = [p for p in plans(args.build, onnx_path, batch, cores,
+                                     profile) if p[6]][:args.max_plans]
+            measured = []
+            for plan in rows:
+                try:
+                    ms, predicted = measure(args.build, onnx_path, npz, batch,
+                                            plan, profile, work)
+                except subprocess.CalledProcessError as e:
+                    print(f"{name} {plan}: failed: {e.stderr}",
+                          file=sys.stderr)
+                    continue
+                measured.append((plan, ms, predicted))
+                print(f"{name} {cores} {plan[1]} M={plan[2]} {plan[3]} "
+                      f"{plan[4]}: {ms:.2f} ms measured, {predicted:.2f} "
+                      f"predicted", flush=True)
+            if not measured:
+                continue
+            fastest = min(m[1] for m in measured)
+            auto = next((m for m in measured if m[0][0]), measured[0])
+            worst = max(measured, key=lambda m: abs(m[2] / m[1] - 1))
+            lines.append(
+                f"| {name} | {cores} | {len(measured)} | {auto[0][1]} M="
+                f"{auto[0][2]} {auto[0][3]} | {auto[1]:.2f} | {fastest:.2f} | "
+                f"{auto[1] / fastest:.2f}x | {auto[2] / auto[1]:.2f} | "
+                f"{worst[2] / worst[1]:.2f} |")
+            details += [f"### {name}, {cores}", "",
+                        "| devices | M | schedule | recompute | measured (ms) "
+                        "| predicted (ms) |", "|---|---|---|---|---|---|"]
+            details += [f"| {p[1]} | {p[2]} | {p[3]} | {p[4]} | {ms:.2f} | "
+                        f"{pr:.2f} |" for p, ms, pr in measured]
+            details.append("")
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines + details) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
