@@ -233,8 +233,9 @@ def main():
             details += [f"| {p[1]} | {p[2]} | {p[3]} | {p[4]} | {ms:.2f} | "
                         f"{pr:.2f} |" for p, ms, pr in measured]
             details.append("")
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines + details) + "\n")
+            # After each device set: a run cut short keeps what it measured.
+            with open(args.out, "w") as f:
+                f.write("\n".join(lines + details) + "\n")
     print(f"wrote {args.out}")
 
 
