@@ -64,9 +64,6 @@ struct DeviceProfile {
     std::optional<std::array<double, 3>> backward;
   };
   std::vector<KernelFit> kernels;
-  /// How much slower the kernels run than when calibrated, because other
-  /// stages share the host (shareHost): for FLOP- and byte-bound families.
-  double flopsSlowdown = 1, bytesSlowdown = 1;
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
   /// conv, bytes for the others) and moving `bytes` on this device, from

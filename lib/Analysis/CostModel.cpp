@@ -68,18 +68,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
     double c = static_cast<double>(p.cores);
     // Per core, as the profile's figures were read.
     double flops = p.peakFlops / c, bandwidth = p.memoryBandwidth / c;
-    // The share of one core when n cores are busy.
-    auto flopShare = [&](double n) {
-      return std::min(flops, p.hostPeakFlops / n);
-    };
-    auto byteShare = [&](double n) {
-      return std::min(bandwidth, p.hostMemoryBandwidth / n);
-    };
-    p.peakFlops = c * flopShare(busy);
-    p.memoryBandwidth = c * byteShare(busy);
-    // The kernels were timed with only their own cores busy.
-    p.flopsSlowdown = flopShare(c) / flopShare(std::max(busy, c));
-    p.bytesSlowdown = byteShare(c) / byteShare(std::max(busy, c));
+    p.peakFlops = c * std::min(flops, p.hostPeakFlops / busy);
+    p.memoryBandwidth = c * std::min(bandwidth, p.hostMemoryBandwidth / busy);
     p.hostCores = 0; // shared once
   }
 }
@@ -103,8 +93,6 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
   const std::array<double, 3> &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
-  bool flops = family == "matmul" || family == "conv";
-  (void)flops;
   return c[0] + c[1] * scale * work + c[2] * scale * bytes;
 }
 

@@ -362,7 +362,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices,
                     const std::vector<int64_t> &ranks,
                     const std::string &deviceList,
-                    const std::optional<PlanSearchSpace> &space) {
+                    const std::optional<PlanSearchSpace> &space,
+                    std::optional<std::vector<PlanCandidate>> plans) {
   warnIfEvalModeExport(module);
   TrainingPipelineOptions t;
   t.loss = lossOptions(o);
@@ -386,9 +387,10 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     stop = TrainingStop::Autodiff;
   else if (o.emit == CompileOutput::Schedule)
     stop = TrainingStop::Schedule;
-  // The import as it was, for the plan search after the compile.
+  // The import as it was, for the plan search after the compile (unless
+  // the plans were weighed already: --plan=auto).
   OwningOpRef<ModuleOp> imported;
-  if (space)
+  if (space && !plans)
     imported = module.clone();
   std::string text;
   llvm::raw_string_ostream phaseOS(text);
@@ -428,15 +430,17 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
     return 0;
   printTrainingConfiguration(o, llvm::outs());
   printStageReport(*result, llvm::outs());
-  if (space) {
-    llvm::Expected<std::vector<PlanCandidate>> plans =
+  if (imported) {
+    llvm::Expected<std::vector<PlanCandidate>> weighed =
         weighPlans(*imported, t.loss, o.costTable, *space);
-    if (plans)
-      printPlanComparison(result->plan, result->prediction.stepTime, *plans,
-                          llvm::outs());
+    if (weighed)
+      plans = std::move(*weighed);
     else
-      llvm::consumeError(plans.takeError());
+      llvm::consumeError(weighed.takeError());
   }
+  if (plans)
+    printPlanComparison(result->plan, result->prediction.stepTime, *plans,
+                        llvm::outs());
   if (o.reportPath.empty())
     return 0;
   // Titled by the model file (PyTorch names every graph torch_jit).
@@ -551,6 +555,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   if (training) {
     std::optional<PlanSearchSpace> space =
         planSearchSpace(resolved, deviceList, ranks);
+    std::optional<std::vector<PlanCandidate>> weighed;
     if (options.plan == "auto" || options.emit == CompileOutput::Plans) {
       std::string flag =
           options.emit == CompileOutput::Plans ? "--emit=plans" : "--plan=auto";
@@ -566,26 +571,24 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
           *module, lossOptions(resolved), resolved.costTable, *space);
       if (!plans)
         return error(llvm::toString(plans.takeError()));
+      weighed = std::move(*plans);
       PipelinePlan given = givenPlan(resolved, devices);
       if (options.emit == CompileOutput::Plans)
         return writeText(options.output, [&](llvm::raw_ostream &os) {
-          printPlans(*plans, space->batch,
+          printPlans(*weighed, space->batch,
                      options.plan == "auto" ? nullptr : &given, os);
         });
-      const PlanCandidate &best = plans->front();
+      const PlanCandidate &best = weighed->front();
       if (!best.fits)
         return error("no plan for --devices=" + *options.devices +
                      " fits the cores' memory (--emit=plans lists the " +
-                     std::to_string(plans->size()) + " plans weighed)");
+                     std::to_string(weighed->size()) + " plans weighed)");
       llvm::outs() << "plan: " << best.flags()
                    << llvm::format(" (%.4g ms a step predicted, the fastest "
                                    "of %zu plans weighed; --emit=plans lists "
                                    "them)\n",
-                                   best.step * 1e3, plans->size());
-      std::vector<std::string> chosen;
-      for (const StagePlacement &stage : best.plan.stages)
-        chosen.push_back(stage.device);
-      resolved.devices = llvm::join(chosen, ",");
+                                   best.step * 1e3, weighed->size());
+      resolved.devices = best.plan.deviceList();
       resolved.schedule = toString(best.plan.schedule).str();
       resolved.recompute = toString(best.plan.recompute).str();
       if (best.plan.microBatches != resolved.training.microBatches) {
@@ -598,8 +601,8 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       if (int rc = parseStageDevices(resolved, devices, ranks, deviceList))
         return rc;
     }
-    return compileTraining(resolved, *module, devices, ranks, deviceList,
-                           space);
+    return compileTraining(resolved, *module, devices, ranks, deviceList, space,
+                           std::move(weighed));
   }
   if (lowered)
     return compileInference(options, *module, devices);

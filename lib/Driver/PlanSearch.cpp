@@ -16,10 +16,7 @@ using namespace mlir;
 using namespace gpipe;
 
 std::string PlanCandidate::flags() const {
-  std::string devices;
-  for (const StagePlacement &s : plan.stages)
-    devices += (devices.empty() ? "" : ",") + s.device;
-  return "--devices=" + devices +
+  return "--devices=" + plan.deviceList() +
          " --micro-batches=" + std::to_string(plan.microBatches) +
          " --schedule=" + toString(plan.schedule).str() +
          " --recompute=" + toString(plan.recompute).str();
@@ -203,9 +200,7 @@ void gpipe::printPlans(const std::vector<PlanCandidate> &plans, int64_t batch,
      << "   stages devices              M schedule recompute    step ms  "
         "samples/s  bubble  memory (largest stage)\n";
   for (const PlanCandidate &c : plans) {
-    std::string devices;
-    for (const StagePlacement &s : c.plan.stages)
-      devices += (devices.empty() ? "" : ",") + s.device;
+    std::string devices = c.plan.deviceList();
     char mark = &c == &plans.front() && c.fits ? '*' : ' ';
     if (compiled && c.sameAs(*compiled))
       mark = '=';
@@ -279,7 +274,7 @@ gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
   std::optional<CostTable> table;
   if (!costTable.empty()) {
     llvm::Expected<CostTable> read =
-        readCostTable(costTable, LayerTable::build(forward, 0, nullptr).rows);
+        readCostTable(costTable, LayerTable::microBatchRows(forward));
     if (!read)
       return read.takeError();
     table = std::move(*read);

@@ -97,7 +97,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (!costTable.empty()) {
       // Seconds as measured, for the rows of the micro-batch the stages are
       // compiled for (the table scales them).
-      int64_t rows = LayerTable::build(forward, 0, nullptr).rows;
+      int64_t rows = LayerTable::microBatchRows(forward);
       llvm::Expected<CostTable> t = readCostTable(costTable, rows);
       if (!t)
         return module.emitError(llvm::toString(t.takeError()));

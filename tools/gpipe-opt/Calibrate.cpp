@@ -112,13 +112,7 @@ namespace {
 /// all of them, and one copy per core at once (each pinned to its core).
 gpipe::HostFigures measureHost(llvm::raw_ostream &log) {
   gpipe::HostFigures host;
-  cpu_set_t all;
-  if (sched_getaffinity(0, sizeof(all), &all) != 0)
-    return host;
-  std::vector<int> cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &all))
-      cores.push_back(c);
+  std::vector<int> cores = gpipe::affinityCores();
   if (cores.size() < 2)
     return host;
   omp_set_num_threads(static_cast<int>(cores.size()));
@@ -205,4 +199,14 @@ std::string gpipe::onednnVersion() {
   const dnnl_version_t *v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
          "." + std::to_string(v->patch);
+}
+
+std::vector<int> gpipe::affinityCores() {
+  std::vector<int> cores;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        cores.push_back(c);
+  return cores;
 }

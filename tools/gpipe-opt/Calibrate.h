@@ -6,6 +6,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
+#include <vector>
 
 namespace gpipe {
 
@@ -23,6 +24,9 @@ namespace gpipe {
 /// std::runtime_error when the kernels cannot be timed.
 std::string calibrateCpu(mlir::DialectRegistry &registry,
                          llvm::raw_ostream &log);
+
+/// The cores this process may run on, in order.
+std::vector<int> affinityCores();
 
 /// "oneDNN 2.6.3": the library --calibrate times sgemm with.
 std::string onednnVersion();

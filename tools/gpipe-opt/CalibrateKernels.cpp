@@ -1,5 +1,6 @@
 //===- CalibrateKernels.cpp - Timing gpipe's own kernels ------------------===//
 #include "CalibrateKernels.h"
+#include "Calibrate.h"
 
 #include "Analysis/CostModel.h"
 #include "Analysis/Planner/LayerTable.h"
@@ -17,8 +18,6 @@
 #include "llvm/Support/Path.h"
 
 #include "onnx/onnx_pb.h"
-
-#include <sched.h>
 
 #include <array>
 #include <cmath>
@@ -176,18 +175,19 @@ struct Sample {
   double work, bytes, forward, backward;
 };
 
-/// Seconds = a + b x work + c x bytes (c only for families timed by
-/// FLOPs: a small matmul or convolution reads its weights whatever its
-/// rows), fitted to relative error (weights 1/t^2) so that small kernels
-/// count as much as large ones; no coefficient negative (a negative one is
-/// dropped and the rest fitted again).
-std::array<double, 3> fit(const std::vector<std::array<double, 3>> &points,
-                          bool withBytes) {
-  // Regressors: 1, work, bytes; `use` says which are in.
+/// Seconds t = c0 x0 + c1 x1 + c2 x2 over points {x0, x1, x2, t} (the
+/// regressors `use` names; x1, the work, always), fitted to relative error
+/// (weights 1/t^2) so that small kernels count as much as large ones; no
+/// coefficient negative (a negative one is dropped and the rest fitted
+/// again). Kernels: x = (1, work, bytes), the bytes only for families timed
+/// by FLOPs (a small matmul or convolution reads its weights whatever its
+/// rows).
+std::array<double, 3> fit(const std::vector<std::array<double, 4>> &points,
+                          std::array<bool, 3> use) {
   auto solve = [&](std::array<bool, 3> use) {
     double m[3][4] = {};
-    for (const auto &[work, bytes, t] : points) {
-      double x[3] = {1, work, bytes}, w = 1.0 / std::max(t * t, 1e-18);
+    for (const auto &[x0, x1, x2, t] : points) {
+      double x[3] = {x0, x1, x2}, w = 1.0 / std::max(t * t, 1e-18);
       for (int i = 0; i < 3; ++i)
         for (int j = 0; j < 3; ++j)
           m[i][j] += use[i] && use[j] ? w * x[i] * x[j] : 0;
@@ -216,7 +216,7 @@ std::array<double, 3> fit(const std::vector<std::array<double, 3>> &points,
     return std::array<double, 3>{m[0][3] / m[0][0], m[1][3] / m[1][1],
                                  m[2][3] / m[2][2]};
   };
-  std::array<bool, 3> use{true, true, withBytes};
+  use[1] = true;
   for (int round = 0; round < 3; ++round) {
     std::array<double, 3> c = solve(use);
     bool negative = false;
@@ -266,12 +266,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
     return llvm::createStringError(llvm::inconvertibleErrorCode(), why);
   };
   // One core, and every core of this process when they are consecutive.
-  cpu_set_t set;
-  std::vector<int> cores;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set))
-        cores.push_back(c);
+  std::vector<int> cores = affinityCores();
   if (cores.empty())
     return failure("no core to run on");
   std::vector<std::pair<int64_t, std::string>> deviceSets{
@@ -345,7 +340,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           elementwise.push_back({key, table.work(l, table.rows)});
         else if (!key.empty()) {
           work[key] = {table.family[l], table.work(l, table.rows)};
-          bytesOf[key] = table.bytesMoved[l];
+          bytesOf[key] = table.bytes(l, table.rows);
         }
         trainableBytes += table.trainableBytes[l];
       }
@@ -409,17 +404,17 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   llvm::json::Array fits;
   for (const auto &[family, byCores] : samples)
     for (const auto &[cores, points] : byCores) {
-      std::vector<std::array<double, 3>> fwd, bwd;
+      std::vector<std::array<double, 4>> fwd, bwd;
       for (const Sample &p : points) {
         if (p.forward > 0)
-          fwd.push_back({p.work, p.bytes, p.forward});
+          fwd.push_back({1, p.work, p.bytes, p.forward});
         if (p.backward > 0)
-          bwd.push_back({p.work, p.bytes, p.backward});
+          bwd.push_back({1, p.work, p.bytes, p.backward});
       }
       if (fwd.size() < 3)
         continue;
       bool flops = family == "matmul" || family == "conv";
-      std::array<double, 3> f = fit(fwd, flops);
+      std::array<double, 3> f = fit(fwd, {true, true, flops});
       auto json = [](const std::array<double, 3> &c) {
         return llvm::json::Array{c[0], c[1], c[2]};
       };
@@ -428,7 +423,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
                                {"samples", static_cast<int64_t>(fwd.size())},
                                {"forward", json(f)}};
       if (bwd.size() >= 3)
-        entry["backward"] = json(fit(bwd, flops));
+        entry["backward"] = json(fit(bwd, {true, true, flops}));
       log << llvm::format(
           "calibrate: %-13s on %lld core(s): forward %.1f "
           "us + %s at %.2f %s%s (%zu kernels)\n",
@@ -448,25 +443,13 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   // gradients: rest = 3a x ops + b x (3 bytes + trainable bytes), fitted to
   // relative error.
   for (const auto &[cores, models] : loops) {
-    double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
-    for (const auto &[count, bytes, trainable, rest] : models) {
-      double w = 1.0 / (rest * rest);
-      double x1 = 3 * count, x2 = 3 * bytes + trainable;
-      s11 += w * x1 * x1;
-      s12 += w * x1 * x2;
-      s22 += w * x2 * x2;
-      s1y += w * x1 * rest;
-      s2y += w * x2 * rest;
-    }
-    double det = s11 * s22 - s12 * s12;
-    if (models.size() < 3 || det <= 0)
+    if (models.size() < 3)
       continue;
-    double a = (s22 * s1y - s12 * s2y) / det;
-    double b = (s11 * s2y - s12 * s1y) / det;
-    if (a < 0 || b <= 0) {
-      a = 0;
-      b = s2y / s22;
-    }
+    std::vector<std::array<double, 4>> points;
+    for (const auto &[count, bytes, trainable, rest] : models)
+      points.push_back({3 * count, 3 * bytes + trainable, 0, rest});
+    auto [a, b, unused] = fit(points, {true, true, false});
+    (void)unused;
     for (const char *family : {"elementwise", "copy"})
       fits.push_back(llvm::json::Object{
           {"family", family},

@@ -48,12 +48,19 @@ struct LayerTable {
   /// Reads @forward; `table` may be null.
   static LayerTable build(mlir::func::FuncOp forward, int64_t optimizerSlots,
                           const CostTable *table);
+  /// The rows of the micro-batch @forward's shapes describe: the batch
+  /// dimension of its first ranked input (0 when unknown), as a cost
+  /// table read for it is scaled to.
+  static int64_t microBatchRows(mlir::func::FuncOp forward);
 
   int64_t size() const { return static_cast<int64_t>(layers.size()); }
   /// How much a per-row figure grows from `rows` to `r` rows.
   double scale(int64_t r) const {
     return rows > 0 && r > 0 ? static_cast<double>(r) / rows : 1.0;
   }
+  /// Bytes layer i moves for `r` rows: its parameters' and constants' as
+  /// they are, the rest scaled.
+  double bytes(int64_t i, int64_t r) const;
   /// The work by which layer i's family is timed, for `r` rows: FLOPs for
   /// matmul and conv, bytes moved for the others.
   double work(int64_t i, int64_t r) const;

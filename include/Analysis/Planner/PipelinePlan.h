@@ -57,6 +57,8 @@ struct PipelinePlan {
   RecomputePolicy recompute = RecomputePolicy::Never;
 
   int64_t numStages() const { return static_cast<int64_t>(stages.size()); }
+  /// The stages' devices as --devices lists them ("cpu:0,cpu:1").
+  std::string deviceList() const;
   bool recomputes(int64_t stage) const {
     return recomputesStage(recompute, stage, numStages());
   }

@@ -20,12 +20,7 @@ bool isLayer(Operation &op) {
 LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
                              const CostTable *table) {
   LayerTable t;
-  for (Type type : forward.getArgumentTypes())
-    if (auto ranked = dyn_cast<RankedTensorType>(type))
-      if (ranked.getRank() > 0 && !ranked.isDynamicDim(0)) {
-        t.rows = ranked.getDimSize(0);
-        break;
-      }
+  t.rows = microBatchRows(forward);
   Block &body = forward.front();
   for (Operation &op : body)
     if (isLayer(op))
@@ -95,11 +90,20 @@ bool timedByFlops(llvm::StringRef family) {
 }
 } // namespace
 
+int64_t LayerTable::microBatchRows(func::FuncOp forward) {
+  for (Type type : forward.getArgumentTypes())
+    if (auto ranked = dyn_cast<RankedTensorType>(type))
+      if (ranked.getRank() > 0 && !ranked.isDynamicDim(0))
+        return ranked.getDimSize(0);
+  return 0;
+}
+
+double LayerTable::bytes(int64_t i, int64_t r) const {
+  return constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * scale(r);
+}
+
 double LayerTable::work(int64_t i, int64_t r) const {
-  double s = scale(r);
-  if (timedByFlops(family[i]))
-    return flops[i] * s;
-  return constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * s;
+  return timedByFlops(family[i]) ? flops[i] * scale(r) : bytes(i, r);
 }
 
 double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
@@ -109,11 +113,10 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
     return measured[i]->forward * s;
   if (family[i].empty())
     return 0; // not an op with kernels (CostOpInterface)
-  double bytes = constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * s;
   if (std::optional<double> fitted = profile.kernelSeconds(
-          family[i], work(i, r), bytes, /*backward=*/false))
+          family[i], work(i, r), bytes(i, r), /*backward=*/false))
     return *fitted;
-  return rooflineSeconds(flops[i] * s, bytes, profile);
+  return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
 
 double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
@@ -122,10 +125,8 @@ double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
     return *measured[i]->backward * scale(r);
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
-  double bytes =
-      constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * scale(r);
   if (std::optional<double> fitted = profile.kernelSeconds(
-          family[i], work(i, r), bytes, /*backward=*/true))
+          family[i], work(i, r), bytes(i, r), /*backward=*/true))
     return *fitted;
   // The gradients of the inputs and of the weights: two forwards.
   return 2 * forwardSeconds(i, profile, r);

@@ -51,3 +51,10 @@ int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
              ? std::min<int64_t>(microBatches, numStages - stage)
              : microBatches;
 }
+
+std::string gpipe::PipelinePlan::deviceList() const {
+  std::string list;
+  for (const StagePlacement &s : stages)
+    list += (list.empty() ? "" : ",") + s.device;
+  return list;
+}

@@ -38,6 +38,15 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         int64_t mb = -1;
         std::string what = op->getName().stripDialect().str();
         bool blocked = false;
+        // A receive waits for the message's arrival (kind 0: activation,
+        // 1: gradient); blocked until its send has run.
+        auto waitFor = [&](int kind, int64_t peer) {
+          auto it = arrival.find({kind, peer, mb});
+          if (it == arrival.end())
+            blocked = true;
+          else
+            start = std::max(start, it->second);
+        };
         llvm::TypeSwitch<Operation *>(op)
             .Case([&](ForwardInstr f) {
               duration = t.forward;
@@ -68,19 +77,11 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             })
             .Case([&](RecvActivationInstr f) {
               mb = f.getMicroBatch();
-              auto it = arrival.find({0, f.getPeer(), mb});
-              if (it == arrival.end())
-                blocked = true;
-              else
-                start = std::max(start, it->second);
+              waitFor(0, f.getPeer());
             })
             .Case([&](RecvGradientInstr f) {
               mb = f.getMicroBatch();
-              auto it = arrival.find({1, f.getPeer(), mb});
-              if (it == arrival.end())
-                blocked = true;
-              else
-                start = std::max(start, it->second);
+              waitFor(1, f.getPeer());
             });
         if (blocked)
           break;
