@@ -35,15 +35,31 @@ void DeviceWorker::wait() {
     std::rethrow_exception(error);
 }
 
+namespace {
+void pinThisThread(const std::vector<int> &cores) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cores)
+    CPU_SET(c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+} // namespace
+
 void DeviceWorker::loop() {
   if (!cores.empty()) {
-    // Threads OpenMP starts from here inherit the mask.
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int c : cores)
-      CPU_SET(c, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-    omp_set_num_threads(static_cast<int>(cores.size()));
+    int threads = static_cast<int>(cores.size());
+    omp_set_num_threads(threads);
+    // One OpenMP thread per core, each pinned to its own: threads free to
+    // move within the device's cores meet on one of them, and a region
+    // waits for the one that shares its core (a competing process on one
+    // core tripled the step; pinned, it doubles). OpenMP keeps this
+    // thread's team for its later regions, so the pinning holds; a team
+    // member is thread 0..n-1 of every region of at most n threads.
+    pinThisThread(cores);
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+      pinThisThread({cores[omp_get_thread_num()]});
+    }
   }
   std::unique_lock<std::mutex> lock(mutex);
   while (true) {

@@ -1,5 +1,6 @@
-// The thread of one CPU pipeline device: pinned to the device's cores,
-// with as many oneDNN (OpenMP) threads as it has cores, running the jobs it
+// The thread of one CPU pipeline device, with as many oneDNN (OpenMP)
+// threads as the device has cores, each pinned to one of them (the worker's
+// own thread is OpenMP's thread 0, on the first core), running the jobs it
 // is given one at a time.
 #ifndef GPIPE_RUNTIME_DEVICEWORKER_H
 #define GPIPE_RUNTIME_DEVICEWORKER_H

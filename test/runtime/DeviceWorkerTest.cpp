@@ -33,6 +33,33 @@ TEST(DeviceWorker, RunsJobsOnItsPinnedThreadWithOneOpenMPThreadPerCore) {
   EXPECT_EQ(second, ran);
 }
 
+TEST(DeviceWorker, PinsEachOpenMPThreadToOneCoreOfItsDevice) {
+  cpu_set_t process;
+  sched_getaffinity(0, sizeof(process), &process);
+  if (!CPU_ISSET(0, &process) || !CPU_ISSET(1, &process))
+    GTEST_SKIP() << "needs cores 0 and 1";
+  DeviceWorker worker({0, 1});
+  // Every region, also after a smaller one, runs thread t on core t alone.
+  for (int threads : {2, 1, 2}) {
+    int masks[2] = {-1, -1}, counts[2] = {0, 0};
+    worker.start([&] {
+#pragma omp parallel num_threads(threads)
+      {
+        cpu_set_t mask;
+        sched_getaffinity(0, sizeof(mask), &mask);
+        int t = omp_get_thread_num();
+        counts[t] = CPU_COUNT(&mask);
+        masks[t] = CPU_ISSET(t, &mask) ? t : -1;
+      }
+    });
+    worker.wait();
+    for (int t = 0; t < threads; ++t) {
+      EXPECT_EQ(counts[t], 1) << "thread " << t << " of " << threads;
+      EXPECT_EQ(masks[t], t) << "thread " << t << " of " << threads;
+    }
+  }
+}
+
 TEST(DeviceWorker, WaitRethrowsWhatTheJobThrew) {
   DeviceWorker worker({});
   worker.start([] { throw std::runtime_error("stage 1 failed"); });

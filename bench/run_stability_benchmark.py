@@ -1,0 +1,196 @@
+"""Does a stage on several cores run at a steady pace?
+
+The main job's model (examples/fashion_mnist_cnn.py, batch 64, SGD with
+momentum) compiled as one stage on both cores (`--devices=cpu:0-1`, the
+whole batch at once) and trained RUNS times for STEPS steps on
+Fashion-MNIST, nothing else running: each run's mean step (from the
+run's --metrics file: the time from step 1's end to the last step's end,
+over the steps between, so that start-up is not counted). Then the same
+while a busy loop (a shell `while :; do :; done`) holds one core, first
+core 1, then core 0; and PyTorch on the same model and cores (two
+threads, OpenBLAS single-threaded: its best here), quiet and beside the
+same busy loop, for the slow-down a user accepts from the framework.
+
+Targets (issue 28): the slowest quiet run within 1.3x of the quiet
+median; with the busy loop, within 2.5x of the quiet median.
+
+usage: bench/run_stability_benchmark.py [--build build]
+       [--out docs/stability-benchmarks.md] [--runs 20] [--steps 150]
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = "/usr/share/datasets/fashion-mnist"
+PYTHON = "/usr/bin/python3"
+
+TORCH_STEPS = """
+import sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from fashion_mnist_cnn import FashionMnistCnn
+torch.set_num_threads(2)
+torch.manual_seed(0)
+model = FashionMnistCnn().train()
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+start = None
+for step in range(int(sys.argv[2]) + 1):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    if start is None:
+        start = time.perf_counter()
+print((time.perf_counter() - start) / int(sys.argv[2]))
+"""
+
+
+@contextlib.contextmanager
+def busy_core(core):
+    """A busy loop pinned to `core` while the block runs (None: none)."""
+    if core is None:
+        yield
+        return
+    loop = subprocess.Popen(["taskset", "-c", str(core), "sh", "-c",
+                             "while :; do :; done"])
+    try:
+        yield
+    finally:
+        loop.kill()
+        loop.wait()
+
+
+def gpipe_step(build, bundle, steps, work):
+    metrics = os.path.join(work, "metrics.jsonl")
+    subprocess.run([os.path.join(build, "bin", "gpipe-run"), bundle,
+                    "--train", "--data", DATA, "--steps", str(steps),
+                    "--metrics", metrics], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in open(metrics)]
+    rows = [r for r in rows if "step" in r and "time_s" in r]
+    return (rows[-1]["time_s"] - rows[0]["time_s"]) / (len(rows) - 1)
+
+
+def torch_step(steps):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run([PYTHON, "-c", TORCH_STEPS,
+                          os.path.join(ROOT, "examples"), str(steps)],
+                         check=True, env=env, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def ms(seconds):
+    return f"{1e3 * seconds:.2f}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out",
+                        default=os.path.join(ROOT, "docs",
+                                             "stability-benchmarks.md"))
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--busy-runs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=150)
+    args = parser.parse_args()
+    if os.cpu_count() < 2:
+        sys.exit("needs two cores")
+
+    with tempfile.TemporaryDirectory() as work:
+        onnx_path = os.path.join(work, "cnn.onnx")
+        subprocess.run([PYTHON, os.path.join(ROOT, "examples",
+                                             "fashion_mnist_cnn.py"),
+                        "--output", onnx_path], check=True,
+                       stdout=subprocess.DEVNULL)
+        bundle = os.path.join(work, "one_stage.gpipe")
+        subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
+                        onnx_path, "--mode=train", "--devices=cpu:0-1",
+                        "--batch-size=64", "--optimizer=sgd", "--lr=0.05",
+                        "--momentum=0.9", "-o", bundle], check=True,
+                       stdout=subprocess.DEVNULL)
+        gpipe_step(args.build, bundle, 10, work)  # warm the file cache
+
+        quiet = []
+        for run in range(args.runs):
+            quiet.append(gpipe_step(args.build, bundle, args.steps, work))
+            print(f"quiet run {run + 1}: {ms(quiet[-1])} ms", flush=True)
+        busy = {}
+        for core in (1, 0):
+            with busy_core(core):
+                busy[core] = [gpipe_step(args.build, bundle, args.steps,
+                                         work)
+                              for _ in range(args.busy_runs)]
+            print(f"core {core} busy: "
+                  f"{', '.join(ms(t) for t in busy[core])} ms", flush=True)
+        torch_quiet = [torch_step(args.steps) for _ in range(3)]
+        with busy_core(1):
+            torch_busy = [torch_step(args.steps) for _ in range(3)]
+        print(f"PyTorch quiet {', '.join(ms(t) for t in torch_quiet)}, "
+              f"core 1 busy {', '.join(ms(t) for t in torch_busy)} ms")
+
+    median = statistics.median(quiet)
+    slowest = max(quiet)
+    worst_busy = max(max(v) for v in busy.values())
+    torch_median = statistics.median(torch_quiet)
+    lines = [
+        "# Stability of a stage on several cores",
+        "",
+        "Generated by `bench/run_stability_benchmark.py` on "
+        f"{datetime.date.today()} ({cpu_name()}, "
+        f"{os.cpu_count()} cores). The main job's model "
+        "(examples/fashion_mnist_cnn.py, batch 64, SGD with momentum) as "
+        "one stage on both cores (`--devices=cpu:0-1`), trained "
+        f"{args.steps} steps per run on Fashion-MNIST; a run's step is the "
+        "mean over its steps after the first (from its `--metrics` "
+        "file). Busy: a shell busy loop pinned to one core for the whole "
+        "run. PyTorch: the same model, batch and optimizer, two threads, "
+        "`OPENBLAS_NUM_THREADS=1`.",
+        "",
+        "| | runs | median ms | slowest ms | slowest / quiet median |",
+        "|---|---|---|---|---|",
+        f"| gpipe, quiet | {len(quiet)} | {ms(median)} | {ms(slowest)} | "
+        f"{slowest / median:.2f}x |",
+    ]
+    for core, times in busy.items():
+        lines.append(
+            f"| gpipe, core {core} busy | {len(times)} | "
+            f"{ms(statistics.median(times))} | {ms(max(times))} | "
+            f"{max(times) / median:.2f}x |")
+    lines += [
+        f"| PyTorch, quiet | 3 | {ms(torch_median)} | {ms(max(torch_quiet))}"
+        f" | {max(torch_quiet) / torch_median:.2f}x |",
+        f"| PyTorch, core 1 busy | 3 | "
+        f"{ms(statistics.median(torch_busy))} | {ms(max(torch_busy))} | "
+        f"{max(torch_busy) / torch_median:.2f}x |",
+        "",
+        f"Quiet runs (ms): {', '.join(ms(t) for t in quiet)}.",
+        "",
+        "Targets: slowest quiet run within 1.3x of the median: "
+        f"**{'met' if slowest <= 1.3 * median else 'not met'}** "
+        f"({slowest / median:.2f}x); with a busy core within 2.5x of the "
+        f"quiet median: **{'met' if worst_busy <= 2.5 * median else 'not met'}"
+        f"** ({worst_busy / median:.2f}x).",
+        "",
+    ]
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
