@@ -10,9 +10,11 @@ its prediction, and per model: the plan auto picks, its measured step
 against the fastest plan measured, and its prediction error. The profile
 is measured once by `gpipe-opt --calibrate` at the start; no cost table.
 
-Device sets: one core (cpu:0) and both cores (cpu:0-1, which the search
-splits into stages itself). Two MPI ranks are not covered: the search
-does not weigh plans across ranks yet (gpipe-opt refuses them by name).
+Device sets: one core (cpu:0), both cores (cpu:0-1, which the search
+splits into stages itself) and two MPI ranks of one core each
+(r0:cpu:0,r1:cpu:1, run under mpirun; the ranks name different cores, so
+the search weighs no replicas there: a replica's stages would name
+replica 0's cores).
 
 usage: bench/run_plan_benchmarks.py [--build build]
        [--out docs/plan-benchmarks.md] [--only NAME] [--max-plans N]
@@ -123,8 +125,9 @@ def export(name, make, work):
     return path, npz, shape[0]
 
 
-PLAN = re.compile(r"^([*= ])\s+(\d+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(\S+)\s+"
-                  r"([\d.e+-]+)\s+\d+\s+[\d.]+%\s+(.*)$")
+PLAN = re.compile(r"^([*= ])\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\S+)\s+"
+                  r"(\S+)\s+([\d.e+-]+)\s+\d+\s+[\d.]+%\s+(.*)$")
+DEVICE_SETS = ("cpu:0", "cpu:0-1", "r0:cpu:0,r1:cpu:1")
 
 
 def plans(build, onnx_path, batch, devices, profile):
@@ -138,24 +141,30 @@ def plans(build, onnx_path, batch, devices, profile):
     for line in out.splitlines():
         m = PLAN.match(line)
         if m:
-            rows.append((m.group(1) == "*", m.group(3), int(m.group(4)),
-                         m.group(5), m.group(6), float(m.group(7)),
-                         "does not fit" not in m.group(8)))
+            rows.append((m.group(1) == "*", m.group(4), int(m.group(5)),
+                         m.group(6), m.group(7), float(m.group(8)),
+                         "does not fit" not in m.group(9), int(m.group(3))))
     return rows
 
 
 def measure(build, onnx_path, npz, batch, plan, profile, work):
     """gpipe-run's mean step (ms) and the bundle's predicted step."""
-    _, devices, micro, schedule, recompute, _, _ = plan
+    _, devices, micro, schedule, recompute, _, _, replicas = plan
     bundle = os.path.join(work, "plan.gpipe")
     subprocess.run(
         [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
-         f"--devices={devices}", f"--batch-size={batch}",
+         f"--devices={devices}", f"--batch-size={batch // replicas}",
+         f"--data-parallel={replicas}",
          f"--micro-batches={micro}", f"--schedule={schedule}",
          f"--recompute={recompute}", f"--device-profile={profile}",
          "-o", bundle], capture_output=True, text=True, check=True)
-    run = [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
-           f"--data={npz}", "--no-shuffle"]
+    ranks = replicas * (1 + max([int(r) for r in
+                                 re.findall(r"r(\d+):", devices)] or [0]))
+    run = ([] if ranks == 1 else
+           ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+            str(ranks)])
+    run += [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
+            f"--data={npz}", "--no-shuffle"]
     subprocess.run(run + ["--steps=2"], capture_output=True, check=True)
     out = subprocess.run(run + [f"--steps={STEPS}"], capture_output=True,
                          text=True, check=True).stdout
@@ -201,7 +210,7 @@ def main():
         if args.only and args.only not in name:
             continue
         onnx_path, npz, batch = export(name, make, work)
-        for cores in ("cpu:0", "cpu:0-1"):
+        for cores in DEVICE_SETS:
             rows = [p for p in plans(args.build, onnx_path, batch, cores,
                                      profile) if p[6]][:args.max_plans]
             measured = []

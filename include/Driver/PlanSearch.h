@@ -1,12 +1,12 @@
-//===- PlanSearch.h - The plans a set of cores can run -----------*- C++
-//-*-===//
+//===- PlanSearch.h - The plans a set of cores can run ---------*- C++ -*-===//
 //
-// The plan search: for the CPU cores the user gave, every plan of a grid —
-// stages (the cores split into contiguous groups, one stage each), micro-
-// batches dividing the batch, schedule, recompute — cut by the
-// partitioner's dynamic program and predicted by the plan cost model over
-// the verified schedule, so that a plan is weighed as it would be
-// compiled. The driver compares the compiled plan with the best of them
+// The plan search: for the CPU cores the user gave (of one process, or of
+// each MPI rank), every plan of a grid — data-parallel replicas over the
+// ranks, stages (each rank's cores split into contiguous groups, one stage
+// each), micro-batches dividing a replica's batch, schedule, recompute —
+// cut by the partitioner's dynamic program and predicted by the plan cost
+// model over the verified schedule, so that a plan is weighed as it would
+// be compiled. The driver compares the compiled plan with the best of them
 // (gpipe-opt's report), compiles the best (--plan=auto) or lists them
 // (--emit=plans).
 //
@@ -28,24 +28,32 @@
 namespace gpipe {
 
 struct PlanCandidate {
-  /// Devices, micro-batches, schedule, recompute and the cuts.
+  /// Devices and ranks, replicas, micro-batches, schedule, recompute and
+  /// the cuts.
   PipelinePlan plan;
-  double step = 0;   // predicted seconds per step
-  double bubble = 0; // predicted idle share
-  double memory = 0; // the largest stage's bytes (the partitioner's)
-  bool fits = true;  // every stage within its device's memory
+  int64_t replicaBatch = 1; // samples a replica takes per step
+  double step = 0;          // predicted seconds per step
+  double bubble = 0;        // predicted idle share
+  double memory = 0;        // the largest stage's bytes (the partitioner's)
+  bool fits = true;         // every stage within its device's memory
 
   /// The gpipe-opt flags that compile it ("--devices=cpu:0-1
-  /// --micro-batches=1 --schedule=gpipe --recompute=never").
+  /// --micro-batches=1 --schedule=gpipe --recompute=never"; with replicas
+  /// also --data-parallel=D and the replica's --batch-size).
   std::string flags() const;
-  /// Whether `other` runs the same devices, micro-batches, schedule and
-  /// recompute.
+  /// Whether `other` runs the same devices and ranks, replicas,
+  /// micro-batches, schedule and recompute.
   bool sameAs(const PipelinePlan &other) const;
 };
 
 struct PlanSearchSpace {
-  std::vector<int> cores; // the host's cores to use, in order
-  int64_t batch = 1;      // samples per optimizer step
+  /// The cores each rank may use, in order (rank r at index r); one entry
+  /// for a process without rank prefixes.
+  std::vector<std::vector<int>> rankCores;
+  /// Whether the devices were given with rank prefixes (rN:): the plans
+  /// run stages on several ranks and replicas over them.
+  bool ranked = false;
+  int64_t batch = 1; // samples per optimizer step, all replicas together
   int64_t maxMicroBatches = 32;
   std::string profiles; // --device-profile (empty: built-in)
   int64_t optimizerSlots = 0;

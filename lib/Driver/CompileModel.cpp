@@ -23,6 +23,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 using namespace mlir;
@@ -321,23 +322,37 @@ AppendLossOptions lossOptions(const CompileOptions &o) {
 }
 
 /// The plans the compiler can weigh for these options: the CPU cores of
-/// one process, the batch known, the stages not cut by hand.
+/// each rank (of one process without rank prefixes), the batch known, the
+/// stages not cut by hand. With --data-parallel, the ranks of every
+/// replica, each with the cores its replica-0 rank names, and the batch of
+/// all the replicas.
 std::optional<PlanSearchSpace>
-planSearchSpace(const CompileOptions &o, const std::string &deviceList,
+planSearchSpace(const CompileOptions &o,
+                const std::vector<std::string> &devices,
                 const std::vector<int64_t> &ranks) {
-  if (!o.devices || !ranks.empty() || o.training.dataParallel != 1 ||
-      o.stages != "auto" || !o.batchSize)
+  if (!o.devices || o.stages != "auto" || !o.batchSize)
     return std::nullopt;
-  llvm::Expected<std::vector<Device>> parsed = parseDevices(deviceList);
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
-    return std::nullopt;
+  int64_t perReplica =
+      ranks.empty() ? 1 : *std::max_element(ranks.begin(), ranks.end()) + 1;
+  std::vector<std::set<int>> cores(perReplica);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    llvm::Expected<std::vector<Device>> parsed = parseDevices(devices[i]);
+    if (!parsed) {
+      llvm::consumeError(parsed.takeError());
+      return std::nullopt;
+    }
+    std::vector<int> some = coresOf(*parsed);
+    if (some.empty())
+      return std::nullopt;
+    cores[ranks.empty() ? 0 : ranks[i]].insert(some.begin(), some.end());
   }
   PlanSearchSpace space;
-  space.cores = coresOf(*parsed);
-  if (space.cores.empty())
-    return std::nullopt;
-  space.batch = *o.batchSize;
+  int64_t replicas = o.training.dataParallel;
+  for (int64_t r = 0; r < replicas * perReplica; ++r)
+    space.rankCores.emplace_back(cores[r % perReplica].begin(),
+                                 cores[r % perReplica].end());
+  space.ranked = !ranks.empty() || replicas > 1;
+  space.batch = *o.batchSize * replicas;
   space.profiles = o.deviceProfile;
   const std::string &opt = o.training.optimizer;
   space.optimizerSlots =
@@ -347,10 +362,12 @@ planSearchSpace(const CompileOptions &o, const std::string &deviceList,
 
 /// The plan the flags give, as the search names plans.
 PipelinePlan givenPlan(const CompileOptions &o,
-                       const std::vector<std::string> &devices) {
+                       const std::vector<std::string> &devices,
+                       const std::vector<int64_t> &ranks) {
   PipelinePlan plan;
-  for (const std::string &d : devices)
-    plan.stages.push_back({d, 0});
+  for (size_t i = 0; i < devices.size(); ++i)
+    plan.stages.push_back({devices[i], ranks.empty() ? 0 : ranks[i]});
+  plan.replicas = o.training.dataParallel;
   plan.microBatches = o.training.microBatches;
   plan.schedule = parseScheduleKind(o.schedule).value_or(ScheduleKind::GPipe);
   plan.recompute =
@@ -554,7 +571,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
     return 1;
   if (training) {
     std::optional<PlanSearchSpace> space =
-        planSearchSpace(resolved, deviceList, ranks);
+        planSearchSpace(resolved, devices, ranks);
     std::optional<std::vector<PlanCandidate>> weighed;
     if (options.plan == "auto" || options.emit == CompileOutput::Plans) {
       std::string flag =
@@ -563,16 +580,16 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
         return error(flag + " needs the samples of one step: the model's "
                             "batch dimension is symbolic, give --batch-size=B");
       if (!space)
-        return error(flag + " weighs the plans for CPU cores of one process: "
-                            "give them with --devices=cpu:A-B (or a list of "
-                            "cpu:N), without rank prefixes, --data-parallel "
-                            "or --stages=manual:...");
+        return error(flag + " weighs the plans for CPU cores: give them with "
+                            "--devices=cpu:A-B (or a list of cpu:N; on MPI "
+                            "ranks r0:cpu:A-B,r1:cpu:A-B,...), without "
+                            "--stages=manual:...");
       llvm::Expected<std::vector<PlanCandidate>> plans = weighPlans(
           *module, lossOptions(resolved), resolved.costTable, *space);
       if (!plans)
         return error(llvm::toString(plans.takeError()));
       weighed = std::move(*plans);
-      PipelinePlan given = givenPlan(resolved, devices);
+      PipelinePlan given = givenPlan(resolved, devices, ranks);
       if (options.emit == CompileOutput::Plans)
         return writeText(options.output, [&](llvm::raw_ostream &os) {
           printPlans(*weighed, space->batch,
@@ -588,12 +605,17 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
                                    "of %zu plans weighed; --emit=plans lists "
                                    "them)\n",
                                    best.step * 1e3, weighed->size());
+      // On ranks, --batch-size was the step's (every replica's); the
+      // bundle takes a replica's.
       resolved.devices = best.plan.deviceList();
       resolved.schedule = toString(best.plan.schedule).str();
       resolved.recompute = toString(best.plan.recompute).str();
-      if (best.plan.microBatches != resolved.training.microBatches) {
-        resolved.training.microBatches = best.plan.microBatches;
-        import.batchSize = space->batch / best.plan.microBatches;
+      resolved.training.dataParallel = best.plan.replicas;
+      resolved.training.microBatches = best.plan.microBatches;
+      resolved.batchSize = best.replicaBatch;
+      int64_t rows = best.replicaBatch / best.plan.microBatches;
+      if (import.batchSize != rows) {
+        import.batchSize = rows;
         module = importONNXFile(options.input, &context, import);
         if (!module)
           return 1;

@@ -16,8 +16,11 @@ using namespace mlir;
 using namespace gpipe;
 
 std::string PlanCandidate::flags() const {
-  return "--devices=" + plan.deviceList() +
-         " --micro-batches=" + std::to_string(plan.microBatches) +
+  std::string f = "--devices=" + plan.deviceList();
+  if (plan.replicas > 1)
+    f += " --data-parallel=" + std::to_string(plan.replicas) +
+         " --batch-size=" + std::to_string(replicaBatch);
+  return f + " --micro-batches=" + std::to_string(plan.microBatches) +
          " --schedule=" + toString(plan.schedule).str() +
          " --recompute=" + toString(plan.recompute).str();
 }
@@ -28,7 +31,8 @@ bool PlanCandidate::sameAs(const PipelinePlan &other) const {
       other.replicas != plan.replicas)
     return false;
   for (int64_t s = 0; s < plan.numStages(); ++s)
-    if (other.stages[s].device != plan.stages[s].device)
+    if (other.stages[s].device != plan.stages[s].device ||
+        other.stages[s].rank != plan.stages[s].rank)
       return false;
   // One stage: the schedules are the same; recompute still differs.
   return (plan.numStages() == 1 || other.schedule == plan.schedule) &&
@@ -123,6 +127,23 @@ void predict(PlanCandidate &c, const LayerTable &table,
 
 } // namespace
 
+namespace {
+/// How many cores of one host the plan's stages keep busy: ranks naming
+/// the same cores must run on different hosts (a cluster's ranks, each
+/// "cpu:0-7"), so a host holds one rank's cores; ranks naming different
+/// cores are taken to share one host (ranks on this machine).
+int64_t busyCoresPerHost(const std::vector<std::vector<int>> &ranks) {
+  std::set<int> all;
+  size_t most = 0, named = 0;
+  for (const std::vector<int> &cores : ranks) {
+    most = std::max(most, cores.size());
+    named += cores.size();
+    all.insert(cores.begin(), cores.end());
+  }
+  return static_cast<int64_t>(all.size() < named ? most : all.size());
+}
+} // namespace
+
 llvm::Expected<std::vector<PlanCandidate>>
 gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
                    MLIRContext *context) {
@@ -131,45 +152,73 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       profileFor(space.profiles, Device{DeviceKind::Cpu, {0}});
   if (!network)
     return network.takeError();
-  int64_t maxStages =
-      std::min<int64_t>(space.cores.size(), std::max<int64_t>(1, table.size()));
-  for (int64_t k = 1; k <= maxStages; ++k) {
-    std::vector<Device> groups = splitCores(space.cores, k);
-    if (groups.empty())
+  int64_t ranks = static_cast<int64_t>(space.rankCores.size());
+  int64_t busy = busyCoresPerHost(space.rankCores);
+  // Replicas: D dividing the ranks and the batch; replica r runs on ranks
+  // r x P .. r x P + P - 1 (P = ranks / D), each rank's cores split alike
+  // (the runtime's layout of replicas, docs/distributed.md).
+  for (int64_t d = 1; d <= ranks; ++d) {
+    if (ranks % d != 0 || space.batch % d != 0)
       continue;
-    SmallVector<DeviceProfile> profiles;
-    for (const Device &d : groups) {
-      llvm::Expected<DeviceProfile> p = profileFor(space.profiles, d);
-      if (!p)
-        return p.takeError();
-      profiles.push_back(*p);
-    }
-    shareHost(profiles, static_cast<int64_t>(space.cores.size()));
-    for (int64_t m = 1; m <= std::min(space.batch, space.maxMicroBatches);
-         ++m) {
-      if (space.batch % m != 0)
-        continue;
-      for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-        if (k == 1 && kind != ScheduleKind::GPipe)
-          continue; // one stage: the schedules are the same
-        // Recompute is for memory: weighed where keeping the activations
-        // does not fit (its copies saved never repay the forward run
-        // again in measurements, docs/pipeline-benchmarks.md).
-        bool neverFits = true;
-        for (RecomputePolicy recompute :
-             {RecomputePolicy::Never, RecomputePolicy::Always}) {
-          if (recompute == RecomputePolicy::Always && neverFits)
-            continue;
-          PlanCandidate c;
-          for (const Device &d : groups)
-            c.plan.stages.push_back({d.str(), 0});
-          c.plan.microBatches = m;
-          c.plan.schedule = kind;
-          c.plan.recompute = recompute;
-          predict(c, table, profiles, *network, space.optimizerSlots,
-                  space.batch / m, context);
-          neverFits = c.fits;
-          plans.push_back(std::move(c));
+    int64_t perReplica = ranks / d, replicaBatch = space.batch / d;
+    // A replica's stages name the cores of replica 0's: ranks that would
+    // run one replica's stage on other cores cannot hold one.
+    bool alike = true;
+    for (int64_t r = perReplica; r < ranks; ++r)
+      alike &= space.rankCores[r] == space.rankCores[r % perReplica];
+    if (!alike)
+      continue;
+    size_t fewest = space.rankCores.front().size();
+    for (int64_t r = 0; r < perReplica; ++r)
+      fewest = std::min(fewest, space.rankCores[r].size());
+    for (int64_t k = 1; k <= static_cast<int64_t>(fewest); ++k) {
+      if (perReplica * k > std::max<int64_t>(1, table.size()))
+        break;
+      std::vector<StagePlacement> placement;
+      SmallVector<DeviceProfile> profiles;
+      for (int64_t r = 0; r < perReplica; ++r) {
+        std::vector<Device> groups = splitCores(space.rankCores[r], k);
+        if (groups.empty())
+          break;
+        for (const Device &g : groups) {
+          llvm::Expected<DeviceProfile> p = profileFor(space.profiles, g);
+          if (!p)
+            return p.takeError();
+          profiles.push_back(*p);
+          placement.push_back({g.str(), space.ranked ? r : 0});
+        }
+      }
+      if (static_cast<int64_t>(placement.size()) != perReplica * k)
+        continue; // a rank's cores are not ranges of k groups
+      shareHost(profiles, busy);
+      for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches);
+           ++m) {
+        if (replicaBatch % m != 0)
+          continue;
+        for (ScheduleKind kind :
+             {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+          if (placement.size() == 1 && kind != ScheduleKind::GPipe)
+            continue; // one stage: the schedules are the same
+          // Recompute is for memory: weighed where keeping the activations
+          // does not fit (its copies saved never repay the forward run
+          // again in measurements, docs/pipeline-benchmarks.md).
+          bool neverFits = true;
+          for (RecomputePolicy recompute :
+               {RecomputePolicy::Never, RecomputePolicy::Always}) {
+            if (recompute == RecomputePolicy::Always && neverFits)
+              continue;
+            PlanCandidate c;
+            c.plan.stages.assign(placement.begin(), placement.end());
+            c.plan.replicas = d;
+            c.plan.microBatches = m;
+            c.plan.schedule = kind;
+            c.plan.recompute = recompute;
+            c.replicaBatch = replicaBatch;
+            predict(c, table, profiles, *network, space.optimizerSlots,
+                    replicaBatch / m, context);
+            neverFits = c.fits;
+            plans.push_back(std::move(c));
+          }
         }
       }
     }
@@ -197,16 +246,18 @@ void gpipe::printPlans(const std::vector<PlanCandidate> &plans, int64_t batch,
                        const PipelinePlan *compiled, llvm::raw_ostream &os) {
   os << "plans weighed for a batch of " << batch
      << " (predicted; * the fastest, = the plan compiled):\n"
-     << "   stages devices              M schedule recompute    step ms  "
-        "samples/s  bubble  memory (largest stage)\n";
+     << "   stages replicas devices              M schedule recompute    "
+        "step ms  samples/s  bubble  memory (largest stage)\n";
   for (const PlanCandidate &c : plans) {
     std::string devices = c.plan.deviceList();
     char mark = &c == &plans.front() && c.fits ? '*' : ' ';
     if (compiled && c.sameAs(*compiled))
       mark = '=';
     os << llvm::format(
-        "%c  %6lld %-18s %3lld %-8s %-9s %10.4g %10.0f %6.1f%%  %.1f %s%s\n",
-        mark, static_cast<long long>(c.plan.numStages()), devices.c_str(),
+        "%c  %6lld %8lld %-18s %3lld %-8s %-9s %10.4g %10.0f %6.1f%%  %.1f "
+        "%s%s\n",
+        mark, static_cast<long long>(c.plan.numStages()),
+        static_cast<long long>(c.plan.replicas), devices.c_str(),
         static_cast<long long>(c.plan.microBatches),
         toString(c.plan.schedule).str().c_str(),
         toString(c.plan.recompute).str().c_str(), c.step * 1e3,
@@ -232,7 +283,15 @@ void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
     return s;
   };
   const PlanCandidate *one = bestOneStage(plans);
-  if (one && !one->sameAs(compiled))
+  if (one && !one->sameAs(compiled) && one->plan.replicas > 1)
+    os << llvm::format("one stage on each rank's cores, %lld replicas (%s, "
+                       "%lld micro-batch%s): %.4g ms a step predicted; ",
+                       static_cast<long long>(one->plan.replicas),
+                       one->plan.stages[0].device.c_str(),
+                       static_cast<long long>(one->plan.microBatches),
+                       one->plan.microBatches == 1 ? "" : "es", one->step * 1e3)
+       << ratio(one->step) << "\n";
+  else if (one && !one->sameAs(compiled))
     os << llvm::format("one stage on all the cores (%s, %lld micro-batch%s): "
                        "%.4g ms a step predicted; ",
                        one->plan.stages[0].device.c_str(),

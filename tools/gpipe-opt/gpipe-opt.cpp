@@ -346,7 +346,7 @@ int compileOptions(StringRef input, StringRef output,
   if (o.plan == "auto")
     for (cl::Option *flag : std::initializer_list<cl::Option *>{
              &microBatchesOption, &scheduleOption, &recomputeOption,
-             &stagesOption})
+             &stagesOption, &dataParallelOption})
       if (flag->getNumOccurrences()) {
         llvm::errs() << "gpipe-opt: error: --plan=auto chooses --"
                      << flag->ArgStr << " (drop it, or compile the plan "

@@ -57,7 +57,8 @@ struct PipelinePlan {
   RecomputePolicy recompute = RecomputePolicy::Never;
 
   int64_t numStages() const { return static_cast<int64_t>(stages.size()); }
-  /// The stages' devices as --devices lists them ("cpu:0,cpu:1").
+  /// The stages' devices as --devices lists them ("cpu:0,cpu:1"; with
+  /// rank prefixes when a stage is not on rank 0: "r0:cpu:0,r1:cpu:0").
   std::string deviceList() const;
   bool recomputes(int64_t stage) const {
     return recomputesStage(recompute, stage, numStages());

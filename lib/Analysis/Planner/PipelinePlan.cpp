@@ -1,6 +1,7 @@
 //===- PipelinePlan.cpp - A training plan as a value ----------------------===//
 #include "Analysis/Planner/PipelinePlan.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 
 #include <algorithm>
@@ -54,7 +55,12 @@ int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
 
 std::string gpipe::PipelinePlan::deviceList() const {
   std::string list;
+  bool ranked = llvm::any_of(stages, [](const StagePlacement &s) {
+    return s.rank != 0;
+  });
   for (const StagePlacement &s : stages)
-    list += (list.empty() ? "" : ",") + s.device;
+    list += (list.empty() ? "" : ",") +
+            (ranked ? "r" + std::to_string(s.rank) + ":" : std::string()) +
+            s.device;
   return list;
 }
