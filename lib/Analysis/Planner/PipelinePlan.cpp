@@ -55,9 +55,8 @@ int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
 
 std::string gpipe::PipelinePlan::deviceList() const {
   std::string list;
-  bool ranked = llvm::any_of(stages, [](const StagePlacement &s) {
-    return s.rank != 0;
-  });
+  bool ranked =
+      llvm::any_of(stages, [](const StagePlacement &s) { return s.rank != 0; });
   for (const StagePlacement &s : stages)
     list += (list.empty() ? "" : ",") +
             (ranked ? "r" + std::to_string(s.rank) + ":" : std::string()) +

@@ -3,6 +3,7 @@
 #include "Families.h"
 
 #include <optional>
+#include <string>
 
 namespace gpipe::runtime::cpu {
 
@@ -81,6 +82,79 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   return kernel;
 }
 
+/// The weight gradient of a depthwise 2-D convolution (one input and one
+/// output channel per group) as a direct loop over the plain tensors, for
+/// where oneDNN has no depthwise kernel and falls back to a gemm per group:
+/// MobileNet's 3x3 depthwise layers on 1x1 and 2x2 maps (kernel larger than
+/// the map) took 3.8 ms each that way, for 0.3 M multiply-adds. Each
+/// channel is summed by one thread in one order: the result does not depend
+/// on the thread count.
+class DepthwiseGradWeightKernel : public Kernel {
+public:
+  DepthwiseGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem) {
+    const TensorSlot &x = spec.operand("input");
+    const TensorSlot &dy = spec.operand("grad_output");
+    const TensorSlot &dw = spec.result("grad_weight");
+    input = reinterpret_cast<const float *>(mem.address(x));
+    gradOutput = reinterpret_cast<const float *>(mem.address(dy));
+    gradWeight = reinterpret_cast<float *>(mem.address(dw));
+    n = x.shape[0];
+    c = x.shape[1];
+    h = x.shape[2];
+    w = x.shape[3];
+    oh = dy.shape[2];
+    ow = dy.shape[3];
+    kh = dw.shape[2];
+    kw = dw.shape[3];
+    std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                         d = spec.ints("dilations");
+    sh = s[0];
+    sw = s[1];
+    ph = p[0];
+    pw = p[1];
+    dh = d[0];
+    dw_ = d[1];
+  }
+  void run() override {
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          double sum = 0;
+          for (int64_t b = 0; b < n; ++b) {
+            const float *xs = input + (b * c + ch) * h * w;
+            const float *gs = gradOutput + (b * c + ch) * oh * ow;
+            for (int64_t y = 0; y < oh; ++y) {
+              int64_t iy = y * sh - ph + i * dh;
+              if (iy < 0 || iy >= h)
+                continue;
+              for (int64_t x = 0; x < ow; ++x) {
+                int64_t ix = x * sw - pw + j * dw_;
+                if (ix >= 0 && ix < w)
+                  sum += static_cast<double>(gs[y * ow + x]) * xs[iy * w + ix];
+              }
+            }
+          }
+          gradWeight[(ch * kh + i) * kw + j] = static_cast<float>(sum);
+        }
+  }
+
+private:
+  const float *input = nullptr, *gradOutput = nullptr;
+  float *gradWeight = nullptr;
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0, kh = 0, kw = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
+};
+
+/// Whether a weight gradient is of a depthwise 2-D convolution.
+bool isDepthwise2d(const KernelSpec &spec, const TensorSlot &input,
+                   const TensorSlot &weight) {
+  return input.shape.size() == 4 && weight.shape.size() == 4 &&
+         weight.shape[1] == 1 &&
+         static_cast<int64_t>(spec.number("group")) == input.shape[1] &&
+         weight.shape[0] == input.shape[1];
+}
+
 /// Gradients of a convolution: with respect to its input (backward data)
 /// or its weights (backward weights). oneDNN picks blocked layouts (its
 /// plain-layout backward is an im2col gemm, several times slower).
@@ -119,6 +193,9 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
       anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
+  if (isDepthwise2d(spec, data, weight) &&
+      std::string(pd.impl_info_str()).find("gemm") != std::string::npos)
+    return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
   auto kernel = std::make_unique<ReorderedKernel>(
       dnn, dnnl::convolution_backward_weights(pd));
   kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);

@@ -1,0 +1,125 @@
+// The CPU backend's convolution weight gradient against a direct sum in
+// double: depthwise on maps smaller than the kernel (where the backend runs
+// its own loop, oneDNN having only a gemm per channel there), depthwise on
+// larger maps (oneDNN's depthwise kernel), strided and dilated, and a
+// grouped and a plain convolution.
+#include "cpu/CpuBackend.h"
+
+#include "gpipe/common/KernelKind.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace gpipe::runtime;
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+struct ConvCase {
+  Shape input, weight;
+  int64_t group, stride, pad, dilation;
+};
+
+Shape outputShape(const ConvCase &c) {
+  Shape out{c.input[0], c.weight[0]};
+  for (int d = 2; d < 4; ++d)
+    out.push_back(
+        (c.input[d] + 2 * c.pad - c.dilation * (c.weight[d] - 1) - 1) /
+            c.stride +
+        1);
+  return out;
+}
+
+void checkGradWeight(const ConvCase &c) {
+  Shape out = outputShape(c);
+  KernelSpec spec;
+  spec.kind = "conv_grad_weight";
+  spec.contract = gpipe::findKernelKind(spec.kind);
+  ASSERT_NE(spec.contract, nullptr);
+  int64_t size = 0;
+  auto slot = [&](const std::string &name, Shape shape) {
+    TensorSlot t;
+    t.name = name;
+    t.dtype = DType::F32;
+    t.shape = std::move(shape);
+    t.offset = size;
+    size += (t.byteSize() + 63) / 64 * 64;
+    return t;
+  };
+  spec.operands = {slot("grad_output", out), slot("input", c.input)};
+  spec.results = {slot("grad_weight", c.weight)};
+  spec.numbers["group"] = {static_cast<double>(c.group)};
+  spec.numbers["strides"] = {double(c.stride), double(c.stride)};
+  spec.numbers["pads"] = {double(c.pad), double(c.pad), double(c.pad),
+                          double(c.pad)};
+  spec.numbers["dilations"] = {double(c.dilation), double(c.dilation)};
+
+  std::vector<char> arena(static_cast<size_t>(size), 0);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const TensorSlot &t : spec.operands) {
+    auto *f = reinterpret_cast<float *>(arena.data() + t.offset);
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      f[i] = normal(rng);
+  }
+  bool update = true;
+  RandomState random{1, 0, 0};
+  KernelMemory mem{arena.data(), arena.data(), false, &update, &random};
+  cpu::CpuBackend cpu("cpu:0");
+  cpu.createKernel(spec, mem)->run();
+
+  const float *dy =
+      reinterpret_cast<float *>(arena.data() + spec.operands[0].offset);
+  const float *x =
+      reinterpret_cast<float *>(arena.data() + spec.operands[1].offset);
+  const float *dw =
+      reinterpret_cast<float *>(arena.data() + spec.results[0].offset);
+  int64_t n = c.input[0], ci = c.input[1], h = c.input[2], w = c.input[3];
+  int64_t co = c.weight[0], cig = c.weight[1], kh = c.weight[2],
+          kw = c.weight[3], oh = out[2], ow = out[3];
+  double worst = 0;
+  for (int64_t o = 0; o < co; ++o)
+    for (int64_t k = 0; k < cig; ++k)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          int64_t channel = o / (co / c.group) * cig + k;
+          double sum = 0;
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t y = 0; y < oh; ++y)
+              for (int64_t z = 0; z < ow; ++z) {
+                int64_t iy = y * c.stride - c.pad + i * c.dilation;
+                int64_t iz = z * c.stride - c.pad + j * c.dilation;
+                if (iy < 0 || iy >= h || iz < 0 || iz >= w)
+                  continue;
+                sum += double(dy[((b * co + o) * oh + y) * ow + z]) *
+                       x[((b * ci + channel) * h + iy) * w + iz];
+              }
+          double got = dw[((o * cig + k) * kh + i) * kw + j];
+          worst = std::max(worst, std::abs(got - sum) / (1 + std::abs(sum)));
+        }
+  // float32 sums of at most n x oh x ow = 392 products of N(0, 1) values.
+  EXPECT_LE(worst, 1e-5) << "input " << c.input[2] << "x" << c.input[3]
+                         << ", group " << c.group;
+}
+
+} // namespace
+
+TEST(CpuConvKernels, DepthwiseWeightGradientOnMapsSmallerThanTheKernel) {
+  checkGradWeight({{4, 16, 1, 1}, {16, 1, 3, 3}, 16, 1, 1, 1});
+  checkGradWeight({{4, 16, 2, 2}, {16, 1, 3, 3}, 16, 1, 1, 1});
+  checkGradWeight({{4, 16, 2, 2}, {16, 1, 3, 3}, 16, 2, 1, 1});
+}
+
+TEST(CpuConvKernels, DepthwiseWeightGradientOnLargerMaps) {
+  checkGradWeight({{2, 16, 9, 9}, {16, 1, 3, 3}, 16, 1, 1, 1});
+  checkGradWeight({{2, 16, 9, 9}, {16, 1, 3, 3}, 16, 2, 1, 1});
+  checkGradWeight({{2, 16, 9, 9}, {16, 1, 3, 3}, 16, 1, 2, 2});
+}
+
+TEST(CpuConvKernels, GroupedAndPlainWeightGradients) {
+  checkGradWeight({{2, 8, 6, 6}, {8, 2, 3, 3}, 4, 1, 1, 1});
+  checkGradWeight({{2, 3, 5, 5}, {4, 3, 3, 3}, 1, 1, 1, 1});
+}
