@@ -113,14 +113,19 @@ private:
 };
 
 /// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels, max
-/// pooling, one of 2C, global average pooling and a classifier.
+/// pooling, one of 2C and a depthwise one of 2C (MobileNet's), global
+/// average pooling and a classifier.
 void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   g.input("x", {b, 8, h, h});
   std::string x = "x";
-  auto block = [&](const std::string &tag, int64_t in, int64_t out) {
-    onnx::NodeProto *conv = g.node(
-        "Conv", "conv_" + tag, {x, g.init("w_" + tag, {out, in, 3, 3}, 0.1f)});
+  auto block = [&](const std::string &tag, int64_t in, int64_t out,
+                   int64_t group = 1) {
+    onnx::NodeProto *conv =
+        g.node("Conv", "conv_" + tag,
+               {x, g.init("w_" + tag, {out, in / group, 3, 3}, 0.1f)});
     GraphBuilder::attr(conv, "pads", {1, 1, 1, 1});
+    if (group > 1)
+      GraphBuilder::attr(conv, "group", {group}, /*list=*/false);
     GraphBuilder::attr(conv, "kernel_shape", {3, 3});
     onnx::NodeProto *bn = g.node(
         "BatchNormalization", "bn_" + tag,
@@ -138,6 +143,7 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   GraphBuilder::attr(pool, "strides", {2, 2});
   x = "pool";
   block("c", c, 2 * c);
+  block("d", 2 * c, 2 * c, 2 * c);
   g.node("GlobalAveragePool", "gap", {x});
   g.node("Flatten", "flatten", {"gap"});
   onnx::NodeProto *fc = g.node("Gemm", "fc",
@@ -413,7 +419,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
       }
       if (fwd.size() < 3)
         continue;
-      bool flops = family == "matmul" || family == "conv";
+      bool flops = timedByFlops(family);
       std::array<double, 3> f = fit(fwd, {true, true, flops});
       auto json = [](const std::array<double, 3> &c) {
         return llvm::json::Array{c[0], c[1], c[2]};

@@ -35,9 +35,10 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
-                 it: "matmul" and "conv" (timed by their FLOPs),
-                 "normalization", "softmax", "pooling", "copy" and
-                 "elementwise" (timed by their bytes).}],
+                 it: "matmul", "conv" and "depthwise_conv" (timed by
+                 their FLOPs and bytes), "batch_norm", "layer_norm",
+                 "softmax", "pooling", "copy" and "elementwise" (timed by
+                 their bytes).}],
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",
       /*defaultImplementation=*/[{ return "elementwise"; }]>,

@@ -24,6 +24,10 @@
 
 namespace gpipe {
 
+/// Whether the kernels of `family` are timed by their FLOPs (and bytes:
+/// matmul, conv, depthwise_conv) rather than by their bytes alone.
+bool timedByFlops(llvm::StringRef family);
+
 struct LayerTable {
   llvm::SmallVector<mlir::Operation *> layers;
   /// Rows of the micro-batch the shapes describe (the batch dimension of

@@ -84,11 +84,9 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   return t;
 }
 
-namespace {
-bool timedByFlops(llvm::StringRef family) {
-  return family == "matmul" || family == "conv";
+bool gpipe::timedByFlops(llvm::StringRef family) {
+  return family == "matmul" || family == "conv" || family == "depthwise_conv";
 }
-} // namespace
 
 int64_t LayerTable::microBatchRows(func::FuncOp forward) {
   for (Type type : forward.getArgumentTypes())
