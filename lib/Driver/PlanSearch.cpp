@@ -125,9 +125,6 @@ void predict(PlanCandidate &c, const LayerTable &table,
   c.bubble = p.bubble;
 }
 
-} // namespace
-
-namespace {
 /// How many cores of one host the plan's stages keep busy: ranks naming
 /// the same cores must run on different hosts (a cluster's ranks, each
 /// "cpu:0-7"), so a host holds one rank's cores; ranks naming different
@@ -141,6 +138,45 @@ int64_t busyCoresPerHost(const std::vector<std::vector<int>> &ranks) {
     all.insert(cores.begin(), cores.end());
   }
   return static_cast<int64_t>(all.size() < named ? most : all.size());
+}
+
+/// Every plan on `placement` with `replicas` replicas of `replicaBatch`
+/// samples: micro-batches dividing it, both schedules (one for one stage),
+/// recompute where keeping the activations does not fit; appended to
+/// `plans`.
+void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
+                    int64_t replicaBatch, ArrayRef<DeviceProfile> profiles,
+                    const LayerTable &table, const PlanSearchSpace &space,
+                    const DeviceProfile &network, MLIRContext *context,
+                    std::vector<PlanCandidate> &plans) {
+  for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches); ++m) {
+    if (replicaBatch % m != 0)
+      continue;
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+      if (placement.size() == 1 && kind != ScheduleKind::GPipe)
+        continue; // one stage: the schedules are the same
+      // Recompute is for memory: weighed where keeping the activations
+      // does not fit (its copies saved never repay the forward run again
+      // in measurements, docs/pipeline-benchmarks.md).
+      bool neverFits = true;
+      for (RecomputePolicy recompute :
+           {RecomputePolicy::Never, RecomputePolicy::Always}) {
+        if (recompute == RecomputePolicy::Always && neverFits)
+          continue;
+        PlanCandidate c;
+        c.plan.stages.assign(placement.begin(), placement.end());
+        c.plan.replicas = replicas;
+        c.plan.microBatches = m;
+        c.plan.schedule = kind;
+        c.plan.recompute = recompute;
+        c.replicaBatch = replicaBatch;
+        predict(c, table, profiles, network, space.optimizerSlots,
+                replicaBatch / m, context);
+        neverFits = c.fits;
+        plans.push_back(std::move(c));
+      }
+    }
+  }
 }
 } // namespace
 
@@ -191,36 +227,8 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       if (static_cast<int64_t>(placement.size()) != perReplica * k)
         continue; // a rank's cores are not ranges of k groups
       shareHost(profiles, busy);
-      for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches);
-           ++m) {
-        if (replicaBatch % m != 0)
-          continue;
-        for (ScheduleKind kind :
-             {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-          if (placement.size() == 1 && kind != ScheduleKind::GPipe)
-            continue; // one stage: the schedules are the same
-          // Recompute is for memory: weighed where keeping the activations
-          // does not fit (its copies saved never repay the forward run
-          // again in measurements, docs/pipeline-benchmarks.md).
-          bool neverFits = true;
-          for (RecomputePolicy recompute :
-               {RecomputePolicy::Never, RecomputePolicy::Always}) {
-            if (recompute == RecomputePolicy::Always && neverFits)
-              continue;
-            PlanCandidate c;
-            c.plan.stages.assign(placement.begin(), placement.end());
-            c.plan.replicas = d;
-            c.plan.microBatches = m;
-            c.plan.schedule = kind;
-            c.plan.recompute = recompute;
-            c.replicaBatch = replicaBatch;
-            predict(c, table, profiles, *network, space.optimizerSlots,
-                    replicaBatch / m, context);
-            neverFits = c.fits;
-            plans.push_back(std::move(c));
-          }
-        }
-      }
+      weighPlacement(placement, d, replicaBatch, profiles, table, space,
+                     *network, context, plans);
     }
   }
   // Fastest first among those that fit; ties keep the simpler plan (fewer
