@@ -19,6 +19,7 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -240,6 +241,14 @@ std::array<double, 3> fit(const std::vector<std::array<double, 4>> &points,
   return {0, std::max(c[1], 0.0), 0};
 }
 
+/// The median of `values` (not empty), the mean of the middle two for an
+/// even count.
+double median(std::vector<double> values) {
+  size_t n = values.size();
+  std::sort(values.begin(), values.end());
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 /// A random batch for `session`: normal floats, labels below its classes.
 std::map<std::string, runtime::HostTensor>
 randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {
@@ -369,32 +378,46 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
       auto batch = randomBatch(session, rng);
       for (int s = 0; s < 3; ++s)
         session.step(batch);
-      session.enableOpProfile();
-      runtime::TrainingSession::Stats before = session.stats();
-      const int steps = 5;
-      for (int s = 0; s < steps; ++s)
+      // Each step timed on its own and the median step of each figure
+      // kept: one step slowed by the machine (a preemption is hundreds of
+      // microseconds, a small kernel's whole time) moves a mean of a few
+      // steps, and with it the fits' fixed costs (a 1-core convolution's
+      // measured 4, 8 and 22 us in three calibrations with means of 5).
+      const int steps = 9;
+      std::vector<double> optimizerSteps, busySteps;
+      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
+          opSteps;
+      for (int s = 0; s < steps; ++s) {
+        session.enableOpProfile();
+        runtime::TrainingSession::Stats before = session.stats();
         session.step(batch);
-      runtime::TrainingSession::Stats after = session.stats();
+        runtime::TrainingSession::Stats after = session.stats();
+        optimizerSteps.push_back(after.stages[0].optimizerSeconds -
+                                 before.stages[0].optimizerSeconds);
+        busySteps.push_back(after.stages[0].busySeconds -
+                            before.stages[0].busySeconds);
+        for (const auto &[name, seconds] : session.opProfile()) {
+          opSteps[name].first.push_back(seconds.first);
+          opSteps[name].second.push_back(seconds.second);
+        }
+      }
       // The library kernels one by one; the generated element-wise loops
       // (and the optimizer's) only together: the stage's work less the
       // library kernels'.
-      double optimizer = (after.stages[0].optimizerSeconds -
-                          before.stages[0].optimizerSeconds) /
-                         steps;
-      double busy =
-          (after.stages[0].busySeconds - before.stages[0].busySeconds) / steps -
-          optimizer;
+      double optimizer = median(optimizerSteps);
+      double busy = median(busySteps) - optimizer;
       if (optimizer > 0)
         samples["optimizer"][cores].push_back(
             {trainableBytes, trainableBytes, optimizer, 0});
       double rest = busy, count = 0, bytes = 0;
-      for (const auto &[name, seconds] : session.opProfile()) {
-        rest -= seconds.first + seconds.second;
+      for (auto &[name, times] : opSteps) {
+        double forward = median(times.first), backward = median(times.second);
+        rest -= forward + backward;
         auto it = work.find(name);
         if (it == work.end() || it->second.second <= 0)
           continue;
         samples[it->second.first][cores].push_back(
-            {it->second.second, bytesOf[name], seconds.first, seconds.second});
+            {it->second.second, bytesOf[name], forward, backward});
       }
       for (const auto &[name, b] : elementwise) {
         count += 1;
