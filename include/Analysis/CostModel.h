@@ -55,15 +55,13 @@ struct DeviceProfile {
   int64_t hostCores = 0;
   double hostPeakFlops = 0, hostMemoryBandwidth = 0;
   /// A kernel family's measured seconds on `cores` cores: a + b x work
-  /// + c x (bytes up to cacheBytes) + d x (bytes beyond), forward and
-  /// (when measured) backward (gpipe-opt --calibrate). cacheBytes 0: no
-  /// knee (c applies to all the bytes; d is c).
+  /// + c x bytes, forward and (when measured) backward (gpipe-opt
+  /// --calibrate).
   struct KernelFit {
     std::string family;
     int64_t cores = 1;
-    double cacheBytes = 0;
-    std::array<double, 4> forward{};
-    std::optional<std::array<double, 4>> backward;
+    std::array<double, 3> forward{};
+    std::optional<std::array<double, 3>> backward;
   };
   std::vector<KernelFit> kernels;
 

@@ -1,7 +1,6 @@
 //===- CostModel.cpp - Devices, device profiles and op times --------------===//
 #include "Analysis/CostModel.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "NN/IR/NNOps.h"
@@ -91,12 +90,10 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
   }
   if (!best)
     return std::nullopt;
-  const std::array<double, 4> &c = backward ? *best->backward : best->forward;
-  // Other core counts: the rates and the cache scale with the cores.
+  const std::array<double, 3> &c = backward ? *best->backward : best->forward;
+  // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
-  double knee = best->cacheBytes / scale;
-  double cached = knee > 0 ? std::min(bytes, knee) : bytes;
-  return c[0] + scale * (c[1] * work + c[2] * cached + c[3] * (bytes - cached));
+  return c[0] + c[1] * scale * work + c[2] * scale * bytes;
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,
@@ -195,7 +192,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       DeviceProfile::KernelFit f;
       auto pair = [&](llvm::StringRef key, double *out) {
         const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
-        if (!a || a->size() < 2 || a->size() > 4)
+        if (!a || a->size() < 2 || a->size() > 3)
           return false;
         for (size_t i = 0; i < a->size(); ++i) {
           std::optional<double> v = (*a)[i].getAsNumber();
@@ -203,8 +200,6 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
             return false;
           out[i] = *v;
         }
-        if (a->size() < 4) // no knee: the bytes beyond cost as those before
-          out[3] = out[2];
         return true;
       };
       std::optional<llvm::StringRef> family =
@@ -212,20 +207,16 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       std::optional<int64_t> kcores = e ? e->getInteger("cores") : std::nullopt;
       bool ok =
           family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
-      std::optional<double> cache =
-          e ? e->getNumber("cache_bytes") : std::nullopt;
-      ok = ok && (!cache || *cache >= 0);
       if (ok && e->get("backward")) {
-        std::array<double, 4> b{};
+        std::array<double, 3> b{};
         ok = pair("backward", b.data());
         f.backward = b;
       }
       if (!ok)
         return fail("'kernels' holds objects with 'family', 'cores' (at "
-                    "least 1), 'forward' (and 'backward'): [seconds, "
-                    "seconds per unit of work(, seconds per byte(, per "
-                    "byte beyond 'cache_bytes'))], not negative");
-      f.cacheBytes = cache.value_or(0);
+                    "least 1) and 'forward' (and 'backward'): [seconds, "
+                    "seconds per unit of work(, seconds per byte)], not "
+                    "negative");
       f.family = family->str();
       f.cores = *kcores;
       p.kernels.push_back(std::move(f));

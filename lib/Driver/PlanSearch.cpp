@@ -111,7 +111,6 @@ void predict(PlanCandidate &c, const LayerTable &table,
     }
     facts.stashBytes = plan.recomputes(s) ? facts.inBytes : activations;
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
-    facts.cachedCopyBandwidth = profiles[s].linkBandwidth;
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));

@@ -210,9 +210,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     facts.memoryBandwidth =
         op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
             .getValueAsDouble();
-    if (auto cached =
-            op->getAttrOfType<FloatAttr>("gpipe.cached_copy_bandwidth"))
-      facts.cachedCopyBandwidth = cached.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

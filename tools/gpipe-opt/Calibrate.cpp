@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <unistd.h>
@@ -218,13 +217,4 @@ std::vector<int> gpipe::affinityCores() {
       if (CPU_ISSET(c, &set))
         cores.push_back(c);
   return cores;
-}
-
-double gpipe::cacheBytesPerCore() {
-  long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (bytes > 0)
-    return static_cast<double>(bytes);
-  std::ifstream size("/sys/devices/system/cpu/cpu0/cache/index2/size");
-  long kib = 0;
-  return size >> kib && kib > 0 ? 1024.0 * static_cast<double>(kib) : 0.0;
 }

@@ -28,10 +28,6 @@ std::string calibrateCpu(mlir::DialectRegistry &registry,
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();
 
-/// The bytes of the cache each core has of its own (L2), where the kernel
-/// fits put their knee; 0 when the system does not say.
-double cacheBytesPerCore();
-
 /// "oneDNN 2.6.3": the library --calibrate times sgemm with.
 std::string onednnVersion();
 

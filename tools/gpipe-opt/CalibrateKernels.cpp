@@ -182,99 +182,63 @@ struct Sample {
   double work, bytes, forward, backward;
 };
 
-/// A kernel's regressors (x0 = 1, x1 = work, x2 = bytes up to the knee,
-/// x3 = bytes beyond it) and its seconds t.
-using Point = std::array<double, 5>;
-using Coefficients = std::array<double, 4>;
-
-/// Seconds t = sum c_i x_i over `points` (the regressors `use` names;
-/// `required` always), fitted to relative error (weights 1/t^2) so that
-/// small kernels count as much as large ones; no coefficient negative (a
-/// negative one is dropped and the rest fitted again; a required one that
-/// is not positive is fitted alone).
-Coefficients fit(const std::vector<Point> &points, std::array<bool, 4> use,
-                 int required) {
-  constexpr int n = 4;
-  auto solve = [&](std::array<bool, n> use) {
-    double m[n][n + 1] = {};
-    for (const Point &p : points) {
-      double t = p[n], w = 1.0 / std::max(t * t, 1e-18);
-      for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < n; ++j)
-          m[i][j] += use[i] && use[j] ? w * p[i] * p[j] : 0;
-        m[i][n] += use[i] ? w * p[i] * t : 0;
-      }
+/// Seconds t = c0 x0 + c1 x1 + c2 x2 over points {x0, x1, x2, t} (the
+/// regressors `use` names; x1, the work, always), fitted to relative error
+/// (weights 1/t^2) so that small kernels count as much as large ones; no
+/// coefficient negative (a negative one is dropped and the rest fitted
+/// again). Kernels: x = (1, work, bytes), the bytes only for families timed
+/// by FLOPs (a small matmul or convolution reads its weights whatever its
+/// rows).
+std::array<double, 3> fit(const std::vector<std::array<double, 4>> &points,
+                          std::array<bool, 3> use) {
+  auto solve = [&](std::array<bool, 3> use) {
+    double m[3][4] = {};
+    for (const auto &[x0, x1, x2, t] : points) {
+      double x[3] = {x0, x1, x2}, w = 1.0 / std::max(t * t, 1e-18);
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j)
+          m[i][j] += use[i] && use[j] ? w * x[i] * x[j] : 0;
+      for (int i = 0; i < 3; ++i)
+        m[i][3] += use[i] ? w * x[i] * t : 0;
     }
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < 3; ++i)
       if (!use[i])
         m[i][i] = 1;
     // Gaussian elimination with partial pivoting.
-    Coefficients c;
-    c.fill(-1);
-    for (int k = 0; k < n; ++k) {
-      int p = k;
-      for (int r = k + 1; r < n; ++r)
-        if (std::abs(m[r][k]) > std::abs(m[p][k]))
+    for (int c = 0; c < 3; ++c) {
+      int p = c;
+      for (int r = c + 1; r < 3; ++r)
+        if (std::abs(m[r][c]) > std::abs(m[p][c]))
           p = r;
-      std::swap(m[k], m[p]);
-      if (std::abs(m[k][k]) < 1e-300)
-        return c;
-      for (int r = 0; r < n; ++r)
-        if (r != k) {
-          double f = m[r][k] / m[k][k];
-          for (int j = k; j <= n; ++j)
-            m[r][j] -= f * m[k][j];
+      std::swap(m[c], m[p]);
+      if (std::abs(m[c][c]) < 1e-300)
+        return std::array<double, 3>{-1, -1, -1};
+      for (int r = 0; r < 3; ++r)
+        if (r != c) {
+          double f = m[r][c] / m[c][c];
+          for (int k = c; k < 4; ++k)
+            m[r][k] -= f * m[c][k];
         }
     }
-    for (int i = 0; i < n; ++i)
-      c[i] = use[i] ? m[i][n] / m[i][i] : 0;
-    return c;
+    return std::array<double, 3>{m[0][3] / m[0][0], m[1][3] / m[1][1],
+                                 m[2][3] / m[2][2]};
   };
-  use[required] = true;
-  for (int round = 0; round < n; ++round) {
-    Coefficients c = solve(use);
+  use[1] = true;
+  for (int round = 0; round < 3; ++round) {
+    std::array<double, 3> c = solve(use);
     bool negative = false;
-    for (int i = 0; i < n; ++i)
-      if (use[i] && c[i] < 0 && i != required) {
+    for (int i = 0; i < 3; ++i)
+      if (use[i] && c[i] < 0 && i != 1) {
         use[i] = false;
         negative = true;
       }
-    if (!negative && c[required] > 0)
-      return c;
-    if (!negative) // the required regressor itself: fit it alone
-      break;
+    if (!negative && c[1] > 0)
+      return {use[0] ? c[0] : 0, c[1], use[2] ? c[2] : 0};
+    if (!negative) // the work itself: fit it alone
+      use = {false, true, false};
   }
-  std::array<bool, n> alone{};
-  alone[required] = true;
-  Coefficients c = solve(alone);
-  c[required] = std::max(c[required], 0.0);
-  return c;
-}
-
-/// A family's fit with a knee at `knee` bytes (the cores' caches): work
-/// (FLOPs) for matmul and the convolutions, bytes up to the knee and
-/// beyond. Where the data do not show a knee (either side's rate dropped)
-/// the bytes are fitted as one, and `knee` is set to 0.
-Coefficients fitFamily(const std::vector<std::array<double, 3>> &samples,
-                       bool flops, double &knee) {
-  auto points = [&](double at) {
-    std::vector<Point> p;
-    for (const auto &[work, bytes, t] : samples) {
-      double cached = at > 0 ? std::min(bytes, at) : bytes;
-      p.push_back({1, flops ? work : 0, cached, bytes - cached, t});
-    }
-    return p;
-  };
-  if (knee > 0) {
-    Coefficients c =
-        fit(points(knee), {true, flops, true, true}, flops ? 1 : 2);
-    if ((c[2] > 0) == (c[3] > 0))
-      return c;
-  }
-  knee = 0;
-  Coefficients c = fit(points(0), {true, flops, true, false}, flops ? 1 : 2);
-  c[3] = c[2];
-  return c;
+  std::array<double, 3> c = solve({false, true, false});
+  return {0, std::max(c[1], 0.0), 0};
 }
 
 /// The median of `values` (not empty), the mean of the middle two for an
@@ -469,59 +433,37 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   llvm::json::Array fits;
   for (const auto &[family, byCores] : samples)
     for (const auto &[cores, points] : byCores) {
-      std::vector<std::array<double, 3>> fwd, bwd;
+      std::vector<std::array<double, 4>> fwd, bwd;
       for (const Sample &p : points) {
         if (p.forward > 0)
-          fwd.push_back({p.work, p.bytes, p.forward});
+          fwd.push_back({1, p.work, p.bytes, p.forward});
         if (p.backward > 0)
-          bwd.push_back({p.work, p.bytes, p.backward});
+          bwd.push_back({1, p.work, p.bytes, p.backward});
       }
       if (fwd.size() < 3)
         continue;
       bool flops = timedByFlops(family);
-      // One knee for both directions: the backward's fit keeps the
-      // forward's (or none).
-      double knee = cacheBytesPerCore() * static_cast<double>(cores);
-      Coefficients f = fitFamily(fwd, flops, knee);
-      auto json = [](const Coefficients &c) {
-        return llvm::json::Array{c[0], c[1], c[2], c[3]};
+      std::array<double, 3> f = fit(fwd, {true, true, flops});
+      auto json = [](const std::array<double, 3> &c) {
+        return llvm::json::Array{c[0], c[1], c[2]};
       };
       llvm::json::Object entry{{"family", family},
                                {"cores", cores},
                                {"samples", static_cast<int64_t>(fwd.size())},
                                {"forward", json(f)}};
-      if (bwd.size() >= 3) {
-        double backwardKnee = knee;
-        Coefficients b = fitFamily(bwd, flops, backwardKnee);
-        if (backwardKnee != knee) { // no knee backward: none forward either
-          knee = 0;
-          f = fitFamily(fwd, flops, knee);
-          entry["forward"] = json(f);
-        }
-        entry["backward"] = json(b);
-      }
-      entry["cache_bytes"] = knee;
-      auto gbps = [](double secondsPerByte) {
-        return secondsPerByte > 0 ? 1e-9 / secondsPerByte : 0.0;
-      };
-      std::string bytes =
-          f[2] <= 0 && f[3] <= 0 ? ""
-          : knee > 0
-              ? llvm::formatv(" + bytes at {0:f2} GB/s up to {1} KiB, "
-                              "{2:f2} GB/s beyond",
-                              gbps(f[2]), static_cast<int64_t>(knee / 1024),
-                              gbps(f[3]))
-                    .str()
-              : llvm::formatv(" + bytes at {0:f2} GB/s", gbps(f[2])).str();
+      if (bwd.size() >= 3)
+        entry["backward"] = json(fit(bwd, {true, true, flops}));
       log << llvm::format(
-          "calibrate: %-14s on %lld core(s): forward %.1f us"
-          "%s%s (%zu kernels)\n",
+          "calibrate: %-13s on %lld core(s): forward %.1f "
+          "us + %s at %.2f %s%s (%zu kernels)\n",
           family.c_str(), static_cast<long long>(cores), f[0] * 1e6,
-          flops ? llvm::formatv(" + FLOPs at {0:f2} GFLOP/s", 1e-9 / f[1])
-                      .str()
-                      .c_str()
-                : "",
-          bytes.c_str(), fwd.size());
+          flops ? static_cast<const char *>("FLOPs") : "bytes", 1e-9 / f[1],
+          flops ? "GFLOP/s" : "GB/s",
+          f[2] > 0 ? llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2])
+                         .str()
+                         .c_str()
+                   : "",
+          fwd.size());
       fits.push_back(std::move(entry));
     }
   // The generated loops: each element-wise op a forward of a + b x bytes
@@ -532,11 +474,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   for (const auto &[cores, models] : loops) {
     if (models.size() < 3)
       continue;
-    std::vector<Point> points;
+    std::vector<std::array<double, 4>> points;
     for (const auto &[count, bytes, trainable, rest] : models)
-      points.push_back({3 * count, 3 * bytes + trainable, 0, 0, rest});
-    Coefficients c = fit(points, {true, true, false, false}, 1);
-    double a = c[0], b = c[1];
+      points.push_back({3 * count, 3 * bytes + trainable, 0, rest});
+    auto [a, b, unused] = fit(points, {true, true, false});
+    (void)unused;
     for (const char *family : {"elementwise", "copy"})
       fits.push_back(llvm::json::Object{
           {"family", family},
@@ -544,7 +486,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           {"samples", static_cast<int64_t>(models.size())},
           {"forward", llvm::json::Array{a, b, 0.0}},
           {"backward", llvm::json::Array{2 * a, 2 * b, 0.0}}});
-    log << llvm::format("calibrate: %-14s on %lld core(s): forward %.1f us + "
+    log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f us + "
                         "bytes at %.2f GB/s (%zu models)\n",
                         static_cast<const char *>("elementwise"),
                         static_cast<long long>(cores), a * 1e6, 1e-9 / b,

@@ -21,10 +21,6 @@
 
 namespace gpipe {
 
-/// The size of the copies the profile's transfer figure was measured on
-/// (gpipe-opt --calibrate: 4 MiB).
-constexpr double kCachedCopyBytes = 4.0 * (1 << 20);
-
 /// What the cost of one stage is computed from.
 struct StageFacts {
   /// The kernels' seconds per micro-batch (forward; backward with any
@@ -35,10 +31,8 @@ struct StageFacts {
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
-  /// The stage's device's memory bandwidth, bytes per second; and the
-  /// speed of a copy of at most kCachedCopyBytes, whose data stay in the
-  /// caches (the profile's 4 MiB transfer; 0: memory bandwidth).
-  double memoryBandwidth = 1, cachedCopyBandwidth = 0;
+  /// The stage's device's memory bandwidth, bytes per second.
+  double memoryBandwidth = 1;
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),
   /// when the device's profile has them; else a pass at memory bandwidth.

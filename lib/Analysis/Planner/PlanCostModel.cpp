@@ -12,13 +12,7 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // micro-batches) and the optimizer's pass over parameters, gradients
   // and state, all at memory bandwidth.
   double bw = f.memoryBandwidth;
-  // A micro-batch's copies small enough to stay in the caches (they were
-  // just written) run at the speed of the profile's 4 MiB copy.
-  double copyBytes = f.stashBytes + f.messages / 2.0;
-  double copyBw = copyBytes <= kCachedCopyBytes && f.cachedCopyBandwidth > 0
-                      ? f.cachedCopyBandwidth
-                      : bw;
-  double copies = 2.0 * copyBytes / copyBw;
+  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / bw;
   c.forward = f.forwardKernels + copies;
   c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / bw;
   // SGD reads parameters and gradients and writes parameters; each state
