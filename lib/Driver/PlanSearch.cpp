@@ -286,6 +286,8 @@ void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
     llvm::raw_string_ostream rs(s);
     if (step <= other)
       rs << llvm::format("this plan is predicted %.2fx as fast", other / step);
+    else if (step / other < 1.005) // "1.00x slower" says nothing
+      rs << "this plan is predicted as fast (within 0.5%)";
     else
       rs << llvm::format("this plan is predicted %.2fx slower", step / other);
     return s;
