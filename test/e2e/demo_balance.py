@@ -52,7 +52,8 @@ if len(rows) == 2:
           6 <= int(rows[0][2]) <= 8, "cut before layer " + rows[0][2])
 alternative = re.search(r"^one stage on all the cores \(cpu:0-1, \d+ "
                         r"micro-batch(es)?\): [\d.e-]+ ms a step predicted; "
-                        r"this plan is predicted [\d.]+x (as fast|slower)$",
+                        r"this plan is predicted ([\d.]+x (as fast|slower)|"
+                        r"as fast \(within 0\.5%\))$",
                         text, re.M)
 check("compared with one stage on both cores", alternative is not None, text)
 check("no speed-up over one core announced", "speed-up" not in text, text)
