@@ -29,16 +29,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402
+from benchdoc import cpu_name, write_doc  # noqa: E402
 
 HOSTS, CORES, BATCH = 8, 8, 64
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "CPU"
 
 
 def main():
@@ -109,9 +102,7 @@ def main():
         "```",
         "",
     ]
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    write_doc(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -22,34 +22,16 @@ import contextlib
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
+from benchdoc import cpu_name, write_doc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/usr/share/datasets/fashion-mnist"
 PYTHON = "/usr/bin/python3"
-
-TORCH_STEPS = """
-import sys, time, torch
-sys.path.insert(0, sys.argv[1])
-from fashion_mnist_cnn import FashionMnistCnn
-torch.set_num_threads(2)
-torch.manual_seed(0)
-model = FashionMnistCnn().train()
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-start = None
-for step in range(int(sys.argv[2]) + 1):
-    opt.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step()
-    if start is None:
-        start = time.perf_counter()
-print((time.perf_counter() - start) / int(sys.argv[2]))
-"""
 
 
 @contextlib.contextmanager
@@ -78,20 +60,13 @@ def gpipe_step(build, bundle, steps, work):
     return (rows[-1]["time_s"] - rows[0]["time_s"]) / (len(rows) - 1)
 
 
-def torch_step(steps):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run([PYTHON, "-c", TORCH_STEPS,
-                          os.path.join(ROOT, "examples"), str(steps)],
-                         check=True, env=env, capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.machine()
+def torch_step(steps, work):
+    """PyTorch's mean step on the same model and cores
+    (bench/demo_torch_steps.py)."""
+    out = os.path.join(work, "pytorch.json")
+    subprocess.run([PYTHON, os.path.join(ROOT, "bench", "demo_torch_steps.py"),
+                    str(steps), out], check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(out))["mean_s"]
 
 
 def ms(seconds):
@@ -137,9 +112,9 @@ def main():
                               for _ in range(args.busy_runs)]
             print(f"core {core} busy: "
                   f"{', '.join(ms(t) for t in busy[core])} ms", flush=True)
-        torch_quiet = [torch_step(args.steps) for _ in range(3)]
+        torch_quiet = [torch_step(args.steps, work) for _ in range(3)]
         with busy_core(1):
-            torch_busy = [torch_step(args.steps) for _ in range(3)]
+            torch_busy = [torch_step(args.steps, work) for _ in range(3)]
         print(f"PyTorch quiet {', '.join(ms(t) for t in torch_quiet)}, "
               f"core 1 busy {', '.join(ms(t) for t in torch_busy)} ms")
 
@@ -187,9 +162,7 @@ def main():
         f"** ({worst_busy / median:.2f}x).",
         "",
     ]
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    write_doc(args.out, lines)
 
 
 if __name__ == "__main__":

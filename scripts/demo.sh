@@ -65,28 +65,8 @@ echo "trained model: $out/fashion_mnist_cnn.trained.onnx"
 # threads: its best on two cores here), the same model, batch and optimizer.
 echo
 echo "== PyTorch on both cores: $baseline_steps training steps =="
-OPENBLAS_NUM_THREADS=1 /usr/bin/python3 - "$root/examples" "$baseline_steps" \
-  "$out/pytorch.json" <<'PY'
-import json, sys, time
-import torch
-sys.path.insert(0, sys.argv[1])
-from fashion_mnist_cnn import FashionMnistCnn
-torch.set_num_threads(2)
-torch.manual_seed(0)
-model = FashionMnistCnn().train()
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-times = []
-for step in range(10 + int(sys.argv[2])):
-    start = time.perf_counter()
-    opt.zero_grad()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step()
-    times.append(time.perf_counter() - start)
-median = sorted(times[10:])[len(times[10:]) // 2]
-print(f"PyTorch: {median * 1e3:.2f} ms a step (median)")
-json.dump({"samples_per_s": 64 / median}, open(sys.argv[3], "w"))
-PY
+/usr/bin/python3 "$root/bench/demo_torch_steps.py" "$baseline_steps" \
+  "$out/pytorch.json"
 
 # Throughput of the three (gpipe: the last step line of --metrics, after
 # each run's first step; PyTorch: its median step).

@@ -48,11 +48,8 @@ struct PlanCandidate {
 
 struct PlanSearchSpace {
   /// The cores each rank may use, in order (rank r at index r); one entry
-  /// for a process without rank prefixes.
+  /// for a process without rank prefixes (whose stages are all rank 0's).
   std::vector<std::vector<int>> rankCores;
-  /// Whether the devices were given with rank prefixes (rN:): the plans
-  /// run stages on several ranks and replicas over them.
-  bool ranked = false;
   int64_t batch = 1; // samples per optimizer step, all replicas together
   int64_t maxMicroBatches = 32;
   std::string profiles; // --device-profile (empty: built-in)

@@ -351,7 +351,6 @@ planSearchSpace(const CompileOptions &o,
   for (int64_t r = 0; r < replicas * perReplica; ++r)
     space.rankCores.emplace_back(cores[r % perReplica].begin(),
                                  cores[r % perReplica].end());
-  space.ranked = !ranks.empty() || replicas > 1;
   space.batch = *o.batchSize * replicas;
   space.profiles = o.deviceProfile;
   const std::string &opt = o.training.optimizer;

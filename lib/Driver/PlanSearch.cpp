@@ -221,7 +221,7 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
           if (!p)
             return p.takeError();
           profiles.push_back(*p);
-          placement.push_back({g.str(), space.ranked ? r : 0});
+          placement.push_back({g.str(), r});
         }
       }
       if (static_cast<int64_t>(placement.size()) != perReplica * k)

@@ -34,8 +34,7 @@ template <typename Fn> double medianSeconds(int repeats, Fn fn) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return gpipe::median(std::move(times));
 }
 
 double copyBandwidth(size_t bytes, int repeats) {
@@ -217,4 +216,10 @@ std::vector<int> gpipe::affinityCores() {
       if (CPU_ISSET(c, &set))
         cores.push_back(c);
   return cores;
+}
+
+double gpipe::median(std::vector<double> values) {
+  size_t n = values.size();
+  std::sort(values.begin(), values.end());
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }

@@ -28,6 +28,10 @@ std::string calibrateCpu(mlir::DialectRegistry &registry,
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();
 
+/// The median of `values` (not empty; the mean of the middle two for an
+/// even count): what calibration keeps of repeated timings.
+double median(std::vector<double> values);
+
 /// "oneDNN 2.6.3": the library --calibrate times sgemm with.
 std::string onednnVersion();
 

@@ -241,14 +241,6 @@ std::array<double, 3> fit(const std::vector<std::array<double, 4>> &points,
   return {0, std::max(c[1], 0.0), 0};
 }
 
-/// The median of `values` (not empty), the mean of the middle two for an
-/// even count.
-double median(std::vector<double> values) {
-  size_t n = values.size();
-  std::sort(values.begin(), values.end());
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 /// A random batch for `session`: normal floats, labels below its classes.
 std::map<std::string, runtime::HostTensor>
 randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {

@@ -2,7 +2,7 @@
 // oneDNN's convolution primitives, in the blocked layouts oneDNN picks.
 #include "Families.h"
 
-#include <omp.h>
+#include "ParallelFor.h"
 
 #include <algorithm>
 #include <optional>
@@ -124,10 +124,7 @@ public:
     // that consecutive channels' maps are read one after the other; every
     // output element once, adding its products into its channel's taps.
     int64_t k = kh * kw;
-#pragma omp parallel
-    {
-      int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-      int64_t first = c * t / threads, last = c * (t + 1) / threads;
+    parallelChunks(c, 1, [&](int64_t first, int64_t last) {
       std::vector<double> taps(static_cast<size_t>((last - first) * k), 0.0);
       for (int64_t b = 0; b < n; ++b)
         for (int64_t ch = first; ch < last; ++ch) {
@@ -151,7 +148,7 @@ public:
         }
       for (int64_t i = 0; i < (last - first) * k; ++i)
         gradWeight[first * k + i] = static_cast<float>(taps[i]);
-    }
+    });
   }
 
 private:
