@@ -8,6 +8,7 @@
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
@@ -55,13 +56,22 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   arith::populateExpandBFloat16Patterns(bf16);
   if (failed(applyPatternsAndFoldGreedily(module, std::move(bf16))))
     return failure();
+  // float32 erf, exp, tanh, log, ... as polynomials the loop vectorizer
+  // widens, instead of a libm call per element (GELU's erf was a seventh
+  // of a GPT step); what is left (other types, pow) still calls libm.
+  RewritePatternSet math(module.getContext());
+  populateMathPolynomialApproximationPatterns(math);
+  if (failed(applyPatternsAndFoldGreedily(module, std::move(math))))
+    return failure();
   PassManager pm(module.getContext());
   pm.addPass(createCollapseElementwiseLoops());
   pm.addPass(createOutlineParallelLoops());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createConvertSCFToCFPass());
-  pm.addPass(createConvertMathToLibmPass());
+  // LLVM's intrinsics first (fma is an instruction, not a libm call),
+  // libm for the functions without one.
   pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertMathToLibmPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createArithToLLVMConversionPass());
