@@ -18,6 +18,8 @@ struct AnnotateCostPass
     getOperation()->walk([&](gpipe::nn::CostOpInterface op) {
       op->setAttr("gpipe.flops", b.getI64IntegerAttr(op.getFlops()));
       op->setAttr("gpipe.bytes", b.getI64IntegerAttr(op.getBytesMoved()));
+      op->setAttr("gpipe.backward_bytes",
+                  b.getI64IntegerAttr(op.getBackwardBytesMoved()));
     });
   }
 };

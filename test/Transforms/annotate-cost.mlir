@@ -23,3 +23,35 @@ func.func @costs(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4x
   %4 = nn.matmul %3, %2 : (tensor<64x16xf32>, tensor<16x64xf32>) -> tensor<64x64xf32>
   return %1, %2 : tensor<2x4x4x4xf32>, tensor<16x64xf32>
 }
+
+// The bytes of each op's gradient: twice the forward's unless the op says
+// otherwise.
+// CHECK-LABEL: func @gradient_bytes
+func.func @gradient_bytes(%x: tensor<4x6xf32>, %b: tensor<6xf32>) -> tensor<6x4xf32> {
+  // The relu's gradient reads the result's gradient and what the forward
+  // kept: 2 x (96 + 96).
+  // CHECK: nn.relu {{.*}}gpipe.backward_bytes = 384 : i64, gpipe.bytes = 192
+  %0 = nn.relu %x : tensor<4x6xf32>
+  // Same shapes: the gradient passes through both operands unchanged.
+  // CHECK: nn.add {{.*}}gpipe.backward_bytes = 0 : i64, gpipe.bytes = 288
+  %1 = nn.add %0, %x : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  // A broadcast bias: its gradient sums the result's over the rows
+  // (96 read, 24 written).
+  // CHECK: nn.add {{.*}}gpipe.backward_bytes = 120 : i64, gpipe.bytes = 216
+  %2 = nn.add %1, %b : (tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  // A reshape aliases its input: nothing moves either way.
+  // CHECK: nn.reshape {{.*}}gpipe.backward_bytes = 0 : i64, gpipe.bytes = 0
+  %3 = nn.reshape %2 {shape = array<i64: 24>} : (tensor<4x6xf32>) -> tensor<24xf32>
+  %4 = nn.reshape %3 {shape = array<i64: 4, 6>} : (tensor<24xf32>) -> tensor<4x6xf32>
+  // A slice copies its result (2 x 48 bytes); its gradient pads it back
+  // to the input (96 written, 48 read).
+  // CHECK: nn.slice {{.*}}gpipe.backward_bytes = 144 : i64, gpipe.bytes = 96
+  %5 = nn.slice %4 {starts = array<i64: 0, 0>, ends = array<i64: 2, 6>, steps = array<i64: 1, 1>} : (tensor<4x6xf32>) -> tensor<2x6xf32>
+  // Dropout without randomness is the identity, and so is its gradient.
+  // CHECK: nn.dropout {{.*}}gpipe.backward_bytes = 0 : i64, gpipe.bytes = 192
+  %6 = nn.dropout %4 {ratio = 0.0 : f32, training = true} : tensor<4x6xf32>
+  // A transpose's gradient is the inverse transpose.
+  // CHECK: nn.transpose {{.*}}gpipe.backward_bytes = 192 : i64, gpipe.bytes = 192
+  %7 = nn.transpose %6 {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  return %7 : tensor<6x4xf32>
+}

@@ -326,7 +326,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
     // Each op's family and work, by its node name; the element-wise ops'
     // count and bytes, the trainable bytes.
     std::map<std::string, std::pair<std::string, double>> work;
-    std::vector<std::pair<std::string, double>> elementwise;
+    // The generated loops' forward and backward bytes.
+    std::vector<std::pair<double, double>> elementwise;
     std::map<std::string, double> bytesOf;
     double trainableBytes = 0;
     {
@@ -343,8 +344,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
       for (int64_t l = 0; l < table.size(); ++l) {
         std::string key = costTableKey(table.layers[l]);
-        if (table.family[l] == "elementwise" || table.family[l] == "copy")
-          elementwise.push_back({key, table.work(l, table.rows)});
+        if (isGeneratedLoop(table.family[l]))
+          elementwise.push_back(
+              {table.bytes(l, table.rows), table.backwardBytes(l, table.rows)});
         else if (!key.empty()) {
           work[key] = {table.family[l], table.work(l, table.rows)};
           bytesOf[key] = table.bytes(l, table.rows);
@@ -411,9 +413,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
         samples[it->second.first][cores].push_back(
             {it->second.second, bytesOf[name], forward, backward});
       }
-      for (const auto &[name, b] : elementwise) {
-        count += 1;
-        bytes += b;
+      // Each loop that moves bytes (an alias moves none), forward and
+      // backward.
+      for (const auto &[forward, backward] : elementwise) {
+        count += (forward > 0) + (backward > 0);
+        bytes += forward + backward;
       }
       if (rest > 0)
         loops[cores].push_back({count, bytes, trainableBytes, rest});
@@ -458,26 +462,25 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           fwd.size());
       fits.push_back(std::move(entry));
     }
-  // The generated loops: each element-wise op a forward of a + b x bytes
-  // and a backward of twice that (its gradient reads and writes about
-  // twice its bytes), and the runtime's copies of the stash and of the
-  // gradients: rest = 3a x ops + b x (3 bytes + trainable bytes), fitted to
-  // relative error.
+  // The generated loops: each a + b x bytes, forward and backward
+  // (CostOpInterface's bytes of each), and the runtime's copies of the
+  // stash and of the gradients: rest = a x loops + b x (bytes + trainable
+  // bytes), fitted to relative error.
   for (const auto &[cores, models] : loops) {
     if (models.size() < 3)
       continue;
     std::vector<std::array<double, 4>> points;
     for (const auto &[count, bytes, trainable, rest] : models)
-      points.push_back({3 * count, 3 * bytes + trainable, 0, rest});
+      points.push_back({count, bytes + trainable, 0, rest});
     auto [a, b, unused] = fit(points, {true, true, false});
     (void)unused;
     for (const char *family : {"elementwise", "copy"})
-      fits.push_back(llvm::json::Object{
-          {"family", family},
-          {"cores", cores},
-          {"samples", static_cast<int64_t>(models.size())},
-          {"forward", llvm::json::Array{a, b, 0.0}},
-          {"backward", llvm::json::Array{2 * a, 2 * b, 0.0}}});
+      fits.push_back(
+          llvm::json::Object{{"family", family},
+                             {"cores", cores},
+                             {"samples", static_cast<int64_t>(models.size())},
+                             {"forward", llvm::json::Array{a, b, 0.0}},
+                             {"backward", llvm::json::Array{a, b, 0.0}}});
     log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f us + "
                         "bytes at %.2f GB/s (%zu models)\n",
                         static_cast<const char *>("elementwise"),

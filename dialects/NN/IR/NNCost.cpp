@@ -162,3 +162,38 @@ StringRef SliceOp::getKernelFamily() { return "copy"; }
 StringRef SplitOp::getKernelFamily() { return "copy"; }
 StringRef GatherOp::getKernelFamily() { return "copy"; }
 StringRef ConstantOp::getKernelFamily() { return "copy"; }
+
+// Bytes moved where they differ from the operands and results, and the
+// gradients' bytes where they differ from twice the forward's.
+using gpipe::nn::detail::numBytes;
+
+// A reshape aliases its input (the lowering gives both one buffer), and
+// so does its gradient.
+int64_t ReshapeOp::getBytesMoved() { return 0; }
+int64_t ReshapeOp::getBackwardBytesMoved() { return 0; }
+// The gradient of a transpose is the inverse transpose.
+int64_t TransposeOp::getBackwardBytesMoved() { return getBytesMoved(); }
+// A slice reads only what it copies; its gradient pads the result's
+// gradient back to the input's shape (zeros written around it).
+int64_t SliceOp::getBytesMoved() { return 2 * numBytes(getType()); }
+int64_t SliceOp::getBackwardBytesMoved() {
+  return numBytes(getInput().getType()) + numBytes(getType());
+}
+// The gradients of a concatenation are slices of its result's, and that
+// of a split the concatenation of its results': the forward's bytes.
+int64_t ConcatOp::getBackwardBytesMoved() { return getBytesMoved(); }
+int64_t SplitOp::getBackwardBytesMoved() { return getBytesMoved(); }
+// Without randomness dropout is the identity and so is its gradient;
+// with it, the gradient applies the regenerated mask once.
+int64_t DropoutOp::getBackwardBytesMoved() {
+  return isRandom() ? getBytesMoved() : 0;
+}
+// An addition passes its result's gradient to each operand of the
+// result's shape; a broadcast operand's is a sum over the broadcast axes.
+int64_t AddOp::getBackwardBytesMoved() {
+  int64_t bytes = 0;
+  for (Value operand : getOperands())
+    if (operand.getType() != getType())
+      bytes += numBytes(getType()) + numBytes(operand.getType());
+  return bytes;
+}

@@ -33,6 +33,15 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
         return ::gpipe::nn::detail::defaultBytesMoved($_op.getOperation());
       }]>,
     InterfaceMethod<
+      /*desc=*/[{Bytes the op's gradient (the ops its VJP rule builds)
+                 reads plus writes: twice the forward's by default (the
+                 gradients of its operands from the result's gradient and
+                 what the forward kept); 0 where the gradient is passed
+                 on unchanged (a reshape, an addition without broadcast).}],
+      /*retTy=*/"int64_t", /*methodName=*/"getBackwardBytesMoved",
+      /*args=*/(ins), /*methodBody=*/"",
+      /*defaultImplementation=*/[{ return 2 * $_op.getBytesMoved(); }]>,
+    InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
                  it: "matmul", "conv" and "depthwise_conv" (timed by

@@ -132,7 +132,8 @@ def NN_GeluOp : NN_UnaryOp<"gelu", 10,
 }
 def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<InferTypeOpInterface>,
-    DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
+    DeclareOpInterfaceMethods<NN_CostOpInterface,
+                              ["getFlops", "getBackwardBytesMoved"]>,
     DeclareOpInterfaceMethods<NN_ElementwiseOpInterface, ["hasScalarForm"]>,
     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Random zeroing with scaling 1/(1-ratio) when training";
@@ -167,15 +168,17 @@ def NN_CastOp : NN_Op<"cast", [Pure, SameOperandsAndResultShape,
 }
 
 // Two inputs broadcast against each other (NumPy rules).
-class NN_BinaryOp<string mnemonic, list<Trait> traits = []>
+class NN_BinaryOp<string mnemonic, list<Trait> traits = [],
+                  list<string> costMethods = ["getFlops"]>
     : NN_ForwardOp<mnemonic, !listconcat(traits,
-        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]), ["getFlops"]> {
+        [DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>]), costMethods> {
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$output);
 }
 
 def NN_AddOp : NN_BinaryOp<"add", [Commutative,
-    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs + rhs"; }
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getBackwardBytesMoved"]> { let summary = "lhs + rhs"; }
 def NN_SubOp : NN_BinaryOp<"sub", [
     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> { let summary = "lhs - rhs"; }
 def NN_MulOp : NN_BinaryOp<"mul", [Commutative,
@@ -399,14 +402,16 @@ def NN_PadOp : NN_ForwardOp<"pad",
 }
 
 def NN_ReshapeOp : NN_ForwardOp<"reshape",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBytesMoved", "getBackwardBytesMoved"]> {
   let summary = "Same elements, new static shape";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$shape);
   let results = (outs NN_Tensor:$output);
 }
 
 def NN_TransposeOp : NN_ForwardOp<"transpose",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBackwardBytesMoved"]> {
   let summary = "Permute axes: output axis i is input axis perm[i]";
   let arguments = (ins NN_Tensor:$input, NN_IntArray:$perm);
   let results = (outs NN_Tensor:$output);
@@ -450,14 +455,16 @@ def NN_SoftmaxCrossEntropyOp : NN_ForwardOp<"softmax_cross_entropy",
 }
 
 def NN_ConcatOp : NN_ForwardOp<"concat",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBackwardBytesMoved"]> {
   let summary = "Join tensors along one axis";
   let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs NN_Tensor:$output);
 }
 
 def NN_SliceOp : NN_ForwardOp<"slice",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBytesMoved", "getBackwardBytesMoved"]> {
   let summary = "Strided slice; one start, end and step per axis";
   let description = [{
     `starts`, `ends` and `steps` have one entry per axis, already clamped
@@ -470,7 +477,8 @@ def NN_SliceOp : NN_ForwardOp<"slice",
 }
 
 def NN_SplitOp : NN_ForwardOp<"split",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBackwardBytesMoved"]> {
   let summary = "Cut a tensor along one axis into pieces of given sizes";
   let arguments = (ins NN_Tensor:$input, I64Attr:$axis, NN_IntArray:$sizes);
   let results = (outs Variadic<NN_Tensor>:$outputs);

@@ -27,6 +27,9 @@ namespace gpipe {
 /// Whether the kernels of `family` are timed by their FLOPs (and bytes:
 /// matmul, conv, depthwise_conv) rather than by their bytes alone.
 bool timedByFlops(llvm::StringRef family);
+/// Whether the ops of `family` are gpipe's generated loops ("elementwise"
+/// and "copy"), timed by one fit of their bytes forward and backward.
+bool isGeneratedLoop(llvm::StringRef family);
 
 struct LayerTable {
   llvm::SmallVector<mlir::Operation *> layers;
@@ -36,6 +39,9 @@ struct LayerTable {
   /// Per layer, at `rows`: FLOPs, bytes moved (CostOpInterface), of which
   /// parameters and constants read, and the bytes of its results.
   llvm::SmallVector<double> flops, bytesMoved, constantBytes, activationBytes;
+  /// Per layer, at `rows`: bytes its gradient moves
+  /// (CostOpInterface::getBackwardBytesMoved).
+  llvm::SmallVector<double> backwardBytesMoved;
   /// Per layer: bytes of the parameters it reads first (trainable ones
   /// with their gradient and optimizer state), and of those trainable.
   llvm::SmallVector<double> paramBytes, trainableBytes;
@@ -65,6 +71,8 @@ struct LayerTable {
   /// Bytes layer i moves for `r` rows: its parameters' and constants' as
   /// they are, the rest scaled.
   double bytes(int64_t i, int64_t r) const;
+  /// Bytes layer i's gradient moves for `r` rows, scaled as its forward's.
+  double backwardBytes(int64_t i, int64_t r) const;
   /// The work by which layer i's family is timed, for `r` rows: FLOPs for
   /// matmul and conv, bytes moved for the others.
   double work(int64_t i, int64_t r) const;

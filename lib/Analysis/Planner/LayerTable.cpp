@@ -15,6 +15,17 @@ bool isLayer(Operation &op) {
   return !isa<GetParameterOp, func::ReturnOp>(op) &&
          !op.hasTrait<OpTrait::ConstantLike>();
 }
+/// Seconds of a generated loop moving `bytes` (forward or backward): the
+/// profile's fit of the element-wise loops, else the memory bandwidth; a
+/// loop that moves nothing (an alias) costs nothing.
+double loopSeconds(double bytes, const DeviceProfile &profile) {
+  if (bytes <= 0)
+    return 0;
+  if (std::optional<double> fitted = profile.kernelSeconds(
+          "elementwise", bytes, bytes, /*backward=*/false))
+    return *fitted;
+  return rooflineSeconds(0, bytes, profile);
+}
 } // namespace
 
 LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
@@ -31,6 +42,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     position[op] = i;
   t.flops.assign(n, 0);
   t.bytesMoved.assign(n, 0);
+  t.backwardBytesMoved.assign(n, 0);
   t.constantBytes.assign(n, 0);
   t.activationBytes.assign(n, 0);
   t.paramBytes.assign(n, 0);
@@ -49,6 +61,8 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {
       t.flops[i] = static_cast<double>(cost.getFlops());
       t.bytesMoved[i] = static_cast<double>(cost.getBytesMoved());
+      t.backwardBytesMoved[i] =
+          static_cast<double>(cost.getBackwardBytesMoved());
       t.family[i] = cost.getKernelFamily().str();
     }
     for (Value r : op->getResults()) {
@@ -88,6 +102,10 @@ bool gpipe::timedByFlops(llvm::StringRef family) {
   return family == "matmul" || family == "conv" || family == "depthwise_conv";
 }
 
+bool gpipe::isGeneratedLoop(llvm::StringRef family) {
+  return family == "elementwise" || family == "copy";
+}
+
 int64_t LayerTable::microBatchRows(func::FuncOp forward) {
   for (Type type : forward.getArgumentTypes())
     if (auto ranked = dyn_cast<RankedTensorType>(type))
@@ -98,6 +116,11 @@ int64_t LayerTable::microBatchRows(func::FuncOp forward) {
 
 double LayerTable::bytes(int64_t i, int64_t r) const {
   return constantBytes[i] + (bytesMoved[i] - constantBytes[i]) * scale(r);
+}
+
+double LayerTable::backwardBytes(int64_t i, int64_t r) const {
+  return bytesMoved[i] > 0 ? backwardBytesMoved[i] * bytes(i, r) / bytesMoved[i]
+                           : backwardBytesMoved[i] * scale(r);
 }
 
 double LayerTable::work(int64_t i, int64_t r) const {
@@ -111,6 +134,8 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
     return measured[i]->forward * s;
   if (family[i].empty())
     return 0; // not an op with kernels (CostOpInterface)
+  if (isGeneratedLoop(family[i]))
+    return loopSeconds(bytes(i, r), profile);
   if (std::optional<double> fitted = profile.kernelSeconds(
           family[i], work(i, r), bytes(i, r), /*backward=*/false))
     return *fitted;
@@ -123,6 +148,8 @@ double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
     return *measured[i]->backward * scale(r);
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
+  if (isGeneratedLoop(family[i]))
+    return loopSeconds(backwardBytes(i, r), profile);
   if (std::optional<double> fitted = profile.kernelSeconds(
           family[i], work(i, r), bytes(i, r), /*backward=*/true))
     return *fitted;
