@@ -39,6 +39,9 @@ struct DeviceProfile {
   double memoryBandwidth = 0; // bytes/s
   double memoryCapacity = 0;  // bytes
   double linkBandwidth = 0;   // bytes/s to a neighbouring stage
+  /// Bytes of cache of the device's cores (0: not measured), and the
+  /// rate of a pass over data that fits in them: see passBandwidth.
+  double cacheBytes = 0;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
@@ -55,22 +58,31 @@ struct DeviceProfile {
   int64_t hostCores = 0;
   double hostPeakFlops = 0, hostMemoryBandwidth = 0;
   /// A kernel family's measured seconds on `cores` cores: a + b x work
-  /// + c x bytes, forward and (when measured) backward (gpipe-opt
-  /// --calibrate).
+  /// + c x bytes of activations + d x bytes of parameters, forward and
+  /// (when measured) backward (gpipe-opt --calibrate; a profile's
+  /// three-number fits price parameters' bytes as the others, d = c).
   struct KernelFit {
     std::string family;
     int64_t cores = 1;
-    std::array<double, 3> forward{};
-    std::optional<std::array<double, 3>> backward;
+    std::array<double, 4> forward{};
+    std::optional<std::array<double, 4>> backward;
   };
   std::vector<KernelFit> kernels;
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
-  /// conv, bytes for the others) and moving `bytes` on this device, from
-  /// the fit measured on the nearest number of cores (scaled to this
+  /// conv, bytes for the others) and moving `bytes` on this device, of
+  /// which `parameterBytes` are the parameters' and constants' it reads,
+  /// from the fit measured on the nearest number of cores (scaled to this
   /// device's cores); none when the profile has no fit for the family.
+  /// Bytes/s of a pass of the runtime over `workingSet` bytes (the
+  /// gradients summed over the micro-batches): the in-cache copy rate
+  /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
+  /// the memory bandwidth.
+  double passBandwidth(double workingSet) const;
+
   std::optional<double> kernelSeconds(llvm::StringRef family, double work,
-                                      double bytes, bool backward) const;
+                                      double bytes, bool backward,
+                                      double parameterBytes = 0) const;
 };
 
 /// The devices of a plan run at once and share their host: with
@@ -116,6 +128,8 @@ struct NetworkFigures {
 struct HostFigures {
   int64_t cores = 0;
   double gflops = 0, gbps = 0;
+  /// Each core's cache (its own levels and its share of those it shares).
+  double cacheMiBPerCore = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

@@ -76,7 +76,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 
 std::optional<double>
 gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
-                                    double bytes, bool backward) const {
+                                    double bytes, bool backward,
+                                    double parameterBytes) const {
   // The fit of the most cores not above this device's, else the fewest.
   const KernelFit *best = nullptr;
   for (const KernelFit &f : kernels) {
@@ -90,10 +91,18 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
   }
   if (!best)
     return std::nullopt;
-  const std::array<double, 3> &c = backward ? *best->backward : best->forward;
+  const std::array<double, 4> &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
-  return c[0] + c[1] * scale * work + c[2] * scale * bytes;
+  parameterBytes = std::min(parameterBytes, bytes);
+  return c[0] + c[1] * scale * work + c[2] * scale * (bytes - parameterBytes) +
+         c[3] * scale * parameterBytes;
+}
+
+double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
+  if (cacheBytes > 0 && workingSet <= cacheBytes)
+    return std::max(linkBandwidth, memoryBandwidth);
+  return memoryBandwidth;
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,
@@ -192,7 +201,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       DeviceProfile::KernelFit f;
       auto pair = [&](llvm::StringRef key, double *out) {
         const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
-        if (!a || a->size() < 2 || a->size() > 3)
+        if (!a || a->size() < 2 || a->size() > 4)
           return false;
         for (size_t i = 0; i < a->size(); ++i) {
           std::optional<double> v = (*a)[i].getAsNumber();
@@ -200,6 +209,9 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
             return false;
           out[i] = *v;
         }
+        // Without a price of their own, parameters' bytes cost as others.
+        if (a->size() < 4)
+          out[3] = out[2];
         return true;
       };
       std::optional<llvm::StringRef> family =
@@ -208,26 +220,28 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       bool ok =
           family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
       if (ok && e->get("backward")) {
-        std::array<double, 3> b{};
+        std::array<double, 4> b{};
         ok = pair("backward", b.data());
         f.backward = b;
       }
       if (!ok)
         return fail("'kernels' holds objects with 'family', 'cores' (at "
                     "least 1) and 'forward' (and 'backward'): [seconds, "
-                    "seconds per unit of work(, seconds per byte)], not "
-                    "negative");
+                    "seconds per unit of work(, seconds per byte(, seconds "
+                    "per byte of parameters))], not negative");
       f.family = family->str();
       f.cores = *kcores;
       p.kernels.push_back(std::move(f));
     }
   }
-  // Optional: measured under mpirun only.
+  // Optional: the cores' cache; measured under mpirun only: the network.
   struct Optional {
     const char *key;
     double *target;
     double scale;
-  } optional[] = {{"network_gbps", &p.networkBandwidth, 1e9},
+  } optional[] = {{"cache_mib_per_core", &p.cacheBytes,
+                   double(1ull << 20) * static_cast<double>(p.cores)},
+                  {"network_gbps", &p.networkBandwidth, 1e9},
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
                   {"allreduce_latency_us", &p.allReduceLatency, 1e-6}};
@@ -279,6 +293,8 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
                        {"memory_gbps_per_core", gbpsPerCore},
                        {"memory_gib", memoryGiB},
                        {"link_gbps", linkGbps}};
+  if (host.cacheMiBPerCore > 0)
+    o["cache_mib_per_core"] = host.cacheMiBPerCore;
   if (host.cores > 0) {
     o["host_cores"] = host.cores;
     o["host_gflops"] = host.gflops;

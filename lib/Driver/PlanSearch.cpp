@@ -111,6 +111,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
     }
     facts.stashBytes = plan.recomputes(s) ? facts.inBytes : activations;
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
+    facts.gradientSumBandwidth =
+        profiles[s].passBandwidth(2 * facts.trainableBytes);
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));

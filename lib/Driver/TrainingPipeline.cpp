@@ -210,6 +210,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     facts.memoryBandwidth =
         op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
             .getValueAsDouble();
+    if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_bandwidth"))
+      facts.gradientSumBandwidth = sum.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

@@ -302,6 +302,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       if (std::optional<double> step = profiles[s].kernelSeconds(
               "optimizer", trainable, trainable, /*backward=*/false))
         stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
+      // The gradients and their sum over the micro-batches.
+      stage->setAttr(
+          "gpipe.gradient_sum_bandwidth",
+          b.getF64FloatAttr(profiles[s].passBandwidth(2 * trainable)));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

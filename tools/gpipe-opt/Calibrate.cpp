@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <unistd.h>
@@ -107,6 +109,49 @@ gpipe::NetworkFigures measureNetwork(llvm::raw_ostream &log,
 } // namespace
 
 namespace {
+/// The cache of the core this thread runs on, in MiB: each data or
+/// unified cache of level 2 and up, divided among the CPUs sharing it
+/// (Linux's /sys/devices/system/cpu/cpuN/cache; 0 where it says nothing).
+double cacheMiBPerCore() {
+  int cpu = sched_getcpu();
+  if (cpu < 0)
+    return 0;
+  double mib = 0;
+  std::string dir =
+      "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index";
+  for (int i = 0; i < 16; ++i) {
+    auto read = [&](const char *file) {
+      std::ifstream in(dir + std::to_string(i) + "/" + file);
+      std::string text;
+      std::getline(in, text);
+      return text;
+    };
+    std::string level = read("level"), type = read("type");
+    std::string size = read("size"), shared = read("shared_cpu_list");
+    if (level.empty())
+      break;
+    if (std::atoi(level.c_str()) < 2 || type == "Instruction" || size.empty())
+      continue;
+    double bytes = std::atof(size.c_str());
+    if (size.back() == 'K')
+      bytes *= 1024;
+    else if (size.back() == 'M')
+      bytes *= 1024 * 1024;
+    // "0-3,8-11": the CPUs sharing it.
+    int sharing = 0;
+    std::stringstream list(shared);
+    for (std::string range; std::getline(list, range, ',');) {
+      size_t dash = range.find('-');
+      sharing += dash == std::string::npos
+                     ? 1
+                     : std::atoi(range.c_str() + dash + 1) -
+                           std::atoi(range.c_str()) + 1;
+    }
+    mib += bytes / std::max(sharing, 1) / (1024.0 * 1024.0);
+  }
+  return mib;
+}
+
 /// The host with every core of this process's affinity busy: one sgemm on
 /// all of them, and one copy per core at once (each pinned to its core).
 gpipe::HostFigures measureHost(llvm::raw_ostream &log) {
@@ -168,6 +213,7 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   if (answering)
     return "";
   HostFigures host = measureHost(log);
+  host.cacheMiBPerCore = cacheMiBPerCore();
   // gpipe's own kernels, before this thread is pinned to one core.
   llvm::Expected<llvm::json::Array> kernels = calibrateKernels(registry, log);
   if (!kernels)

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 using namespace gpipe;
 
@@ -179,66 +180,74 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
 }
 
 struct Sample {
-  double work, bytes, forward, backward;
+  double work, bytes, parameterBytes, forward, backward;
 };
 
-/// Seconds t = c0 x0 + c1 x1 + c2 x2 over points {x0, x1, x2, t} (the
+/// Seconds t = c0 x0 + c1 x1 + c2 x2 + c3 x3 over points {x0..x3, t} (the
 /// regressors `use` names; x1, the work, always), fitted to relative error
 /// (weights 1/t^2) so that small kernels count as much as large ones; no
 /// coefficient negative (a negative one is dropped and the rest fitted
-/// again). Kernels: x = (1, work, bytes), the bytes only for families timed
-/// by FLOPs (a small matmul or convolution reads its weights whatever its
-/// rows).
-std::array<double, 3> fit(const std::vector<std::array<double, 4>> &points,
-                          std::array<bool, 3> use) {
-  auto solve = [&](std::array<bool, 3> use) {
-    double m[3][4] = {};
-    for (const auto &[x0, x1, x2, t] : points) {
-      double x[3] = {x0, x1, x2}, w = 1.0 / std::max(t * t, 1e-18);
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j)
-          m[i][j] += use[i] && use[j] ? w * x[i] * x[j] : 0;
-      for (int i = 0; i < 3; ++i)
-        m[i][3] += use[i] ? w * x[i] * t : 0;
+/// again). Kernels: x = (1, work, bytes of activations, bytes of
+/// parameters), the bytes only for families timed by FLOPs (a small matmul
+/// or convolution reads its weights whatever its rows; a weight gradient
+/// writes them too).
+std::array<double, 4> fit(const std::vector<std::array<double, 5>> &points,
+                          std::array<bool, 4> use) {
+  constexpr int n = 4;
+  auto solve = [&](std::array<bool, n> use) {
+    double m[n][n + 1] = {};
+    for (const std::array<double, 5> &p : points) {
+      double t = p[n], w = 1.0 / std::max(t * t, 1e-18);
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          m[i][j] += use[i] && use[j] ? w * p[i] * p[j] : 0;
+      for (int i = 0; i < n; ++i)
+        m[i][n] += use[i] ? w * p[i] * t : 0;
     }
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < n; ++i)
       if (!use[i])
         m[i][i] = 1;
     // Gaussian elimination with partial pivoting.
-    for (int c = 0; c < 3; ++c) {
-      int p = c;
-      for (int r = c + 1; r < 3; ++r)
-        if (std::abs(m[r][c]) > std::abs(m[p][c]))
+    std::array<double, n> c;
+    c.fill(-1);
+    for (int k = 0; k < n; ++k) {
+      int p = k;
+      for (int r = k + 1; r < n; ++r)
+        if (std::abs(m[r][k]) > std::abs(m[p][k]))
           p = r;
-      std::swap(m[c], m[p]);
-      if (std::abs(m[c][c]) < 1e-300)
-        return std::array<double, 3>{-1, -1, -1};
-      for (int r = 0; r < 3; ++r)
-        if (r != c) {
-          double f = m[r][c] / m[c][c];
-          for (int k = c; k < 4; ++k)
-            m[r][k] -= f * m[c][k];
+      std::swap(m[k], m[p]);
+      if (std::abs(m[k][k]) < 1e-300)
+        return c;
+      for (int r = 0; r < n; ++r)
+        if (r != k) {
+          double f = m[r][k] / m[k][k];
+          for (int q = k; q <= n; ++q)
+            m[r][q] -= f * m[k][q];
         }
     }
-    return std::array<double, 3>{m[0][3] / m[0][0], m[1][3] / m[1][1],
-                                 m[2][3] / m[2][2]};
+    for (int i = 0; i < n; ++i)
+      c[i] = m[i][n] / m[i][i];
+    return c;
   };
   use[1] = true;
-  for (int round = 0; round < 3; ++round) {
-    std::array<double, 3> c = solve(use);
+  for (int round = 0; round < n; ++round) {
+    std::array<double, n> c = solve(use);
     bool negative = false;
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < n; ++i)
       if (use[i] && c[i] < 0 && i != 1) {
         use[i] = false;
         negative = true;
       }
-    if (!negative && c[1] > 0)
-      return {use[0] ? c[0] : 0, c[1], use[2] ? c[2] : 0};
+    if (!negative && c[1] > 0) {
+      for (int i = 0; i < n; ++i)
+        c[i] = use[i] ? c[i] : 0;
+      return c;
+    }
     if (!negative) // the work itself: fit it alone
-      use = {false, true, false};
+      use = {false, true, false, false};
   }
-  std::array<double, 3> c = solve({false, true, false});
-  return {0, std::max(c[1], 0.0), 0};
+  std::array<double, n> c = solve({false, true, false, false});
+  return {0, std::max(c[1], 0.0), 0, 0};
 }
 
 /// A random batch for `session`: normal floats, labels below its classes.
@@ -328,7 +337,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
     std::map<std::string, std::pair<std::string, double>> work;
     // The generated loops' forward and backward bytes.
     std::vector<std::pair<double, double>> elementwise;
-    std::map<std::string, double> bytesOf;
+    std::map<std::string, double> bytesOf, parameterBytesOf;
+    std::set<std::string> partialBackward;
     double trainableBytes = 0;
     {
       ONNXImportOptions import;
@@ -350,6 +360,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
         else if (!key.empty()) {
           work[key] = {table.family[l], table.work(l, table.rows)};
           bytesOf[key] = table.bytes(l, table.rows);
+          parameterBytesOf[key] = table.constantBytes[l];
+          // A first layer computes no input gradient: its backward is
+          // not the family's.
+          if (table.backwardShare[l] != 1)
+            partialBackward.insert(key);
         }
         trainableBytes += table.trainableBytes[l];
       }
@@ -402,7 +417,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
       double busy = median(busySteps) - optimizer;
       if (optimizer > 0)
         samples["optimizer"][cores].push_back(
-            {trainableBytes, trainableBytes, optimizer, 0});
+            {trainableBytes, trainableBytes, 0, optimizer, 0});
       double rest = busy, count = 0, bytes = 0;
       for (auto &[name, times] : opSteps) {
         double forward = median(times.first), backward = median(times.second);
@@ -411,7 +426,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
         if (it == work.end() || it->second.second <= 0)
           continue;
         samples[it->second.first][cores].push_back(
-            {it->second.second, bytesOf[name], forward, backward});
+            {it->second.second, bytesOf[name], parameterBytesOf[name], forward,
+             partialBackward.count(name) ? 0 : backward});
       }
       // Each loop that moves bytes (an alias moves none), forward and
       // backward.
@@ -429,37 +445,39 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   llvm::json::Array fits;
   for (const auto &[family, byCores] : samples)
     for (const auto &[cores, points] : byCores) {
-      std::vector<std::array<double, 4>> fwd, bwd;
+      std::vector<std::array<double, 5>> fwd, bwd;
       for (const Sample &p : points) {
+        double activations = p.bytes - p.parameterBytes;
         if (p.forward > 0)
-          fwd.push_back({1, p.work, p.bytes, p.forward});
+          fwd.push_back({1, p.work, activations, p.parameterBytes, p.forward});
         if (p.backward > 0)
-          bwd.push_back({1, p.work, p.bytes, p.backward});
+          bwd.push_back({1, p.work, activations, p.parameterBytes, p.backward});
       }
       if (fwd.size() < 3)
         continue;
       bool flops = timedByFlops(family);
-      std::array<double, 3> f = fit(fwd, {true, true, flops});
-      auto json = [](const std::array<double, 3> &c) {
-        return llvm::json::Array{c[0], c[1], c[2]};
+      std::array<double, 4> f = fit(fwd, {true, true, flops, flops});
+      auto json = [](const std::array<double, 4> &c) {
+        return llvm::json::Array{c[0], c[1], c[2], c[3]};
       };
       llvm::json::Object entry{{"family", family},
                                {"cores", cores},
                                {"samples", static_cast<int64_t>(fwd.size())},
                                {"forward", json(f)}};
       if (bwd.size() >= 3)
-        entry["backward"] = json(fit(bwd, {true, true, flops}));
+        entry["backward"] = json(fit(bwd, {true, true, flops, flops}));
+      std::string bytesRates;
+      if (f[2] > 0)
+        bytesRates += llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2]);
+      if (f[3] > 0)
+        bytesRates +=
+            llvm::formatv(" + parameters' at {0:f2} GB/s", 1e-9 / f[3]);
       log << llvm::format(
           "calibrate: %-13s on %lld core(s): forward %.1f "
           "us + %s at %.2f %s%s (%zu kernels)\n",
           family.c_str(), static_cast<long long>(cores), f[0] * 1e6,
           flops ? static_cast<const char *>("FLOPs") : "bytes", 1e-9 / f[1],
-          flops ? "GFLOP/s" : "GB/s",
-          f[2] > 0 ? llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2])
-                         .str()
-                         .c_str()
-                   : "",
-          fwd.size());
+          flops ? "GFLOP/s" : "GB/s", bytesRates.c_str(), fwd.size());
       fits.push_back(std::move(entry));
     }
   // The generated loops: each a + b x bytes, forward and backward
@@ -469,11 +487,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
   for (const auto &[cores, models] : loops) {
     if (models.size() < 3)
       continue;
-    std::vector<std::array<double, 4>> points;
+    std::vector<std::array<double, 5>> points;
     for (const auto &[count, bytes, trainable, rest] : models)
-      points.push_back({count, bytes + trainable, 0, rest});
-    auto [a, b, unused] = fit(points, {true, true, false});
+      points.push_back({count, bytes + trainable, 0, 0, rest});
+    auto [a, b, unused, unused2] = fit(points, {true, true, false, false});
     (void)unused;
+    (void)unused2;
     for (const char *family : {"elementwise", "copy"})
       fits.push_back(
           llvm::json::Object{{"family", family},

@@ -50,6 +50,12 @@ struct LayerTable {
   llvm::SmallVector<double> crossBytes;
   /// Per layer result: the position of its last user (n: the return).
   llvm::DenseMap<mlir::Value, int64_t> lastUse;
+  /// Per layer: the share of its gradient the backward computes. 0 where
+  /// no operand depends on a trainable parameter (nothing to
+  /// differentiate: a mask computed from the data), 1/2 for a matmul or
+  /// convolution that reads the data itself (only its weights' gradient,
+  /// no input gradient: the first layer), else 1.
+  llvm::SmallVector<double> backwardShare;
   /// Per layer: its kernel family (CostOpInterface::getKernelFamily).
   llvm::SmallVector<std::string> family;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
@@ -84,6 +90,11 @@ struct LayerTable {
                         int64_t r) const;
   double backwardSeconds(int64_t i, const DeviceProfile &profile,
                          int64_t r) const;
+
+private:
+  /// The backward of layer i as if it computed every gradient.
+  double fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
+                             int64_t r) const;
 };
 
 } // namespace gpipe

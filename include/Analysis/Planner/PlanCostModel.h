@@ -31,8 +31,11 @@ struct StageFacts {
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
-  /// The stage's device's memory bandwidth, bytes per second.
-  double memoryBandwidth = 1;
+  /// The stage's device's memory bandwidth, bytes per second, and the
+  /// rate of the pass summing its gradients over the micro-batches (the
+  /// cache's when they fit in it: DeviceProfile::passBandwidth; 0: the
+  /// memory bandwidth).
+  double memoryBandwidth = 1, gradientSumBandwidth = 0;
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),
   /// when the device's profile has them; else a pass at memory bandwidth.

@@ -5,6 +5,7 @@
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -50,7 +51,34 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.crossBytes.assign(n + 1, 0);
   t.measured.assign(n, std::nullopt);
   t.family.assign(n, "");
+  t.backwardShare.assign(n, 1);
   auto module = forward->getParentOfType<ModuleOp>();
+  auto trainableParameter = [&](Value v) {
+    auto get = v.getDefiningOp<GetParameterOp>();
+    if (!get)
+      return false;
+    auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
+    return param && param.getTrainable();
+  };
+  // The values that depend on a trainable parameter: the backward
+  // differentiates only them (the rest is dead code after autodiff).
+  llvm::DenseSet<Value> varying;
+  for (auto [i, op] : llvm::enumerate(t.layers)) {
+    bool activation = false, parameter = false;
+    for (Value operand : op->getOperands()) {
+      if (trainableParameter(operand))
+        parameter = true;
+      else if (varying.contains(operand))
+        activation = true;
+    }
+    if (activation || parameter)
+      varying.insert(op->getResults().begin(), op->getResults().end());
+    if (!activation && !parameter)
+      t.backwardShare[i] = 0;
+    else if (!activation && isa<nn::CostOpInterface>(op) &&
+             timedByFlops(cast<nn::CostOpInterface>(op).getKernelFamily()))
+      t.backwardShare[i] = 0.5;
+  }
   llvm::StringSet<> counted;
   for (auto [i, op] : llvm::enumerate(t.layers)) {
     if (table) {
@@ -136,8 +164,9 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
     return 0; // not an op with kernels (CostOpInterface)
   if (isGeneratedLoop(family[i]))
     return loopSeconds(bytes(i, r), profile);
-  if (std::optional<double> fitted = profile.kernelSeconds(
-          family[i], work(i, r), bytes(i, r), /*backward=*/false))
+  if (std::optional<double> fitted =
+          profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
+                                /*backward=*/false, constantBytes[i]))
     return *fitted;
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
@@ -146,12 +175,18 @@ double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
                                    int64_t r) const {
   if (measured[i] && measured[i]->backward)
     return *measured[i]->backward * scale(r);
+  return backwardShare[i] * fullBackwardSeconds(i, profile, r);
+}
+
+double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
+                                       int64_t r) const {
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
   if (isGeneratedLoop(family[i]))
     return loopSeconds(backwardBytes(i, r), profile);
-  if (std::optional<double> fitted = profile.kernelSeconds(
-          family[i], work(i, r), bytes(i, r), /*backward=*/true))
+  if (std::optional<double> fitted =
+          profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
+                                /*backward=*/true, constantBytes[i]))
     return *fitted;
   // The gradients of the inputs and of the weights: two forwards.
   return 2 * forwardSeconds(i, profile, r);

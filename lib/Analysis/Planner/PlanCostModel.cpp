@@ -13,8 +13,10 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // and state, all at memory bandwidth.
   double bw = f.memoryBandwidth;
   double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / bw;
+  double sumBandwidth =
+      f.gradientSumBandwidth > 0 ? f.gradientSumBandwidth : bw;
   c.forward = f.forwardKernels + copies;
-  c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / bw;
+  c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / sumBandwidth;
   // SGD reads parameters and gradients and writes parameters; each state
   // tensor (momentum, Adam's moments) is one more read and write.
   double passes = 3 + 2 * static_cast<double>(optimizerSlots);
