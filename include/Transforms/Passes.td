@@ -13,6 +13,21 @@ def AnnotateCost : Pass<"gpipe-annotate-cost"> {
   }];
 }
 
+def FoldMatMulTranspose : Pass<"gpipe-fold-matmul-transpose"> {
+  let summary = "A MatMul by a transposed matrix as a Gemm with trans_b";
+  let description = [{
+    `nn.matmul %x, (nn.transpose %w {perm = [1, 0]})`, %w a [N, K]
+    matrix (what exporters write for a Linear layer on a sequence,
+    `x @ W.T`), becomes `nn.gemm %rows, %w {trans_b = true}` on the rows
+    of %x ([..., K] reshaped to [R, K], and the result back to [..., N]:
+    the reshapes alias). The transposed copy of the weights that each
+    micro-batch's forward made, and the transpose of their gradient in
+    its backward (strided copies: a 4-layer GPT's micro-batches of one
+    row spent more time in them than in its matmuls), are gone; the
+    product is the same.
+  }];
+}
+
 def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
   let summary = "Give dropout and batch_norm their inference behaviour";
   let description = [{

@@ -337,6 +337,8 @@ gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
   MLIRContext *context = module.getContext();
   OwningOpRef<ModuleOp> copy(module.clone());
   PassManager pm(context);
+  // What buildPartitionPipeline cuts: the same layers.
+  pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createAppendLoss(loss));
   if (failed(pm.run(*copy)))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

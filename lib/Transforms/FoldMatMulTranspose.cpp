@@ -1,0 +1,85 @@
+//===- FoldMatMulTranspose.cpp - A MatMul by W^T as a Gemm ----------------===//
+#include "Transforms/Passes.h"
+
+#include "Analysis/CostModel.h"
+#include "NN/IR/NNOps.h"
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace gpipe {
+#define GEN_PASS_DEF_FOLDMATMULTRANSPOSE
+#include "Transforms/Passes.h.inc"
+} // namespace gpipe
+
+using namespace mlir;
+using namespace gpipe;
+
+namespace {
+
+nn::ReshapeOp reshape(PatternRewriter &rewriter, Location loc, Value v,
+                      ArrayRef<int64_t> shape) {
+  return rewriter.create<nn::ReshapeOp>(
+      loc, ValueRange{v},
+      ArrayRef<NamedAttribute>{rewriter.getNamedAttr(
+          "shape", rewriter.getDenseI64ArrayAttr(shape))});
+}
+
+/// matmul(x [..., K], transpose(w [N, K])) -> reshape(gemm(reshape(x)
+/// [R, K], w, trans_b) [R, N]) [..., N].
+struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(nn::MatMulOp op,
+                                PatternRewriter &rewriter) const override {
+    auto transpose = op.getRhs().getDefiningOp<nn::TransposeOp>();
+    if (!transpose || transpose.getPerm() != ArrayRef<int64_t>{1, 0})
+      return rewriter.notifyMatchFailure(op, "right operand not a W^T");
+    Value w = transpose.getInput();
+    auto x = dyn_cast<RankedTensorType>(op.getLhs().getType());
+    auto wType = dyn_cast<RankedTensorType>(w.getType());
+    auto out = dyn_cast<RankedTensorType>(op.getType());
+    if (!x || !wType || !out || !x.hasStaticShape() ||
+        !wType.hasStaticShape() || x.getRank() < 2 ||
+        x.getElementType() != wType.getElementType() ||
+        !isa<FloatType>(x.getElementType()))
+      return rewriter.notifyMatchFailure(op, "not a float [..., K] x [K, N]");
+    int64_t k = x.getShape().back(), n = wType.getDimSize(0);
+    int64_t rows = x.getNumElements() / std::max<int64_t>(k, 1);
+    Location loc = op.getLoc();
+    // The reshapes are named apart: a cost table's entry for the MatMul's
+    // node is the Gemm's alone.
+    Location rowsLoc = NameLoc::get(
+        rewriter.getStringAttr(gpipe::costTableKey(op) + ":rows"), loc);
+    Value lhs = op.getLhs();
+    if (x.getRank() != 2)
+      lhs = reshape(rewriter, rowsLoc, lhs, {rows, k});
+    Value product = rewriter.create<nn::GemmOp>(
+        loc, ValueRange{lhs, w},
+        ArrayRef<NamedAttribute>{
+            rewriter.getNamedAttr("alpha", rewriter.getF32FloatAttr(1.0f)),
+            rewriter.getNamedAttr("trans_a", rewriter.getBoolAttr(false)),
+            rewriter.getNamedAttr("trans_b", rewriter.getBoolAttr(true))});
+    if (x.getRank() != 2) {
+      SmallVector<int64_t> shape(x.getShape().drop_back());
+      shape.push_back(n);
+      product = reshape(rewriter, rowsLoc, product, shape);
+    }
+    if (product.getType() != out)
+      return rewriter.notifyMatchFailure(op, "result shape differs");
+    rewriter.replaceOp(op, product);
+    return success();
+  }
+};
+
+struct FoldMatMulTransposePass
+    : public gpipe::impl::FoldMatMulTransposeBase<FoldMatMulTransposePass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<MatMulByTransposedMatrix>(&getContext());
+    if (failed(
+            applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+} // namespace
