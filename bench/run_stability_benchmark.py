@@ -95,7 +95,7 @@ def main():
         bundle = os.path.join(work, "one_stage.gpipe")
         subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
                         onnx_path, "--mode=train", "--devices=cpu:0-1",
-                        "--batch-size=64", "--optimizer=sgd", "--lr=0.05",
+                        "--plan=given", "--batch-size=64", "--optimizer=sgd", "--lr=0.05",
                         "--momentum=0.9", "-o", bundle], check=True,
                        stdout=subprocess.DEVNULL)
         gpipe_step(args.build, bundle, 10, work)  # warm the file cache

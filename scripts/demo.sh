@@ -45,9 +45,9 @@ echo "wrote $out/fashion_mnist_cnn.gpipe and $out/pipeline.html"
 # The best alternative on the same cores: one stage on both, the whole
 # batch at once.
 echo
-echo "== one stage on both cores: gpipe-opt ... --devices=cpu:0-1, gpipe-run ... --steps=$baseline_steps =="
+echo "== one stage on both cores: gpipe-opt ... --devices=cpu:0-1 --plan=given, gpipe-run ... --steps=$baseline_steps =="
 "$build/bin/gpipe-opt" "$out/fashion_mnist_cnn.onnx" --mode=train \
-  --devices=cpu:0-1 "${common[@]}" -o "$out/one_stage.gpipe" >/dev/null
+  --devices=cpu:0-1 --plan=given "${common[@]}" -o "$out/one_stage.gpipe" >/dev/null
 "$build/bin/gpipe-run" "$out/one_stage.gpipe" --train --data "$data" \
   --steps "$baseline_steps" --metrics "$out/one_stage.jsonl" | tail -n 2
 

@@ -56,7 +56,9 @@ struct CompileOptions {
   std::string stages = "auto", schedule = "gpipe", recompute = "never";
   /// "given": the devices, micro-batches, schedule and recompute as
   /// written; "auto": the fastest plan the search predicts for the cores
-  /// of `devices`.
+  /// of `devices`; "auto-for-cores": auto where the devices are CPU cores
+  /// and the step's batch is known, else given (gpipe-opt's default when
+  /// it is given the devices and no other part of a plan).
   std::string plan = "given";
   std::string deviceProfile, costTable;
   /// The GPU architecture of CUDA stages.

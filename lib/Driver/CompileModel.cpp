@@ -142,10 +142,10 @@ std::vector<std::string> validate(const CompileOptions &o) {
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
     problems.push_back("--optimizer=" + opt +
                        " is not an optimizer: use sgd, adam or adamw");
-  if (o.plan != "given" && o.plan != "auto")
+  if (o.plan != "given" && o.plan != "auto" && o.plan != "auto-for-cores")
     problems.push_back("--plan=" + o.plan +
                        " is not a plan: use auto (the fastest plan predicted "
-                       "for the cores of --devices) or given (default)");
+                       "for the cores of --devices) or given");
   if (o.train && o.training.microBatches < 1)
     problems.push_back("--micro-batches must be at least 1");
   if (o.emit == CompileOutput::Bundle && o.output == "-")
@@ -572,7 +572,9 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
     std::optional<PlanSearchSpace> space =
         planSearchSpace(resolved, devices, ranks);
     std::optional<std::vector<PlanCandidate>> weighed;
-    if (options.plan == "auto" || options.emit == CompileOutput::Plans) {
+    bool autoPlan =
+        options.plan == "auto" || (options.plan == "auto-for-cores" && space);
+    if (autoPlan || options.emit == CompileOutput::Plans) {
       std::string flag =
           options.emit == CompileOutput::Plans ? "--emit=plans" : "--plan=auto";
       if (!space && !resolved.batchSize)
@@ -591,8 +593,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       PipelinePlan given = givenPlan(resolved, devices, ranks);
       if (options.emit == CompileOutput::Plans)
         return writeText(options.output, [&](llvm::raw_ostream &os) {
-          printPlans(*weighed, space->batch,
-                     options.plan == "auto" ? nullptr : &given, os);
+          printPlans(*weighed, space->batch, autoPlan ? nullptr : &given, os);
         });
       const PlanCandidate &best = weighed->front();
       if (!best.fits)

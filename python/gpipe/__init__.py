@@ -46,15 +46,15 @@ _COMPILE_FLAGS = {
     "mode", "batch_size", "devices", "micro_batches", "loss", "ignore_index",
     "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
-    "device_profile", "cost_table", "report", "const_input", "freeze",
-    "trainable",
+    "plan", "device_profile", "cost_table", "report", "const_input",
+    "freeze", "trainable",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
 _TRAINING_FLAGS = {
     "micro_batches", "loss", "ignore_index", "optimizer", "lr", "momentum",
     "nesterov", "weight_decay", "beta1", "beta2", "eps", "schedule",
-    "recompute", "stages", "data_parallel",
+    "recompute", "stages", "data_parallel", "plan",
 }
 
 
@@ -162,6 +162,8 @@ def compile(model, example_input=None, *, output=None, quiet=False,
     options: gpipe-opt's flags with underscores, e.g. devices="cpu:0,cpu:1"
         (or a list), micro_batches=8, batch_size=64, optimizer="adamw",
         lr=3e-4, schedule="1f1b", recompute="always", mode="train",
+        plan="auto" or "given" (devices alone: auto, as on the command
+        line),
         freeze=["pe"] (names or patterns of initializers not to train),
         trainable=["head.*"] (the only ones to train). A module's
         floating-point buffers (named_buffers()) are always frozen.

@@ -156,12 +156,15 @@ cl::opt<std::string> scheduleOption(
 
 cl::opt<std::string> planOption(
     "plan",
-    cl::desc("given (default): --devices, --micro-batches, --schedule and "
-             "--recompute as written; auto: the compiler weighs the plans "
-             "for the CPU cores --devices names (stages on groups of cores, "
-             "micro-batches dividing the batch, schedule, recompute) with "
-             "its cost model and compiles the fastest (--emit=plans lists "
-             "them) (--mode=train)"),
+    cl::desc("auto: the compiler weighs the plans for the CPU cores "
+             "--devices names (stages on groups of cores, micro-batches "
+             "dividing the batch, schedule, recompute) with its cost model "
+             "and compiles the fastest (--emit=plans lists them); given: "
+             "--devices, --micro-batches, --schedule and --recompute as "
+             "written. Default: auto when --devices names CPU cores and "
+             "none of --micro-batches, --schedule, --recompute, --stages "
+             "and --data-parallel is given (and the batch is known), else "
+             "given (--mode=train)"),
     cl::init("given"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> stagesOption(
@@ -343,16 +346,23 @@ int compileOptions(StringRef input, StringRef output,
   t.eps = epsOption;
   o.stages = stagesOption;
   o.plan = planOption;
+  std::initializer_list<cl::Option *> planFlags{
+      &microBatchesOption, &scheduleOption, &recomputeOption, &stagesOption,
+      &dataParallelOption};
+  bool planGiven = llvm::any_of(
+      planFlags, [](cl::Option *flag) { return flag->getNumOccurrences(); });
   if (o.plan == "auto")
-    for (cl::Option *flag : std::initializer_list<cl::Option *>{
-             &microBatchesOption, &scheduleOption, &recomputeOption,
-             &stagesOption, &dataParallelOption})
+    for (cl::Option *flag : planFlags)
       if (flag->getNumOccurrences()) {
         llvm::errs() << "gpipe-opt: error: --plan=auto chooses --"
                      << flag->ArgStr << " (drop it, or compile the plan "
                      << "you give with --plan=given)\n";
         return 1;
       }
+  // The devices alone: the compiler chooses the rest where it can.
+  if (!planOption.getNumOccurrences() && !planGiven &&
+      devicesOption.getNumOccurrences())
+    o.plan = "auto-for-cores";
   o.schedule = scheduleOption;
   o.recompute = recomputeOption;
   o.deviceProfile = deviceProfileOption;
