@@ -147,6 +147,35 @@ def gpipe_median(bench, args, threads):
     return float(out.strip().split("=")[1])
 
 
+# The page's paragraphs that are not measured here: the other benchmark
+# pages, and the GPU benchmark's section (bench/run_gpu_benchmarks.py).
+OTHER_PAGES = """Language models (compile times of DenseNet-121 and a GPT-2-small-size
+decoder, a GPT-2-small training step against PyTorch, peak memory against
+the prediction): [language-model-benchmarks.md](language-model-benchmarks.md)
+(`bench/run_language_model_benchmarks.py`).
+
+Plans (every plan the search lists for 8 models on one core, both cores
+and two MPI ranks, measured beside its prediction):
+[plan-benchmarks.md](plan-benchmarks.md) (`bench/run_plan_benchmarks.py`);
+the search's time for a simulated 8 x 8 cluster:
+[cluster-plan-search.md](cluster-plan-search.md)
+(`bench/run_cluster_search.py`); a stage on both cores run twenty times,
+and beside a busy core: [stability-benchmarks.md](stability-benchmarks.md)
+(`bench/run_stability_benchmark.py`).""".split("\n")
+
+GPU_SECTION = """## GPU training step (not measured yet)
+
+`bench/run_gpu_benchmarks.py` times a training step (SGD with momentum,
+float32, TF32 off in both) of ResNet-18 and ResNet-50 (224x224, batch 64)
+and a TransformerEncoder (4 layers of width 256, 8 heads, sequence 128,
+batch 64) on `cuda:0`, gpipe (`gpipe-bench train`) against PyTorch eager on
+the same GPU in one run, medians of 30 steps after warm-up, and writes the
+table for this section. `scripts/gpu-check.sh all` (or `prepare` here and
+`run bench` on the GPU machine, Transformer only) runs it. No GPU has been
+available to this project yet: there are no numbers here, and the ratio to
+PyTorch is unknown (docs/cuda.md).""".split("\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -227,6 +256,8 @@ def main():
         "to it (Debian's PyTorch calls OpenBLAS, `libopenblas0-pthread`, for "
         "matrix products; its own thread pool ignores torch.set_num_threads).",
         "",
+    ] + OTHER_PAGES + [
+        "",
         "## Inference",
         "",
         "| model | threads | gpipe ms | PyTorch ms | PyTorch / gpipe |",
@@ -280,6 +311,7 @@ def main():
             peak = matmul_flops / matmul[t] / 1e9
             rate = flops / g / 1e9
             lines.append(f"| {t} | {peak:.0f} | {rate:.0f} | {rate / peak:.0%} |")
+    lines += [""] + GPU_SECTION
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote", args.out)
