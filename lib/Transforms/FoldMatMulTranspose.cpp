@@ -45,6 +45,11 @@ struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
       return rewriter.notifyMatchFailure(op, "not a float [..., K] x [K, N]");
     int64_t k = x.getShape().back(), n = wType.getDimSize(0);
     int64_t rows = x.getNumElements() / std::max<int64_t>(k, 1);
+    SmallVector<int64_t> shape(x.getShape().drop_back());
+    shape.push_back(n);
+    if (wType.getDimSize(1) != k || out.getShape() != ArrayRef(shape) ||
+        out.getElementType() != x.getElementType())
+      return rewriter.notifyMatchFailure(op, "not [..., K] x [K, N]");
     Location loc = op.getLoc();
     // The reshapes are named apart: a cost table's entry for the MatMul's
     // node is the Gemm's alone.
@@ -59,13 +64,8 @@ struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
             rewriter.getNamedAttr("alpha", rewriter.getF32FloatAttr(1.0f)),
             rewriter.getNamedAttr("trans_a", rewriter.getBoolAttr(false)),
             rewriter.getNamedAttr("trans_b", rewriter.getBoolAttr(true))});
-    if (x.getRank() != 2) {
-      SmallVector<int64_t> shape(x.getShape().drop_back());
-      shape.push_back(n);
+    if (x.getRank() != 2)
       product = reshape(rewriter, rowsLoc, product, shape);
-    }
-    if (product.getType() != out)
-      return rewriter.notifyMatchFailure(op, "result shape differs");
     rewriter.replaceOp(op, product);
     return success();
   }
