@@ -69,17 +69,17 @@ struct DeviceProfile {
   };
   std::vector<KernelFit> kernels;
 
-  /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
-  /// conv, bytes for the others) and moving `bytes` on this device, of
-  /// which `parameterBytes` are the parameters' and constants' it reads,
-  /// from the fit measured on the nearest number of cores (scaled to this
-  /// device's cores); none when the profile has no fit for the family.
   /// Bytes/s of a pass of the runtime over `workingSet` bytes (the
   /// gradients summed over the micro-batches): the in-cache copy rate
   /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
   /// the memory bandwidth.
   double passBandwidth(double workingSet) const;
 
+  /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
+  /// conv, bytes for the others) and moving `bytes` on this device, of
+  /// which `parameterBytes` are the parameters' and constants' it reads,
+  /// from the fit measured on the nearest number of cores (scaled to this
+  /// device's cores); none when the profile has no fit for the family.
   std::optional<double> kernelSeconds(llvm::StringRef family, double work,
                                       double bytes, bool backward,
                                       double parameterBytes = 0) const;

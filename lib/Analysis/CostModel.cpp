@@ -1,6 +1,7 @@
 //===- CostModel.cpp - Devices, device profiles and op times --------------===//
 #include "Analysis/CostModel.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "NN/IR/NNOps.h"

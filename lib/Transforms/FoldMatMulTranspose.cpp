@@ -16,14 +16,6 @@ using namespace gpipe;
 
 namespace {
 
-nn::ReshapeOp reshape(PatternRewriter &rewriter, Location loc, Value v,
-                      ArrayRef<int64_t> shape) {
-  return rewriter.create<nn::ReshapeOp>(
-      loc, ValueRange{v},
-      ArrayRef<NamedAttribute>{rewriter.getNamedAttr(
-          "shape", rewriter.getDenseI64ArrayAttr(shape))});
-}
-
 /// matmul(x [..., K], transpose(w [N, K])) -> reshape(gemm(reshape(x)
 /// [R, K], w, trans_b) [R, N]) [..., N].
 struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
@@ -57,15 +49,13 @@ struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
         rewriter.getStringAttr(gpipe::costTableKey(op) + ":rows"), loc);
     Value lhs = op.getLhs();
     if (x.getRank() != 2)
-      lhs = reshape(rewriter, rowsLoc, lhs, {rows, k});
+      lhs = rewriter.create<nn::ReshapeOp>(rowsLoc, lhs,
+                                           SmallVector<int64_t>{rows, k});
     Value product = rewriter.create<nn::GemmOp>(
-        loc, ValueRange{lhs, w},
-        ArrayRef<NamedAttribute>{
-            rewriter.getNamedAttr("alpha", rewriter.getF32FloatAttr(1.0f)),
-            rewriter.getNamedAttr("trans_a", rewriter.getBoolAttr(false)),
-            rewriter.getNamedAttr("trans_b", rewriter.getBoolAttr(true))});
+        loc, lhs, w, /*c=*/Value(), APFloat(1.0f), APFloat(1.0f),
+        /*trans_a=*/false, /*trans_b=*/true);
     if (x.getRank() != 2)
-      product = reshape(rewriter, rowsLoc, product, shape);
+      product = rewriter.create<nn::ReshapeOp>(rowsLoc, product, shape);
     rewriter.replaceOp(op, product);
     return success();
   }

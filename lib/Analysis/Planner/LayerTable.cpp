@@ -52,33 +52,19 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.measured.assign(n, std::nullopt);
   t.family.assign(n, "");
   t.backwardShare.assign(n, 1);
-  auto module = forward->getParentOfType<ModuleOp>();
-  auto trainableParameter = [&](Value v) {
+  // The trainable parameters' names, looked up once.
+  llvm::StringSet<> trainableNames;
+  for (ParameterOp param :
+       forward->getParentOfType<ModuleOp>().getOps<ParameterOp>())
+    if (param.getTrainable())
+      trainableNames.insert(param.getSymName());
+  auto trainable = [&](Value v) {
     auto get = v.getDefiningOp<GetParameterOp>();
-    if (!get)
-      return false;
-    auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
-    return param && param.getTrainable();
+    return get && trainableNames.contains(get.getName());
   };
   // The values that depend on a trainable parameter: the backward
   // differentiates only them (the rest is dead code after autodiff).
   llvm::DenseSet<Value> varying;
-  for (auto [i, op] : llvm::enumerate(t.layers)) {
-    bool activation = false, parameter = false;
-    for (Value operand : op->getOperands()) {
-      if (trainableParameter(operand))
-        parameter = true;
-      else if (varying.contains(operand))
-        activation = true;
-    }
-    if (activation || parameter)
-      varying.insert(op->getResults().begin(), op->getResults().end());
-    if (!activation && !parameter)
-      t.backwardShare[i] = 0;
-    else if (!activation && isa<nn::CostOpInterface>(op) &&
-             timedByFlops(cast<nn::CostOpInterface>(op).getKernelFamily()))
-      t.backwardShare[i] = 0.5;
-  }
   llvm::StringSet<> counted;
   for (auto [i, op] : llvm::enumerate(t.layers)) {
     if (table) {
@@ -93,6 +79,15 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
           static_cast<double>(cost.getBackwardBytesMoved());
       t.family[i] = cost.getKernelFamily().str();
     }
+    bool activation = false, parameter = false;
+    for (Value operand : op->getOperands()) {
+      parameter |= trainable(operand);
+      activation |= varying.contains(operand);
+    }
+    if (activation || parameter)
+      varying.insert(op->getResults().begin(), op->getResults().end());
+    if (!activation)
+      t.backwardShare[i] = !parameter ? 0 : timedByFlops(t.family[i]) ? 0.5 : 1;
     for (Value r : op->getResults()) {
       double bytes = nn::detail::numBytes(r.getType());
       t.activationBytes[i] += bytes;
@@ -114,10 +109,9 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       auto get = dyn_cast<GetParameterOp>(def);
       if (!get || !counted.insert(get.getName()).second)
         continue;
-      auto param = module.lookupSymbol<ParameterOp>(get.getNameAttr());
-      bool trainable = param && param.getTrainable();
-      t.paramBytes[i] += trainable ? bytes * (2 + optimizerSlots) : bytes;
-      if (trainable)
+      bool trained = trainableNames.contains(get.getName());
+      t.paramBytes[i] += trained ? bytes * (2 + optimizerSlots) : bytes;
+      if (trained)
         t.trainableBytes[i] += bytes;
     }
     // An op reads each parameter at most once per execution.

@@ -9,8 +9,8 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   c.transfer = f.transfer;
   // What the kernels do not: the runtime's copies (inputs and messages
   // into the arenas, the stash out and back, gradients summed over the
-  // micro-batches) and the optimizer's pass over parameters, gradients
-  // and state, all at memory bandwidth.
+  // micro-batches: in cache when they fit) and the optimizer's pass over
+  // parameters, gradients and state, at memory bandwidth.
   double bw = f.memoryBandwidth;
   double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / bw;
   double sumBandwidth =
