@@ -42,6 +42,9 @@ struct DeviceProfile {
   /// Bytes of cache of the device's cores (0: not measured), and the
   /// rate of a pass over data that fits in them: see passBandwidth.
   double cacheBytes = 0;
+  /// Bytes of the cores' own (level 2) caches, of cacheBytes (0: not
+  /// measured): generated loops whose bytes fit run at its rate.
+  double privateCacheBytes = 0;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
@@ -83,6 +86,13 @@ struct DeviceProfile {
   std::optional<double> kernelSeconds(llvm::StringRef family, double work,
                                       double bytes, bool backward,
                                       double parameterBytes = 0) const;
+
+  /// Seconds of a generated loop of `family` ("elementwise", "copy")
+  /// moving `bytes`: the family's fit (else "elementwise"'s), a + b x
+  /// bytes + c x the bytes beyond the cores' own caches
+  /// (privateCacheBytes), and at least the bytes beyond the whole cache at
+  /// the memory bandwidth; none without a fit.
+  std::optional<double> loopSeconds(llvm::StringRef family, double bytes) const;
 };
 
 /// The devices of a plan run at once and share their host: with
@@ -128,8 +138,9 @@ struct NetworkFigures {
 struct HostFigures {
   int64_t cores = 0;
   double gflops = 0, gbps = 0;
-  /// Each core's cache (its own levels and its share of those it shares).
-  double cacheMiBPerCore = 0;
+  /// Each core's cache (its own levels and its share of those it shares),
+  /// and of it the core's own level 2.
+  double cacheMiBPerCore = 0, privateCacheMiBPerCore = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,
@@ -159,6 +170,8 @@ llvm::Expected<CostTable> readCostTable(llvm::StringRef path, int64_t rows = 0);
 
 /// The name that a cost table uses for `op` ("" if it has none).
 std::string costTableKey(mlir::Operation *op);
+/// The same for an op at `loc`: the first name in it.
+std::string costTableKey(mlir::Location loc);
 
 /// max(flops / peak, bytes / bandwidth) on `profile`.
 double rooflineSeconds(double flops, double bytes,

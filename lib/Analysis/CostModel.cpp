@@ -100,6 +100,22 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
          c[3] * scale * parameterBytes;
 }
 
+std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
+                                                        double bytes) const {
+  double beyond =
+      privateCacheBytes > 0 ? std::max(0.0, bytes - privateCacheBytes) : 0.0;
+  // c[2] prices the bytes beyond the cores' own caches (c[3] unused).
+  std::optional<double> fitted =
+      kernelSeconds(family, bytes, beyond, /*backward=*/false);
+  if (!fitted)
+    fitted = kernelSeconds("elementwise", bytes, beyond, /*backward=*/false);
+  if (!fitted)
+    return std::nullopt;
+  if (cacheBytes > 0 && bytes > cacheBytes && memoryBandwidth > 0)
+    return std::max(*fitted, (bytes - cacheBytes) / memoryBandwidth);
+  return fitted;
+}
+
 double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
   if (cacheBytes > 0 && workingSet <= cacheBytes)
     return std::max(linkBandwidth, memoryBandwidth);
@@ -242,6 +258,8 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
     double scale;
   } optional[] = {{"cache_mib_per_core", &p.cacheBytes,
                    double(1ull << 20) * static_cast<double>(p.cores)},
+                  {"l2_mib_per_core", &p.privateCacheBytes,
+                   double(1ull << 20) * static_cast<double>(p.cores)},
                   {"network_gbps", &p.networkBandwidth, 1e9},
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
@@ -296,6 +314,8 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
                        {"link_gbps", linkGbps}};
   if (host.cacheMiBPerCore > 0)
     o["cache_mib_per_core"] = host.cacheMiBPerCore;
+  if (host.privateCacheMiBPerCore > 0)
+    o["l2_mib_per_core"] = host.privateCacheMiBPerCore;
   if (host.cores > 0) {
     o["host_cores"] = host.cores;
     o["host_gflops"] = host.gflops;
@@ -361,8 +381,12 @@ llvm::Expected<gpipe::CostTable> gpipe::readCostTable(StringRef path,
 }
 
 std::string gpipe::costTableKey(Operation *op) {
+  return costTableKey(op->getLoc());
+}
+
+std::string gpipe::costTableKey(Location at) {
   std::string key;
-  op->getLoc()->walk([&](Location loc) {
+  at->walk([&](Location loc) {
     if (auto n = dyn_cast<NameLoc>(loc)) {
       key = n.getName().str();
       return WalkResult::interrupt();

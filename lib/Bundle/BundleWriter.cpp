@@ -307,7 +307,10 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
           {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
           {"inputs", toJSON(f->getAttr("gpipe.inputs"))},
           {"outputs", toJSON(f->getAttr("gpipe.outputs"))},
-          {"kernels", toJSON(f->getAttr("gpipe.kernels"))}});
+          {"kernels", toJSON(f->getAttr("gpipe.kernels"))},
+          {"loops", f->hasAttr("gpipe.loops")
+                        ? toJSON(f->getAttr("gpipe.loops"))
+                        : json::Value(json::Array{})}});
     }
     std::string paramsFile = "stage" + std::to_string(k) + ".params";
     json::Object stageJSON{

@@ -113,6 +113,9 @@ private:
   func::FuncOp stage;
   Value arena, params, ctx;
   SmallVector<Attribute> kernels;
+  /// The op functions of generated loops, by id: what --profile-ops and
+  /// traces time through gpipe_loop().
+  SmallVector<Attribute> loops;
 };
 
 LogicalResult StageLowering::placeParameters() {
@@ -803,6 +806,13 @@ LogicalResult StageLowering::emit() {
         b.getFunctionType({b.getI64Type(), b.getI64Type()}, {}));
     decl.setPrivate();
   }
+  if (!module.lookupSymbol("gpipe_loop")) {
+    auto decl = b.create<func::FuncOp>(
+        forward.getLoc(), "gpipe_loop",
+        b.getFunctionType({b.getI64Type(), b.getI64Type(), b.getI64Type()},
+                          {}));
+    decl.setPrivate();
+  }
   Block *block = stage.addEntryBlock();
   arena = block->getArgument(0);
   params = block->getArgument(1);
@@ -841,8 +851,24 @@ LogicalResult StageLowering::emit() {
       return;
     }
     ob.create<func::ReturnOp>(opFunction.getLoc());
-    b.create<func::CallOp>(opFunction.getLoc(), opFunction,
-                           ValueRange{arena, params, ctx});
+    // Each call between gpipe_loop(ctx, id, 0) and (ctx, id, 1), which
+    // time it while the runtime profiles or traces.
+    Location loc = opFunction.getLoc();
+    int64_t id = loops.size();
+    loops.push_back(builder.getDictionaryAttr({
+        builder.getNamedAttr("id", builder.getI64IntegerAttr(id)),
+        builder.getNamedAttr("op", builder.getStringAttr(costTableKey(loc))),
+    }));
+    Value idValue = b.create<arith::ConstantOp>(loc, b.getI64IntegerAttr(id));
+    auto mark = [&](int64_t end) {
+      b.create<func::CallOp>(loc, "gpipe_loop", TypeRange{},
+                             ValueRange{ctx, idValue,
+                                        b.create<arith::ConstantOp>(
+                                            loc, b.getI64IntegerAttr(end))});
+    };
+    mark(0);
+    b.create<func::CallOp>(loc, opFunction, ValueRange{arena, params, ctx});
+    mark(1);
     lastOp = opFunction;
     ++opCount;
   };
@@ -981,6 +1007,7 @@ LogicalResult StageLowering::emit() {
   stage->setAttr("gpipe.inputs", builder.getArrayAttr(inputs));
   stage->setAttr("gpipe.outputs", builder.getArrayAttr(outputs));
   stage->setAttr("gpipe.kernels", builder.getArrayAttr(kernels));
+  stage->setAttr("gpipe.loops", builder.getArrayAttr(loops));
   return success();
 }
 

@@ -615,6 +615,16 @@ Bundle loadBundle(const std::string &path) {
                             "' has an invalid arena_size");
         for (const json &k : pj.at("kernels"))
           phase.kernels.push_back(parseKernel(k));
+        if (pj.contains("loops"))
+          for (const json &l : pj.at("loops")) {
+            LoopSpec loop;
+            loop.id = integer<int64_t>(l.at("id"));
+            loop.op = l.at("op").get<std::string>();
+            if (loop.id != static_cast<int64_t>(phase.loops.size()))
+              throw BundleError("phase '" + phase.role +
+                                "': loop ids are not consecutive");
+            phase.loops.push_back(std::move(loop));
+          }
         for (const json &io : pj.at("inputs"))
           phase.inputs.push_back(parseSlot(io));
         for (const json &io : pj.at("outputs"))

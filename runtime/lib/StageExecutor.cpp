@@ -70,7 +70,7 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
       // phase is done, without waiting in between.
       int64_t begin = device_->mark();
       kernels[id]->run();
-      timedRuns.push_back({id, begin, device_->mark()});
+      timedRuns.push_back({id, begin, device_->mark(), false});
     } else {
       kernels[id]->run();
     }
@@ -80,11 +80,33 @@ void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   }
 }
 
+void StageExecutor::markLoop(size_t phase, int64_t id, int64_t end) noexcept {
+  if (!(kernelTrace || profiling) || !kernelError.empty())
+    return;
+  if (id < 0 || id >= static_cast<int64_t>(spec.phases[phase].loops.size())) {
+    kernelError = "the stage code marked unknown loop " + std::to_string(id);
+    return;
+  }
+  if (!end) {
+    loopBegin = device_->mark();
+    return;
+  }
+  try {
+    timedRuns.push_back({id, loopBegin, device_->mark(), true});
+  } catch (const std::exception &e) {
+    kernelError =
+        std::string("cannot time loop ") + std::to_string(id) + ": " + e.what();
+  }
+}
+
 void StageExecutor::setKernelProfile(bool enable) {
   profiling = enable;
   kernelTotals.assign(phases.size(), {});
-  for (size_t i = 0; i < phases.size(); ++i)
+  loopTotals.assign(phases.size(), {});
+  for (size_t i = 0; i < phases.size(); ++i) {
     kernelTotals[i].assign(phases[i].kernels.size(), 0.0);
+    loopTotals[i].assign(spec.phases[i].loops.size(), 0.0);
+  }
 }
 
 void StageExecutor::run(size_t phase) {
@@ -104,14 +126,22 @@ void StageExecutor::run(size_t phase) {
   device_->synchronize();
   if (!timed)
     return;
+  static const std::string loopKind = "loop";
+  const PhaseSpec &ps = spec.phases[phase];
   for (const TimedRun &r : timedRuns) {
     double begin = device_->markSeconds(r.begin);
     double end = device_->markSeconds(r.end);
-    if (kernelTrace)
-      kernelTrace->push_back({&spec.phases[phase].kernels[r.kernel],
-                              &spec.phases[phase].role, begin, end});
+    if (kernelTrace) {
+      if (r.loop)
+        kernelTrace->push_back(
+            {&ps.loops[r.kernel].op, &loopKind, &ps.role, begin, end});
+      else
+        kernelTrace->push_back({&ps.kernels[r.kernel].op,
+                                &ps.kernels[r.kernel].kind, &ps.role, begin,
+                                end});
+    }
     if (profiling)
-      kernelTotals[phase][r.kernel] += end - begin;
+      (r.loop ? loopTotals : kernelTotals)[phase][r.kernel] += end - begin;
   }
 }
 
@@ -153,12 +183,24 @@ void gpipeKernel(int64_t ctx, int64_t id) {
   context->executor->runKernel(context->phase, id);
 }
 
+void gpipeLoop(int64_t ctx, int64_t id, int64_t end) {
+  auto *context = reinterpret_cast<StageExecutor::Context *>(ctx);
+  context->executor->markLoop(context->phase, id, end);
+}
+
 } // namespace gpipe::runtime
 
 /// The kernel entry point of generated stage code (docs/bundle.md).
 extern "C" __attribute__((visibility("default"))) void
 gpipe_kernel(int64_t ctx, int64_t id) {
   gpipe::runtime::gpipeKernel(ctx, id);
+}
+
+/// Generated code calls this before (`end` 0) and after (1) each of its
+/// generated loops (docs/bundle.md): timed while profiling or tracing.
+extern "C" __attribute__((visibility("default"))) void
+gpipe_loop(int64_t ctx, int64_t id, int64_t end) {
+  gpipe::runtime::gpipeLoop(ctx, id, end);
 }
 
 /// The parallel loop entry point of generated stage code (docs/bundle.md).

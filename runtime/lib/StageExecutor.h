@@ -15,6 +15,8 @@ namespace gpipe::runtime {
 
 /// Dispatches a kernel call of generated code (gpipe_kernel's context).
 void gpipeKernel(int64_t ctx, int64_t id);
+/// Brackets a generated loop of generated code (gpipe_loop's context).
+void gpipeLoop(int64_t ctx, int64_t id, int64_t end);
 /// Dispatches a GPU kernel launch of generated host code
 /// (gpipe_cuda_launch's context).
 void gpipeCudaLaunch(int64_t ctx, const KernelLaunch &launch);
@@ -73,18 +75,25 @@ public:
   int64_t allocatedBytes() const { return allocated; }
 
   /// Kernel calls are timed into `sink` while it is set (tracing).
+  /// A library kernel's or a generated loop's run.
   struct KernelEvent {
-    const KernelSpec *kernel;
+    const std::string *op;    // the model op (ONNX node), or ""
+    const std::string *kind;  // the kernel's kind, or "loop"
     const std::string *phase; // forward, backward, optimizer
     double begin, end;        // seconds on the steady clock
   };
   void setKernelTrace(std::vector<KernelEvent> *sink) { kernelTrace = sink; }
-  /// Sums each kernel's time while set (gpipe-run --profile-ops).
+  /// Sums each kernel's and each generated loop's time while set
+  /// (gpipe-run --profile-ops).
   void setKernelProfile(bool enable);
   /// Seconds spent in each kernel of each phase since the profile was
   /// enabled.
   const std::vector<std::vector<double>> &kernelSeconds() const {
     return kernelTotals;
+  }
+  /// The same for each generated loop of each phase.
+  const std::vector<std::vector<double>> &loopSeconds() const {
+    return loopTotals;
   }
   /// Runs a phase's compiled code once on its arena's contents.
   void run(size_t phase = 0);
@@ -96,6 +105,9 @@ public:
 
   /// Called by the stage code through gpipe_kernel().
   void runKernel(size_t phase, int64_t id) noexcept;
+  /// Called by the stage code through gpipe_loop() before (`end` 0) and
+  /// after (1) each generated loop.
+  void markLoop(size_t phase, int64_t id, int64_t end) noexcept;
   /// Called by the stage's host code through gpipe_cuda_launch().
   void launch(const KernelLaunch &launch) noexcept;
   /// Called by the stage code through gpipe_parallel_for(): `body` over
@@ -127,10 +139,14 @@ private:
   /// (kernel id, begin, end), read when the phase's work is done.
   struct TimedRun {
     int64_t kernel, begin, end;
+    bool loop; // a generated loop's id, not a kernel's
   };
   std::vector<TimedRun> timedRuns;
+  /// The mark at the start of the generated loop running now.
+  int64_t loopBegin = 0;
   bool profiling = false;
   std::vector<std::vector<double>> kernelTotals; // [phase][kernel]
+  std::vector<std::vector<double>> loopTotals;   // [phase][loop]
   std::unique_ptr<StageCode> code;
   std::vector<Phase> phases;
   std::string kernelError;
@@ -138,6 +154,7 @@ private:
   RandomState random;
 
   friend void gpipeKernel(int64_t, int64_t);
+  friend void gpipeLoop(int64_t, int64_t, int64_t);
   friend void gpipeParallelFor(int64_t, LoopBody, int64_t);
   friend void gpipeCudaLaunch(int64_t, const KernelLaunch &);
 };

@@ -519,6 +519,19 @@ TrainingSession::opProfile() const {
         auto &entry = out[kernels[k].op];
         (phase == fwd ? entry.first : entry.second) += totals[phase][k] / runs;
       }
+      // The generated loops, by the op they compute (a gradient's with
+      // its forward op's name).
+      const std::vector<LoopSpec> &loops = runner.spec().phases[phase].loops;
+      const auto &loopTotals = runner.executor().loopSeconds();
+      for (size_t l = 0; l < loops.size() && phase < loopTotals.size() &&
+                         l < loopTotals[phase].size();
+           ++l) {
+        if (loops[l].op.empty())
+          continue;
+        auto &entry = out[loops[l].op];
+        (phase == fwd ? entry.first : entry.second) +=
+            loopTotals[phase][l] / runs;
+      }
     }
   }
   if (!acrossRanks())
@@ -634,17 +647,15 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
       track.events.push_back(instructionEvent(e, stage, traceOrigin));
     for (const StageExecutor::KernelEvent &e : runner.kernelTrace()) {
       // Named by the model op (ONNX node) it computes, with its kind.
-      const KernelSpec &k = *e.kernel;
+      const std::string &op = *e.op, &kind = *e.kind;
       TraceTrack::Event event;
-      event.name = k.op.empty() ? k.kind : k.op + " (" + k.kind + ")";
-      event.category = "kernel";
+      event.name = op.empty() ? kind : op + " (" + kind + ")";
+      event.category = kind == "loop" ? "loop" : "kernel";
       event.begin = e.begin - traceOrigin;
       event.end = e.end - traceOrigin;
-      event.args = nlohmann::json{
-          {"kernel", k.kind},
-          {"node", k.op},
-          {"phase",
-           *e.phase}}.dump();
+      event.args =
+          nlohmann::json{{"kernel", kind}, {"node", op}, {"phase", *e.phase}}
+              .dump();
       track.events.push_back(std::move(event));
     }
     tracks.push_back(std::move(track));

@@ -4,9 +4,16 @@
 // parameter (no copy): the generic's output is a view of the parameter
 // blob. @w's old value is read only by that generic.
 // Each op's code is a function of its own, called in order by the stage
-// function and never inlined into it.
+// function and never inlined into it, between gpipe_loop calls that time
+// it (loop 0: begin 0, end 1).
 // CHECK-LABEL: func.func @gpipe_stage0_optimizer(
+// CHECK-SAME: gpipe.loops = [{id = 0 : i64, op = ""}]
+// CHECK-NEXT: %[[ID:.*]] = arith.constant 0 : i64
+// CHECK-NEXT: %[[BEGIN:.*]] = arith.constant 0 : i64
+// CHECK-NEXT: call @gpipe_loop(%[[CTX:.*]], %[[ID]], %[[BEGIN]]) : (i64, i64, i64) -> ()
 // CHECK-NEXT: call @gpipe_stage0_optimizer_op0(
+// CHECK-NEXT: %[[END:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: call @gpipe_loop(%[[CTX]], %[[ID]], %[[END]])
 // CHECK-NEXT: return
 // CHECK: func.func private @gpipe_stage0_optimizer_op0(%[[ARENA:.*]]: memref<{{.*}}xi8>, %[[PARAMS:.*]]: memref<64xi8>, %{{.*}}: i64) attributes {gpipe.stage_op, passthrough = ["noinline"]}
 // CHECK: %[[W:.*]] = memref.view %[[PARAMS]][%{{.*}}][] : memref<64xi8> to memref<4xf32>

@@ -86,11 +86,18 @@ func.func @forward(%g: tensor<3x4xf32> {gpipe.name = "g"}, %i: tensor<3xi64> {gp
 // its columns of the output's rows, a Slice that cuts one axis with step 1
 // copies runs of the rows it keeps (memref.copy of contiguous views, a loop
 // over the rows); an element-wise op on operands of one shape is one loop
-// over the elements. Each op's code is in a function of its own.
+// over the elements. Each op's code is in a function of its own, its call
+// timed by gpipe_loop (ids in order).
 // CHECK-LABEL: func.func @gpipe_stage0_forward(
-// CHECK-NEXT: call @gpipe_stage0_forward_op0(
+// CHECK-SAME: gpipe.loops = [{id = 0 : i64, op = ""}, {id = 1 : i64, op = ""}, {id = 2 : i64, op = ""}]
+// CHECK: call @gpipe_stage0_forward_op0(
+// CHECK-NEXT: %[[END0:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: call @gpipe_loop(%{{.*}}, %{{.*}}, %[[END0]])
+// CHECK-NEXT: %[[ID1:.*]] = arith.constant 1 : i64
+// CHECK-NEXT: %[[BEGIN1:.*]] = arith.constant 0 : i64
+// CHECK-NEXT: call @gpipe_loop(%{{.*}}, %[[ID1]], %[[BEGIN1]])
 // CHECK-NEXT: call @gpipe_stage0_forward_op1(
-// CHECK-NEXT: call @gpipe_stage0_forward_op2(
+// CHECK: call @gpipe_stage0_forward_op2(
 // CHECK: func.func private @gpipe_stage0_forward_op0({{.*}} attributes {gpipe.stage_op, passthrough = ["noinline"]}
 // CHECK: scf.for %[[ROW:.*]] = %c0 to %c2 step %c1 {
 // CHECK: memref.view {{.*}} to memref<12xf32>

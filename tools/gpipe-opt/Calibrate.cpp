@@ -110,13 +110,14 @@ gpipe::NetworkFigures measureNetwork(llvm::raw_ostream &log,
 
 namespace {
 /// The cache of the core this thread runs on, in MiB: each data or
-/// unified cache of level 2 and up, divided among the CPUs sharing it
-/// (Linux's /sys/devices/system/cpu/cpuN/cache; 0 where it says nothing).
-double cacheMiBPerCore() {
+/// unified cache of level 2 and up, divided among the CPUs sharing it, and
+/// of it level 2's (Linux's /sys/devices/system/cpu/cpuN/cache; 0 where
+/// it says nothing).
+std::pair<double, double> cacheMiBPerCore() {
   int cpu = sched_getcpu();
   if (cpu < 0)
-    return 0;
-  double mib = 0;
+    return {0, 0};
+  double mib = 0, level2 = 0;
   std::string dir =
       "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index";
   for (int i = 0; i < 16; ++i) {
@@ -147,9 +148,12 @@ double cacheMiBPerCore() {
                      : std::atoi(range.c_str() + dash + 1) -
                            std::atoi(range.c_str()) + 1;
     }
-    mib += bytes / std::max(sharing, 1) / (1024.0 * 1024.0);
+    double share = bytes / std::max(sharing, 1) / (1024.0 * 1024.0);
+    mib += share;
+    if (std::atoi(level.c_str()) == 2)
+      level2 += share;
   }
-  return mib;
+  return {mib, level2};
 }
 
 /// The host with every core of this process's affinity busy: one sgemm on
@@ -213,9 +217,11 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   if (answering)
     return "";
   HostFigures host = measureHost(log);
-  host.cacheMiBPerCore = cacheMiBPerCore();
+  std::tie(host.cacheMiBPerCore, host.privateCacheMiBPerCore) =
+      cacheMiBPerCore();
   // gpipe's own kernels, before this thread is pinned to one core.
-  llvm::Expected<llvm::json::Array> kernels = calibrateKernels(registry, log);
+  llvm::Expected<llvm::json::Array> kernels =
+      calibrateKernels(registry, host.privateCacheMiBPerCore, log);
   if (!kernels)
     throw std::runtime_error(llvm::toString(kernels.takeError()));
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core

@@ -71,6 +71,14 @@ public:
       t->add_float_data(std::isnan(fill) ? normal(rng) : fill);
     return name;
   }
+  /// A boolean scalar initializer.
+  std::string flag(const std::string &name, bool value) {
+    auto *t = graph->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::BOOL);
+    t->add_int32_data(value);
+    return name;
+  }
   std::string ints(const std::string &name, std::vector<int64_t> values) {
     auto *t = graph->add_initializer();
     t->set_name(name);
@@ -114,9 +122,9 @@ private:
   onnx::GraphProto *graph;
 };
 
-/// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels, max
-/// pooling, one of 2C and a depthwise one of 2C (MobileNet's), global
-/// average pooling and a classifier.
+/// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
+/// dropout, max pooling, one of 2C and a depthwise one of 2C (MobileNet's),
+/// global average pooling and a classifier.
 void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   g.input("x", {b, 8, h, h});
   std::string x = "x";
@@ -140,7 +148,9 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   };
   block("a", 8, c);
   block("b", c, c);
-  onnx::NodeProto *pool = g.node("MaxPool", "pool", {x});
+  g.node("Dropout", "drop",
+         {x, g.init("drop_ratio", {}, 0, 0.1f), g.flag("drop_training", true)});
+  onnx::NodeProto *pool = g.node("MaxPool", "pool", {"drop"});
   GraphBuilder::attr(pool, "kernel_shape", {2, 2});
   GraphBuilder::attr(pool, "strides", {2, 2});
   x = "pool";
@@ -155,7 +165,7 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   g.output("fc");
 }
 
-/// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, MatMul), a
+/// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, Dropout, MatMul), a
 /// residual Add, a transpose there and back, Softmax over D, and a
 /// classifier of the flattened sequence.
 void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
@@ -164,7 +174,10 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
          {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
   g.node("MatMul", "up", {"ln", g.init("w_up", {d, 4 * d}, 0.05f)});
   g.node("Relu", "act", {"up"});
-  g.node("MatMul", "down", {"act", g.init("w_down", {4 * d, d}, 0.05f)});
+  g.node("Dropout", "drop",
+         {"act", g.init("drop_ratio", {}, 0, 0.1f),
+          g.flag("drop_training", true)});
+  g.node("MatMul", "down", {"drop", g.init("w_down", {4 * d, d}, 0.05f)});
   g.node("Add", "residual", {"down", "x"});
   GraphBuilder::attr(g.node("Transpose", "swap", {"residual"}), "perm",
                      {0, 2, 1});
@@ -276,7 +289,7 @@ randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {
 } // namespace
 
 llvm::Expected<llvm::json::Array>
-gpipe::calibrateKernels(mlir::DialectRegistry &registry,
+gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         llvm::raw_ostream &log) {
   auto failure = [](const llvm::Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), why);
@@ -315,9 +328,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
       {true, 32, 512, 2}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
-  // cores -> per model: element-wise ops, their bytes, trainable bytes,
-  // seconds of the stage's work outside the library kernels.
-  std::map<int64_t, std::vector<std::array<double, 4>>> loops;
+  // family ("elementwise", "copy") -> cores -> the generated loops: bytes
+  // moved, seconds (forward and backward alike).
+  std::map<std::string,
+           std::map<int64_t, std::vector<std::pair<double, double>>>>
+      loops;
   std::mt19937 rng(7);
   mlir::MLIRContext context(registry);
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &) {
@@ -335,8 +350,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
     // Each op's family and work, by its node name; the element-wise ops'
     // count and bytes, the trainable bytes.
     std::map<std::string, std::pair<std::string, double>> work;
-    // The generated loops' forward and backward bytes.
-    std::vector<std::pair<double, double>> elementwise;
+    // The generated loops' forward and backward bytes, by the op they
+    // are timed as (a fused chain's by its last op, whose bytes the
+    // layer table counts the chain's).
+    std::map<std::string, std::pair<double, double>> elementwise;
+    std::map<std::string, std::string> loopFamily;
     std::map<std::string, double> bytesOf, parameterBytesOf;
     std::set<std::string> partialBackward;
     double trainableBytes = 0;
@@ -354,10 +372,14 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
       for (int64_t l = 0; l < table.size(); ++l) {
         std::string key = costTableKey(table.layers[l]);
-        if (isGeneratedLoop(table.family[l]))
-          elementwise.push_back(
-              {table.bytes(l, table.rows), table.backwardBytes(l, table.rows)});
-        else if (!key.empty()) {
+        if (isGeneratedLoop(table.family[l])) {
+          if (!key.empty()) {
+            elementwise[key].first += table.bytes(l, table.rows);
+            elementwise[key].second += table.backwardBytes(l, table.rows);
+            if (table.bytesMoved[l] > 0 || !loopFamily.count(key))
+              loopFamily[key] = table.family[l];
+          }
+        } else if (!key.empty()) {
           work[key] = {table.family[l], table.work(l, table.rows)};
           bytesOf[key] = table.bytes(l, table.rows);
           parameterBytesOf[key] = table.constantBytes[l];
@@ -393,7 +415,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
       // steps, and with it the fits' fixed costs (a 1-core convolution's
       // measured 4, 8 and 22 us in three calibrations with means of 5).
       const int steps = 9;
-      std::vector<double> optimizerSteps, busySteps;
+      std::vector<double> optimizerSteps;
       std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
           opSteps;
       for (int s = 0; s < steps; ++s) {
@@ -403,25 +425,26 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
         runtime::TrainingSession::Stats after = session.stats();
         optimizerSteps.push_back(after.stages[0].optimizerSeconds -
                                  before.stages[0].optimizerSeconds);
-        busySteps.push_back(after.stages[0].busySeconds -
-                            before.stages[0].busySeconds);
         for (const auto &[name, seconds] : session.opProfile()) {
           opSteps[name].first.push_back(seconds.first);
           opSteps[name].second.push_back(seconds.second);
         }
       }
-      // The library kernels one by one; the generated element-wise loops
-      // (and the optimizer's) only together: the stage's work less the
-      // library kernels'.
+      // The library kernels and the generated loops one by one.
       double optimizer = median(optimizerSteps);
-      double busy = median(busySteps) - optimizer;
       if (optimizer > 0)
         samples["optimizer"][cores].push_back(
             {trainableBytes, trainableBytes, 0, optimizer, 0});
-      double rest = busy, count = 0, bytes = 0;
       for (auto &[name, times] : opSteps) {
         double forward = median(times.first), backward = median(times.second);
-        rest -= forward + backward;
+        if (auto loop = elementwise.find(name); loop != elementwise.end()) {
+          auto &into = loops[loopFamily[name]][cores];
+          if (loop->second.first > 0 && forward > 0)
+            into.push_back({loop->second.first, forward});
+          if (loop->second.second > 0 && backward > 0)
+            into.push_back({loop->second.second, backward});
+          continue;
+        }
         auto it = work.find(name);
         if (it == work.end() || it->second.second <= 0)
           continue;
@@ -429,14 +452,6 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
             {it->second.second, bytesOf[name], parameterBytesOf[name], forward,
              partialBackward.count(name) ? 0 : backward});
       }
-      // Each loop that moves bytes (an alias moves none), forward and
-      // backward.
-      for (const auto &[forward, backward] : elementwise) {
-        count += (forward > 0) + (backward > 0);
-        bytes += forward + backward;
-      }
-      if (rest > 0)
-        loops[cores].push_back({count, bytes, trainableBytes, rest});
     }
     log << llvm::format("calibrate: kernels of model %zu of %zu timed\r", i + 1,
                         std::size(specs));
@@ -480,31 +495,38 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry,
           flops ? "GFLOP/s" : "GB/s", bytesRates.c_str(), fwd.size());
       fits.push_back(std::move(entry));
     }
-  // The generated loops: each a + b x bytes, forward and backward
-  // (CostOpInterface's bytes of each), and the runtime's copies of the
-  // stash and of the gradients: rest = a x loops + b x (bytes + trainable
-  // bytes), fitted to relative error.
-  for (const auto &[cores, models] : loops) {
-    if (models.size() < 3)
-      continue;
-    std::vector<std::array<double, 5>> points;
-    for (const auto &[count, bytes, trainable, rest] : models)
-      points.push_back({count, bytes + trainable, 0, 0, rest});
-    auto [a, b, unused, unused2] = fit(points, {true, true, false, false});
-    (void)unused;
-    (void)unused2;
-    for (const char *family : {"elementwise", "copy"})
-      fits.push_back(
-          llvm::json::Object{{"family", family},
-                             {"cores", cores},
-                             {"samples", static_cast<int64_t>(models.size())},
-                             {"forward", llvm::json::Array{a, b, 0.0}},
-                             {"backward", llvm::json::Array{a, b, 0.0}}});
-    log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f us + "
-                        "bytes at %.2f GB/s (%zu models)\n",
-                        static_cast<const char *>("elementwise"),
-                        static_cast<long long>(cores), a * 1e6, 1e-9 / b,
-                        models.size());
-  }
+  // The generated loops, forward and backward alike (CostOpInterface's
+  // bytes of each): a + b x bytes + c x the bytes beyond the cores' own
+  // caches (DeviceProfile::loopSeconds), fitted to relative error; each
+  // family on its own (a transpose's strided reads are slower than an
+  // addition's), a family without loops in these models as "elementwise".
+  for (const auto &[family, byCores] : loops)
+    for (const auto &[cores, samples] : byCores) {
+      if (samples.size() < 3)
+        continue;
+      double cache = privateCacheMiB * double(1 << 20) * double(cores);
+      std::vector<std::array<double, 5>> points;
+      for (const auto &[bytes, seconds] : samples)
+        points.push_back({1, bytes,
+                          cache > 0 ? std::max(0.0, bytes - cache) : 0, 0,
+                          seconds});
+      std::array<double, 4> c = fit(points, {true, true, cache > 0, false});
+      fits.push_back(llvm::json::Object{
+          {"family", family},
+          {"cores", cores},
+          {"samples", static_cast<int64_t>(samples.size())},
+          {"forward", llvm::json::Array{c[0], c[1], c[2], 0.0}},
+          {"backward", llvm::json::Array{c[0], c[1], c[2], 0.0}}});
+      std::string beyond =
+          c[2] > 0 ? std::string(
+                         llvm::formatv(", beyond {0} MiB at {1:f2} GB/s",
+                                       cache / (1 << 20), 1e-9 / (c[1] + c[2])))
+                   : std::string();
+      log << llvm::format("calibrate: %-13s on %lld core(s): %.1f us + "
+                          "bytes at %.2f GB/s%s (%zu loops)\n",
+                          family.c_str(), static_cast<long long>(cores),
+                          c[0] * 1e6, 1e-9 / c[1], beyond.c_str(),
+                          samples.size());
+    }
   return fits;
 }

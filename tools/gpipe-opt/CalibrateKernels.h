@@ -19,9 +19,11 @@
 
 namespace gpipe {
 
-/// The profile's "kernels" array; progress on `log`.
+/// The profile's "kernels" array; progress on `log`. `privateCacheMiB`:
+/// each core's own cache (level 2), where generated loops run fastest.
 llvm::Expected<llvm::json::Array>
-calibrateKernels(mlir::DialectRegistry &registry, llvm::raw_ostream &log);
+calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
+                 llvm::raw_ostream &log);
 
 } // namespace gpipe
 

@@ -130,6 +130,11 @@ int64_t DropoutOp::getFlops() { return 2 * numElements(getType()); }
 
 // The kernel families of the forward ops (CostOpInterface).
 StringRef WhereOp::getKernelFamily() { return "elementwise"; }
+// Random dropout is a kernel drawing a number per element (its own fit);
+// without randomness the identity, a generated loop.
+StringRef DropoutOp::getKernelFamily() {
+  return isRandom() ? "dropout" : "elementwise";
+}
 StringRef GemmOp::getKernelFamily() { return "matmul"; }
 StringRef MatMulOp::getKernelFamily() { return "matmul"; }
 // A depthwise convolution (a group per input channel) is a kernel of its

@@ -133,7 +133,7 @@ def NN_GeluOp : NN_UnaryOp<"gelu", 10,
 def NN_DropoutOp : NN_Op<"dropout", [Pure, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<InferTypeOpInterface>,
     DeclareOpInterfaceMethods<NN_CostOpInterface,
-                              ["getFlops", "getBackwardBytesMoved"]>,
+        ["getFlops", "getBackwardBytesMoved", "getKernelFamily"]>,
     DeclareOpInterfaceMethods<NN_ElementwiseOpInterface, ["hasScalarForm"]>,
     DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Random zeroing with scaling 1/(1-ratio) when training";

@@ -19,11 +19,11 @@ bool isLayer(Operation &op) {
 /// Seconds of a generated loop moving `bytes` (forward or backward): the
 /// profile's fit of the element-wise loops, else the memory bandwidth; a
 /// loop that moves nothing (an alias) costs nothing.
-double loopSeconds(double bytes, const DeviceProfile &profile) {
+double loopSeconds(StringRef family, double bytes,
+                   const DeviceProfile &profile) {
   if (bytes <= 0)
     return 0;
-  if (std::optional<double> fitted = profile.kernelSeconds(
-          "elementwise", bytes, bytes, /*backward=*/false))
+  if (std::optional<double> fitted = profile.loopSeconds(family, bytes))
     return *fitted;
   return rooflineSeconds(0, bytes, profile);
 }
@@ -117,6 +117,31 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     // An op reads each parameter at most once per execution.
     t.constantBytes[i] = std::min(t.constantBytes[i], t.bytesMoved[i]);
   }
+  // Code generation fuses an element-wise op into the element-wise op
+  // that is its result's only user (linalg's element-wise fusion, same
+  // shape): one loop, which never writes nor reads the result in between.
+  // Its bytes count with its user's, the result's write and read taken
+  // off.
+  auto generatedElementwise = [](Operation *op) {
+    auto e = dyn_cast<nn::ElementwiseOpInterface>(op);
+    return e && e.hasScalarForm(); // else a kernel (random dropout)
+  };
+  for (auto [i, op] : llvm::enumerate(t.layers)) {
+    if (!generatedElementwise(op) || op->getNumResults() != 1 ||
+        !op->getResult(0).hasOneUse())
+      continue;
+    Value result = op->getResult(0);
+    Operation *user = *result.getUsers().begin();
+    auto j = position.find(user);
+    if (!generatedElementwise(user) || j == position.end() ||
+        user->getNumResults() != 1 ||
+        user->getResult(0).getType() != result.getType())
+      continue;
+    double between = 2 * nn::detail::numBytes(result.getType());
+    t.bytesMoved[j->second] += std::max(0.0, t.bytesMoved[i] - between);
+    t.constantBytes[j->second] += t.constantBytes[i];
+    t.bytesMoved[i] = t.constantBytes[i] = 0;
+  }
   return t;
 }
 
@@ -157,7 +182,7 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
   if (family[i].empty())
     return 0; // not an op with kernels (CostOpInterface)
   if (isGeneratedLoop(family[i]))
-    return loopSeconds(bytes(i, r), profile);
+    return loopSeconds(family[i], bytes(i, r), profile);
   if (std::optional<double> fitted =
           profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
                                 /*backward=*/false, constantBytes[i]))
@@ -177,7 +202,7 @@ double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
   if (isGeneratedLoop(family[i]))
-    return loopSeconds(backwardBytes(i, r), profile);
+    return loopSeconds(family[i], backwardBytes(i, r), profile);
   if (std::optional<double> fitted =
           profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
                                 /*backward=*/true, constantBytes[i]))

@@ -80,12 +80,20 @@ struct KernelSpec {
 
 /// One entry point of a stage's code with its own arena: the whole stage
 /// (inference), or its forward or backward phase (training).
+/// A generated loop of a phase's code (one op's loops, in a function of
+/// its own), which the code brackets with gpipe_loop() calls.
+struct LoopSpec {
+  int64_t id = 0;
+  std::string op; // the model op (ONNX node) it computes, or ""
+};
+
 struct PhaseSpec {
   std::string role; // "forward", "backward"
   std::string entry;
   int64_t arenaSize = 0;
   std::vector<TensorSlot> inputs, outputs;
   std::vector<KernelSpec> kernels;
+  std::vector<LoopSpec> loops;
 
   /// The input or output named `name`, or null.
   const TensorSlot *input(const std::string &name) const;
