@@ -508,30 +508,25 @@ TrainingSession::opProfile() const {
     const StreamRunner &runner = *st->runner;
     const auto &totals = runner.executor().kernelSeconds();
     size_t fwd = runner.forwardIndex(), bwd = runner.backwardIndex();
+    const auto &loopTotals = runner.executor().loopSeconds();
+    // The kernels and the generated loops alike, by the op they compute
+    // (a gradient's with its forward op's name).
+    auto add = [&](size_t phase, const auto &specs,
+                   const std::vector<std::vector<double>> &seconds) {
+      if (phase >= seconds.size())
+        return;
+      for (size_t i = 0; i < specs.size() && i < seconds[phase].size(); ++i)
+        if (!specs[i].op.empty()) {
+          auto &entry = out[specs[i].op];
+          (phase == fwd ? entry.first : entry.second) +=
+              seconds[phase][i] / runs;
+        }
+    };
     for (size_t phase : {fwd, bwd}) {
-      if (phase >= totals.size())
+      if (phase >= runner.spec().phases.size())
         continue;
-      const std::vector<KernelSpec> &kernels =
-          runner.spec().phases[phase].kernels;
-      for (size_t k = 0; k < kernels.size() && k < totals[phase].size(); ++k) {
-        if (kernels[k].op.empty())
-          continue;
-        auto &entry = out[kernels[k].op];
-        (phase == fwd ? entry.first : entry.second) += totals[phase][k] / runs;
-      }
-      // The generated loops, by the op they compute (a gradient's with
-      // its forward op's name).
-      const std::vector<LoopSpec> &loops = runner.spec().phases[phase].loops;
-      const auto &loopTotals = runner.executor().loopSeconds();
-      for (size_t l = 0; l < loops.size() && phase < loopTotals.size() &&
-                         l < loopTotals[phase].size();
-           ++l) {
-        if (loops[l].op.empty())
-          continue;
-        auto &entry = out[loops[l].op];
-        (phase == fwd ? entry.first : entry.second) +=
-            loopTotals[phase][l] / runs;
-      }
+      add(phase, runner.spec().phases[phase].kernels, totals);
+      add(phase, runner.spec().phases[phase].loops, loopTotals);
     }
   }
   if (!acrossRanks())

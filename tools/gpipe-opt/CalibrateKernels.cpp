@@ -353,8 +353,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     // The generated loops' forward and backward bytes, by the op they
     // are timed as (a fused chain's by its last op, whose bytes the
     // layer table counts the chain's).
-    std::map<std::string, std::pair<double, double>> elementwise;
-    std::map<std::string, std::string> loopFamily;
+    struct LoopBytes {
+      double forward = 0, backward = 0;
+      std::string family;
+    };
+    std::map<std::string, LoopBytes> elementwise;
     std::map<std::string, double> bytesOf, parameterBytesOf;
     std::set<std::string> partialBackward;
     double trainableBytes = 0;
@@ -374,10 +377,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         std::string key = costTableKey(table.layers[l]);
         if (isGeneratedLoop(table.family[l])) {
           if (!key.empty()) {
-            elementwise[key].first += table.bytes(l, table.rows);
-            elementwise[key].second += table.backwardBytes(l, table.rows);
-            if (table.bytesMoved[l] > 0 || !loopFamily.count(key))
-              loopFamily[key] = table.family[l];
+            LoopBytes &loop = elementwise[key];
+            loop.forward += table.bytes(l, table.rows);
+            loop.backward += table.backwardBytes(l, table.rows);
+            if (table.bytesMoved[l] > 0 || loop.family.empty())
+              loop.family = table.family[l];
           }
         } else if (!key.empty()) {
           work[key] = {table.family[l], table.work(l, table.rows)};
@@ -438,11 +442,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       for (auto &[name, times] : opSteps) {
         double forward = median(times.first), backward = median(times.second);
         if (auto loop = elementwise.find(name); loop != elementwise.end()) {
-          auto &into = loops[loopFamily[name]][cores];
-          if (loop->second.first > 0 && forward > 0)
-            into.push_back({loop->second.first, forward});
-          if (loop->second.second > 0 && backward > 0)
-            into.push_back({loop->second.second, backward});
+          const LoopBytes &bytes = loop->second;
+          auto &into = loops[bytes.family][cores];
+          if (bytes.forward > 0 && forward > 0)
+            into.push_back({bytes.forward, forward});
+          if (bytes.backward > 0 && backward > 0)
+            into.push_back({bytes.backward, backward});
           continue;
         }
         auto it = work.find(name);
