@@ -50,7 +50,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
                                "[B, T, V]), the model returns ")
              << ret.getOperand(0).getType();
     OpBuilder b(ret);
-    Location loc = ret.getLoc();
+    Location loc = lossLocation(ret);
     // Labels: one class index per row of logits (a [B, T] sequence of
     // tokens for [B, T, V] logits).
     ArrayRef<int64_t> rowShape = logits.getShape().drop_back();
@@ -99,7 +99,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
         index, type,
         gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
         forward.getLoc());
-    Location loc = ret.getLoc();
+    Location loc = lossLocation(ret);
     Value diff = b.create<gpipe::nn::SubOp>(
         loc, ValueRange{out, forward.getArgument(index)},
         ArrayRef<NamedAttribute>{});
@@ -137,6 +137,14 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     }
     return forward.emitError("--loss=output:")
            << name << ": the model has no output of that name";
+  }
+
+  /// The appended loss's ops are named "(loss)" (no ONNX node's name):
+  /// their kernels and their gradients' are timed and priced as one op
+  /// (gpipe-run --profile-ops, --cost-table).
+  static Location lossLocation(func::ReturnOp ret) {
+    return NameLoc::get(StringAttr::get(ret.getContext(), "(loss)"),
+                        ret.getLoc());
   }
 
   static std::string resultName(func::FuncOp f, unsigned i) {

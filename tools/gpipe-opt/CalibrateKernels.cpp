@@ -167,8 +167,10 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
 
 /// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, Dropout, MatMul), a
 /// residual Add, a transpose there and back, Softmax over D, and a
-/// classifier of the flattened sequence.
-void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
+/// classifier of the flattened sequence, or with `vocab` a language model's
+/// head: logits of each token over `vocab` classes.
+void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
+                 int64_t vocab) {
   g.input("x", {b, t, d});
   g.node("LayerNormalization", "ln",
          {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
@@ -184,6 +186,11 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d) {
   GraphBuilder::attr(g.node("Transpose", "back", {"swap"}), "perm", {0, 2, 1});
   GraphBuilder::attr(g.node("Softmax", "softmax", {"back"}), "axis", {-1},
                      /*list=*/false);
+  if (vocab > 0) {
+    g.node("MatMul", "head", {"softmax", g.init("w_head", {d, vocab}, 0.05f)});
+    g.output("head");
+    return;
+  }
   g.node("Reshape", "flat", {"softmax", g.ints("shape", {b, t * d})});
   onnx::NodeProto *fc = g.node("Gemm", "fc",
                                {"flat", g.init("w_fc", {10, t * d}, 0.05f),
@@ -314,18 +321,19 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     ~Cleanup() { llvm::sys::fs::remove_directories(dir); }
   } cleanup{dir};
 
-  // The models: (kind, batch, size, size).
+  // The models: (kind, batch, size, size[, a sequence's vocabulary]).
   struct Spec {
     bool conv;
-    int64_t b, m, n;
+    int64_t b, m, n, vocab = 0;
   };
-  const Spec specs[] = {
-      {true, 4, 16, 32},   {true, 32, 16, 32},  {true, 8, 32, 16},
-      {true, 32, 64, 16},  {true, 8, 128, 8},   {true, 32, 128, 8},
-      {true, 4, 256, 4},   {true, 32, 256, 4},  {false, 4, 16, 64},
-      {false, 16, 32, 64}, {false, 8, 64, 128}, {false, 32, 64, 128},
-      {false, 8, 32, 256}, {false, 8, 16, 512}, {false, 4, 8, 1024},
-      {true, 32, 512, 2}};
+  const Spec specs[] = {{true, 4, 16, 32},         {true, 32, 16, 32},
+                        {true, 8, 32, 16},         {true, 32, 64, 16},
+                        {true, 8, 128, 8},         {true, 32, 128, 8},
+                        {true, 4, 256, 4},         {true, 32, 256, 4},
+                        {false, 4, 16, 64},        {false, 16, 32, 64, 512},
+                        {false, 8, 64, 128},       {false, 32, 64, 128, 1024},
+                        {false, 8, 32, 256, 4096}, {false, 8, 16, 512},
+                        {false, 4, 8, 1024},       {true, 32, 512, 2}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
   // family ("elementwise", "copy") -> cores -> the generated loops: bytes
@@ -343,7 +351,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     if (spec.conv)
       convNet(g, spec.b, spec.m, spec.n);
     else
-      sequenceNet(g, spec.b, spec.m, spec.n);
+      sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
     std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
     if (!g.write(onnxPath))
       return failure("cannot write " + onnxPath);
@@ -376,7 +384,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       for (int64_t l = 0; l < table.size(); ++l) {
         std::string key = costTableKey(table.layers[l]);
         if (isGeneratedLoop(table.family[l])) {
-          if (!key.empty()) {
+          // (An alias, such as the loss's reshapes, runs no loop.)
+          if (!key.empty() && table.bytesMoved[l] > 0) {
             LoopBytes &loop = elementwise[key];
             loop.forward += table.bytes(l, table.rows);
             loop.backward += table.backwardBytes(l, table.rows);

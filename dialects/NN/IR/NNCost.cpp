@@ -161,7 +161,7 @@ StringRef TransposeOp::getKernelFamily() { return "copy"; }
 StringRef ReduceMeanOp::getKernelFamily() { return "elementwise"; }
 StringRef BroadcastOp::getKernelFamily() { return "copy"; }
 StringRef ReduceSumOp::getKernelFamily() { return "elementwise"; }
-StringRef SoftmaxCrossEntropyOp::getKernelFamily() { return "softmax"; }
+StringRef SoftmaxCrossEntropyOp::getKernelFamily() { return "cross_entropy"; }
 StringRef ConcatOp::getKernelFamily() { return "copy"; }
 StringRef SliceOp::getKernelFamily() { return "copy"; }
 StringRef SplitOp::getKernelFamily() { return "copy"; }

@@ -46,8 +46,8 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
                  speed (gpipe-opt --calibrate) the cost model applies to
                  it: "matmul", "conv" and "depthwise_conv" (timed by
                  their FLOPs and bytes), "batch_norm", "layer_norm",
-                 "softmax", "pooling", "copy" and "elementwise" (timed by
-                 their bytes).}],
+                 "softmax", "cross_entropy", "pooling", "copy" and
+                 "elementwise" (timed by their bytes).}],
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",
       /*defaultImplementation=*/[{ return "elementwise"; }]>,
