@@ -3,7 +3,10 @@
 
 #include "Analysis/Planner/PlanCostModel.h"
 #include "Analysis/Planner/StagePartition.h"
+#include "NN/IR/NNOps.h"
+#include "Transforms/Passes.h"
 #include "Transforms/Schedule.h"
+#include "Transforms/SplitForwardBackward.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -109,7 +112,10 @@ void predict(PlanCandidate &c, const LayerTable &table,
       activations += table.activationBytes[i] * scale;
       facts.trainableBytes += table.trainableBytes[i];
     }
-    facts.stashBytes = plan.recomputes(s) ? facts.inBytes : activations;
+    facts.stashBytes =
+        plan.recomputes(s)
+            ? facts.inBytes
+            : table.stashBytes(begin, end, rows).value_or(activations);
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
     facts.gradientSumBandwidth =
         profiles[s].passBandwidth(2 * facts.trainableBytes);
@@ -331,6 +337,54 @@ void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
      << "the " << plans.size() << " plans weighed)\n";
 }
 
+/// What the backward of `module` (its loss appended; the layers of
+/// `table`) reads from the forward, by layer: the stash of a one-stage
+/// plan, as gpipe-split-forward-backward keeps it (empty when the model
+/// cannot be differentiated: the compile says why).
+namespace {
+std::vector<LayerTable::StashedValue> stashByLayer(ModuleOp module,
+                                                   const LayerTable &table) {
+  MLIRContext *context = module.getContext();
+  StringRef tag = "gpipe.layer";
+  for (auto [i, op] : llvm::enumerate(table.layers))
+    op->setAttr(tag, IntegerAttr::get(IntegerType::get(context, 64), i));
+  OwningOpRef<ModuleOp> differentiated(module.clone());
+  for (Operation *op : table.layers)
+    op->removeAttr(tag);
+  {
+    ScopedDiagnosticHandler quiet(context,
+                                  [](Diagnostic &) { return success(); });
+    PassManager pm(context);
+    pm.addPass(createAutodiff());
+    if (failed(pm.run(*differentiated)))
+      return {};
+  }
+  auto fb = differentiated->lookupSymbol<func::FuncOp>("forward_backward");
+  if (!fb)
+    return {};
+  auto layerOf = [&](Operation *op) -> std::optional<int64_t> {
+    if (auto index = op->getAttrOfType<IntegerAttr>(tag))
+      return index.getInt();
+    return std::nullopt;
+  };
+  llvm::DenseSet<Operation *> forward = forwardOps(fb);
+  std::vector<LayerTable::StashedValue> stashed;
+  for (Value v : gpipe::stashedValues(fb, forward)) {
+    LayerTable::StashedValue s{-1, -1, nn::detail::numBytes(v.getType())};
+    if (Operation *def = v.getDefiningOp())
+      s.layer = layerOf(def).value_or(-1);
+    for (Operation *user : v.getUsers()) {
+      if (isa<func::ReturnOp>(user))
+        s.lastUse = std::max(s.lastUse, table.size());
+      else if (forward.contains(user))
+        s.lastUse = std::max(s.lastUse, layerOf(user).value_or(-1));
+    }
+    stashed.push_back(s);
+  }
+  return stashed;
+}
+} // namespace
+
 llvm::Expected<std::vector<PlanCandidate>>
 gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
                   llvm::StringRef costTable, const PlanSearchSpace &space) {
@@ -354,5 +408,6 @@ gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
   }
   LayerTable layers = LayerTable::build(forward, space.optimizerSlots,
                                         table ? &*table : nullptr);
+  layers.stashed = stashByLayer(*copy, layers);
   return searchPlans(layers, space, context);
 }

@@ -7,6 +7,7 @@
 // results.
 //
 //===----------------------------------------------------------------------===//
+#include "Transforms/SplitForwardBackward.h"
 #include "Transforms/Passes.h"
 
 #include "GPipe/IR/GPipeOps.h"
@@ -44,6 +45,14 @@ bool isRematerializable(Value v) {
          (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
 }
 
+/// The seed arguments: they trail the data inputs.
+unsigned firstSeedArgument(func::FuncOp fb) {
+  unsigned first = fb.getNumArguments();
+  while (first > 0 && isSeed(fb.getArgAttrDict(first - 1)))
+    --first;
+  return first;
+}
+
 struct SplitForwardBackwardPass
     : public gpipe::impl::SplitForwardBackwardBase<SplitForwardBackwardPass> {
   using SplitForwardBackwardBase::SplitForwardBackwardBase;
@@ -72,9 +81,7 @@ struct SplitForwardBackwardPass
     Block &body = fb.front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     // The seeds trail the data inputs.
-    unsigned firstSeed = fb.getNumArguments();
-    while (firstSeed > 0 && isSeed(fb.getArgAttrDict(firstSeed - 1)))
-      --firstSeed;
+    unsigned firstSeed = firstSeedArgument(fb);
     if (firstSeed == fb.getNumArguments())
       return fb.emitError("@forward_backward must end with its seeds "
                           "(loss_grad or output_grad:<act>)");
@@ -88,17 +95,7 @@ struct SplitForwardBackwardPass
       (isGradient(fb.getResultAttrDict(i)) ? gradResults : forwardResults)
           .push_back(i);
 
-    // The forward ops: the backward slice of the forward results.
-    DenseSet<Operation *> forwardOps;
-    SmallVector<Value> worklist;
-    for (unsigned i : forwardResults)
-      worklist.push_back(ret.getOperand(i));
-    while (!worklist.empty()) {
-      Operation *def = worklist.pop_back_val().getDefiningOp();
-      if (!def || !forwardOps.insert(def).second)
-        continue;
-      llvm::append_range(worklist, def->getOperands());
-    }
+    DenseSet<Operation *> forwardOps = gpipe::forwardOps(fb);
     for (Value seed : seeds)
       if (llvm::any_of(seed.getUsers(),
                        [&](Operation *u) { return forwardOps.contains(u); }))
@@ -109,22 +106,8 @@ struct SplitForwardBackwardPass
     // recompute, every value the backward reads from them (or from the
     // inputs).
     SmallVector<Value> stash;
-    if (!recomputeAll) {
-      DenseSet<Value> seen;
-      auto keep = [&](Value v) {
-        bool fromForward = v.getDefiningOp()
-                               ? forwardOps.contains(v.getDefiningOp())
-                               : !seeds.contains(v);
-        if (fromForward && !isRematerializable(v) && seen.insert(v).second)
-          stash.push_back(v);
-      };
-      for (Operation &op : body.without_terminator())
-        if (!forwardOps.contains(&op))
-          for (Value v : op.getOperands())
-            keep(v);
-      for (unsigned i : gradResults)
-        keep(ret.getOperand(i));
-    }
+    if (!recomputeAll)
+      stash = stashedValues(fb, forwardOps);
     SmallVector<Type> dataTypes;
     SmallVector<DictionaryAttr> dataAttrs;
     for (unsigned i = 0; i < firstSeed; ++i) {
@@ -230,3 +213,44 @@ struct SplitForwardBackwardPass
 };
 
 } // namespace
+
+DenseSet<Operation *> gpipe::forwardOps(func::FuncOp fb) {
+  // The backward slice of the forward results (those not gradients).
+  auto ret = cast<func::ReturnOp>(fb.front().getTerminator());
+  DenseSet<Operation *> ops;
+  SmallVector<Value> worklist;
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i)
+    if (!isGradient(fb.getResultAttrDict(i)))
+      worklist.push_back(ret.getOperand(i));
+  while (!worklist.empty()) {
+    Operation *def = worklist.pop_back_val().getDefiningOp();
+    if (!def || !ops.insert(def).second)
+      continue;
+    llvm::append_range(worklist, def->getOperands());
+  }
+  return ops;
+}
+
+SmallVector<Value> gpipe::stashedValues(func::FuncOp fb,
+                                        const DenseSet<Operation *> &forward) {
+  Block &body = fb.front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  unsigned firstSeed = firstSeedArgument(fb);
+  SmallVector<Value> stash;
+  DenseSet<Value> seen;
+  auto keep = [&](Value v) {
+    bool fromForward = v.getDefiningOp()
+                           ? forward.contains(v.getDefiningOp())
+                           : cast<BlockArgument>(v).getArgNumber() < firstSeed;
+    if (fromForward && !isRematerializable(v) && seen.insert(v).second)
+      stash.push_back(v);
+  };
+  for (Operation &op : body.without_terminator())
+    if (!forward.contains(&op))
+      for (Value v : op.getOperands())
+        keep(v);
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i)
+    if (isGradient(fb.getResultAttrDict(i)))
+      keep(ret.getOperand(i));
+  return stash;
+}

@@ -60,6 +60,17 @@ struct LayerTable {
   llvm::SmallVector<std::string> family;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
   llvm::SmallVector<std::optional<OpCost>> measured;
+  /// The values the backward reads from the forward (without recompute,
+  /// a stage keeps them for each micro-batch): the layer defining each
+  /// (-1: an input of the model), the last layer reading it in the
+  /// forward (n: a result of the model) and its bytes at `rows`. Filled by
+  /// whoever differentiated the model (the plan search); empty when not
+  /// known.
+  struct StashedValue {
+    int64_t layer, lastUse;
+    double bytes;
+  };
+  std::vector<StashedValue> stashed;
 
   /// Reads @forward; `table` may be null.
   static LayerTable build(mlir::func::FuncOp forward, int64_t optimizerSlots,
@@ -90,6 +101,10 @@ struct LayerTable {
                         int64_t r) const;
   double backwardSeconds(int64_t i, const DeviceProfile &profile,
                          int64_t r) const;
+  /// Bytes a stage of layers [begin, end) keeps per micro-batch of `r`
+  /// rows without recompute: the stashed values it defines or receives
+  /// (defined before it, read by it); none when `stashed` is unknown.
+  std::optional<double> stashBytes(int64_t begin, int64_t end, int64_t r) const;
 
 private:
   /// The backward of layer i as if it computed every gradient.

@@ -190,6 +190,18 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
 
+std::optional<double> LayerTable::stashBytes(int64_t begin, int64_t end,
+                                             int64_t r) const {
+  if (stashed.empty())
+    return std::nullopt;
+  double bytes = 0;
+  for (const StashedValue &v : stashed)
+    if ((v.layer >= begin && v.layer < end) ||
+        (v.layer < begin && v.lastUse >= begin))
+      bytes += v.bytes;
+  return bytes * scale(r);
+}
+
 double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
                                    int64_t r) const {
   if (measured[i] && measured[i]->backward)
