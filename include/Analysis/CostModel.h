@@ -88,11 +88,13 @@ struct DeviceProfile {
                                       double parameterBytes = 0) const;
 
   /// Seconds of a generated loop of `family` ("elementwise", "copy")
-  /// moving `bytes`: the family's fit (else "elementwise"'s), a + b x
+  /// moving `bytes`, of a forward or a `backward`: the family's fit (else
+  /// "elementwise"'s; the forward's where the backward has none), a + b x
   /// bytes + c x the bytes beyond the cores' own caches
   /// (privateCacheBytes), and at least the bytes beyond the whole cache at
   /// the memory bandwidth; none without a fit.
-  std::optional<double> loopSeconds(llvm::StringRef family, double bytes) const;
+  std::optional<double> loopSeconds(llvm::StringRef family, double bytes,
+                                    bool backward = false) const;
 };
 
 /// The devices of a plan run at once and share their host: with

@@ -106,14 +106,19 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
 }
 
 std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
-                                                        double bytes) const {
+                                                        double bytes,
+                                                        bool backward) const {
   double beyond =
       privateCacheBytes > 0 ? std::max(0.0, bytes - privateCacheBytes) : 0.0;
-  // c[2] prices the bytes beyond the cores' own caches (c[3] unused).
-  std::optional<double> fitted =
-      kernelSeconds(family, bytes, beyond, /*backward=*/false);
+  // c[2] prices the bytes beyond the cores' own caches (c[3] unused); a
+  // profile without a backward fit prices backward loops as forward ones.
+  auto fitOf = [&](StringRef f) {
+    std::optional<double> s = kernelSeconds(f, bytes, beyond, backward);
+    return s || !backward ? s : kernelSeconds(f, bytes, beyond, false);
+  };
+  std::optional<double> fitted = fitOf(family);
   if (!fitted)
-    fitted = kernelSeconds("elementwise", bytes, beyond, /*backward=*/false);
+    fitted = fitOf("elementwise");
   if (!fitted)
     return std::nullopt;
   if (cacheBytes > 0 && bytes > cacheBytes && memoryBandwidth > 0)

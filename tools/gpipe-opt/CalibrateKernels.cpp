@@ -337,10 +337,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
   // family ("elementwise", "copy") -> cores -> the generated loops: bytes
-  // moved, seconds (forward and backward alike).
-  std::map<std::string,
-           std::map<int64_t, std::vector<std::pair<double, double>>>>
-      loops;
+  // moved, seconds; the forwards' [0] and the backwards' [1] (a gradient
+  // loop's bytes, CostOpInterface::getBackwardBytesMoved, are a rule of
+  // thumb: its speed per byte is its own).
+  using LoopSamples = std::vector<std::pair<double, double>>;
+  std::map<std::string, std::map<int64_t, std::array<LoopSamples, 2>>> loops;
   std::mt19937 rng(7);
   mlir::MLIRContext context(registry);
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &) {
@@ -454,9 +455,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           const LoopBytes &bytes = loop->second;
           auto &into = loops[bytes.family][cores];
           if (bytes.forward > 0 && forward > 0)
-            into.push_back({bytes.forward, forward});
+            into[0].push_back({bytes.forward, forward});
           if (bytes.backward > 0 && backward > 0)
-            into.push_back({bytes.backward, backward});
+            into[1].push_back({bytes.backward, backward});
           continue;
         }
         auto it = work.find(name);
@@ -509,38 +510,53 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           flops ? "GFLOP/s" : "GB/s", bytesRates.c_str(), fwd.size());
       fits.push_back(std::move(entry));
     }
-  // The generated loops, forward and backward alike (CostOpInterface's
-  // bytes of each): a + b x bytes + c x the bytes beyond the cores' own
-  // caches (DeviceProfile::loopSeconds), fitted to relative error; each
-  // family on its own (a transpose's strided reads are slower than an
-  // addition's), a family without loops in these models as "elementwise".
+  // The generated loops, forwards and backwards apart: a + b x bytes + c x
+  // the bytes beyond the cores' own caches (DeviceProfile::loopSeconds),
+  // fitted to relative error; each family on its own (a transpose's
+  // strided reads are slower than an addition's), a family without loops
+  // in these models as "elementwise".
   for (const auto &[family, byCores] : loops)
     for (const auto &[cores, samples] : byCores) {
-      if (samples.size() < 3)
-        continue;
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
-      std::vector<std::array<double, 5>> points;
-      for (const auto &[bytes, seconds] : samples)
-        points.push_back({1, bytes,
-                          cache > 0 ? std::max(0.0, bytes - cache) : 0, 0,
-                          seconds});
-      std::array<double, 4> c = fit(points, {true, true, cache > 0, false});
-      fits.push_back(llvm::json::Object{
+      std::array<std::optional<std::array<double, 4>>, 2> c;
+      for (int phase = 0; phase < 2; ++phase) {
+        if (samples[phase].size() < 3)
+          continue;
+        std::vector<std::array<double, 5>> points;
+        for (const auto &[bytes, seconds] : samples[phase])
+          points.push_back({1, bytes,
+                            cache > 0 ? std::max(0.0, bytes - cache) : 0, 0,
+                            seconds});
+        c[phase] = fit(points, {true, true, cache > 0, false});
+      }
+      if (!c[0])
+        continue;
+      auto json = [](const std::array<double, 4> &f) {
+        return llvm::json::Array{f[0], f[1], f[2], 0.0};
+      };
+      llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
-          {"samples", static_cast<int64_t>(samples.size())},
-          {"forward", llvm::json::Array{c[0], c[1], c[2], 0.0}},
-          {"backward", llvm::json::Array{c[0], c[1], c[2], 0.0}}});
-      std::string beyond =
-          c[2] > 0 ? std::string(
-                         llvm::formatv(", beyond {0} MiB at {1:f2} GB/s",
-                                       cache / (1 << 20), 1e-9 / (c[1] + c[2])))
-                   : std::string();
-      log << llvm::format("calibrate: %-13s on %lld core(s): %.1f us + "
-                          "bytes at %.2f GB/s%s (%zu loops)\n",
+          {"samples", static_cast<int64_t>(samples[0].size())},
+          {"forward", json(*c[0])}};
+      if (c[1])
+        entry["backward"] = json(*c[1]);
+      fits.push_back(std::move(entry));
+      auto describe = [&](const std::array<double, 4> &f) {
+        std::string beyond = f[2] > 0
+                                 ? std::string(llvm::formatv(
+                                       ", beyond {0} MiB at {1:f2} GB/s",
+                                       cache / (1 << 20), 1e-9 / (f[1] + f[2])))
+                                 : std::string();
+        return std::string(llvm::formatv("{0:f1} us + bytes at {1:f2} GB/s{2}",
+                                         f[0] * 1e6, 1e-9 / f[1], beyond));
+      };
+      log << llvm::format("calibrate: %-13s on %lld core(s): forward %s; "
+                          "backward %s (%zu and %zu loops)\n",
                           family.c_str(), static_cast<long long>(cores),
-                          c[0] * 1e6, 1e-9 / c[1], beyond.c_str(),
-                          samples.size());
+                          describe(*c[0]).c_str(),
+                          c[1] ? describe(*c[1]).c_str() : "as forward",
+                          samples[0].size(), samples[1].size());
     }
   return fits;
 }

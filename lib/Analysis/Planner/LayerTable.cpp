@@ -19,11 +19,12 @@ bool isLayer(Operation &op) {
 /// Seconds of a generated loop moving `bytes` (forward or backward): the
 /// profile's fit of the element-wise loops, else the memory bandwidth; a
 /// loop that moves nothing (an alias) costs nothing.
-double loopSeconds(StringRef family, double bytes,
+double loopSeconds(StringRef family, double bytes, bool backward,
                    const DeviceProfile &profile) {
   if (bytes <= 0)
     return 0;
-  if (std::optional<double> fitted = profile.loopSeconds(family, bytes))
+  if (std::optional<double> fitted =
+          profile.loopSeconds(family, bytes, backward))
     return *fitted;
   return rooflineSeconds(0, bytes, profile);
 }
@@ -182,7 +183,7 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
   if (family[i].empty())
     return 0; // not an op with kernels (CostOpInterface)
   if (isGeneratedLoop(family[i]))
-    return loopSeconds(family[i], bytes(i, r), profile);
+    return loopSeconds(family[i], bytes(i, r), /*backward=*/false, profile);
   if (std::optional<double> fitted =
           profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
                                 /*backward=*/false, constantBytes[i]))
@@ -214,7 +215,8 @@ double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
   if (isGeneratedLoop(family[i]))
-    return loopSeconds(family[i], backwardBytes(i, r), profile);
+    return loopSeconds(family[i], backwardBytes(i, r), /*backward=*/true,
+                       profile);
   if (std::optional<double> fitted =
           profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
                                 /*backward=*/true, constantBytes[i]))
