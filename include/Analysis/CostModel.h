@@ -61,14 +61,17 @@ struct DeviceProfile {
   int64_t hostCores = 0;
   double hostPeakFlops = 0, hostMemoryBandwidth = 0;
   /// A kernel family's measured seconds on `cores` cores: a + b x work
-  /// + c x bytes of activations + d x bytes of parameters, forward and
-  /// (when measured) backward (gpipe-opt --calibrate; a profile's
-  /// three-number fits price parameters' bytes as the others, d = c).
+  /// + c x bytes of activations + d x bytes of parameters + e x bytes of
+  /// activations and f x bytes of parameters beyond the cores' own caches
+  /// (privateCacheBytes), forward and (when measured) backward
+  /// (gpipe-opt --calibrate; a profile's three-number fits price
+  /// parameters' bytes as the others, d = c; shorter fits leave e and f
+  /// 0).
   struct KernelFit {
     std::string family;
     int64_t cores = 1;
-    std::array<double, 4> forward{};
-    std::optional<std::array<double, 4>> backward;
+    std::array<double, 6> forward{};
+    std::optional<std::array<double, 6>> backward;
   };
   std::vector<KernelFit> kernels;
 
@@ -178,15 +181,6 @@ std::string costTableKey(mlir::Location loc);
 /// max(flops / peak, bytes / bandwidth) on `profile`.
 double rooflineSeconds(double flops, double bytes,
                        const DeviceProfile &profile);
-
-/// Seconds one forward execution of `op` takes on `profile`: the table's
-/// entry if there is one, else max(FLOPs / peak, bytes / bandwidth).
-double forwardTime(mlir::Operation *op, const DeviceProfile &profile,
-                   const CostTable *table = nullptr);
-/// Seconds of `op`'s backward: the table's entry if there is one, else two
-/// forwards (the gradients of the inputs and of the weights).
-double backwardTime(mlir::Operation *op, const DeviceProfile &profile,
-                    const CostTable *table = nullptr);
 
 } // namespace gpipe
 

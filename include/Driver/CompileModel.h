@@ -56,10 +56,12 @@ struct CompileOptions {
   std::string stages = "auto", schedule = "gpipe", recompute = "never";
   /// "given": the devices, micro-batches, schedule and recompute as
   /// written; "auto": the fastest plan the search predicts for the cores
-  /// of `devices`; "auto-for-cores": auto where the devices are CPU cores
-  /// and the step's batch is known, else given (gpipe-opt's default when
-  /// it is given the devices and no other part of a plan).
+  /// of `devices`.
   std::string plan = "given";
+  /// With plan "given": auto instead where the devices are CPU cores and
+  /// the step's batch is known (gpipe-opt's default when it is given the
+  /// devices and no other part of a plan).
+  bool autoPlanWherePossible = false;
   std::string deviceProfile, costTable;
   /// The GPU architecture of CUDA stages.
   std::string cudaArch = "sm_80";

@@ -97,12 +97,17 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
       return kernelSeconds("softmax", work, bytes, backward, parameterBytes);
     return std::nullopt;
   }
-  const std::array<double, 4> &c = backward ? *best->backward : best->forward;
+  const std::array<double, 6> &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
   parameterBytes = std::min(parameterBytes, bytes);
-  return c[0] + c[1] * scale * work + c[2] * scale * (bytes - parameterBytes) +
-         c[3] * scale * parameterBytes;
+  double activations = bytes - parameterBytes;
+  auto beyond = [&](double b) {
+    return privateCacheBytes > 0 ? std::max(0.0, b - privateCacheBytes) : 0.0;
+  };
+  return c[0] + c[1] * scale * work + c[2] * scale * activations +
+         c[3] * scale * parameterBytes + c[4] * scale * beyond(activations) +
+         c[5] * scale * beyond(parameterBytes);
 }
 
 std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
@@ -110,7 +115,7 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
                                                         bool backward) const {
   double beyond =
       privateCacheBytes > 0 ? std::max(0.0, bytes - privateCacheBytes) : 0.0;
-  // c[2] prices the bytes beyond the cores' own caches (c[3] unused); a
+  // c[2] prices the bytes beyond the cores' own caches (c[3] on unused); a
   // profile without a backward fit prices backward loops as forward ones.
   auto fitOf = [&](StringRef f) {
     std::optional<double> s = kernelSeconds(f, bytes, beyond, backward);
@@ -228,7 +233,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       DeviceProfile::KernelFit f;
       auto pair = [&](llvm::StringRef key, double *out) {
         const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
-        if (!a || a->size() < 2 || a->size() > 4)
+        if (!a || a->size() < 2 || a->size() > 6)
           return false;
         for (size_t i = 0; i < a->size(); ++i) {
           std::optional<double> v = (*a)[i].getAsNumber();
@@ -247,7 +252,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       bool ok =
           family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
       if (ok && e->get("backward")) {
-        std::array<double, 4> b{};
+        std::array<double, 6> b{};
         ok = pair("backward", b.data());
         f.backward = b;
       }
@@ -255,7 +260,9 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
         return fail("'kernels' holds objects with 'family', 'cores' (at "
                     "least 1) and 'forward' (and 'backward'): [seconds, "
                     "seconds per unit of work(, seconds per byte(, seconds "
-                    "per byte of parameters))], not negative");
+                    "per byte of parameters(, seconds per byte of "
+                    "activations beyond the cores' level 2 caches(, of "
+                    "parameters beyond them))))], not negative");
       f.family = family->str();
       f.cores = *kcores;
       p.kernels.push_back(std::move(f));
@@ -406,31 +413,7 @@ std::string gpipe::costTableKey(Location at) {
   return key;
 }
 
-double gpipe::forwardTime(Operation *op, const DeviceProfile &profile,
-                          const CostTable *table) {
-  if (table) {
-    auto it = table->find(costTableKey(op));
-    if (it != table->end())
-      return it->second.forward;
-  }
-  auto cost = dyn_cast<nn::CostOpInterface>(op);
-  if (!cost)
-    return 0;
-  return rooflineSeconds(static_cast<double>(cost.getFlops()),
-                         static_cast<double>(cost.getBytesMoved()), profile);
-}
-
 double gpipe::rooflineSeconds(double flops, double bytes,
                               const DeviceProfile &profile) {
   return std::max(flops / profile.peakFlops, bytes / profile.memoryBandwidth);
-}
-
-double gpipe::backwardTime(Operation *op, const DeviceProfile &profile,
-                           const CostTable *table) {
-  if (table) {
-    auto it = table->find(costTableKey(op));
-    if (it != table->end() && it->second.backward)
-      return *it->second.backward;
-  }
-  return 2 * forwardTime(op, profile, table);
 }

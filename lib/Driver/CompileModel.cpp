@@ -142,7 +142,7 @@ std::vector<std::string> validate(const CompileOptions &o) {
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
     problems.push_back("--optimizer=" + opt +
                        " is not an optimizer: use sgd, adam or adamw");
-  if (o.plan != "given" && o.plan != "auto" && o.plan != "auto-for-cores")
+  if (o.plan != "given" && o.plan != "auto")
     problems.push_back("--plan=" + o.plan +
                        " is not a plan: use auto (the fastest plan predicted "
                        "for the cores of --devices) or given");
@@ -573,7 +573,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
         planSearchSpace(resolved, devices, ranks);
     std::optional<std::vector<PlanCandidate>> weighed;
     bool autoPlan =
-        options.plan == "auto" || (options.plan == "auto-for-cores" && space);
+        options.plan == "auto" || (options.autoPlanWherePossible && space);
     if (autoPlan || options.emit == CompileOutput::Plans) {
       std::string flag =
           options.emit == CompileOutput::Plans ? "--emit=plans" : "--plan=auto";

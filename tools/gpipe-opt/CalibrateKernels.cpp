@@ -123,20 +123,24 @@ private:
 };
 
 /// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
-/// dropout, max pooling, one of 2C and a depthwise one of 2C (MobileNet's),
+/// dropout, max pooling, one of 2C, a depthwise one of 2C, a pointwise
+/// (1x1) one and a strided depthwise one (MobileNet's and ResNet's shapes),
 /// global average pooling and a classifier.
 void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   g.input("x", {b, 8, h, h});
   std::string x = "x";
   auto block = [&](const std::string &tag, int64_t in, int64_t out,
-                   int64_t group = 1) {
-    onnx::NodeProto *conv =
-        g.node("Conv", "conv_" + tag,
-               {x, g.init("w_" + tag, {out, in / group, 3, 3}, 0.1f)});
-    GraphBuilder::attr(conv, "pads", {1, 1, 1, 1});
+                   int64_t group = 1, int64_t kernel = 3, int64_t stride = 1) {
+    onnx::NodeProto *conv = g.node(
+        "Conv", "conv_" + tag,
+        {x, g.init("w_" + tag, {out, in / group, kernel, kernel}, 0.1f)});
+    int64_t pad = kernel / 2;
+    GraphBuilder::attr(conv, "pads", {pad, pad, pad, pad});
     if (group > 1)
       GraphBuilder::attr(conv, "group", {group}, /*list=*/false);
-    GraphBuilder::attr(conv, "kernel_shape", {3, 3});
+    if (stride > 1)
+      GraphBuilder::attr(conv, "strides", {stride, stride});
+    GraphBuilder::attr(conv, "kernel_shape", {kernel, kernel});
     onnx::NodeProto *bn = g.node(
         "BatchNormalization", "bn_" + tag,
         {"conv_" + tag, g.init("s_" + tag, {out}, 0, 1.0f),
@@ -156,6 +160,8 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
   x = "pool";
   block("c", c, 2 * c);
   block("d", 2 * c, 2 * c, 2 * c);
+  block("e", 2 * c, 2 * c, 1, /*kernel=*/1);
+  block("f", 2 * c, 2 * c, 2 * c, 3, /*stride=*/2);
   g.node("GlobalAveragePool", "gap", {x});
   g.node("Flatten", "flatten", {"gap"});
   onnx::NodeProto *fc = g.node("Gemm", "fc",
@@ -203,20 +209,21 @@ struct Sample {
   double work, bytes, parameterBytes, forward, backward;
 };
 
-/// Seconds t = c0 x0 + c1 x1 + c2 x2 + c3 x3 over points {x0..x3, t} (the
+/// Seconds t = c0 x0 + ... + c5 x5 over points {x0..x5, t} (the
 /// regressors `use` names; x1, the work, always), fitted to relative error
 /// (weights 1/t^2) so that small kernels count as much as large ones; no
 /// coefficient negative (a negative one is dropped and the rest fitted
 /// again). Kernels: x = (1, work, bytes of activations, bytes of
-/// parameters), the bytes only for families timed by FLOPs (a small matmul
-/// or convolution reads its weights whatever its rows; a weight gradient
-/// writes them too).
-std::array<double, 4> fit(const std::vector<std::array<double, 5>> &points,
-                          std::array<bool, 4> use) {
-  constexpr int n = 4;
+/// parameters, and of each beyond the cores' level 2 caches), the
+/// parameters' bytes and the activations' in the cache only for families
+/// timed by FLOPs (a small matmul or convolution reads its weights
+/// whatever its rows; a weight gradient writes them too).
+std::array<double, 6> fit(const std::vector<std::array<double, 7>> &points,
+                          std::array<bool, 6> use) {
+  constexpr int n = 6;
   auto solve = [&](std::array<bool, n> use) {
     double m[n][n + 1] = {};
-    for (const std::array<double, 5> &p : points) {
+    for (const std::array<double, n + 1> &p : points) {
       double t = p[n], w = 1.0 / std::max(t * t, 1e-18);
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
@@ -264,10 +271,10 @@ std::array<double, 4> fit(const std::vector<std::array<double, 5>> &points,
       return c;
     }
     if (!negative) // the work itself: fit it alone
-      use = {false, true, false, false};
+      use = {false, true, false, false, false, false};
   }
-  std::array<double, n> c = solve({false, true, false, false});
-  return {0, std::max(c[1], 0.0), 0, 0};
+  std::array<double, n> c = solve({false, true, false, false, false, false});
+  return {0, std::max(c[1], 0.0), 0, 0, 0, 0};
 }
 
 /// A random batch for `session`: normal floats, labels below its classes.
@@ -356,118 +363,136 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
     if (!g.write(onnxPath))
       return failure("cannot write " + onnxPath);
-    // Each op's family and work, by its node name; the element-wise ops'
-    // count and bytes, the trainable bytes.
-    std::map<std::string, std::pair<std::string, double>> work;
-    // The generated loops' forward and backward bytes, by the op they
-    // are timed as (a fused chain's by its last op, whose bytes the
-    // layer table counts the chain's).
-    struct LoopBytes {
-      double forward = 0, backward = 0;
-      std::string family;
-    };
-    std::map<std::string, LoopBytes> elementwise;
-    std::map<std::string, double> bytesOf, parameterBytesOf;
-    std::set<std::string> partialBackward;
-    double trainableBytes = 0;
+    ONNXImportOptions import;
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        importONNXFile(onnxPath, &context, import);
+    if (!module)
+      return failure("cannot import the calibration model " + onnxPath);
     {
-      ONNXImportOptions import;
-      mlir::OwningOpRef<mlir::ModuleOp> module =
-          importONNXFile(onnxPath, &context, import);
-      if (!module)
-        return failure("cannot import the calibration model " + onnxPath);
       mlir::PassManager pm(&context);
       pm.addPass(createAppendLoss(AppendLossOptions{}));
       if (mlir::failed(pm.run(*module)))
         return failure("cannot append the loss to " + onnxPath);
-      LayerTable table = LayerTable::build(
-          module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
+    }
+    LayerTable table = LayerTable::build(
+        module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
+    double trainableBytes = 0;
+    for (int64_t l = 0; l < table.size(); ++l)
+      trainableBytes += table.trainableBytes[l];
+    // Per micro-batch of `rows` rows: each op's family and work, bytes and
+    // parameters' bytes, by its node name; the generated loops' forward
+    // and backward bytes, by the op they are timed as (a fused chain's by
+    // its last op, whose bytes the layer table counts the chain's).
+    struct LoopBytes {
+      double forward = 0, backward = 0;
+      std::string family;
+    };
+    struct Figures {
+      std::map<std::string, std::pair<std::string, double>> work;
+      std::map<std::string, LoopBytes> elementwise;
+      std::map<std::string, double> bytesOf, parameterBytesOf;
+      std::set<std::string> partialBackward;
+    };
+    auto figuresAt = [&](int64_t rows) {
+      Figures f;
       for (int64_t l = 0; l < table.size(); ++l) {
         std::string key = costTableKey(table.layers[l]);
+        if (key.empty())
+          continue;
         if (isGeneratedLoop(table.family[l])) {
           // (An alias, such as the loss's reshapes, runs no loop.)
-          if (!key.empty() && table.bytesMoved[l] > 0) {
-            LoopBytes &loop = elementwise[key];
-            loop.forward += table.bytes(l, table.rows);
-            loop.backward += table.backwardBytes(l, table.rows);
-            if (table.bytesMoved[l] > 0 || loop.family.empty())
-              loop.family = table.family[l];
+          if (table.bytesMoved[l] > 0) {
+            LoopBytes &loop = f.elementwise[key];
+            loop.forward += table.bytes(l, rows);
+            loop.backward += table.backwardBytes(l, rows);
+            loop.family = table.family[l];
           }
-        } else if (!key.empty()) {
-          work[key] = {table.family[l], table.work(l, table.rows)};
-          bytesOf[key] = table.bytes(l, table.rows);
-          parameterBytesOf[key] = table.constantBytes[l];
-          // A first layer computes no input gradient: its backward is
-          // not the family's.
-          if (table.backwardShare[l] != 1)
-            partialBackward.insert(key);
-        }
-        trainableBytes += table.trainableBytes[l];
-      }
-    }
-    for (auto [cores, devices] : deviceSets) {
-      CompileOptions o;
-      o.input = onnxPath;
-      o.output = (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
-                  ".gpipe")
-                     .str();
-      o.train = true;
-      o.batchSize = spec.b;
-      o.devices = devices;
-      o.training.optimizer = "sgd";
-      o.quiet = true;
-      if (compileModel(o, registry) != 0)
-        return failure("cannot compile the calibration model " + onnxPath);
-      // In this process whatever launched it (mpirun included).
-      runtime::TrainingSession session(o.output, /*allStagesHere=*/true);
-      auto batch = randomBatch(session, rng);
-      for (int s = 0; s < 3; ++s)
-        session.step(batch);
-      // Each step timed on its own and the median step of each figure
-      // kept: one step slowed by the machine (a preemption is hundreds of
-      // microseconds, a small kernel's whole time) moves a mean of a few
-      // steps, and with it the fits' fixed costs (a 1-core convolution's
-      // measured 4, 8 and 22 us in three calibrations with means of 5).
-      const int steps = 9;
-      std::vector<double> optimizerSteps;
-      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>>
-          opSteps;
-      for (int s = 0; s < steps; ++s) {
-        session.enableOpProfile();
-        runtime::TrainingSession::Stats before = session.stats();
-        session.step(batch);
-        runtime::TrainingSession::Stats after = session.stats();
-        optimizerSteps.push_back(after.stages[0].optimizerSeconds -
-                                 before.stages[0].optimizerSeconds);
-        for (const auto &[name, seconds] : session.opProfile()) {
-          opSteps[name].first.push_back(seconds.first);
-          opSteps[name].second.push_back(seconds.second);
-        }
-      }
-      // The library kernels and the generated loops one by one.
-      double optimizer = median(optimizerSteps);
-      if (optimizer > 0)
-        samples["optimizer"][cores].push_back(
-            {trainableBytes, trainableBytes, 0, optimizer, 0});
-      for (auto &[name, times] : opSteps) {
-        double forward = median(times.first), backward = median(times.second);
-        if (auto loop = elementwise.find(name); loop != elementwise.end()) {
-          const LoopBytes &bytes = loop->second;
-          auto &into = loops[bytes.family][cores];
-          if (bytes.forward > 0 && forward > 0)
-            into[0].push_back({bytes.forward, forward});
-          if (bytes.backward > 0 && backward > 0)
-            into[1].push_back({bytes.backward, backward});
           continue;
         }
-        auto it = work.find(name);
-        if (it == work.end() || it->second.second <= 0)
-          continue;
-        samples[it->second.first][cores].push_back(
-            {it->second.second, bytesOf[name], parameterBytesOf[name], forward,
-             partialBackward.count(name) ? 0 : backward});
+        f.work[key] = {table.family[l], table.work(l, rows)};
+        f.bytesOf[key] = table.bytes(l, rows);
+        f.parameterBytesOf[key] = table.constantBytes[l];
+        // A first layer computes no input gradient: its backward is not
+        // the family's.
+        if (table.backwardShare[l] != 1)
+          f.partialBackward.insert(key);
       }
-    }
+      return f;
+    };
+    // Each model as one stage on the whole batch and on micro-batches of
+    // a quarter of it: a kernel run once a step and one run again and
+    // again on few rows (in caches its previous run filled), as a plan of
+    // many micro-batches runs it.
+    for (int64_t micro : {int64_t(1), int64_t(4)})
+      for (auto [cores, devices] : deviceSets) {
+        if (spec.b % micro)
+          continue;
+        auto [work, elementwise, bytesOf, parameterBytesOf, partialBackward] =
+            figuresAt(spec.b / micro);
+        CompileOptions o;
+        o.input = onnxPath;
+        o.output = (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
+                    "_" + llvm::Twine(micro) + ".gpipe")
+                       .str();
+        o.train = true;
+        o.batchSize = spec.b;
+        o.training.microBatches = micro;
+        o.devices = devices;
+        o.training.optimizer = "sgd";
+        o.quiet = true;
+        if (compileModel(o, registry) != 0)
+          return failure("cannot compile the calibration model " + onnxPath);
+        // In this process whatever launched it (mpirun included).
+        runtime::TrainingSession session(o.output, /*allStagesHere=*/true);
+        auto batch = randomBatch(session, rng);
+        for (int s = 0; s < 3; ++s)
+          session.step(batch);
+        // Each step timed on its own and the median step of each figure
+        // kept: one step slowed by the machine (a preemption is hundreds of
+        // microseconds, a small kernel's whole time) moves a mean of a few
+        // steps, and with it the fits' fixed costs (a 1-core convolution's
+        // measured 4, 8 and 22 us in three calibrations with means of 5).
+        const int steps = 9;
+        std::vector<double> optimizerSteps;
+        std::map<std::string,
+                 std::pair<std::vector<double>, std::vector<double>>>
+            opSteps;
+        for (int s = 0; s < steps; ++s) {
+          session.enableOpProfile();
+          runtime::TrainingSession::Stats before = session.stats();
+          session.step(batch);
+          runtime::TrainingSession::Stats after = session.stats();
+          optimizerSteps.push_back(after.stages[0].optimizerSeconds -
+                                   before.stages[0].optimizerSeconds);
+          for (const auto &[name, seconds] : session.opProfile()) {
+            opSteps[name].first.push_back(seconds.first);
+            opSteps[name].second.push_back(seconds.second);
+          }
+        }
+        // The library kernels and the generated loops one by one.
+        double optimizer = median(optimizerSteps);
+        if (optimizer > 0 && micro == 1)
+          samples["optimizer"][cores].push_back(
+              {trainableBytes, trainableBytes, 0, optimizer, 0});
+        for (auto &[name, times] : opSteps) {
+          double forward = median(times.first), backward = median(times.second);
+          if (auto loop = elementwise.find(name); loop != elementwise.end()) {
+            const LoopBytes &bytes = loop->second;
+            auto &into = loops[bytes.family][cores];
+            if (bytes.forward > 0 && forward > 0)
+              into[0].push_back({bytes.forward, forward});
+            if (bytes.backward > 0 && backward > 0)
+              into[1].push_back({bytes.backward, backward});
+            continue;
+          }
+          auto it = work.find(name);
+          if (it == work.end() || it->second.second <= 0)
+            continue;
+          samples[it->second.first][cores].push_back(
+              {it->second.second, bytesOf[name], parameterBytesOf[name],
+               forward, partialBackward.count(name) ? 0 : backward});
+        }
+      }
     log << llvm::format("calibrate: kernels of model %zu of %zu timed\r", i + 1,
                         std::size(specs));
   }
@@ -475,33 +500,51 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   llvm::json::Array fits;
   for (const auto &[family, byCores] : samples)
     for (const auto &[cores, points] : byCores) {
-      std::vector<std::array<double, 5>> fwd, bwd;
+      // As DeviceProfile::kernelSeconds reads them.
+      double cache = privateCacheMiB * double(1 << 20) * double(cores);
+      std::vector<std::array<double, 7>> fwd, bwd;
       for (const Sample &p : points) {
         double activations = p.bytes - p.parameterBytes;
+        auto beyond = [&](double bytes) {
+          return cache > 0 ? std::max(0.0, bytes - cache) : 0.0;
+        };
+        std::array<double, 6> x{1,
+                                p.work,
+                                activations,
+                                p.parameterBytes,
+                                beyond(activations),
+                                beyond(p.parameterBytes)};
         if (p.forward > 0)
-          fwd.push_back({1, p.work, activations, p.parameterBytes, p.forward});
+          fwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], p.forward});
         if (p.backward > 0)
-          bwd.push_back({1, p.work, activations, p.parameterBytes, p.backward});
+          bwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], p.backward});
       }
       if (fwd.size() < 3)
         continue;
       bool flops = timedByFlops(family);
-      std::array<double, 4> f = fit(fwd, {true, true, flops, flops});
-      auto json = [](const std::array<double, 4> &c) {
-        return llvm::json::Array{c[0], c[1], c[2], c[3]};
+      std::array<bool, 6> use{true,  true,      flops,
+                              flops, cache > 0, flops && cache > 0};
+      std::array<double, 6> f = fit(fwd, use);
+      auto json = [](const std::array<double, 6> &c) {
+        return llvm::json::Array{c[0], c[1], c[2], c[3], c[4], c[5]};
       };
       llvm::json::Object entry{{"family", family},
                                {"cores", cores},
                                {"samples", static_cast<int64_t>(fwd.size())},
                                {"forward", json(f)}};
       if (bwd.size() >= 3)
-        entry["backward"] = json(fit(bwd, {true, true, flops, flops}));
+        entry["backward"] = json(fit(bwd, use));
       std::string bytesRates;
       if (f[2] > 0)
         bytesRates += llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2]);
       if (f[3] > 0)
         bytesRates +=
             llvm::formatv(" + parameters' at {0:f2} GB/s", 1e-9 / f[3]);
+      for (int k : {4, 5})
+        if (f[k] > 0)
+          bytesRates += llvm::formatv(" + {0} beyond {1} MiB at {2:f2} GB/s",
+                                      k == 4 ? "activations" : "parameters",
+                                      cache / (1 << 20), 1e-9 / f[k]);
       log << llvm::format(
           "calibrate: %-13s on %lld core(s): forward %.1f "
           "us + %s at %.2f %s%s (%zu kernels)\n",
@@ -518,21 +561,21 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   for (const auto &[family, byCores] : loops)
     for (const auto &[cores, samples] : byCores) {
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
-      std::array<std::optional<std::array<double, 4>>, 2> c;
+      std::array<std::optional<std::array<double, 6>>, 2> c;
       for (int phase = 0; phase < 2; ++phase) {
         if (samples[phase].size() < 3)
           continue;
-        std::vector<std::array<double, 5>> points;
+        std::vector<std::array<double, 7>> points;
         for (const auto &[bytes, seconds] : samples[phase])
           points.push_back({1, bytes,
-                            cache > 0 ? std::max(0.0, bytes - cache) : 0, 0,
-                            seconds});
-        c[phase] = fit(points, {true, true, cache > 0, false});
+                            cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
+                            0, seconds});
+        c[phase] = fit(points, {true, true, cache > 0, false, false, false});
       }
       if (!c[0])
         continue;
-      auto json = [](const std::array<double, 4> &f) {
-        return llvm::json::Array{f[0], f[1], f[2], 0.0};
+      auto json = [](const std::array<double, 6> &f) {
+        return llvm::json::Array{f[0], f[1], f[2], 0.0, 0.0, 0.0};
       };
       llvm::json::Object entry{
           {"family", family},
@@ -542,7 +585,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       if (c[1])
         entry["backward"] = json(*c[1]);
       fits.push_back(std::move(entry));
-      auto describe = [&](const std::array<double, 4> &f) {
+      auto describe = [&](const std::array<double, 6> &f) {
         std::string beyond = f[2] > 0
                                  ? std::string(llvm::formatv(
                                        ", beyond {0} MiB at {1:f2} GB/s",

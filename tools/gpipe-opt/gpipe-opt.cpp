@@ -362,7 +362,7 @@ int compileOptions(StringRef input, StringRef output,
   // The devices alone: the compiler chooses the rest where it can.
   if (!planOption.getNumOccurrences() && !planGiven &&
       devicesOption.getNumOccurrences())
-    o.plan = "auto-for-cores";
+    o.autoPlanWherePossible = true;
   o.schedule = scheduleOption;
   o.recompute = recomputeOption;
   o.deviceProfile = deviceProfileOption;

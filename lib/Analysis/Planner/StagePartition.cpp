@@ -42,7 +42,10 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
   double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
   c.transfer = 2 * (in + out) / profiles[stage].linkBandwidth;
   double acts = activations[end] - activations[begin];
-  double kept = recomputes ? in : acts;
+  // Kept per micro-batch: the stage input with recompute, else the stash
+  // where the plan search knows it, every result otherwise.
+  double kept =
+      recomputes ? in : table.stashBytes(begin, end, rows).value_or(acts);
   c.memory = params[end] - params[begin] + plan.alive(stage) * kept +
              (recomputes ? acts : 0) + out;
   return c;
