@@ -21,6 +21,7 @@
 
 #include "gpipe/common/DeviceList.h"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -80,6 +81,11 @@ struct DeviceProfile {
   /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
   /// the memory bandwidth.
   double passBandwidth(double workingSet) const;
+  /// Bytes/s of a copy within the cores' cache (the link's, a 4 MiB copy;
+  /// at least the memory bandwidth).
+  double cachedCopyBandwidth() const {
+    return std::max(linkBandwidth, memoryBandwidth);
+  }
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
   /// conv, bytes for the others) and moving `bytes` on this device, of

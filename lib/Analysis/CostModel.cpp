@@ -133,7 +133,7 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
 
 double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
   if (cacheBytes > 0 && workingSet <= cacheBytes)
-    return std::max(linkBandwidth, memoryBandwidth);
+    return cachedCopyBandwidth();
   return memoryBandwidth;
 }
 

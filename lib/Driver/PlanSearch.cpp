@@ -119,6 +119,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
     facts.gradientSumBandwidth =
         profiles[s].passBandwidth(2 * facts.trainableBytes);
+    facts.cacheBytes = profiles[s].cacheBytes;
+    facts.cachedCopyBandwidth = profiles[s].cachedCopyBandwidth();
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));

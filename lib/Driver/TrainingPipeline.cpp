@@ -212,6 +212,10 @@ gpipe::compileTrainingPipeline(ModuleOp module,
             .getValueAsDouble();
     if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_bandwidth"))
       facts.gradientSumBandwidth = sum.getValueAsDouble();
+    if (auto cache = op->getAttrOfType<FloatAttr>("gpipe.cache_bytes"))
+      facts.cacheBytes = cache.getValueAsDouble();
+    if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.cached_copy_bandwidth"))
+      facts.cachedCopyBandwidth = copy.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

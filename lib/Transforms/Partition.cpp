@@ -294,6 +294,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                      b.getI64IntegerAttr(static_cast<int64_t>(c.memory)));
       stage->setAttr("gpipe.memory_bandwidth",
                      b.getF64FloatAttr(profiles[s].memoryBandwidth));
+      stage->setAttr("gpipe.cache_bytes",
+                     b.getF64FloatAttr(profiles[s].cacheBytes));
+      stage->setAttr("gpipe.cached_copy_bandwidth",
+                     b.getF64FloatAttr(profiles[s].cachedCopyBandwidth()));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
       double trainable = 0;

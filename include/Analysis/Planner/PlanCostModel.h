@@ -36,6 +36,11 @@ struct StageFacts {
   /// cache's when they fit in it: DeviceProfile::passBandwidth; 0: the
   /// memory bandwidth).
   double memoryBandwidth = 1, gradientSumBandwidth = 0;
+  /// The stage's cores' cache, bytes, and the rate of a copy within it
+  /// (DeviceProfile::cacheBytes and cachedCopyBandwidth; 0: not measured):
+  /// a micro-batch's stash and message copies run at it when their
+  /// sources and destinations fit in the cache.
+  double cacheBytes = 0, cachedCopyBandwidth = 0;
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),
   /// when the device's profile has them; else a pass at memory bandwidth.
