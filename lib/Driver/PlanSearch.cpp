@@ -410,6 +410,6 @@ gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
   }
   LayerTable layers = LayerTable::build(forward, space.optimizerSlots,
                                         table ? &*table : nullptr);
-  layers.stashed = stashByLayer(*copy, layers);
+  layers.setStash(stashByLayer(*copy, layers));
   return searchPlans(layers, space, context);
 }

@@ -60,17 +60,17 @@ struct LayerTable {
   llvm::SmallVector<std::string> family;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
   llvm::SmallVector<std::optional<OpCost>> measured;
-  /// The values the backward reads from the forward (without recompute,
-  /// a stage keeps them for each micro-batch): the layer defining each
-  /// (-1: an input of the model), the last layer reading it in the
-  /// forward (n: a result of the model) and its bytes at `rows`. Filled by
-  /// whoever differentiated the model (the plan search); empty when not
-  /// known.
+  /// A value the backward reads from the forward (without recompute, a
+  /// stage keeps it for each micro-batch): the layer defining it (-1: an
+  /// input of the model), the last layer reading it in the forward (n: a
+  /// result of the model) and its bytes at `rows`.
   struct StashedValue {
     int64_t layer, lastUse;
     double bytes;
   };
-  std::vector<StashedValue> stashed;
+  /// Records the stashed values, as whoever differentiated the model
+  /// found them (the plan search); until then stashBytes knows nothing.
+  void setStash(llvm::ArrayRef<StashedValue> values);
 
   /// Reads @forward; `table` may be null.
   static LayerTable build(mlir::func::FuncOp forward, int64_t optimizerSlots,
@@ -107,6 +107,10 @@ struct LayerTable {
   std::optional<double> stashBytes(int64_t begin, int64_t end, int64_t r) const;
 
 private:
+  /// Per layer position i in [0, n]: bytes of the stashed values defined
+  /// by layers before i, and of those defined before i and read at or
+  /// after it (empty: no stash recorded).
+  llvm::SmallVector<double> stashDefinedBefore, stashCrossing;
   /// The backward of layer i as if it computed every gradient.
   double fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
                              int64_t r) const;

@@ -191,16 +191,38 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
 
+void LayerTable::setStash(llvm::ArrayRef<StashedValue> values) {
+  int64_t n = size();
+  stashDefinedBefore.assign(n + 1, 0);
+  // Crossing: a difference array over the cuts each value spans.
+  llvm::SmallVector<double> delta(n + 2, 0);
+  for (const StashedValue &v : values) {
+    if (v.layer >= 0 && v.layer < n)
+      stashDefinedBefore[v.layer + 1] += v.bytes;
+    int64_t first = v.layer + 1, last = std::min(v.lastUse, n);
+    if (first <= last) {
+      delta[first] += v.bytes;
+      delta[last + 1] -= v.bytes;
+    }
+  }
+  stashCrossing.assign(n + 1, 0);
+  double crossing = 0;
+  for (int64_t i = 0; i <= n; ++i) {
+    if (i > 0)
+      stashDefinedBefore[i] += stashDefinedBefore[i - 1];
+    crossing += delta[i];
+    stashCrossing[i] = crossing;
+  }
+}
+
 std::optional<double> LayerTable::stashBytes(int64_t begin, int64_t end,
                                              int64_t r) const {
-  if (stashed.empty())
+  if (stashCrossing.empty())
     return std::nullopt;
-  double bytes = 0;
-  for (const StashedValue &v : stashed)
-    if ((v.layer >= begin && v.layer < end) ||
-        (v.layer < begin && v.lastUse >= begin))
-      bytes += v.bytes;
-  return bytes * scale(r);
+  // Defined in the stage, or defined before it and read in it.
+  return (stashDefinedBefore[end] - stashDefinedBefore[begin] +
+          stashCrossing[begin]) *
+         scale(r);
 }
 
 double LayerTable::backwardSeconds(int64_t i, const DeviceProfile &profile,
