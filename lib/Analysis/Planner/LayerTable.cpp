@@ -67,11 +67,22 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   // differentiates only them (the rest is dead code after autodiff).
   llvm::DenseSet<Value> varying;
   llvm::StringSet<> counted;
+  // A cost table's row is every kernel and loop timed under its name
+  // (gpipe-run --profile-ops): of the ops sharing a name (an ONNX node
+  // imported as several ops, the appended loss's reshapes), the last
+  // carries the row's seconds and the others none.
+  llvm::StringMap<int64_t> lastNamed;
+  if (table)
+    for (auto [i, op] : llvm::enumerate(t.layers))
+      lastNamed[costTableKey(op)] = static_cast<int64_t>(i);
   for (auto [i, op] : llvm::enumerate(t.layers)) {
     if (table) {
-      auto it = table->find(costTableKey(op));
+      std::string key = costTableKey(op);
+      auto it = table->find(key);
       if (it != table->end())
-        t.measured[i] = it->second;
+        t.measured[i] = lastNamed.lookup(key) == static_cast<int64_t>(i)
+                            ? it->second
+                            : OpCost{0, 0.0};
     }
     if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {
       t.flops[i] = static_cast<double>(cost.getFlops());
