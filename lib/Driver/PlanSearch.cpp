@@ -339,11 +339,11 @@ void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
      << "the " << plans.size() << " plans weighed)\n";
 }
 
+namespace {
 /// What the backward of `module` (its loss appended; the layers of
 /// `table`) reads from the forward, by layer: the stash of a one-stage
 /// plan, as gpipe-split-forward-backward keeps it (empty when the model
 /// cannot be differentiated: the compile says why).
-namespace {
 std::vector<LayerTable::StashedValue> stashByLayer(ModuleOp module,
                                                    const LayerTable &table) {
   MLIRContext *context = module.getContext();
