@@ -5,7 +5,7 @@
 // grouped and a plain convolution.
 #include "cpu/CpuBackend.h"
 
-#include "gpipe/common/KernelKind.h"
+#include "KernelSpecBuilder.h"
 
 #include <gtest/gtest.h>
 
@@ -35,29 +35,17 @@ Shape outputShape(const ConvCase &c) {
 
 void checkGradWeight(const ConvCase &c) {
   Shape out = outputShape(c);
-  KernelSpec spec;
-  spec.kind = "conv_grad_weight";
-  spec.contract = gpipe::findKernelKind(spec.kind);
-  ASSERT_NE(spec.contract, nullptr);
-  int64_t size = 0;
-  auto slot = [&](const std::string &name, Shape shape) {
-    TensorSlot t;
-    t.name = name;
-    t.dtype = DType::F32;
-    t.shape = std::move(shape);
-    t.offset = size;
-    size += (t.byteSize() + 63) / 64 * 64;
-    return t;
-  };
-  spec.operands = {slot("grad_output", out), slot("input", c.input)};
-  spec.results = {slot("grad_weight", c.weight)};
-  spec.numbers["group"] = {static_cast<double>(c.group)};
-  spec.numbers["strides"] = {double(c.stride), double(c.stride)};
-  spec.numbers["pads"] = {double(c.pad), double(c.pad), double(c.pad),
-                          double(c.pad)};
-  spec.numbers["dilations"] = {double(c.dilation), double(c.dilation)};
+  test::KernelCase built("conv_grad_weight");
+  built.operand("grad_output", out).operand("input", c.input);
+  built.result("grad_weight", c.weight);
+  built.number("group", {static_cast<double>(c.group)});
+  built.number("strides", {double(c.stride), double(c.stride)});
+  built.number("pads",
+               {double(c.pad), double(c.pad), double(c.pad), double(c.pad)});
+  built.number("dilations", {double(c.dilation), double(c.dilation)});
+  const KernelSpec &spec = built.spec;
 
-  std::vector<char> arena(static_cast<size_t>(size), 0);
+  std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const TensorSlot &t : spec.operands) {

@@ -4,7 +4,7 @@
 // the ignore index; a label outside the classes is an error naming it.
 #include "cpu/CpuBackend.h"
 
-#include "gpipe/common/KernelKind.h"
+#include "KernelSpecBuilder.h"
 
 #include <gtest/gtest.h>
 
@@ -15,33 +15,21 @@ using namespace gpipe::runtime;
 
 namespace {
 
-struct LossCase {
-  KernelSpec spec;
+struct LossCase : test::KernelSpecBuilder<LossCase> {
   std::vector<char> arena;
 
-  LossCase(bool gradient, int64_t rows, int64_t classes) {
-    spec.kind =
-        gradient ? "softmax_cross_entropy_grad" : "softmax_cross_entropy";
-    spec.contract = gpipe::findKernelKind(spec.kind);
-    int64_t size = 0;
-    auto slot = [&](const std::string &name, std::vector<int64_t> shape,
-                    DType dtype = DType::F32) {
-      TensorSlot t;
-      t.name = name;
-      t.dtype = dtype;
-      t.shape = std::move(shape);
-      t.offset = size;
-      size += (t.byteSize() + 63) / 64 * 64;
-      return t;
-    };
+  LossCase(bool gradient, int64_t rows, int64_t classes)
+      : KernelSpecBuilder(gradient ? "softmax_cross_entropy_grad"
+                                   : "softmax_cross_entropy") {
     if (gradient)
-      spec.operands.push_back(slot("grad_loss", {}));
-    spec.operands.push_back(slot("logits", {rows, classes}));
-    spec.operands.push_back(slot("labels", {rows}, DType::I64));
-    spec.results = {gradient ? slot("grad_logits", {rows, classes})
-                             : slot("loss", {})};
-    spec.numbers["ignore_index"] = {-100};
-    arena.assign(static_cast<size_t>(size), 0);
+      operand("grad_loss", {});
+    operand("logits", {rows, classes}).operand("labels", {rows}, DType::I64);
+    if (gradient)
+      KernelSpecBuilder::result("grad_logits", {rows, classes});
+    else
+      KernelSpecBuilder::result("loss", {});
+    number("ignore_index", {-100});
+    arena.assign(static_cast<size_t>(arenaBytes()), 0);
     std::mt19937 rng(11);
     // Logits of a few units, as a trained model's: exp would overflow in
     // float without the max taken off first.

@@ -6,7 +6,7 @@
 #include "cpu/CpuBackend.h"
 #include "cuda/kernels/BodyKernels.h"
 
-#include "gpipe/common/KernelKind.h"
+#include "KernelSpecBuilder.h"
 
 #include <gtest/gtest.h>
 
@@ -40,27 +40,10 @@ struct HostLauncher {
 
 using Shape = std::vector<int64_t>;
 
-/// A kernel table entry over one arena, built as the loader builds it.
-class Case {
+/// A kernel table entry over one arena, run by both backends.
+class Case : public test::KernelSpecBuilder<Case> {
 public:
-  explicit Case(const std::string &kind) {
-    spec.kind = kind;
-    spec.contract = gpipe::findKernelKind(kind);
-    EXPECT_NE(spec.contract, nullptr) << kind;
-  }
-  Case &operand(const std::string &name, Shape shape,
-                gpipe::runtime::DType dtype = DType::F32) {
-    spec.operands.push_back(slot(name, std::move(shape), dtype));
-    return *this;
-  }
-  Case &result(const std::string &name, Shape shape) {
-    spec.results.push_back(slot(name, std::move(shape), DType::F32));
-    return *this;
-  }
-  Case &number(const std::string &key, std::vector<double> value) {
-    spec.numbers[key] = std::move(value);
-    return *this;
-  }
+  using KernelSpecBuilder::KernelSpecBuilder;
   Case &recomputed() {
     spec.strings["gpipe.recompute"] = "1";
     return *this;
@@ -72,7 +55,7 @@ public:
     std::mt19937 rng(1234);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> positive(0.5f, 1.5f);
-    std::vector<char> arena(static_cast<size_t>(size), 0);
+    std::vector<char> arena(static_cast<size_t>(arenaBytes()), 0);
     for (const TensorSlot &t : spec.operands) {
       char *p = arena.data() + t.offset;
       if (t.dtype == DType::I64) {
@@ -120,19 +103,6 @@ public:
   }
 
   int64_t classes = 10;
-  KernelSpec spec;
-
-private:
-  TensorSlot slot(const std::string &name, Shape shape, DType dtype) {
-    TensorSlot t;
-    t.name = name;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    t.offset = size;
-    size += (t.byteSize() + 63) / 64 * 64;
-    return t;
-  }
-  int64_t size = 0;
 };
 
 TEST(CudaBodyKernels, Dropout) {
