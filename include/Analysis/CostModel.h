@@ -21,7 +21,6 @@
 
 #include "gpipe/common/DeviceList.h"
 
-#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -81,11 +80,6 @@ struct DeviceProfile {
   /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
   /// the memory bandwidth.
   double passBandwidth(double workingSet) const;
-  /// Bytes/s of a copy within the cores' cache (the link's, a 4 MiB copy;
-  /// at least the memory bandwidth).
-  double cachedCopyBandwidth() const {
-    return std::max(linkBandwidth, memoryBandwidth);
-  }
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
   /// conv, bytes for the others) and moving `bytes` on this device, of
@@ -105,6 +99,12 @@ struct DeviceProfile {
   std::optional<double> loopSeconds(llvm::StringRef family, double bytes,
                                     bool backward = false) const;
 };
+
+/// Bytes/s of a pass over `workingSet` bytes: `cachedBandwidth` (at least
+/// `memoryBandwidth`) when it fits in `cacheBytes` (0: not measured), else
+/// `memoryBandwidth`.
+double passBandwidth(double workingSet, double cacheBytes,
+                     double cachedBandwidth, double memoryBandwidth);
 
 /// The devices of a plan run at once and share their host: with
 /// `busyCores` cores busy in all, a device's sgemm rate and memory

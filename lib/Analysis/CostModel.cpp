@@ -131,10 +131,16 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
   return fitted;
 }
 
-double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
+double gpipe::passBandwidth(double workingSet, double cacheBytes,
+                            double cachedBandwidth, double memoryBandwidth) {
   if (cacheBytes > 0 && workingSet <= cacheBytes)
-    return cachedCopyBandwidth();
+    return std::max(cachedBandwidth, memoryBandwidth);
   return memoryBandwidth;
+}
+
+double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
+  return gpipe::passBandwidth(workingSet, cacheBytes, linkBandwidth,
+                              memoryBandwidth);
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,

@@ -117,10 +117,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
             ? facts.inBytes
             : table.stashBytes(begin, end, rows).value_or(activations);
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
-    facts.gradientSumBandwidth =
-        profiles[s].passBandwidth(2 * facts.trainableBytes);
     facts.cacheBytes = profiles[s].cacheBytes;
-    facts.cachedCopyBandwidth = profiles[s].cachedCopyBandwidth();
+    facts.cachedCopyBandwidth = profiles[s].linkBandwidth;
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));

@@ -210,8 +210,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     facts.memoryBandwidth =
         op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
             .getValueAsDouble();
-    if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_bandwidth"))
-      facts.gradientSumBandwidth = sum.getValueAsDouble();
     if (auto cache = op->getAttrOfType<FloatAttr>("gpipe.cache_bytes"))
       facts.cacheBytes = cache.getValueAsDouble();
     if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.cached_copy_bandwidth"))

@@ -297,7 +297,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.cache_bytes",
                      b.getF64FloatAttr(profiles[s].cacheBytes));
       stage->setAttr("gpipe.cached_copy_bandwidth",
-                     b.getF64FloatAttr(profiles[s].cachedCopyBandwidth()));
+                     b.getF64FloatAttr(profiles[s].linkBandwidth));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
       double trainable = 0;
@@ -306,10 +306,6 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       if (std::optional<double> step = profiles[s].kernelSeconds(
               "optimizer", trainable, trainable, /*backward=*/false))
         stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
-      // The gradients and their sum over the micro-batches.
-      stage->setAttr(
-          "gpipe.gradient_sum_bandwidth",
-          b.getF64FloatAttr(profiles[s].passBandwidth(2 * trainable)));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

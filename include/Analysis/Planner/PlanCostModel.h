@@ -31,16 +31,16 @@ struct StageFacts {
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
-  /// The stage's device's memory bandwidth, bytes per second, and the
-  /// rate of the pass summing its gradients over the micro-batches (the
-  /// cache's when they fit in it: DeviceProfile::passBandwidth; 0: the
-  /// memory bandwidth).
-  double memoryBandwidth = 1, gradientSumBandwidth = 0;
-  /// The stage's cores' cache, bytes, and the rate of a copy within it
-  /// (DeviceProfile::cacheBytes and cachedCopyBandwidth; 0: not measured):
-  /// a micro-batch's stash and message copies run at it when their
-  /// sources and destinations fit in the cache.
-  double cacheBytes = 0, cachedCopyBandwidth = 0;
+  /// The stage's device's memory bandwidth, its cores' cache and the rate
+  /// of a copy within it (DeviceProfile::memoryBandwidth, cacheBytes and
+  /// linkBandwidth, a 4 MiB copy's; 0: not measured): the runtime's passes (a
+  /// micro-batch's stash and message copies, the gradients' sum over the
+  /// micro-batches) run at passBandwidth of what they touch.
+  double memoryBandwidth = 1, cacheBytes = 0, cachedCopyBandwidth = 0;
+  double passBandwidth(double workingSet) const {
+    return gpipe::passBandwidth(workingSet, cacheBytes, cachedCopyBandwidth,
+                                memoryBandwidth);
+  }
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),
   /// when the device's profile has them; else a pass at memory bandwidth.

@@ -1,8 +1,6 @@
 //===- PlanCostModel.cpp - One definition of a plan's times ---------------===//
 #include "Analysis/Planner/PlanCostModel.h"
 
-#include <algorithm>
-
 using namespace gpipe;
 
 StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
@@ -17,14 +15,11 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // A micro-batch's copies run within the cache when their sources and
   // destinations fit in it (a one-stage GPT at M = 1: 15 MiB of stash
   // copied at 43 GB/s, the memory's rate; a TransformerEncoder stage's 1.2
-  // MiB at M = 8 at the cache's).
-  double copied = 2 * (f.stashBytes + f.messages);
-  double copyBandwidth = f.cacheBytes > 0 && copied <= f.cacheBytes
-                             ? std::max(f.cachedCopyBandwidth, bw)
-                             : bw;
-  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / copyBandwidth;
-  double sumBandwidth =
-      f.gradientSumBandwidth > 0 ? f.gradientSumBandwidth : bw;
+  // MiB at M = 8 at the cache's); so does the gradients' sum when the
+  // gradients and their sum fit.
+  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) /
+                  f.passBandwidth(2 * (f.stashBytes + f.messages));
+  double sumBandwidth = f.passBandwidth(2 * f.trainableBytes);
   c.forward = f.forwardKernels + copies;
   c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / sumBandwidth;
   // SGD reads parameters and gradients and writes parameters; each state

@@ -78,8 +78,6 @@ struct KernelSpec {
   [[noreturn]] void fail(const std::string &why) const;
 };
 
-/// One entry point of a stage's code with its own arena: the whole stage
-/// (inference), or its forward or backward phase (training).
 /// A generated loop of a phase's code (one op's loops, in a function of
 /// its own), which the code brackets with gpipe_loop() calls.
 struct LoopSpec {
@@ -87,6 +85,8 @@ struct LoopSpec {
   std::string op; // the model op (ONNX node) it computes, or ""
 };
 
+/// One entry point of a stage's code with its own arena: the whole stage
+/// (inference), or its forward or backward phase (training).
 struct PhaseSpec {
   std::string role; // "forward", "backward"
   std::string entry;
