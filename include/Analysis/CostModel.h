@@ -100,6 +100,15 @@ struct DeviceProfile {
                                     bool backward = false) const;
 };
 
+/// The regressors of a kernel fit (DeviceProfile::KernelFit), as
+/// gpipe-opt --calibrate fits them and kernelSeconds applies them: 1, the
+/// work, the bytes of activations and of parameters (`parameterBytes` of
+/// `bytes`), and of each the bytes beyond `privateCacheBytes` (0: not
+/// measured).
+std::array<double, 6> kernelFeatures(double work, double bytes,
+                                     double parameterBytes,
+                                     double privateCacheBytes);
+
 /// Bytes/s of a pass over `workingSet` bytes: `cachedBandwidth` (at least
 /// `memoryBandwidth`) when it fits in `cacheBytes` (0: not measured), else
 /// `memoryBandwidth`.

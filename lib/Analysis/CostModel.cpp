@@ -100,14 +100,28 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
   const std::array<double, 6> &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
+  std::array<double, 6> x =
+      kernelFeatures(work, bytes, parameterBytes, privateCacheBytes);
+  double rates = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    rates += c[i] * x[i];
+  return c[0] + scale * rates;
+}
+
+std::array<double, 6> gpipe::kernelFeatures(double work, double bytes,
+                                            double parameterBytes,
+                                            double privateCacheBytes) {
   parameterBytes = std::min(parameterBytes, bytes);
   double activations = bytes - parameterBytes;
   auto beyond = [&](double b) {
     return privateCacheBytes > 0 ? std::max(0.0, b - privateCacheBytes) : 0.0;
   };
-  return c[0] + c[1] * scale * work + c[2] * scale * activations +
-         c[3] * scale * parameterBytes + c[4] * scale * beyond(activations) +
-         c[5] * scale * beyond(parameterBytes);
+  return {1,
+          work,
+          activations,
+          parameterBytes,
+          beyond(activations),
+          beyond(parameterBytes)};
 }
 
 std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,

@@ -423,12 +423,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     // a quarter of it: a kernel run once a step and one run again and
     // again on few rows (in caches its previous run filled), as a plan of
     // many micro-batches runs it.
-    for (int64_t micro : {int64_t(1), int64_t(4)})
+    for (int64_t micro : {int64_t(1), int64_t(4)}) {
+      if (spec.b % micro)
+        continue;
+      auto [work, elementwise, bytesOf, parameterBytesOf, partialBackward] =
+          figuresAt(spec.b / micro);
       for (auto [cores, devices] : deviceSets) {
-        if (spec.b % micro)
-          continue;
-        auto [work, elementwise, bytesOf, parameterBytesOf, partialBackward] =
-            figuresAt(spec.b / micro);
         CompileOptions o;
         o.input = onnxPath;
         o.output = (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
@@ -493,6 +493,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                forward, partialBackward.count(name) ? 0 : backward});
         }
       }
+    }
     log << llvm::format("calibrate: kernels of model %zu of %zu timed\r", i + 1,
                         std::size(specs));
   }
@@ -504,16 +505,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
       std::vector<std::array<double, 7>> fwd, bwd;
       for (const Sample &p : points) {
-        double activations = p.bytes - p.parameterBytes;
-        auto beyond = [&](double bytes) {
-          return cache > 0 ? std::max(0.0, bytes - cache) : 0.0;
-        };
-        std::array<double, 6> x{1,
-                                p.work,
-                                activations,
-                                p.parameterBytes,
-                                beyond(activations),
-                                beyond(p.parameterBytes)};
+        std::array<double, 6> x =
+            kernelFeatures(p.work, p.bytes, p.parameterBytes, cache);
         if (p.forward > 0)
           fwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], p.forward});
         if (p.backward > 0)
