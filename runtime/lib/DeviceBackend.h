@@ -30,10 +30,20 @@ struct KernelMemory {
   const bool *updateState = nullptr;
   /// The current step's random state (dropout).
   const RandomState *random = nullptr;
+  /// Changes whenever the parameters may have changed (an optimizer step,
+  /// a parameter written from the host); while it holds, a kernel may reuse
+  /// a parameter it converted to its own layout (a convolution's weights,
+  /// read by every micro-batch of a step).
+  const uint64_t *paramsVersion = nullptr;
 
   /// The device address of a kernel's operand or result.
   char *address(const TensorSlot &slot) const {
     return (slot.space == "params" ? params : arena) + slot.offset;
+  }
+  /// The version a converted copy of `slot` depends on: the parameters' for
+  /// a parameter, none (converted on every run) for an arena tensor.
+  const uint64_t *versionOf(const TensorSlot &slot) const {
+    return slot.space == "params" ? paramsVersion : nullptr;
   }
 };
 

@@ -32,8 +32,9 @@ void StageExecutor::load(const Bundle &bundle) {
       throw BundleError(bundle.path + ": " + spec.library +
                         ": no entry point '" + ps.entry + "'");
     phase.context = std::make_unique<Context>(Context{this, i});
-    KernelMemory memory{phase.arena.get(), params_.get(),
-                        bundle.mode == "infer", &updateState, &random};
+    KernelMemory memory{
+        phase.arena.get(), params_.get(), bundle.mode == "infer",
+        &updateState,      &random,       &paramsVersion};
     for (const KernelSpec &k : ps.kernels) {
       if (k.id != static_cast<int64_t>(phase.kernels.size()))
         throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
@@ -119,6 +120,11 @@ void StageExecutor::run(size_t phase) {
   }
   p.entry(p.arena.get(), params_.get(),
           reinterpret_cast<int64_t>(p.context.get()));
+  // Forwards and backwards read the parameters; any other phase (the
+  // optimizer's) may write them.
+  const std::string &role = spec.phases[phase].role;
+  if (role != "forward" && role != "backward")
+    ++paramsVersion;
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);
   // A phase is done when its work on the device is (a GPU runs it after

@@ -67,6 +67,7 @@ public:
   /// memory.
   void writeParameter(const TensorSlot &slot, const void *host) {
     device_->copyToDevice(params() + slot.offset, host, slot.byteSize());
+    ++paramsVersion;
   }
   void readParameter(const TensorSlot &slot, void *host) const {
     device_->copyToHost(host, params() + slot.offset, slot.byteSize());
@@ -152,6 +153,10 @@ private:
   std::string kernelError;
   bool updateState = true;
   RandomState random;
+  /// Incremented whenever the parameters may have changed: after a phase
+  /// other than a forward or a backward (the optimizer's) and after a
+  /// write from the host (KernelMemory::paramsVersion).
+  uint64_t paramsVersion = 0;
 
   friend void gpipeKernel(int64_t, int64_t);
   friend void gpipeLoop(int64_t, int64_t, int64_t);

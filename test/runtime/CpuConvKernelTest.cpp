@@ -2,7 +2,8 @@
 // double: depthwise on maps smaller than the kernel (where the backend runs
 // its own loop, oneDNN having only a gemm per channel there), depthwise on
 // larger maps (oneDNN's depthwise kernel), strided and dilated, and a
-// grouped and a plain convolution.
+// grouped and a plain convolution; and a convolution whose weights are
+// parameters, converted to oneDNN's layout once per parameter version.
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"
@@ -110,4 +111,94 @@ TEST(CpuConvKernels, DepthwiseWeightGradientOnLargerMaps) {
 TEST(CpuConvKernels, GroupedAndPlainWeightGradients) {
   checkGradWeight({{2, 8, 6, 6}, {8, 2, 3, 3}, 4, 1, 1, 1});
   checkGradWeight({{2, 3, 5, 5}, {4, 3, 3, 3}, 1, 1, 1, 1});
+}
+
+namespace {
+
+/// out[b][o][y][x] of a plain 3x3 convolution (padding 1, stride 1) in
+/// double.
+double convAt(const float *x, const float *w, int64_t ci, int64_t h, int64_t wd,
+              int64_t b, int64_t o, int64_t y, int64_t z) {
+  double sum = 0;
+  for (int64_t k = 0; k < ci; ++k)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        int64_t iy = y - 1 + i, iz = z - 1 + j;
+        if (iy >= 0 && iy < h && iz >= 0 && iz < wd)
+          sum += double(x[((b * ci + k) * h + iy) * wd + iz]) *
+                 w[((o * ci + k) * 3 + i) * 3 + j];
+      }
+  return sum;
+}
+
+} // namespace
+
+// Training runs a convolution once per micro-batch on the same weights:
+// the kernel converts parameters to its layout again only when the
+// parameters' version changes (an optimizer step), and its data input on
+// every run.
+TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
+  const int64_t n = 2, ci = 16, co = 32, h = 6, wd = 6;
+  test::KernelCase built("conv");
+  built.operand("input", {n, ci, h, wd}).result("output", {n, co, h, wd});
+  built.number("group", {1});
+  built.number("strides", {1, 1});
+  built.number("pads", {1, 1, 1, 1});
+  built.number("dilations", {1, 1});
+  KernelSpec &spec = built.spec;
+  TensorSlot weight;
+  weight.name = "weight";
+  weight.shape = {co, ci, 3, 3};
+  weight.space = "params";
+  spec.operands.push_back(weight);
+
+  std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
+  std::vector<float> params(static_cast<size_t>(weight.numElements()));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto *x = reinterpret_cast<float *>(arena.data() + spec.operands[0].offset);
+  const auto *y =
+      reinterpret_cast<const float *>(arena.data() + spec.results[0].offset);
+  auto draw = [&](float *data, int64_t count) {
+    for (int64_t i = 0; i < count; ++i)
+      data[i] = normal(rng);
+  };
+  draw(params.data(), weight.numElements());
+  bool update = true;
+  RandomState random{1, 0, 0};
+  uint64_t version = 0;
+  KernelMemory mem{arena.data(), reinterpret_cast<char *>(params.data()),
+                   false,        &update,
+                   &random,      &version};
+  cpu::CpuBackend cpu("cpu:0");
+  std::unique_ptr<Kernel> kernel = cpu.createKernel(spec, mem);
+  // The worst relative error of the output against `w` on the input now.
+  auto worst = [&](const std::vector<float> &w) {
+    double e = 0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t o = 0; o < co; ++o)
+        for (int64_t r = 0; r < h; ++r)
+          for (int64_t c = 0; c < wd; ++c) {
+            double want = convAt(x, w.data(), ci, h, wd, b, o, r, c);
+            double got = y[((b * co + o) * h + r) * wd + c];
+            e = std::max(e, std::abs(got - want) / (1 + std::abs(want)));
+          }
+    return e;
+  };
+  // float32 sums of 144 products of N(0, 1) values: about 1e-6.
+  const double bound = 1e-5;
+  for (int micro = 0; micro < 3; ++micro) {
+    draw(x, spec.operands[0].numElements());
+    kernel->run();
+    EXPECT_LE(worst(params), bound) << "micro-batch " << micro;
+  }
+  std::vector<float> before = params;
+  draw(params.data(), weight.numElements());
+  // Same version: the weights converted on the first run, by contract.
+  kernel->run();
+  EXPECT_LE(worst(before), bound);
+  EXPECT_GT(worst(params), 0.1);
+  ++version;
+  kernel->run();
+  EXPECT_LE(worst(params), bound);
 }

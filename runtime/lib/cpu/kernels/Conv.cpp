@@ -77,9 +77,10 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   auto kernel =
       std::make_unique<ReorderedKernel>(dnn, dnnl::convolution_forward(pd));
   kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
-  // Weights change between runs only when training.
+  // Weights never change in inference, and only between steps in training
+  // (every micro-batch of a step reads the same converted copy).
   kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false,
-               mem.constantParams);
+               mem.constantParams, mem.versionOf(w));
   if (bias)
     kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
   kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
@@ -197,7 +198,8 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     auto kernel = std::make_unique<ReorderedKernel>(
         dnn, dnnl::convolution_backward_data(pd));
     kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
-    kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false);
+    kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false, false,
+                 mem.versionOf(weight));
     kernel->bind(DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true);
     return kernel;
   }

@@ -58,7 +58,7 @@ void PrimitiveKernel::run() {
 
 void ReorderedKernel::bind(int arg, const memory &plain,
                            const memory::desc &chosen, bool output,
-                           bool constant) {
+                           bool constant, const uint64_t *version) {
   if (plain.get_desc() == chosen) {
     args[arg] = plain;
     return;
@@ -67,8 +67,12 @@ void ReorderedKernel::bind(int arg, const memory &plain,
   args[arg] = inner;
   if (output)
     after.push_back({inner, plain});
+  else if (constant)
+    once.push_back({plain, inner});
+  else if (version)
+    versioned.push_back({plain, inner, version});
   else
-    (constant ? once : before).push_back({plain, inner});
+    before.push_back({plain, inner});
 }
 
 void ReorderedKernel::run() {
@@ -77,6 +81,12 @@ void ReorderedKernel::run() {
   once.clear();
   for (auto &[from, to] : before)
     dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  for (Versioned &v : versioned)
+    if (!v.valid || v.converted != *v.version) {
+      dnnl::reorder(v.from, v.to).execute(dnn.stream, v.from, v.to);
+      v.converted = *v.version;
+      v.valid = true;
+    }
   primitive.execute(dnn.stream, args);
   for (auto &[from, to] : after)
     dnnl::reorder(from, to).execute(dnn.stream, from, to);

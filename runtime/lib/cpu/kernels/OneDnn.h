@@ -71,16 +71,26 @@ public:
   /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
   /// differs; `output` arguments are copied back to `plain` after a run. A
   /// `constant` input (inference weights) is reordered on the first run
-  /// only.
+  /// only; one with a `version` (training weights) on the first run after
+  /// the version changed.
   void bind(int arg, const memory &plain, const memory::desc &chosen,
-            bool output, bool constant = false);
+            bool output, bool constant = false,
+            const uint64_t *version = nullptr);
   void run() override;
 
 private:
+  /// An input converted again only when its version changes.
+  struct Versioned {
+    memory from, to;
+    const uint64_t *version;
+    uint64_t converted = 0;
+    bool valid = false;
+  };
   OneDnn &dnn;
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
   std::vector<std::pair<memory, memory>> once, before, after;
+  std::vector<Versioned> versioned;
 };
 
 /// How a kernel kind is created on a CPU device.
