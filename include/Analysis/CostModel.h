@@ -60,18 +60,21 @@ struct DeviceProfile {
   int64_t cores = 1;
   int64_t hostCores = 0;
   double hostPeakFlops = 0, hostMemoryBandwidth = 0;
-  /// A kernel family's measured seconds on `cores` cores: a + b x work
-  /// + c x bytes of activations + d x bytes of parameters + e x bytes of
-  /// activations and f x bytes of parameters beyond the cores' own caches
-  /// (privateCacheBytes), forward and (when measured) backward
-  /// (gpipe-opt --calibrate; a profile's three-number fits price
-  /// parameters' bytes as the others, d = c; shorter fits leave e and f
-  /// 0).
+  /// A kernel family's measured seconds on `cores` cores: per run a + b x
+  /// work + c x bytes of activations + d x bytes of parameters + e x bytes
+  /// of activations and f x bytes of parameters beyond the cores' own
+  /// caches (privateCacheBytes) + g x planes of the result (see
+  /// kernelFeatures), and per step h x bytes of parameters the step's
+  /// first run converts to the kernel's own layout (a CPU convolution's
+  /// weights, reused by the other micro-batches), forward and (when
+  /// measured) backward (gpipe-opt --calibrate; a profile's three-number
+  /// fits price parameters' bytes as the others, d = c; shorter fits leave
+  /// the rest 0).
   struct KernelFit {
     std::string family;
     int64_t cores = 1;
-    std::array<double, 6> forward{};
-    std::optional<std::array<double, 6>> backward;
+    std::array<double, 8> forward{};
+    std::optional<std::array<double, 8>> backward;
   };
   std::vector<KernelFit> kernels;
 
@@ -88,7 +91,13 @@ struct DeviceProfile {
   /// device's cores); none when the profile has no fit for the family.
   std::optional<double> kernelSeconds(llvm::StringRef family, double work,
                                       double bytes, bool backward,
-                                      double parameterBytes = 0) const;
+                                      double parameterBytes = 0,
+                                      double planes = 0) const;
+  /// Seconds a step's first forward (`backward`) kernel of `family`
+  /// spends converting `parameterBytes` of parameters to its own layout
+  /// (the fit's g, of the same fit as kernelSeconds); 0 without one.
+  double conversionSeconds(llvm::StringRef family, double parameterBytes,
+                           bool backward) const;
 
   /// Seconds of a generated loop of `family` ("elementwise", "copy")
   /// moving `bytes`, of a forward or a `backward`: the family's fit (else
@@ -100,13 +109,15 @@ struct DeviceProfile {
                                     bool backward = false) const;
 };
 
-/// The regressors of a kernel fit (DeviceProfile::KernelFit), as
+/// The per-run regressors of a kernel fit (DeviceProfile::KernelFit), as
 /// gpipe-opt --calibrate fits them and kernelSeconds applies them: 1, the
 /// work, the bytes of activations and of parameters (`parameterBytes` of
-/// `bytes`), and of each the bytes beyond `privateCacheBytes` (0: not
-/// measured).
-std::array<double, 6> kernelFeatures(double work, double bytes,
-                                     double parameterBytes,
+/// `bytes`), of each the bytes beyond `privateCacheBytes` (0: not
+/// measured), and the result's `planes` (its elements over those of its
+/// innermost dimensions: a kernel over many small maps, MobileNet's 2x2
+/// ones, pays per map).
+std::array<double, 7> kernelFeatures(double work, double bytes,
+                                     double parameterBytes, double planes,
                                      double privateCacheBytes);
 
 /// Bytes/s of a pass over `workingSet` bytes: `cachedBandwidth` (at least

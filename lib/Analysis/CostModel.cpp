@@ -75,13 +75,13 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
   }
 }
 
-std::optional<double>
-gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
-                                    double bytes, bool backward,
-                                    double parameterBytes) const {
-  // The fit of the most cores not above this device's, else the fewest.
-  const KernelFit *best = nullptr;
-  for (const KernelFit &f : kernels) {
+/// The fit of `family` measured on the most cores not above `cores`, else
+/// on the fewest (with a backward when `backward`); null without one.
+static const gpipe::DeviceProfile::KernelFit *
+nearestFit(llvm::ArrayRef<gpipe::DeviceProfile::KernelFit> kernels,
+           llvm::StringRef family, int64_t cores, bool backward) {
+  const gpipe::DeviceProfile::KernelFit *best = nullptr;
+  for (const gpipe::DeviceProfile::KernelFit &f : kernels) {
     if (f.family != family || (backward && !f.backward))
       continue;
     bool fits = f.cores <= cores;
@@ -90,26 +90,46 @@ gpipe::DeviceProfile::kernelSeconds(llvm::StringRef family, double work,
         (!fits && !bestFits && f.cores < best->cores))
       best = &f;
   }
+  return best;
+}
+
+std::optional<double> gpipe::DeviceProfile::kernelSeconds(
+    llvm::StringRef family, double work, double bytes, bool backward,
+    double parameterBytes, double planes) const {
+  const KernelFit *best = nearestFit(kernels, family, cores, backward);
   if (!best) {
     // A profile calibrated before the family had its own fit: the nearest
     // family's (the loss is a softmax and a pass over it).
     if (family == "cross_entropy")
-      return kernelSeconds("softmax", work, bytes, backward, parameterBytes);
+      return kernelSeconds("softmax", work, bytes, backward, parameterBytes,
+                           planes);
     return std::nullopt;
   }
-  const std::array<double, 6> &c = backward ? *best->backward : best->forward;
+  const std::array<double, 8> &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
-  std::array<double, 6> x =
-      kernelFeatures(work, bytes, parameterBytes, privateCacheBytes);
+  std::array<double, 7> x =
+      kernelFeatures(work, bytes, parameterBytes, planes, privateCacheBytes);
   double rates = 0;
   for (size_t i = 1; i < x.size(); ++i)
     rates += c[i] * x[i];
   return c[0] + scale * rates;
 }
 
-std::array<double, 6> gpipe::kernelFeatures(double work, double bytes,
+double gpipe::DeviceProfile::conversionSeconds(llvm::StringRef family,
+                                               double parameterBytes,
+                                               bool backward) const {
+  const KernelFit *best = nearestFit(kernels, family, cores, backward);
+  if (!best)
+    return 0;
+  const std::array<double, 8> &c = backward ? *best->backward : best->forward;
+  double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
+  return scale * c[7] * parameterBytes;
+}
+
+std::array<double, 7> gpipe::kernelFeatures(double work, double bytes,
                                             double parameterBytes,
+                                            double planes,
                                             double privateCacheBytes) {
   parameterBytes = std::min(parameterBytes, bytes);
   double activations = bytes - parameterBytes;
@@ -121,7 +141,8 @@ std::array<double, 6> gpipe::kernelFeatures(double work, double bytes,
           activations,
           parameterBytes,
           beyond(activations),
-          beyond(parameterBytes)};
+          beyond(parameterBytes),
+          planes};
 }
 
 std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
@@ -253,7 +274,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       DeviceProfile::KernelFit f;
       auto pair = [&](llvm::StringRef key, double *out) {
         const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
-        if (!a || a->size() < 2 || a->size() > 6)
+        if (!a || a->size() < 2 || a->size() > 8)
           return false;
         for (size_t i = 0; i < a->size(); ++i) {
           std::optional<double> v = (*a)[i].getAsNumber();
@@ -272,7 +293,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       bool ok =
           family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
       if (ok && e->get("backward")) {
-        std::array<double, 6> b{};
+        std::array<double, 8> b{};
         ok = pair("backward", b.data());
         f.backward = b;
       }
@@ -282,7 +303,9 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                     "seconds per unit of work(, seconds per byte(, seconds "
                     "per byte of parameters(, seconds per byte of "
                     "activations beyond the cores' level 2 caches(, of "
-                    "parameters beyond them))))], not negative");
+                    "parameters beyond them(, seconds per plane of the "
+                    "result(, per step, seconds per byte of parameters "
+                    "converted))))))], not negative");
       f.family = family->str();
       f.cores = *kcores;
       p.kernels.push_back(std::move(f));

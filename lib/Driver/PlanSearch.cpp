@@ -104,6 +104,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.forwardKernels = slice.forward;
     facts.backwardKernels = slice.backward;
     facts.transfer = slice.transfer;
+    facts.forwardConversion = slice.forwardConversion;
+    facts.backwardConversion = slice.backwardConversion;
     facts.inBytes = table.crossBytes[begin] * scale;
     facts.outBytes = table.crossBytes[end] * scale;
     facts.messages = 2 * (facts.inBytes + facts.outBytes);

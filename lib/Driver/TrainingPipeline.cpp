@@ -198,6 +198,11 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         op->getAttrOfType<FloatAttr>("gpipe.backward_time").getValueAsDouble();
     facts.transfer =
         op->getAttrOfType<FloatAttr>("gpipe.transfer_time").getValueAsDouble();
+    if (auto once =
+            op->getAttrOfType<DenseF64ArrayAttr>("gpipe.conversion_time")) {
+      facts.forwardConversion = once[0];
+      facts.backwardConversion = once[1];
+    }
     for (auto p : stage.getOps<ParameterOp>())
       if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();

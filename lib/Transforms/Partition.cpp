@@ -290,6 +290,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));
       stage->setAttr("gpipe.backward_time", b.getF64FloatAttr(c.backward));
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
+      if (c.forwardConversion > 0 || c.backwardConversion > 0)
+        stage->setAttr("gpipe.conversion_time",
+                       b.getDenseF64ArrayAttr(
+                           {c.forwardConversion, c.backwardConversion}));
       stage->setAttr("gpipe.predicted_memory",
                      b.getI64IntegerAttr(static_cast<int64_t>(c.memory)));
       stage->setAttr("gpipe.memory_bandwidth",

@@ -206,21 +206,30 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
 }
 
 struct Sample {
-  double work, bytes, parameterBytes, forward, backward;
+  double work, bytes, parameterBytes, planes, forward, backward;
+  /// The micro-batches of the step the times are the mean run of.
+  int64_t microBatches = 1;
 };
 
-/// Seconds t = c0 x0 + ... + c5 x5 over points {x0..x5, t} (the
+/// Seconds t = c0 x0 + ... + c6 x6 over points {x0..x6, t} (the
 /// regressors `use` names; x1, the work, always), fitted to relative error
 /// (weights 1/t^2) so that small kernels count as much as large ones; no
 /// coefficient negative (a negative one is dropped and the rest fitted
 /// again). Kernels: x = (1, work, bytes of activations, bytes of
-/// parameters, and of each beyond the cores' level 2 caches), the
+/// parameters, of each beyond the cores' level 2 caches, the result's
+/// planes (only for kernels over feature maps: a matmul's rows are not
+/// maps, and the calibration's matmuls are not batched as attention's
+/// are), and the bytes of parameters over the step's micro-batches), the
 /// parameters' bytes and the activations' in the cache only for families
 /// timed by FLOPs (a small matmul or convolution reads its weights
-/// whatever its rows; a weight gradient writes them too).
-std::array<double, 6> fit(const std::vector<std::array<double, 7>> &points,
-                          std::array<bool, 6> use) {
-  constexpr int n = 6;
+/// whatever its rows; a weight gradient writes them too), the last only
+/// for kernels that convert their weights once a step (timed as a mean
+/// run, one run of M converted them).
+constexpr int regressors = 8;
+using Coefficients = std::array<double, regressors>;
+Coefficients fit(const std::vector<std::array<double, regressors + 1>> &points,
+                 std::array<bool, regressors> use) {
+  constexpr int n = regressors;
   auto solve = [&](std::array<bool, n> use) {
     double m[n][n + 1] = {};
     for (const std::array<double, n + 1> &p : points) {
@@ -257,6 +266,11 @@ std::array<double, 6> fit(const std::vector<std::array<double, 7>> &points,
     return c;
   };
   use[1] = true;
+  // A regressor zero at every point (no parameters beyond the caches) has
+  // nothing to fit: left out, not left to make the system singular.
+  for (int i = 0; i < n; ++i)
+    use[i] = use[i] &&
+             llvm::any_of(points, [&](const auto &p) { return p[i] != 0; });
   for (int round = 0; round < n; ++round) {
     std::array<double, n> c = solve(use);
     bool negative = false;
@@ -270,11 +284,24 @@ std::array<double, 6> fit(const std::vector<std::array<double, 7>> &points,
         c[i] = use[i] ? c[i] : 0;
       return c;
     }
-    if (!negative) // the work itself: fit it alone
-      use = {false, true, false, false, false, false};
+    if (negative)
+      continue;
+    // The work priced at nothing: the activations' bytes, which grow with
+    // it (a depthwise convolution's FLOPs are nine per element), took its
+    // part; without them, else the work alone.
+    if (use[2] || use[4]) {
+      use[2] = use[4] = false;
+    } else {
+      use.fill(false);
+      use[1] = true;
+    }
   }
-  std::array<double, n> c = solve({false, true, false, false, false, false});
-  return {0, std::max(c[1], 0.0), 0, 0, 0, 0};
+  std::array<bool, n> workAlone{};
+  workAlone[1] = true;
+  std::array<double, n> c = solve(workAlone);
+  Coefficients out{};
+  out[1] = std::max(c[1], 0.0);
+  return out;
 }
 
 /// A random batch for `session`: normal floats, labels below its classes.
@@ -390,7 +417,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     struct Figures {
       std::map<std::string, std::pair<std::string, double>> work;
       std::map<std::string, LoopBytes> elementwise;
-      std::map<std::string, double> bytesOf, parameterBytesOf;
+      std::map<std::string, double> bytesOf, parameterBytesOf, planesOf;
       std::set<std::string> partialBackward;
     };
     auto figuresAt = [&](int64_t rows) {
@@ -412,6 +439,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         f.work[key] = {table.family[l], table.work(l, rows)};
         f.bytesOf[key] = table.bytes(l, rows);
         f.parameterBytesOf[key] = table.constantBytes[l];
+        f.planesOf[key] = table.planes[l] * table.scale(rows);
         // A first layer computes no input gradient: its backward is not
         // the family's.
         if (table.backwardShare[l] != 1)
@@ -426,8 +454,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     for (int64_t micro : {int64_t(1), int64_t(4)}) {
       if (spec.b % micro)
         continue;
-      auto [work, elementwise, bytesOf, parameterBytesOf, partialBackward] =
-          figuresAt(spec.b / micro);
+      auto [work, elementwise, bytesOf, parameterBytesOf, planesOf,
+            partialBackward] = figuresAt(spec.b / micro);
       for (auto [cores, devices] : deviceSets) {
         CompileOptions o;
         o.input = onnxPath;
@@ -490,7 +518,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
             continue;
           samples[it->second.first][cores].push_back(
               {it->second.second, bytesOf[name], parameterBytesOf[name],
-               forward, partialBackward.count(name) ? 0 : backward});
+               planesOf[name], forward,
+               partialBackward.count(name) ? 0 : backward, micro});
         }
       }
     }
@@ -503,23 +532,36 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     for (const auto &[cores, points] : byCores) {
       // As DeviceProfile::kernelSeconds reads them.
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
-      std::vector<std::array<double, 7>> fwd, bwd;
+      std::vector<std::array<double, regressors + 1>> fwd, bwd;
       for (const Sample &p : points) {
-        std::array<double, 6> x =
-            kernelFeatures(p.work, p.bytes, p.parameterBytes, cache);
+        std::array<double, 7> x =
+            kernelFeatures(p.work, p.bytes, p.parameterBytes, p.planes, cache);
+        double converted = std::min(p.parameterBytes, p.bytes) /
+                           static_cast<double>(p.microBatches);
         if (p.forward > 0)
-          fwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], p.forward});
+          fwd.push_back(
+              {x[0], x[1], x[2], x[3], x[4], x[5], x[6], converted, p.forward});
         if (p.backward > 0)
-          bwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], p.backward});
+          bwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], x[6], converted,
+                         p.backward});
       }
       if (fwd.size() < 3)
         continue;
       bool flops = timedByFlops(family);
-      std::array<bool, 6> use{true,  true,      flops,
-                              flops, cache > 0, flops && cache > 0};
-      std::array<double, 6> f = fit(fwd, use);
-      auto json = [](const std::array<double, 6> &c) {
-        return llvm::json::Array{c[0], c[1], c[2], c[3], c[4], c[5]};
+      std::array<bool, regressors> use{true,
+                                       true,
+                                       flops,
+                                       flops,
+                                       cache > 0,
+                                       flops && cache > 0,
+                                       overFeatureMaps(family),
+                                       convertsParameters(family)};
+      Coefficients f = fit(fwd, use);
+      auto json = [](const Coefficients &c) {
+        llvm::json::Array a;
+        for (double v : c)
+          a.push_back(v);
+        return a;
       };
       llvm::json::Object entry{{"family", family},
                                {"cores", cores},
@@ -538,6 +580,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           bytesRates += llvm::formatv(" + {0} beyond {1} MiB at {2:f2} GB/s",
                                       k == 4 ? "activations" : "parameters",
                                       cache / (1 << 20), 1e-9 / f[k]);
+      if (f[6] > 0)
+        bytesRates += llvm::formatv(" + {0:f2} ns a plane", f[6] * 1e9);
+      if (f[7] > 0)
+        bytesRates += llvm::formatv(
+            "; once a step, parameters converted at {0:f2} GB/s", 1e-9 / f[7]);
       log << llvm::format(
           "calibrate: %-13s on %lld core(s): forward %.1f "
           "us + %s at %.2f %s%s (%zu kernels)\n",
@@ -554,20 +601,20 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   for (const auto &[family, byCores] : loops)
     for (const auto &[cores, samples] : byCores) {
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
-      std::array<std::optional<std::array<double, 6>>, 2> c;
+      std::array<std::optional<Coefficients>, 2> c;
       for (int phase = 0; phase < 2; ++phase) {
         if (samples[phase].size() < 3)
           continue;
-        std::vector<std::array<double, 7>> points;
+        std::vector<std::array<double, regressors + 1>> points;
         for (const auto &[bytes, seconds] : samples[phase])
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
-                            0, seconds});
-        c[phase] = fit(points, {true, true, cache > 0, false, false, false});
+                            0, 0, 0, seconds});
+        c[phase] = fit(points, {true, true, cache > 0});
       }
       if (!c[0])
         continue;
-      auto json = [](const std::array<double, 6> &f) {
+      auto json = [](const Coefficients &f) {
         return llvm::json::Array{f[0], f[1], f[2], 0.0, 0.0, 0.0};
       };
       llvm::json::Object entry{
@@ -578,7 +625,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       if (c[1])
         entry["backward"] = json(*c[1]);
       fits.push_back(std::move(entry));
-      auto describe = [&](const std::array<double, 6> &f) {
+      auto describe = [&](const Coefficients &f) {
         std::string beyond = f[2] > 0
                                  ? std::string(llvm::formatv(
                                        ", beyond {0} MiB at {1:f2} GB/s",

@@ -30,6 +30,14 @@ bool timedByFlops(llvm::StringRef family);
 /// Whether the ops of `family` are gpipe's generated loops ("elementwise"
 /// and "copy"), timed by one fit of their bytes forward and backward.
 bool isGeneratedLoop(llvm::StringRef family);
+/// Whether the kernels of `family` run over feature maps (conv,
+/// depthwise_conv, batch_norm, pooling): their fits price the result's
+/// planes (LayerTable::planes), the maps they loop over.
+bool overFeatureMaps(llvm::StringRef family);
+/// Whether the kernels of `family` convert their parameters to a layout of
+/// their own once a step, the other micro-batches reusing it (the CPU's
+/// convolutions: conv, depthwise_conv).
+bool convertsParameters(llvm::StringRef family);
 
 struct LayerTable {
   llvm::SmallVector<mlir::Operation *> layers;
@@ -56,6 +64,10 @@ struct LayerTable {
   /// convolution that reads the data itself (only its weights' gradient,
   /// no input gradient: the first layer), else 1.
   llvm::SmallVector<double> backwardShare;
+  /// Per layer, at `rows`: the planes of its first result (its elements
+  /// over those of its innermost dimensions: the two of a feature map, the
+  /// last of a matrix or a sequence; kernelFeatures).
+  llvm::SmallVector<double> planes;
   /// Per layer: its kernel family (CostOpInterface::getKernelFamily).
   llvm::SmallVector<std::string> family;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
@@ -101,6 +113,14 @@ struct LayerTable {
                         int64_t r) const;
   double backwardSeconds(int64_t i, const DeviceProfile &profile,
                          int64_t r) const;
+  /// Seconds a step's first forward (`backward`) of layer i spends
+  /// converting its parameters to its kernel's layout
+  /// (DeviceProfile::conversionSeconds); none for a backward without an
+  /// input gradient (its weight gradient converts nothing) and for a
+  /// layer the cost table times (its entries are means over a step's
+  /// runs).
+  double conversionSeconds(int64_t i, const DeviceProfile &profile,
+                           bool backward) const;
   /// Bytes a stage of layers [begin, end) keeps per micro-batch of `r`
   /// rows without recompute: the stashed values it defines or receives
   /// (defined before it, read by it); none when `stashed` is unknown.

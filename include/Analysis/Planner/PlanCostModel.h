@@ -26,6 +26,9 @@ struct StageFacts {
   /// The kernels' seconds per micro-batch (forward; backward with any
   /// recompute) and the stage's transfer time, from the partitioner.
   double forwardKernels = 0, backwardKernels = 0, transfer = 0;
+  /// Seconds once a step: the parameters the first forward (backward)
+  /// converts to its kernels' layouts (StageSlice).
+  double forwardConversion = 0, backwardConversion = 0;
   /// Bytes per micro-batch the runtime copies: the stash kept for the
   /// backward, the messages in and out (`messages` counts both ways).
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
@@ -54,9 +57,12 @@ struct StageCost {
   double forward = 0, backward = 0, transfer = 0, optimizer = 0;
   double allReduce = 0, activationWire = 0, gradientWire = 0;
   int64_t rank = 0;
+  /// Added to a step's first forward (backward): parameter conversions.
+  double forwardConversion = 0, backwardConversion = 0;
   StageTimes times() const {
-    return {forward,        backward,     transfer, optimizer,
-            activationWire, gradientWire, rank};
+    return {forward,   backward,          transfer,
+            optimizer, activationWire,    gradientWire,
+            rank,      forwardConversion, backwardConversion};
   }
 };
 

@@ -28,6 +28,9 @@ struct StageTimes {
   /// their own (ranks on one host that pin the same cores get a warning
   /// from gpipe-run instead).
   int64_t rank = 0;
+  /// Added to the step's first forward (backward) of the stage: the
+  /// parameters its kernels convert once a step.
+  double firstForward = 0, firstBackward = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time

@@ -47,6 +47,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.backwardBytesMoved.assign(n, 0);
   t.constantBytes.assign(n, 0);
   t.activationBytes.assign(n, 0);
+  t.planes.assign(n, 0);
   t.paramBytes.assign(n, 0);
   t.trainableBytes.assign(n, 0);
   t.crossBytes.assign(n + 1, 0);
@@ -91,6 +92,17 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
           static_cast<double>(cost.getBackwardBytesMoved());
       t.family[i] = cost.getKernelFamily().str();
     }
+    if (op->getNumResults() > 0)
+      if (auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+          type && type.hasStaticShape()) {
+        // A map's two dimensions (NCHW and NCDHW alike); a matrix's or a
+        // sequence's last.
+        int64_t inner = type.getRank() >= 4 ? type.getRank() - 2 : 1;
+        double p = 1;
+        for (int64_t d = 0; d < type.getRank() - inner; ++d)
+          p *= static_cast<double>(type.getDimSize(d));
+        t.planes[i] = p;
+      }
     bool activation = false, parameter = false;
     for (Value operand : op->getOperands()) {
       parameter |= trainable(operand);
@@ -165,6 +177,23 @@ bool gpipe::isGeneratedLoop(llvm::StringRef family) {
   return family == "elementwise" || family == "copy";
 }
 
+bool gpipe::overFeatureMaps(llvm::StringRef family) {
+  return family == "conv" || family == "depthwise_conv" ||
+         family == "batch_norm" || family == "pooling";
+}
+
+bool gpipe::convertsParameters(llvm::StringRef family) {
+  return family == "conv" || family == "depthwise_conv";
+}
+
+double LayerTable::conversionSeconds(int64_t i, const DeviceProfile &profile,
+                                     bool backward) const {
+  if (measured[i] || !convertsParameters(family[i]) ||
+      (backward && backwardShare[i] != 1))
+    return 0;
+  return profile.conversionSeconds(family[i], constantBytes[i], backward);
+}
+
 int64_t LayerTable::microBatchRows(func::FuncOp forward) {
   for (Type type : forward.getArgumentTypes())
     if (auto ranked = dyn_cast<RankedTensorType>(type))
@@ -195,9 +224,9 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
     return 0; // not an op with kernels (CostOpInterface)
   if (isGeneratedLoop(family[i]))
     return loopSeconds(family[i], bytes(i, r), /*backward=*/false, profile);
-  if (std::optional<double> fitted =
-          profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
-                                /*backward=*/false, constantBytes[i]))
+  if (std::optional<double> fitted = profile.kernelSeconds(
+          family[i], work(i, r), bytes(i, r),
+          /*backward=*/false, constantBytes[i], planes[i] * scale(r)))
     return *fitted;
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
@@ -250,9 +279,9 @@ double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
   if (isGeneratedLoop(family[i]))
     return loopSeconds(family[i], backwardBytes(i, r), /*backward=*/true,
                        profile);
-  if (std::optional<double> fitted =
-          profile.kernelSeconds(family[i], work(i, r), bytes(i, r),
-                                /*backward=*/true, constantBytes[i]))
+  if (std::optional<double> fitted = profile.kernelSeconds(
+          family[i], work(i, r), bytes(i, r),
+          /*backward=*/true, constantBytes[i], planes[i] * scale(r)))
     return *fitted;
   // The gradients of the inputs and of the weights: two forwards.
   return 2 * forwardSeconds(i, profile, r);

@@ -21,6 +21,8 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
                   f.passBandwidth(2 * (f.stashBytes + f.messages));
   double sumBandwidth = f.passBandwidth(2 * f.trainableBytes);
   c.forward = f.forwardKernels + copies;
+  c.forwardConversion = f.forwardConversion;
+  c.backwardConversion = f.backwardConversion;
   c.backward = f.backwardKernels + copies + 3 * f.trainableBytes / sumBandwidth;
   // SGD reads parameters and gradients and writes parameters; each state
   // tensor (momentum, Adam's moments) is one more read and write.

@@ -21,6 +21,9 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   std::map<std::tuple<int, int64_t, int64_t>, double> arrival;
   SmallVector<Block::iterator> pc;
   SmallVector<double> clock(k, 0), busy(k, 0), recomputed(k, 0);
+  // Whether each stream has run a forward (backward) yet: the first
+  // converts the stage's parameters.
+  SmallVector<bool> forwarded(k, false), backwarded(k, false);
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
   for (StreamOp s : streams)
@@ -49,13 +52,16 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         };
         llvm::TypeSwitch<Operation *>(op)
             .Case([&](ForwardInstr f) {
-              duration = t.forward;
+              duration = t.forward + (forwarded[i] ? 0 : t.firstForward);
+              forwarded[i] = true;
               mb = f.getMicroBatch();
             })
             .Case([&](BackwardInstr f) {
               // A stage that recomputes has the forward in its backward
               // time: drawn as the recompute box before it.
-              duration = std::max(0.0, t.backward - recomputed[i]);
+              duration = std::max(0.0, t.backward - recomputed[i]) +
+                         (backwarded[i] ? 0 : t.firstBackward);
+              backwarded[i] = true;
               recomputed[i] = 0;
               mb = f.getMicroBatch();
             })

@@ -13,13 +13,18 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   int64_t n = table.size();
   double s = table.scale(rows);
   for (const DeviceProfile &p : profiles) {
-    llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0);
+    llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0), cf(n + 1, 0),
+        cb(n + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
       f[i + 1] = f[i] + table.forwardSeconds(i, p, rows);
       b[i + 1] = b[i] + table.backwardSeconds(i, p, rows);
+      cf[i + 1] = cf[i] + table.conversionSeconds(i, p, /*backward=*/false);
+      cb[i + 1] = cb[i] + table.conversionSeconds(i, p, /*backward=*/true);
     }
     forward.push_back(std::move(f));
     backward.push_back(std::move(b));
+    forwardConversion.push_back(std::move(cf));
+    backwardConversion.push_back(std::move(cb));
   }
   params.assign(n + 1, 0);
   activations.assign(n + 1, 0);
@@ -34,10 +39,17 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
   StageSlice c;
   c.forward = forward[stage][end] - forward[stage][begin];
   c.backward = backward[stage][end] - backward[stage][begin];
+  c.forwardConversion =
+      forwardConversion[stage][end] - forwardConversion[stage][begin];
+  c.backwardConversion =
+      backwardConversion[stage][end] - backwardConversion[stage][begin];
   bool recomputes = plan.recomputes(stage);
-  // Recompute runs the forward once more in the backward.
-  if (recomputes)
+  // Recompute runs the forward once more in the backward (its kernels
+  // convert the parameters for themselves).
+  if (recomputes) {
     c.backward += c.forward;
+    c.backwardConversion += c.forwardConversion;
+  }
   double s = table.scale(rows);
   double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
   c.transfer = 2 * (in + out) / profiles[stage].linkBandwidth;
