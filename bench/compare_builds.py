@@ -151,7 +151,7 @@ def main():
               f"{datetime.date.today()} ({platform.machine()}, "
               f"{os.cpu_count()} cores): {args.rounds} alternating rounds, "
               f"medians; gpipe-bench figures are themselves medians over "
-              f"{n} runs, pipeline figures gpipe-run's mean step over "
+              f"{n} runs, pipeline figures gpipe-run's median step over "
               f"{rp.STEPS} steps.")
     text = ("# Two builds compared\n\n" + header + "\n\n" + "\n".join(lines) +
             "\n")

@@ -7,7 +7,7 @@ the GPT of test/e2e/language_models.py), exported in training mode at a
 batch of 32 (8 sequences of 64 tokens for the GPT). For each model and each
 device set (one core, both cores, two MPI ranks of one core each) the plan
 `gpipe-opt --emit=plans` marks the fastest is compiled and trained (as
-bench/run_plan_benchmarks.py measures a plan: gpipe-run's mean step after a
+bench/run_plan_benchmarks.py measures a plan: gpipe-run's median step after a
 warm-up run); the profile is measured once by `gpipe-opt --calibrate` at
 the start; no cost table. The table gives each prediction error and the
 worst.
@@ -86,7 +86,7 @@ def main():
         f"{BATCH} and language_models.py's GPT (8 sequences of 64 tokens), "
         f"exported in training mode; for each device set the plan "
         f"`--plan=auto` picks, compiled and trained "
-        f"{plans_bench.STEPS} steps (gpipe-run's mean step after a warm-up "
+        f"{plans_bench.STEPS} steps (gpipe-run's median step after a warm-up "
         f"run), beside its prediction; the profile measured once by "
         f"`gpipe-opt --calibrate`, no cost table.",
         "",

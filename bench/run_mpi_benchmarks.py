@@ -19,7 +19,7 @@
    included, comes on top).
 
 Each configuration runs ROUNDS times, interleaved with the others; a run's
-figure is gpipe-run's mean step time over STEPS steps (timed inside the
+figure is gpipe-run's median step time over STEPS steps (timed inside the
 process, rank 0); the table gives medians over the rounds.
 
 usage: bench/run_mpi_benchmarks.py [--build build]

@@ -304,13 +304,16 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
           << "% overlapped)\n";
     }
   }
-  out << "  step " << step * 1e3 << " ms measured (mean of " << s.steps << "), "
-      << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
+  out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
+      << std::min<int64_t>(s.steps, 1000) << " steps; mean " << step * 1e3
+      << "), " << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
       << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
       << "% predicted\n";
   // The compiler chose the plan by its prediction: say when this run does
   // not bear it out (a few steps include the first touches of memory).
-  double ratio = s.predictedStepSeconds > 0 ? step / s.predictedStepSeconds : 1;
+  double ratio = s.predictedStepSeconds > 0
+                     ? s.medianStepSeconds / s.predictedStepSeconds
+                     : 1;
   if (s.steps >= 5 && (ratio > 1.25 || ratio < 0.8))
     out << "  warning: the step took " << ratio
         << "x the predicted time: the cost model's figures do not describe "

@@ -286,7 +286,13 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   ++steps;
   ++statSteps;
   ++profileSteps;
-  statSeconds += steadySeconds() - start;
+  double took = steadySeconds() - start;
+  statSeconds += took;
+  const size_t kept = 1000;
+  if (recentSteps.size() < kept)
+    recentSteps.push_back(took);
+  else
+    recentSteps[static_cast<size_t>(statSteps - 1) % kept] = took;
   double loss = ownsLastStage
                     ? stages.back()->runner->lossSum() /
                           static_cast<double>(bundle_.training.microBatches)
@@ -565,6 +571,13 @@ TrainingSession::Stats TrainingSession::stats() const {
   Stats out;
   out.steps = statSteps;
   out.stepSeconds = statSeconds;
+  if (!recentSteps.empty()) {
+    std::vector<double> sorted = recentSteps;
+    auto middle =
+        sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+    std::nth_element(sorted.begin(), middle, sorted.end());
+    out.medianStepSeconds = *middle;
+  }
   out.predictedStepSeconds = bundle_.schedule.predictedStepSeconds;
   out.predictedBubble = bundle_.schedule.predictedBubble;
   for (const auto &st : stages) {

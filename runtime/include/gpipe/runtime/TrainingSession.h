@@ -173,6 +173,10 @@ public:
   struct Stats {
     int64_t steps = 0;
     double stepSeconds = 0; // wall time of all steps
+    /// The median step of the last 1000 (the steady pace: one step the
+    /// machine slowed, a first step that touches memory first, moves a
+    /// mean of a few steps of a millisecond).
+    double medianStepSeconds = 0;
     std::vector<StageStats> stages;
     double predictedStepSeconds = 0, predictedBubble = 0;
     /// 1 - busy / (K * wall): the devices' idle share.
@@ -228,6 +232,8 @@ private:
   int64_t statSteps = 0;
   int64_t profileSteps = 0;
   double statSeconds = 0;
+  /// The last steps' wall times (at most 1000, oldest overwritten).
+  std::vector<double> recentSteps;
 };
 
 } // namespace gpipe::runtime
