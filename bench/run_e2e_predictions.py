@@ -8,7 +8,7 @@ batch of 32 (8 sequences of 64 tokens for the GPT). For each model and each
 device set (one core, both cores, two MPI ranks of one core each) the plan
 `gpipe-opt --emit=plans` marks the fastest is compiled and trained (as
 bench/run_plan_benchmarks.py measures a plan: gpipe-run's median step after a
-warm-up run); the profile is measured once by `gpipe-opt --calibrate` at
+warm-up run); the profile is measured once by `mpirun -np 2 gpipe-opt --calibrate` at
 the start; no cost table. The table gives each prediction error and the
 worst.
 
@@ -57,8 +57,7 @@ def main():
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="gpipe-e2e-predictions-")
     profile = os.path.join(work, "profile.json")
-    subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
-                    "--calibrate", "-o", profile],
+    subprocess.run(plans_bench.calibrate_command(args.build, profile),
                    capture_output=True, text=True, check=True)
     rows, worst = [], (1.0, "")
     for name, make in MODELS.items():
@@ -88,7 +87,8 @@ def main():
         f"`--plan=auto` picks, compiled and trained "
         f"{plans_bench.STEPS} steps (gpipe-run's median step after a warm-up "
         f"run), beside its prediction; the profile measured once by "
-        f"`gpipe-opt --calibrate`, no cost table.",
+        f"`mpirun -np 2 gpipe-opt --calibrate` (the link between two ranks "
+        f"measured too), no cost table.",
         "",
         "| model | devices | auto's plan | measured (ms) | predicted (ms) "
         "| predicted / measured |",

@@ -8,7 +8,8 @@ with its flags and trained STEPS steps; the table gives each plan's
 measured step (gpipe-run's median, in process, after a warm-up run) beside
 its prediction, and per model: the plan auto picks, its measured step
 against the fastest plan measured, and its prediction error. The profile
-is measured once by `gpipe-opt --calibrate` at the start; no cost table.
+is measured once by `mpirun -np 2 gpipe-opt --calibrate` at the start (the
+link between two ranks measured too); no cost table.
 
 Device sets: one core (cpu:0), both cores (cpu:0-1, which the search
 splits into stages itself) and two MPI ranks of one core each
@@ -24,6 +25,7 @@ import datetime
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,6 +132,19 @@ PLAN = re.compile(r"^([*= ])\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\S+)\s+"
 DEVICE_SETS = ("cpu:0", "cpu:0-1", "r0:cpu:0,r1:cpu:1")
 
 
+def calibrate_command(build, profile):
+    """gpipe-opt --calibrate as docs/pipeline.md has it for plans over
+    ranks: under mpirun with two ranks (unbound, so that the kernel fits see
+    every core), which measures the link between them too; the built-in
+    10 GbE figures would price two ranks of one host as two hosts."""
+    opt = [os.path.join(build, "bin", "gpipe-opt"), "--calibrate", "-o",
+           profile]
+    if shutil.which("mpirun"):
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe",
+                "--bind-to", "none", "-np", "2"] + opt
+    return opt
+
+
 def plans(build, onnx_path, batch, devices, profile):
     """[(auto?, devices, M, schedule, recompute, predicted ms, fits)]."""
     out = subprocess.run(
@@ -185,8 +200,8 @@ def main():
     work = tempfile.mkdtemp(prefix="gpipe-plans-")
     profile = os.path.join(work, "profile.json")
     calibrate = subprocess.run(
-        [os.path.join(args.build, "bin", "gpipe-opt"), "--calibrate", "-o",
-         profile], capture_output=True, text=True, check=True).stderr
+        calibrate_command(args.build, profile), capture_output=True,
+        text=True, check=True).stderr
     lines = [
         "# Plan benchmarks",
         "",
@@ -195,7 +210,8 @@ def main():
         f"cores): every plan `gpipe-opt --emit=plans` lists, compiled and "
         f"trained {STEPS} steps (gpipe-run's median step after a warm-up "
         f"run), beside its prediction; the profile measured once by "
-        f"`gpipe-opt --calibrate`, no cost table.",
+        f"`mpirun -np 2 gpipe-opt --calibrate` (the link between two ranks "
+        f"measured too), no cost table.",
         "",
         "```",
         *[l for l in calibrate.splitlines() if "timed" not in l],
