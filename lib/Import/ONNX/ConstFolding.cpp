@@ -162,3 +162,20 @@ ConstTensor gpipe::onnx_import::foldSlice(const ConstTensor &data,
   }
   return out;
 }
+
+ConstTensor gpipe::onnx_import::foldTranspose(const ConstTensor &data,
+                                              llvm::ArrayRef<int64_t> perm) {
+  llvm::SmallVector<int64_t> outShape;
+  for (int64_t p : perm)
+    outShape.push_back(data.shape[p]);
+  ConstTensor out = emptyLike(data, outShape);
+  std::vector<int64_t> inStrides = stridesOf(data.shape);
+  for (int64_t i = 0, n = out.numElements(); i < n; ++i) {
+    std::vector<int64_t> idx = unflatten(i, outShape);
+    int64_t from = 0;
+    for (size_t a = 0; a < perm.size(); ++a)
+      from += idx[a] * inStrides[perm[a]];
+    copyElement(data, from, out, i);
+  }
+  return out;
+}

@@ -1,8 +1,8 @@
 //===- ConstFolding.h - Evaluating ops on ConstTensors ----------*- C++ -*-===//
 //
 // The few evaluations the importer needs to fold shape computations
-// (Shape -> Gather -> Concat -> Reshape chains, Range, ConstantOfShape) into
-// static attributes.
+// (Shape -> Gather -> Concat -> Reshape chains, Range, ConstantOfShape, the
+// transposes of Pad's pads) into static attributes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GPIPE_LIB_IMPORT_ONNX_CONSTFOLDING_H
@@ -44,6 +44,11 @@ ConstTensor foldGather(const ConstTensor &data,
 /// Concatenation along `axis` (already normalized, shapes checked).
 ConstTensor foldConcat(llvm::ArrayRef<const ConstTensor *> inputs,
                        int64_t axis);
+
+/// Transpose: output axis i is input axis perm[i] (perm checked to be a
+/// permutation of the axes).
+ConstTensor foldTranspose(const ConstTensor &data,
+                          llvm::ArrayRef<int64_t> perm);
 
 /// Strided slice with one clamped start/step per axis and output shape.
 ConstTensor foldSlice(const ConstTensor &data, llvm::ArrayRef<int64_t> starts,

@@ -407,9 +407,30 @@ LogicalResult importUnsqueeze(GraphImporter &g) {
   return reshapeTo(g, shape);
 }
 
+/// Transpose: folded when its input is an integer constant (a shape
+/// computation: the pads of Swin's shifted windows), else nn.transpose.
 LogicalResult importTranspose(GraphImporter &g) {
   if (failed(g.checkAttrs({"perm"})))
     return failure();
+  if (const ConstTensor *c = g.constantInput(0); c && !c->isFloat()) {
+    int64_t rank = static_cast<int64_t>(c->shape.size());
+    SmallVector<int64_t> perm;
+    if (auto p = g.intsAttr("perm"); p && !p->empty())
+      perm = *p;
+    else
+      for (int64_t i = rank - 1; i >= 0; --i)
+        perm.push_back(i);
+    SmallVector<int64_t> sorted(perm);
+    llvm::sort(sorted);
+    bool permutation = static_cast<int64_t>(sorted.size()) == rank;
+    for (int64_t i = 0; permutation && i < rank; ++i)
+      permutation = sorted[i] == i;
+    if (!permutation)
+      return g.error() << "perm is not a permutation of the " << rank
+                       << " axes";
+    g.setConstantOutput(0, foldTranspose(*c, perm));
+    return success();
+  }
   auto x = g.input(0);
   if (failed(x))
     return failure();
