@@ -189,6 +189,19 @@ func.func @slice(%x: tensor<4x6xf64>) -> tensor<2x3xf64> {
   %0 = nn.slice %x {ends = array<i64: 3, 5>, starts = array<i64: 1, 2>, steps = array<i64: 1, 1>} : (tensor<4x6xf64>) -> tensor<2x3xf64>
   return %0 : tensor<2x3xf64>
 }
+// Strided: x[0::2, 1:5:3] of a 5x6 (rows 0, 2 and 4: spread over 6 rows
+// and trimmed to 5; columns 1 and 4) and PatchMerging's every other
+// position of a map.
+// CHECK: slice_strided: ok
+func.func @slice_strided(%x: tensor<5x6xf64>) -> tensor<3x2xf64> {
+  %0 = nn.slice %x {ends = array<i64: 5, 5>, starts = array<i64: 0, 1>, steps = array<i64: 2, 3>} : (tensor<5x6xf64>) -> tensor<3x2xf64>
+  return %0 : tensor<3x2xf64>
+}
+// CHECK: slice_every_other: ok
+func.func @slice_every_other(%x: tensor<2x4x4x3xf64>) -> tensor<2x2x2x3xf64> {
+  %0 = nn.slice %x {ends = array<i64: 2, 4, 4, 3>, starts = array<i64: 0, 0, 1, 0>, steps = array<i64: 1, 2, 2, 1>} : (tensor<2x4x4x3xf64>) -> tensor<2x2x2x3xf64>
+  return %0 : tensor<2x2x2x3xf64>
+}
 // CHECK: concat: ok
 func.func @concat(%a: tensor<2x3xf64>, %b: tensor<2x2xf64>) -> tensor<2x5xf64> {
   %0 = nn.concat %a, %b {axis = -1 : i64} : (tensor<2x3xf64>, tensor<2x2xf64>) -> tensor<2x5xf64>

@@ -102,3 +102,24 @@ func.func @forward(%x: tensor<2x4xf32> {gpipe.name = "x"}, %labels: tensor<2xi64
   %loss = nn.softmax_cross_entropy %r, %labels : (tensor<2x4xf32>, tensor<2xi64>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A strided slice (PatchMerging's x[:, 1::2]): its gradient spread over the
+// step (an axis of 1 padded to 2 and merged: each element then a zero),
+// trimmed to the input's extent past the start, then zero-padded back in
+// place (the start before it).
+gpipe.parameter @sw trainable = dense<0.5> : tensor<5xf32>
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[S:.*]] = nn.slice %{{.*}} {ends = array<i64: 2, 5>, starts = array<i64: 0, 1>, steps = array<i64: 1, 2>} : (tensor<2x5xf32>) -> tensor<2x2xf32>
+// CHECK: %[[R:.*]] = nn.reshape %{{.*}} {shape = array<i64: 2, 2, 1>} : (tensor<2x2xf32>) -> tensor<2x2x1xf32>
+// CHECK: %[[P:.*]] = nn.pad %[[R]] {pads = array<i64: 0, 0, 0, 0, 0, 1>} : (tensor<2x2x1xf32>) -> tensor<2x2x2xf32>
+// CHECK: %[[M:.*]] = nn.reshape %[[P]] {shape = array<i64: 2, 4>} : (tensor<2x2x2xf32>) -> tensor<2x4xf32>
+// CHECK: %[[G:.*]] = nn.pad %[[M]] {pads = array<i64: 0, 1, 0, 0>} : (tensor<2x4xf32>) -> tensor<2x5xf32>
+func.func @forward(%x: tensor<2x5xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}) -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
+  %w = gpipe.get_parameter @sw : tensor<5xf32>
+  %a = nn.add %x, %w : (tensor<2x5xf32>, tensor<5xf32>) -> tensor<2x5xf32>
+  %s = nn.slice %a {starts = array<i64: 0, 1>, ends = array<i64: 2, 5>, steps = array<i64: 1, 2>} : (tensor<2x5xf32>) -> tensor<2x2xf32>
+  %loss = nn.softmax_cross_entropy %s, %labels : (tensor<2x2xf32>, tensor<2xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

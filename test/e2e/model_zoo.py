@@ -11,7 +11,13 @@
     Hardswish, Hardsigmoid, squeeze-excitation, BatchNorm);
   * seq2seq: nn.Transformer (encoder-decoder) over token embeddings, the
     first half of each row the source and the rest the target, with a
-    causal target mask, a vocabulary head on every target position.
+    causal target mask, a vocabulary head on every target position;
+  * swin: torchvision's SwinTransformer (a small configuration: 40x40
+    images, 4x4 patches, windows of 4 shifted by 2, two stages): its
+    windows padded by pads computed from shapes (Mod, Slice, Transpose,
+    Cast), the shifted windows' attention mask built by ScatterND on
+    constants, PatchMerging's strided slices (their gradient spread back
+    into place), relative position biases gathered from a trained table.
 
 For each: `--emit=summary` lists exactly PyTorch's named_parameters();
 inference of the default bundle is within 1e-5 relative L2 of PyTorch in
@@ -111,6 +117,14 @@ def images(size):
     return draw
 
 
+def swin():
+    from torchvision.models.swin_transformer import SwinTransformer
+    # Stochastic depth off: PyTorch cannot export its random draw.
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2],
+                           num_heads=[2, 4], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=10)
+
+
 def vit():
     m = torchvision.models.VisionTransformer(
         image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32,
@@ -132,6 +146,7 @@ MODELS = {
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(
         num_classes=10, dropout=0.0), images(64), CNN_OPTIMIZERS, False),
     "seq2seq": (Seq2Seq, token_pairs, TRANSFORMER_OPTIMIZERS, False),
+    "swin": (swin, images(40), TRANSFORMER_OPTIMIZERS, False),
 }
 
 

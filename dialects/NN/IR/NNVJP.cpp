@@ -620,21 +620,57 @@ LogicalResult TransposeOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+/// Zero-pads `v` by `pads` (begins, then ends, one per axis).
+static Value zeroPad(OpBuilder &b, Location loc, Value v,
+                     ArrayRef<int64_t> pads) {
+  return b.create<PadOp>(
+      loc, ValueRange{v},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
+          b.getNamedAttr("mode", b.getStringAttr("constant")),
+          b.getNamedAttr("value", b.getF64FloatAttr(0.0))});
+}
+
 LogicalResult SliceOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                 SmallVectorImpl<Value> &operandGrads) {
-  // Unit steps: the gradient is the result's, zero-padded back in place.
-  if (llvm::any_of(getSteps(), [](int64_t s) { return s != 1; }))
-    return emitOpError("has a VJP rule for unit steps only");
+  // The gradient is the result's, zero-padded back in place. An axis of
+  // step s > 1 (PatchMerging's x[..., 0::2, 0::2, :]) is first spread
+  // out: each gradient element followed by s - 1 zeros (an axis of 1
+  // inserted after it, padded to s, merged back), trimmed to the input's
+  // extent, as if the slice had been a unit one over that span.
+  if (llvm::any_of(getSteps(), [](int64_t s) { return s < 1; }))
+    return emitOpError("has a VJP rule for positive steps only");
+  Location loc = getLoc();
   RankedTensorType in = rankedType(getInput());
-  SmallVector<int64_t> pads(getStarts());
-  for (auto [i, end] : llvm::enumerate(getEnds()))
+  int64_t rank = in.getRank();
+  Value g = resultGrads[0];
+  SmallVector<int64_t> starts(getStarts()), ends(getEnds());
+  for (int64_t a = 0; a < rank; ++a) {
+    int64_t step = getSteps()[a];
+    if (step == 1)
+      continue;
+    SmallVector<int64_t> shape(rankedType(g).getShape());
+    int64_t n = shape[a];
+    SmallVector<int64_t> spread(shape);
+    spread.insert(spread.begin() + a + 1, 1);
+    g = reshapeTo(b, loc, g, spread);
+    SmallVector<int64_t> pads(2 * (rank + 1), 0);
+    pads[(rank + 1) + a + 1] = step - 1;
+    g = zeroPad(b, loc, g, pads);
+    shape[a] = n * step;
+    g = reshapeTo(b, loc, g, shape);
+    int64_t span = std::min(n * step, in.getDimSize(a) - starts[a]);
+    if (span < n * step) {
+      SmallVector<int64_t> from(rank, 0), to(shape);
+      to[a] = span;
+      g = unitSlice(b, loc, g, from, to);
+    }
+    ends[a] = starts[a] + span;
+  }
+  SmallVector<int64_t> pads(starts);
+  for (auto [i, end] : llvm::enumerate(ends))
     pads.push_back(in.getDimSize(i) - end);
-  operandGrads.push_back(
-      b.create<PadOp>(getLoc(), ValueRange{resultGrads[0]},
-                      ArrayRef<NamedAttribute>{
-                          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
-                          b.getNamedAttr("mode", b.getStringAttr("constant")),
-                          b.getNamedAttr("value", b.getF64FloatAttr(0.0))}));
+  operandGrads.push_back(zeroPad(b, loc, g, pads));
   return success();
 }
 

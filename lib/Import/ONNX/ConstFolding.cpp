@@ -179,3 +179,12 @@ ConstTensor gpipe::onnx_import::foldTranspose(const ConstTensor &data,
   }
   return out;
 }
+
+ConstTensor gpipe::onnx_import::foldExpand(const ConstTensor &data,
+                                           llvm::ArrayRef<int64_t> shape) {
+  ConstTensor out = emptyLike(data, shape);
+  for (int64_t i = 0, n = out.numElements(); i < n; ++i)
+    copyElement(data, broadcastIndex(data.shape, shape, unflatten(i, shape)),
+                out, i);
+  return out;
+}

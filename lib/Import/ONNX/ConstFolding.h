@@ -45,6 +45,9 @@ ConstTensor foldGather(const ConstTensor &data,
 ConstTensor foldConcat(llvm::ArrayRef<const ConstTensor *> inputs,
                        int64_t axis);
 
+/// `data` broadcast to `shape` (NumPy rules, checked by the caller).
+ConstTensor foldExpand(const ConstTensor &data, llvm::ArrayRef<int64_t> shape);
+
 /// Transpose: output axis i is input axis perm[i] (perm checked to be a
 /// permutation of the axes).
 ConstTensor foldTranspose(const ConstTensor &data,

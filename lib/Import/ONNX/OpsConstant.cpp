@@ -9,6 +9,7 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -156,6 +157,85 @@ LogicalResult importRange(GraphImporter &g) {
   return success();
 }
 
+/// ScatterND on constants (the attention mask of Swin's shifted windows,
+/// built by slice assignments on a tensor of zeros): data with each index
+/// tuple's slice replaced (reduction "none") or combined ("add", "mul",
+/// "max", "min") with its updates. Inputs computed at run time are an
+/// error: gpipe has no scatter kernel yet.
+LogicalResult importScatterND(GraphImporter &g) {
+  if (failed(g.checkAttrs({"reduction"})))
+    return failure();
+  std::string reduction = g.stringAttr("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" &&
+      reduction != "max" && reduction != "min")
+    return g.error() << "reduction '" << reduction
+                     << "' is not one of none, add, mul, max, min";
+  // Folded at compile time: gpipe has no scatter kernel.
+  const ConstTensor *in[3];
+  const char *what[3] = {"ScatterND's data (folded: no scatter kernel yet)",
+                         "ScatterND's indices", "ScatterND's updates"};
+  for (size_t i = 0; i < 3; ++i) {
+    auto c = g.requireConstant(i, what[i]);
+    if (failed(c))
+      return failure();
+    in[i] = *c;
+  }
+  const ConstTensor *data = in[0], *indices = in[1], *updates = in[2];
+  if (indices->isFloat() || indices->shape.empty())
+    return g.error() << "indices must be an integer tensor of rank >= 1";
+  if (updates->dtype != data->dtype)
+    return g.error() << "updates must have the data's element type";
+  int64_t rank = static_cast<int64_t>(data->shape.size());
+  int64_t k = indices->shape.back();
+  if (k < 1 || k > rank)
+    return g.error() << "index tuples of " << k
+                     << " entries do not address data of rank " << rank;
+  // updates: indices.shape[:-1] + data.shape[k:].
+  SmallVector<int64_t> want(indices->shape.begin(), indices->shape.end() - 1);
+  want.append(data->shape.begin() + k, data->shape.end());
+  if (SmallVector<int64_t>(updates->shape) != want)
+    return g.error() << "updates have the wrong shape for these indices";
+  int64_t slice = 1;
+  for (int64_t d = k; d < rank; ++d)
+    slice *= data->shape[d];
+  int64_t tuples = indices->numElements() / k;
+  ConstTensor out = *data;
+  std::vector<int64_t> idx = indices->toInts();
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      int64_t i = idx[t * k + d], n = data->shape[d];
+      if (i < -n || i >= n)
+        return g.error() << "index " << i << " is out of range for dimension "
+                         << d << " of size " << n;
+      offset = offset * n + (i < 0 ? i + n : i);
+    }
+    offset *= slice;
+    for (int64_t e = 0; e < slice; ++e) {
+      size_t to = static_cast<size_t>(offset + e),
+             from = static_cast<size_t>(t * slice + e);
+      auto combine = [&](auto &dst, auto value) {
+        if (reduction == "add")
+          dst[to] += value;
+        else if (reduction == "mul")
+          dst[to] *= value;
+        else if (reduction == "max")
+          dst[to] = std::max(dst[to], value);
+        else if (reduction == "min")
+          dst[to] = std::min(dst[to], value);
+        else
+          dst[to] = value;
+      };
+      if (out.isFloat())
+        combine(out.floats, updates->floats[from]);
+      else
+        combine(out.ints, updates->ints[from]);
+    }
+  }
+  g.setConstantOutput(0, std::move(out));
+  return success();
+}
+
 } // namespace
 
 void gpipe::onnx_import::registerConstantImporters(OpImporterTable &t) {
@@ -163,4 +243,5 @@ void gpipe::onnx_import::registerConstantImporters(OpImporterTable &t) {
   t.add("Shape", 1, importShape);
   t.add("ConstantOfShape", 9, importConstantOfShape);
   t.add("Range", 11, importRange);
+  t.add("ScatterND", 11, importScatterND);
 }

@@ -113,6 +113,12 @@ LogicalResult importExpand(GraphImporter &g) {
       return g.error() << "the expanded shape has more than 2^40 elements";
     count *= shape[i];
   }
+  // A constant expanded (a mask built from static shapes) stays one.
+  if (const ConstTensor *c = g.constantInput(0);
+      c && count <= kMaxFoldedElements) {
+    g.setConstantOutput(0, foldExpand(*c, shape));
+    return success();
+  }
   auto x = g.input(0);
   if (failed(x))
     return failure();
