@@ -152,12 +152,9 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
                        (has.empty() ? std::string() : "; the data has " + has));
     }
     const HostTensor &t = it->second;
-    bool tailOk =
-        t.dtype == slot->dtype && t.shape.size() == slot->shape.size();
-    for (size_t i = 1; tailOk && i < t.shape.size(); ++i)
-      tailOk = t.shape[i] == slot->shape[i];
-    if (!tailOk || t.shape.empty() || t.shape[0] == 0 ||
-        (samples >= 0 && t.shape[0] != samples)) {
+    if (t.shape.empty() || t.shape[0] == 0 ||
+        (samples >= 0 && t.shape[0] != samples) ||
+        !session.holdsSamples(*slot, t, t.shape[0])) {
       std::string rows = "[N";
       for (size_t i = 1; i < slot->shape.size(); ++i)
         rows += ", " + std::to_string(slot->shape[i]);
@@ -168,7 +165,11 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
           (samples >= 0
                ? ", as many as the other arrays: " + std::to_string(samples)
                : std::string()) +
-          ")" + (slot->name == "labels" ? " holding the labels" : ""));
+          ")" +
+          (slot->name == "labels"
+               ? " holding the labels (or [N, T] for logits of T rows a "
+                 "sample, viewed [N*T, C])"
+               : ""));
     }
     samples = t.shape[0];
   }
@@ -208,6 +209,7 @@ void checkLabels(TrainingSession &session,
 Evaluation evaluate(TrainingSession &session,
                     const std::map<std::string, HostTensor> &data, int64_t n) {
   int64_t b = session.microBatchSize(), correct = 0;
+  double rows = 0;
   double lossSum = 0;
   for (int64_t first = 0; first < n; first += b) {
     std::map<std::string, HostTensor> batch;
@@ -225,10 +227,14 @@ Evaluation evaluate(TrainingSession &session,
     const int64_t *label =
         reinterpret_cast<const int64_t *>(data.at("labels").data.data());
     int64_t classes = logits.shape[1];
+    // Rows a sample: 1, or T for per-token logits viewed [B*T, C] (the
+    // labels then [N, T], row-major like the logits).
+    int64_t perSample = std::max<int64_t>(1, logits.shape[0] / b);
     const float *l = reinterpret_cast<const float *>(logits.data.data());
-    for (int64_t r = 0; r < b && first + r < n; ++r) {
+    for (int64_t r = 0; r < b * perSample && first + r / perSample < n; ++r) {
       const float *row = l + r * classes;
-      int64_t want = label[first + r];
+      int64_t want = label[first * perSample + r];
+      ++rows;
       correct += std::max_element(row, row + classes) - row == want;
       // -log softmax(row)[want], in double: max + log(sum(exp(x - max))).
       double top = *std::max_element(row, row + classes), sum = 0;
@@ -240,9 +246,10 @@ Evaluation evaluate(TrainingSession &session,
   }
   Evaluation e;
   e.samples = n;
-  e.accuracy = session.fromLastStage(static_cast<double>(correct)) /
-               static_cast<double>(n);
-  e.loss = session.fromLastStage(lossSum) / static_cast<double>(n);
+  // Per logits row: per sample, or per token of per-token logits.
+  double counted = std::max(1.0, session.fromLastStage(rows));
+  e.accuracy = session.fromLastStage(static_cast<double>(correct)) / counted;
+  e.loss = session.fromLastStage(lossSum) / counted;
   if (session.bundle().training.loss != "cross-entropy")
     e.loss = std::numeric_limits<double>::quiet_NaN();
   return e;

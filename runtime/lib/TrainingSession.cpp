@@ -186,6 +186,25 @@ int64_t TrainingSession::classCount() const {
              : 0;
 }
 
+bool TrainingSession::holdsSamples(const TensorSlot &slot, const HostTensor &t,
+                                   int64_t samples) const {
+  const std::vector<int64_t> &expected = slot.shape;
+  if (expected.empty() || t.dtype != slot.dtype || t.shape.empty() ||
+      t.shape[0] != samples)
+    return false;
+  if (t.shape.size() == expected.size() &&
+      std::equal(expected.begin() + 1, expected.end(), t.shape.begin() + 1))
+    return true;
+  // Labels [N, T] for logits [B*T, V]: T labels a sample, as many as the
+  // slot's rows per sample.
+  int64_t perSample = 1;
+  for (size_t i = 1; i < t.shape.size(); ++i)
+    perSample *= t.shape[i];
+  int64_t b = microBatchSize();
+  return slot.name == "labels" && expected.size() == 1 && b > 0 &&
+         t.shape.size() > 1 && expected[0] == b * perSample;
+}
+
 double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   int64_t n = batchSize();
   for (const TensorSlot *slot : localDataInputs()) {
@@ -193,10 +212,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     if (it == batch.end())
       throw InputError("training data has no '" + slot->name + "'");
     const HostTensor &t = it->second;
-    std::vector<int64_t> expected = slot->shape;
-    if (expected.empty() || t.dtype != slot->dtype ||
-        t.shape.size() != expected.size() || t.shape[0] != n ||
-        !std::equal(expected.begin() + 1, expected.end(), t.shape.begin() + 1))
+    if (!holdsSamples(*slot, t, n))
       throw InputError("training batch '" + slot->name + "' is " +
                        t.describe() + "; each step needs " + std::to_string(n) +
                        " rows of " + std::string(dtypeName(slot->dtype)) +

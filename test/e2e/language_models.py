@@ -24,6 +24,9 @@ and compared with PyTorch step by step.
     or [T * B, V], exported with a static batch, runs `gpipe-run --infer`
     on more rows than the compiled batch (not a multiple of it) and matches
     PyTorch eval;
+  * per-token labels: the GPT returning logits viewed [B * T, V] (for
+    `F.cross_entropy(logits.view(-1, V), y.view(-1))` outside the model)
+    trains from labels [N, T] in a two-stage pipeline as PyTorch does;
   * encoder: nn.TransformerEncoder (batch_first) exported with a static
     batch of 8 trains at M = 1, 2, 4 and 8 with the same losses.
 
@@ -270,6 +273,36 @@ def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
     return []
 
 
+def check_per_token_labels(gpipe_opt, gpipe_run, work):
+    """Logits [B * T, V] train from labels [N, T]: T labels a sample, in
+    the order of the logits' rows."""
+    tag = "per_token_labels"
+    torch.manual_seed(0)
+    model = GPTFoldedLogits("flat")
+    onnx_path = os.path.join(work, tag + ".onnx")
+    export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), onnx_path, False)
+    rng = np.random.RandomState(5)
+    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
+    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    y[rng.rand(*y.shape) < 0.1] = -100
+    data = os.path.join(work, tag + ".npz")
+    np.savez(data, input=x, labels=y)
+    got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
+                     "cpu:0,cpu:1", "sgd", work)
+    if err:
+        return [err]
+    want, _ = pytorch_training.torch_run(
+        model, torch.from_numpy(x), torch.from_numpy(y), 4, "sgd",
+        steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
+    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
+          f"error {worst:.2e}")
+    if len(got) != STEPS or worst > 1e-4:
+        return [f"losses differ (worst relative {worst:.2e}): {got[:3]}... "
+                f"vs {want[:3]}..."]
+    return []
+
+
 def check_folded_inference(layout, gpipe_opt, gpipe_run, work):
     """gpipe-run --infer splits rows that are not the compiled batch also
     for outputs that fold the batch into another dimension, and puts each
@@ -404,6 +437,11 @@ def main():
         for e in errors:
             print(f"FAIL folded inference {layout}: {e}")
         failed += bool(errors)
+    total += 1
+    errors = check_per_token_labels(gpipe_opt, gpipe_run, work)
+    for e in errors:
+        print(f"FAIL per-token labels: {e}")
+    failed += bool(errors)
     total += 1
     errors = check_encoder(gpipe_opt, gpipe_run, work)
     for e in errors:

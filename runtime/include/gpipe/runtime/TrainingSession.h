@@ -105,6 +105,13 @@ public:
   int64_t microBatchSize() const {
     return batchSize() / bundle_.training.microBatches;
   }
+  /// Whether `t` holds `samples` samples of data input `slot`: its
+  /// dimensions after the first are the slot's; or, for the labels of a
+  /// model whose logits hold several rows per sample (per-token logits
+  /// viewed [B*T, V] by the model), [samples, ...] with as many labels
+  /// per sample as the slot's rows per sample.
+  bool holdsSamples(const TensorSlot &slot, const HostTensor &t,
+                    int64_t samples) const;
   double learningRate() const { return lr_; }
 
   /// Classes of the model's [N, C] output (0 if it is not 2-D).
