@@ -71,10 +71,12 @@ struct DeviceProfile {
   /// fits price parameters' bytes as the others, d = c; shorter fits leave
   /// the rest 0).
   struct KernelFit {
+    /// a to h.
+    using Coefficients = std::array<double, 8>;
     std::string family;
     int64_t cores = 1;
-    std::array<double, 8> forward{};
-    std::optional<std::array<double, 8>> backward;
+    Coefficients forward{};
+    std::optional<Coefficients> backward;
   };
   std::vector<KernelFit> kernels;
 

@@ -105,7 +105,7 @@ std::optional<double> gpipe::DeviceProfile::kernelSeconds(
                            planes);
     return std::nullopt;
   }
-  const std::array<double, 8> &c = backward ? *best->backward : best->forward;
+  const KernelFit::Coefficients &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
   std::array<double, 7> x =
@@ -122,7 +122,7 @@ double gpipe::DeviceProfile::conversionSeconds(llvm::StringRef family,
   const KernelFit *best = nearestFit(kernels, family, cores, backward);
   if (!best)
     return 0;
-  const std::array<double, 8> &c = backward ? *best->backward : best->forward;
+  const KernelFit::Coefficients &c = backward ? *best->backward : best->forward;
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
   return scale * c[7] * parameterBytes;
 }
@@ -274,7 +274,9 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       DeviceProfile::KernelFit f;
       auto pair = [&](llvm::StringRef key, double *out) {
         const llvm::json::Array *a = e ? e->getArray(key) : nullptr;
-        if (!a || a->size() < 2 || a->size() > 8)
+        if (!a || a->size() < 2 ||
+            a->size() >
+                std::tuple_size_v<DeviceProfile::KernelFit::Coefficients>)
           return false;
         for (size_t i = 0; i < a->size(); ++i) {
           std::optional<double> v = (*a)[i].getAsNumber();
@@ -293,7 +295,7 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
       bool ok =
           family && kcores && *kcores >= 1 && pair("forward", f.forward.data());
       if (ok && e->get("backward")) {
-        std::array<double, 8> b{};
+        DeviceProfile::KernelFit::Coefficients b{};
         ok = pair("backward", b.data());
         f.backward = b;
       }

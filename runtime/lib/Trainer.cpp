@@ -312,8 +312,8 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
     }
   }
   out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
-      << std::min<int64_t>(s.steps, 1000) << " steps; mean " << step * 1e3
-      << "), " << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
+      << s.medianSteps << " steps; mean " << step * 1e3 << "), "
+      << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
       << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
       << "% predicted\n";
   // The compiler chose the plan by its prediction: say when this run does

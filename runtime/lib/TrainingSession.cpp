@@ -593,6 +593,7 @@ TrainingSession::Stats TrainingSession::stats() const {
         sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
     std::nth_element(sorted.begin(), middle, sorted.end());
     out.medianStepSeconds = *middle;
+    out.medianSteps = static_cast<int64_t>(sorted.size());
   }
   out.predictedStepSeconds = bundle_.schedule.predictedStepSeconds;
   out.predictedBubble = bundle_.schedule.predictedBubble;

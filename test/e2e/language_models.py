@@ -195,6 +195,28 @@ def train(gpipe_opt, gpipe_run, onnx_path, data, tag, micro, devices,
         return [float(r["loss"]) for r in csv.DictReader(f)], None
 
 
+def next_tokens(seed, ignored):
+    """SAMPLES sequences and their next tokens, a tenth of the labels set
+    to `ignored` (padding: counts for nothing)."""
+    rng = np.random.RandomState(seed)
+    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
+    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    y[rng.rand(*y.shape) < 0.1] = ignored
+    return x, y
+
+
+def loss_errors(tag, got, want):
+    """Prints the run and returns its error when a step's loss is not
+    within 1e-4 relative of PyTorch's."""
+    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
+    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
+          f"error {worst:.2e}")
+    if len(got) != STEPS or worst > 1e-4:
+        return [f"losses differ (worst relative {worst:.2e}): {got[:3]}... "
+                f"vs {want[:3]}..."]
+    return []
+
+
 def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     tag = f"gpt{'_triu' if triu else ''}_{optimizer}" + (
         "_dyn" if dynamic else "_static")
@@ -211,10 +233,7 @@ def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     if rc != 0 or not m or (int(m.group(1)), int(m.group(2))) != expected:
         errors.append(f"summary {m.group(0) if m else out!r}, PyTorch "
                       f"{expected[0]} trainable tensors ({expected[1]} values)")
-    rng = np.random.RandomState(3)
-    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
-    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
-    y[rng.rand(*y.shape) < 0.1] = -100  # padding: counts for nothing
+    x, y = next_tokens(3, -100)
     data = os.path.join(work, tag + ".npz")
     np.savez(data, input=x, labels=y)
     got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
@@ -224,13 +243,7 @@ def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     want, _ = pytorch_training.torch_run(
         model, torch.from_numpy(x), torch.from_numpy(y), 4, optimizer,
         steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
-    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
-    if len(got) != STEPS or worst > 1e-4:
-        errors.append(f"losses differ (worst relative {worst:.2e}): "
-                      f"{got[:3]}... vs {want[:3]}...")
-    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
-          f"error {worst:.2e}")
-    return errors
+    return errors + loss_errors(tag, got, want)
 
 
 def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
@@ -250,10 +263,7 @@ def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
         input_names=["idx", "targets"], output_names=["loss"],
         dynamic_axes={"idx": {0: "batch"}, "targets": {0: "batch"}}
         if dynamic else None)
-    rng = np.random.RandomState(5)
-    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
-    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
-    y[rng.rand(*y.shape) < 0.1] = -1 if kind == "nanogpt" else -100
+    x, y = next_tokens(5, -1 if kind == "nanogpt" else -100)
     data = os.path.join(work, tag + ".npz")
     np.savez(data, idx=x, targets=y)
     got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
@@ -264,13 +274,7 @@ def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
         model, torch.from_numpy(x), torch.from_numpy(y), 4, "sgd",
         loss="output", steps=STEPS, batch=BATCH, samples=SAMPLES,
         optimizers=OPTIMIZERS)
-    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
-    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
-          f"error {worst:.2e}")
-    if len(got) != STEPS or worst > 1e-4:
-        return [f"losses differ (worst relative {worst:.2e}): {got[:3]}... "
-                f"vs {want[:3]}..."]
-    return []
+    return loss_errors(tag, got, want)
 
 
 def check_per_token_labels(gpipe_opt, gpipe_run, work):
@@ -281,10 +285,7 @@ def check_per_token_labels(gpipe_opt, gpipe_run, work):
     model = GPTFoldedLogits("flat")
     onnx_path = os.path.join(work, tag + ".onnx")
     export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), onnx_path, False)
-    rng = np.random.RandomState(5)
-    tokens = rng.randint(0, VOCAB, size=(SAMPLES, SEQ + 1)).astype(np.int64)
-    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
-    y[rng.rand(*y.shape) < 0.1] = -100
+    x, y = next_tokens(5, -100)
     data = os.path.join(work, tag + ".npz")
     np.savez(data, input=x, labels=y)
     got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
@@ -294,13 +295,7 @@ def check_per_token_labels(gpipe_opt, gpipe_run, work):
     want, _ = pytorch_training.torch_run(
         model, torch.from_numpy(x), torch.from_numpy(y), 4, "sgd",
         steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
-    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
-    print(f"{tag}: loss {got[0]:.4f} -> {got[-1]:.4f}, worst relative loss "
-          f"error {worst:.2e}")
-    if len(got) != STEPS or worst > 1e-4:
-        return [f"losses differ (worst relative {worst:.2e}): {got[:3]}... "
-                f"vs {want[:3]}..."]
-    return []
+    return loss_errors(tag, got, want)
 
 
 def check_folded_inference(layout, gpipe_opt, gpipe_run, work):
@@ -363,12 +358,7 @@ def check_shared_three_stages(optimizer, gpipe_opt, gpipe_run, work):
     want, _ = pytorch_training.torch_run(
         model, torch.from_numpy(x), torch.from_numpy(y), 4, optimizer,
         steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
-    worst = max(abs(g - e) / abs(e) for g, e in zip(got, want))
-    print(f"{tag}: three stages, loss {got[0]:.4f} -> {got[-1]:.4f}, worst "
-          f"relative loss error {worst:.2e}")
-    if len(got) != STEPS or worst > 1e-4:
-        return [f"losses differ (worst relative {worst:.2e})"]
-    return []
+    return loss_errors(f"{tag} (three stages)", got, want)
 
 
 def check_encoder(gpipe_opt, gpipe_run, work):

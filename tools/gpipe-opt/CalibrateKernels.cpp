@@ -225,8 +225,8 @@ struct Sample {
 /// whatever its rows; a weight gradient writes them too), the last only
 /// for kernels that convert their weights once a step (timed as a mean
 /// run, one run of M converted them).
-constexpr int regressors = 8;
-using Coefficients = std::array<double, regressors>;
+using Coefficients = DeviceProfile::KernelFit::Coefficients;
+constexpr int regressors = std::tuple_size_v<Coefficients>;
 Coefficients fit(const std::vector<std::array<double, regressors + 1>> &points,
                  std::array<bool, regressors> use) {
   constexpr int n = regressors;
@@ -439,7 +439,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         f.work[key] = {table.family[l], table.work(l, rows)};
         f.bytesOf[key] = table.bytes(l, rows);
         f.parameterBytesOf[key] = table.constantBytes[l];
-        f.planesOf[key] = table.planes[l] * table.scale(rows);
+        f.planesOf[key] = table.planesAt(l, rows);
         // A first layer computes no input gradient: its backward is not
         // the family's.
         if (table.backwardShare[l] != 1)

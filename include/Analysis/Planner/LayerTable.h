@@ -100,6 +100,8 @@ struct LayerTable {
   /// Bytes layer i moves for `r` rows: its parameters' and constants' as
   /// they are, the rest scaled.
   double bytes(int64_t i, int64_t r) const;
+  /// The planes of layer i's result for `r` rows.
+  double planesAt(int64_t i, int64_t r) const { return planes[i] * scale(r); }
   /// Bytes layer i's gradient moves for `r` rows, scaled as its forward's.
   double backwardBytes(int64_t i, int64_t r) const;
   /// The work by which layer i's family is timed, for `r` rows: FLOPs for

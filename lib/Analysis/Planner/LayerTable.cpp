@@ -226,7 +226,7 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
     return loopSeconds(family[i], bytes(i, r), /*backward=*/false, profile);
   if (std::optional<double> fitted = profile.kernelSeconds(
           family[i], work(i, r), bytes(i, r),
-          /*backward=*/false, constantBytes[i], planes[i] * scale(r)))
+          /*backward=*/false, constantBytes[i], planesAt(i, r)))
     return *fitted;
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
 }
@@ -281,7 +281,7 @@ double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
                        profile);
   if (std::optional<double> fitted = profile.kernelSeconds(
           family[i], work(i, r), bytes(i, r),
-          /*backward=*/true, constantBytes[i], planes[i] * scale(r)))
+          /*backward=*/true, constantBytes[i], planesAt(i, r)))
     return *fitted;
   // The gradients of the inputs and of the weights: two forwards.
   return 2 * forwardSeconds(i, profile, r);

@@ -17,7 +17,7 @@ std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> shape) {
 /// element at multi-index `idx`.
 int64_t broadcastIndex(llvm::ArrayRef<int64_t> shape,
                        llvm::ArrayRef<int64_t> outShape,
-                       const std::vector<int64_t> &idx) {
+                       llvm::ArrayRef<int64_t> idx) {
   std::vector<int64_t> strides = stridesOf(shape);
   size_t offset = outShape.size() - shape.size();
   int64_t flat = 0;
@@ -43,6 +43,19 @@ void copyElement(const ConstTensor &src, int64_t from, ConstTensor &dst,
     dst.floats[to] = src.floats[from];
   else
     dst.ints[to] = src.ints[from];
+}
+
+ConstTensor emptyLike(const ConstTensor &src, llvm::ArrayRef<int64_t> shape);
+
+/// A tensor of `shape` whose element at multi-index idx is `data`'s
+/// element source(idx) (a flat index): slices, transposes, broadcasts.
+ConstTensor
+copyFrom(const ConstTensor &data, llvm::ArrayRef<int64_t> shape,
+         llvm::function_ref<int64_t(llvm::ArrayRef<int64_t>)> source) {
+  ConstTensor out = emptyLike(data, shape);
+  for (int64_t i = 0, n = out.numElements(); i < n; ++i)
+    copyElement(data, source(unflatten(i, shape)), out, i);
+  return out;
 }
 
 ConstTensor emptyLike(const ConstTensor &src, llvm::ArrayRef<int64_t> shape) {
@@ -151,16 +164,13 @@ ConstTensor gpipe::onnx_import::foldSlice(const ConstTensor &data,
                                           llvm::ArrayRef<int64_t> starts,
                                           llvm::ArrayRef<int64_t> steps,
                                           llvm::ArrayRef<int64_t> outShape) {
-  ConstTensor out = emptyLike(data, outShape);
   std::vector<int64_t> strides = stridesOf(data.shape);
-  for (int64_t i = 0, e = out.numElements(); i < e; ++i) {
-    std::vector<int64_t> idx = unflatten(i, outShape);
+  return copyFrom(data, outShape, [&](llvm::ArrayRef<int64_t> idx) {
     int64_t from = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       from += (starts[d] + idx[d] * steps[d]) * strides[d];
-    copyElement(data, from, out, i);
-  }
-  return out;
+    return from;
+  });
 }
 
 ConstTensor gpipe::onnx_import::foldTranspose(const ConstTensor &data,
@@ -168,23 +178,18 @@ ConstTensor gpipe::onnx_import::foldTranspose(const ConstTensor &data,
   llvm::SmallVector<int64_t> outShape;
   for (int64_t p : perm)
     outShape.push_back(data.shape[p]);
-  ConstTensor out = emptyLike(data, outShape);
   std::vector<int64_t> inStrides = stridesOf(data.shape);
-  for (int64_t i = 0, n = out.numElements(); i < n; ++i) {
-    std::vector<int64_t> idx = unflatten(i, outShape);
+  return copyFrom(data, outShape, [&](llvm::ArrayRef<int64_t> idx) {
     int64_t from = 0;
     for (size_t a = 0; a < perm.size(); ++a)
       from += idx[a] * inStrides[perm[a]];
-    copyElement(data, from, out, i);
-  }
-  return out;
+    return from;
+  });
 }
 
 ConstTensor gpipe::onnx_import::foldExpand(const ConstTensor &data,
                                            llvm::ArrayRef<int64_t> shape) {
-  ConstTensor out = emptyLike(data, shape);
-  for (int64_t i = 0, n = out.numElements(); i < n; ++i)
-    copyElement(data, broadcastIndex(data.shape, shape, unflatten(i, shape)),
-                out, i);
-  return out;
+  return copyFrom(data, shape, [&](llvm::ArrayRef<int64_t> idx) {
+    return broadcastIndex(data.shape, shape, idx);
+  });
 }

@@ -418,14 +418,26 @@ LogicalResult importUnsqueeze(GraphImporter &g) {
 LogicalResult importTranspose(GraphImporter &g) {
   if (failed(g.checkAttrs({"perm"})))
     return failure();
-  if (const ConstTensor *c = g.constantInput(0); c && !c->isFloat()) {
-    int64_t rank = static_cast<int64_t>(c->shape.size());
-    SmallVector<int64_t> perm;
-    if (auto p = g.intsAttr("perm"); p && !p->empty())
-      perm = *p;
-    else
-      for (int64_t i = rank - 1; i >= 0; --i)
-        perm.push_back(i);
+  const ConstTensor *c = g.constantInput(0);
+  if (c && c->isFloat())
+    c = nullptr;
+  FailureOr<Value> x;
+  int64_t rank = 0;
+  if (c) {
+    rank = static_cast<int64_t>(c->shape.size());
+  } else {
+    x = g.input(0);
+    if (failed(x))
+      return failure();
+    rank = cast<RankedTensorType>(x->getType()).getRank();
+  }
+  SmallVector<int64_t> perm;
+  if (auto p = g.intsAttr("perm"); p && !p->empty())
+    perm = *p;
+  else
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  if (c) {
     SmallVector<int64_t> sorted(perm);
     llvm::sort(sorted);
     bool permutation = static_cast<int64_t>(sorted.size()) == rank;
@@ -437,16 +449,6 @@ LogicalResult importTranspose(GraphImporter &g) {
     g.setConstantOutput(0, foldTranspose(*c, perm));
     return success();
   }
-  auto x = g.input(0);
-  if (failed(x))
-    return failure();
-  int64_t rank = cast<RankedTensorType>(x->getType()).getRank();
-  SmallVector<int64_t> perm;
-  if (auto p = g.intsAttr("perm"); p && !p->empty())
-    perm = *p;
-  else
-    for (int64_t i = rank - 1; i >= 0; --i)
-      perm.push_back(i);
   auto result = g.createValue<nn::TransposeOp>(
       {*x}, {g.named("perm", g.getBuilder().getDenseI64ArrayAttr(perm))});
   if (failed(result))

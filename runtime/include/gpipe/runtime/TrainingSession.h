@@ -184,6 +184,7 @@ public:
     /// machine slowed, a first step that touches memory first, moves a
     /// mean of a few steps of a millisecond).
     double medianStepSeconds = 0;
+    int64_t medianSteps = 0; // the steps it is the median of
     std::vector<StageStats> stages;
     double predictedStepSeconds = 0, predictedBubble = 0;
     /// 1 - busy / (K * wall): the devices' idle share.
