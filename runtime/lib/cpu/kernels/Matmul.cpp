@@ -2,6 +2,8 @@
 // NumPy-style batched matmul, on oneDNN's matmul primitive.
 #include "Families.h"
 
+#include <algorithm>
+
 namespace gpipe::runtime::cpu {
 
 namespace {
@@ -21,6 +23,19 @@ std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
     od[i] = std::max(ld[i], rd[i]);
   od[rank - 2] = ld[rank - 2];
   od[rank - 1] = rd[rank - 1];
+  // One right-hand matrix for every batch (a Linear layer's weights on
+  // [B, T, D] activations): the batches are rows of one product. oneDNN
+  // would otherwise read (and pack) the weights once per batch: 3.6x the
+  // time of [32, 1024] x [1024, 4096] as [4, 8, 1024] x [1, 1024, 4096].
+  if (rank > 2 &&
+      std::all_of(rd.begin(), rd.end() - 2, [](int64_t d) { return d == 1; })) {
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < rank; ++i)
+      rows *= ld[i];
+    ld = {rows, ld[rank - 1]};
+    rd = {rd[rank - 2], rd[rank - 1]};
+    od = {rows, od[rank - 1]};
+  }
   memory src = bindSlot(spec, a, mem, dnn, ld);
   memory weights = bindSlot(spec, b, mem, dnn, rd);
   memory dst = bindSlot(spec, out, mem, dnn, od);
