@@ -24,6 +24,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -211,11 +212,66 @@ struct Sample {
   int64_t microBatches = 1;
 };
 
-/// Seconds t = c0 x0 + ... + c6 x6 over points {x0..x6, t} (the
+using Coefficients = DeviceProfile::KernelFit::Coefficients;
+constexpr int regressors = std::tuple_size_v<Coefficients>;
+using Point = std::array<double, regressors + 1>;
+
+/// Least squares to relative error over the regressors `use` names, with
+/// the work's coefficient (x1) fixed at `work` when it is given.
+std::array<double, regressors> solve(const std::vector<Point> &points,
+                                     std::array<bool, regressors> use,
+                                     std::optional<double> work) {
+  constexpr int n = regressors;
+  if (work)
+    use[1] = false;
+  double m[n][n + 1] = {};
+  for (const Point &p : points) {
+    double t = p[n], w = 1.0 / std::max(t * t, 1e-18);
+    double rest = t - (work ? *work * p[1] : 0.0);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        m[i][j] += use[i] && use[j] ? w * p[i] * p[j] : 0;
+    for (int i = 0; i < n; ++i)
+      m[i][n] += use[i] ? w * p[i] * rest : 0;
+  }
+  for (int i = 0; i < n; ++i)
+    if (!use[i])
+      m[i][i] = 1;
+  // Gaussian elimination with partial pivoting.
+  std::array<double, n> c;
+  c.fill(-1);
+  for (int k = 0; k < n; ++k) {
+    int p = k;
+    for (int r = k + 1; r < n; ++r)
+      if (std::abs(m[r][k]) > std::abs(m[p][k]))
+        p = r;
+    std::swap(m[k], m[p]);
+    if (std::abs(m[k][k]) < 1e-300)
+      return c;
+    for (int r = 0; r < n; ++r)
+      if (r != k) {
+        double f = m[r][k] / m[k][k];
+        for (int q = k; q <= n; ++q)
+          m[r][q] -= f * m[k][q];
+      }
+  }
+  for (int i = 0; i < n; ++i)
+    c[i] = m[i][n] / m[i][i];
+  if (work)
+    c[1] = *work;
+  return c;
+}
+
+/// Seconds t = c0 x0 + ... + c7 x7 over points {x0..x7, t} (the
 /// regressors `use` names; x1, the work, always), fitted to relative error
 /// (weights 1/t^2) so that small kernels count as much as large ones; no
 /// coefficient negative (a negative one is dropped and the rest fitted
-/// again). Kernels: x = (1, work, bytes of activations, bytes of
+/// again), and the work priced at no more than the fastest rate a point of
+/// the family reached (work / seconds; for a matmul, about the cores'
+/// sgemm peak): left free, the bytes' terms took the large kernels' time
+/// and the work came out at twice the peak (a matmul at 550 GFLOP/s on a
+/// core of 270), which underpriced every large product the calibration did
+/// not hold. Kernels: x = (1, work, bytes of activations, bytes of
 /// parameters, of each beyond the cores' level 2 caches, the result's
 /// planes (only for kernels over feature maps: a matmul's rows are not
 /// maps, and the calibration's matmuls are not batched as attention's
@@ -225,80 +281,49 @@ struct Sample {
 /// whatever its rows; a weight gradient writes them too), the last only
 /// for kernels that convert their weights once a step (timed as a mean
 /// run, one run of M converted them).
-using Coefficients = DeviceProfile::KernelFit::Coefficients;
-constexpr int regressors = std::tuple_size_v<Coefficients>;
-Coefficients fit(const std::vector<std::array<double, regressors + 1>> &points,
+/// The most work per second a point reached.
+double fastestRate(const std::vector<Point> &points) {
+  double fastest = 0;
+  for (const Point &p : points)
+    if (p[regressors] > 0)
+      fastest = std::max(fastest, p[1] / p[regressors]);
+  return fastest;
+}
+
+Coefficients fit(const std::vector<Point> &points,
                  std::array<bool, regressors> use) {
   constexpr int n = regressors;
-  auto solve = [&](std::array<bool, n> use) {
-    double m[n][n + 1] = {};
-    for (const std::array<double, n + 1> &p : points) {
-      double t = p[n], w = 1.0 / std::max(t * t, 1e-18);
-      for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j)
-          m[i][j] += use[i] && use[j] ? w * p[i] * p[j] : 0;
-      for (int i = 0; i < n; ++i)
-        m[i][n] += use[i] ? w * p[i] * t : 0;
-    }
-    for (int i = 0; i < n; ++i)
-      if (!use[i])
-        m[i][i] = 1;
-    // Gaussian elimination with partial pivoting.
-    std::array<double, n> c;
-    c.fill(-1);
-    for (int k = 0; k < n; ++k) {
-      int p = k;
-      for (int r = k + 1; r < n; ++r)
-        if (std::abs(m[r][k]) > std::abs(m[p][k]))
-          p = r;
-      std::swap(m[k], m[p]);
-      if (std::abs(m[k][k]) < 1e-300)
-        return c;
-      for (int r = 0; r < n; ++r)
-        if (r != k) {
-          double f = m[r][k] / m[k][k];
-          for (int q = k; q <= n; ++q)
-            m[r][q] -= f * m[k][q];
-        }
-    }
-    for (int i = 0; i < n; ++i)
-      c[i] = m[i][n] / m[i][i];
-    return c;
-  };
+  double fastest = fastestRate(points);
+  std::optional<double> work;
   use[1] = true;
   // A regressor zero at every point (no parameters beyond the caches) has
   // nothing to fit: left out, not left to make the system singular.
   for (int i = 0; i < n; ++i)
     use[i] = use[i] &&
              llvm::any_of(points, [&](const auto &p) { return p[i] != 0; });
-  for (int round = 0; round < n; ++round) {
-    std::array<double, n> c = solve(use);
+  for (int round = 0; round < 2 * n; ++round) {
+    std::array<double, n> c = solve(points, use, work);
     bool negative = false;
     for (int i = 0; i < n; ++i)
       if (use[i] && c[i] < 0 && i != 1) {
         use[i] = false;
         negative = true;
       }
-    if (!negative && c[1] > 0) {
-      for (int i = 0; i < n; ++i)
-        c[i] = use[i] ? c[i] : 0;
-      return c;
-    }
     if (negative)
       continue;
-    // The work priced at nothing: the activations' bytes, which grow with
-    // it (a depthwise convolution's FLOPs are nine per element), took its
-    // part; without them, else the work alone.
-    if (use[2] || use[4]) {
-      use[2] = use[4] = false;
-    } else {
-      use.fill(false);
-      use[1] = true;
+    if (!work && fastest > 0 && c[1] < 1.0 / fastest) {
+      // Faster than any point ran (or free): the work at the fastest
+      // rate seen, the rest fitted to what is left.
+      work = 1.0 / fastest;
+      continue;
     }
+    for (int i = 0; i < n; ++i)
+      c[i] = use[i] || i == 1 ? c[i] : 0;
+    return c;
   }
   std::array<bool, n> workAlone{};
   workAlone[1] = true;
-  std::array<double, n> c = solve(workAlone);
+  std::array<double, n> c = solve(points, workAlone, std::nullopt);
   Coefficients out{};
   out[1] = std::max(c[1], 0.0);
   return out;
@@ -532,7 +557,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     for (const auto &[cores, points] : byCores) {
       // As DeviceProfile::kernelSeconds reads them.
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
-      std::vector<std::array<double, regressors + 1>> fwd, bwd;
+      std::vector<Point> fwd, bwd;
       for (const Sample &p : points) {
         std::array<double, 7> x =
             kernelFeatures(p.work, p.bytes, p.parameterBytes, p.planes, cache);
@@ -566,9 +591,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{{"family", family},
                                {"cores", cores},
                                {"samples", static_cast<int64_t>(fwd.size())},
-                               {"forward", json(f)}};
-      if (bwd.size() >= 3)
+                               {"forward", json(f)},
+                               {"fastest_forward", fastestRate(fwd)}};
+      if (bwd.size() >= 3) {
         entry["backward"] = json(fit(bwd, use));
+        entry["fastest_backward"] = fastestRate(bwd);
+      }
       std::string bytesRates;
       if (f[2] > 0)
         bytesRates += llvm::formatv(" + bytes at {0:f2} GB/s", 1e-9 / f[2]);
@@ -605,7 +633,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       for (int phase = 0; phase < 2; ++phase) {
         if (samples[phase].size() < 3)
           continue;
-        std::vector<std::array<double, regressors + 1>> points;
+        std::vector<Point> points;
         for (const auto &[bytes, seconds] : samples[phase])
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
