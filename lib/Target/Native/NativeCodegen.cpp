@@ -82,6 +82,8 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   pm.addPass(createLowerParallelForToLLVM());
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
+  // Masks read as bytes: loops over them vectorize.
+  pm.addPass(createBooleansAsBytes());
   pm.addPass(createCanonicalizerPass());
   return pm.run(module);
 }
