@@ -525,8 +525,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         // The library kernels and the generated loops one by one.
         double optimizer = median(optimizerSteps);
         if (optimizer > 0 && micro == 1)
-          samples["optimizer"][cores].push_back(
-              {trainableBytes, trainableBytes, 0, optimizer, 0});
+          samples["optimizer"][cores].push_back({/*work=*/trainableBytes,
+                                                 /*bytes=*/trainableBytes,
+                                                 /*parameterBytes=*/0,
+                                                 /*planes=*/0,
+                                                 /*forward=*/optimizer,
+                                                 /*backward=*/0});
         for (auto &[name, times] : opSteps) {
           double forward = median(times.first), backward = median(times.second);
           if (auto loop = elementwise.find(name); loop != elementwise.end()) {
