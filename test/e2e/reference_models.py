@@ -72,6 +72,19 @@ def cnn_bn():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def cnn_upsample():
+    """A decoder's nearest upsampling (nn.Upsample, exported as Resize)
+    between convolutions: its gradient sums each 2x2 block of copies."""
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.Upsample(scale_factor=2, mode="nearest"),
+        nn.Conv2d(8, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(4),
+        nn.Flatten(), nn.Linear(4 * 7 * 7, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def resnet18():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
@@ -107,7 +120,8 @@ MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
           "resnet18": resnet18, "transformer": transformer}
 # Variants for the training tests (not in the import and inference suites).
 VARIANTS = {"mlp_dropout": mlp_dropout, "mlp_activations": mlp_activations,
-            "transformer_no_dropout": transformer_no_dropout}
+            "transformer_no_dropout": transformer_no_dropout,
+            "cnn_upsample": cnn_upsample}
 
 
 def export(name, path, batch=None):

@@ -44,12 +44,37 @@ EXPECTED_REJECTIONS = {
     "test_training_dropout_mask": "random dropout mask as an output",
 }
 
+# Tests of supported ops that use modes not implemented yet (each refused
+# with one line saying so): Resize beyond nearest copies (docs/ops.md).
+NOT_YET = {name: "Resize mode" for name in (
+    "test_resize_downsample_scales_cubic",
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+    "test_resize_downsample_scales_cubic_align_corners",
+    "test_resize_downsample_scales_linear",
+    "test_resize_downsample_scales_linear_align_corners",
+    "test_resize_downsample_scales_nearest",
+    "test_resize_downsample_sizes_cubic",
+    "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+    "test_resize_downsample_sizes_nearest",
+    "test_resize_downsample_sizes_nearest_tf_half_pixel_for_nn",
+    "test_resize_tf_crop_and_resize",
+    "test_resize_upsample_scales_cubic",
+    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
+    "test_resize_upsample_scales_cubic_align_corners",
+    "test_resize_upsample_scales_cubic_asymmetric",
+    "test_resize_upsample_scales_linear",
+    "test_resize_upsample_scales_linear_align_corners",
+    "test_resize_upsample_sizes_cubic",
+    "test_resize_upsample_sizes_nearest",
+    "test_resize_upsample_sizes_nearest_ceil_half_pixel",
+    "test_resize_upsample_sizes_nearest_floor_align_corners",
+    "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric")}
 
 
 def main():
     gpipe_opt, data, work = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(work, exist_ok=True)
-    selected, failures, rejected = 0, [], 0
+    selected, failures, rejected, not_yet = 0, [], 0, 0
     supported = onnx_testdata.supported_ops(gpipe_opt)
     for name in sorted(os.listdir(data)):
         path = os.path.join(data, name, "model.onnx")
@@ -63,12 +88,18 @@ def main():
         proc, _, _ = onnx_testdata.compile_with_bindings(
             gpipe_opt, os.path.join(data, name), model,
             ["--emit=nn", "-o", os.path.join(work, name + ".mlir")], 120)
-        if name in EXPECTED_REJECTIONS:
-            rejected += 1
-            if proc.returncode == 0 or len(proc.stderr.strip().splitlines()) != 1:
+        if name in EXPECTED_REJECTIONS or name in NOT_YET:
+            why = EXPECTED_REJECTIONS.get(name) or NOT_YET[name]
+            if name in NOT_YET:
+                not_yet += 1
+            else:
+                rejected += 1
+            stderr = proc.stderr.strip()
+            if (proc.returncode == 0 or len(stderr.splitlines()) != 1 or
+                    (name in NOT_YET and "not implemented yet" not in stderr)):
                 failures.append(f"{name}: expected a one-line rejection "
-                                f"({EXPECTED_REJECTIONS[name]}), got exit "
-                                f"{proc.returncode}: {proc.stderr.strip()}")
+                                f"({why}), got exit "
+                                f"{proc.returncode}: {stderr}")
             continue
         if proc.returncode != 0:
             failures.append(f"{name}: {proc.stderr.strip()}")
@@ -78,8 +109,10 @@ def main():
                                "-o", os.devnull], capture_output=True, text=True)
         if back.returncode != 0:
             failures.append(f"{name}: output does not parse back: {back.stderr.strip()}")
-    print(f"{selected} node tests selected, {selected - rejected - len(failures)} imported, "
-          f"{rejected} rejected by design, {len(failures)} failed")
+    print(f"{selected} node tests selected, "
+          f"{selected - rejected - not_yet - len(failures)} imported, "
+          f"{rejected} rejected by design, {not_yet} not implemented yet, "
+          f"{len(failures)} failed")
     for f in failures:
         print("FAIL " + f)
     return 1 if failures or selected == 0 else 0
