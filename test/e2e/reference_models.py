@@ -85,6 +85,20 @@ def cnn_upsample():
     return m, torch.randn(8, 1, 28, 28)
 
 
+def cnn_bilinear():
+    """A segmentation head's bilinear upsampling (align_corners False, as
+    torchvision's LR-ASPP and U-Nets use it; exported as Resize linear):
+    trained through constant interpolation matrices."""
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+        nn.Conv2d(8, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(4),
+        nn.Flatten(), nn.Linear(4 * 7 * 7, 10))
+    return m, torch.randn(8, 1, 28, 28)
+
+
 def resnet18():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
@@ -121,7 +135,7 @@ MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
 # Variants for the training tests (not in the import and inference suites).
 VARIANTS = {"mlp_dropout": mlp_dropout, "mlp_activations": mlp_activations,
             "transformer_no_dropout": transformer_no_dropout,
-            "cnn_upsample": cnn_upsample}
+            "cnn_upsample": cnn_upsample, "cnn_bilinear": cnn_bilinear}
 
 
 def export(name, path, batch=None):

@@ -255,6 +255,13 @@ private:
   mlir::Operation *lastHoisted = nullptr;
 };
 
+/// `x` (of shape `unit` without its unit axes) with a unit axis where
+/// each repeat goes, broadcast to `expanded` and reshaped to `out`: Tile's
+/// and nearest Resize's copies, whose gradient sums them.
+mlir::FailureOr<mlir::Value> copiesAlongUnitAxes(
+    GraphImporter &g, mlir::Value x, llvm::ArrayRef<int64_t> unit,
+    llvm::ArrayRef<int64_t> expanded, llvm::ArrayRef<int64_t> out);
+
 } // namespace gpipe::onnx_import
 
 #endif // GPIPE_LIB_IMPORT_ONNX_GRAPHIMPORTER_H

@@ -52,6 +52,7 @@ const OpImporterTable &gpipe::onnx_import::getOpImporterTable() {
     registerNormalizationImporters(t);
     registerPoolingImporters(t);
     registerShapeImporters(t);
+    registerResizeImporters(t);
     registerConstantImporters(t);
     return t;
   }();

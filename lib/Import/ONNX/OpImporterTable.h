@@ -55,6 +55,7 @@ void registerLinearImporters(OpImporterTable &table);
 void registerNormalizationImporters(OpImporterTable &table);
 void registerPoolingImporters(OpImporterTable &table);
 void registerShapeImporters(OpImporterTable &table);
+void registerResizeImporters(OpImporterTable &table);
 void registerConstantImporters(OpImporterTable &table);
 
 } // namespace gpipe::onnx_import

@@ -197,228 +197,11 @@ LogicalResult importTile(GraphImporter &g) {
   auto x = g.input(0);
   if (failed(x))
     return failure();
-  Builder &b = g.getBuilder();
-  auto withUnits = g.createValue<nn::ReshapeOp>(
-      {*x}, {g.named("shape", b.getDenseI64ArrayAttr(unit))});
-  if (failed(withUnits))
-    return failure();
-  auto copies = g.createValue<nn::BroadcastOp>(
-      {*withUnits}, {g.named("shape", b.getDenseI64ArrayAttr(expanded))});
-  if (failed(copies))
-    return failure();
-  auto result = g.createValue<nn::ReshapeOp>(
-      {*copies}, {g.named("shape", b.getDenseI64ArrayAttr(out))});
+  auto result = copiesAlongUnitAxes(g, *x, unit, expanded, out);
   if (failed(result))
     return failure();
   g.setOutput(0, *result);
   return success();
-}
-
-/// The input element ONNX's Resize reads for output position `o` of an
-/// axis resized from `in` to `out` elements by `scale`, in nearest mode:
-/// the coordinate transformation, the rounding, the clamp to the axis.
-int64_t nearestSource(StringRef coordinates, StringRef rounding, int64_t o,
-                      int64_t in, int64_t out, double scale) {
-  double x = static_cast<double>(o);
-  if (coordinates == "half_pixel" ||
-      (coordinates == "pytorch_half_pixel" && out > 1))
-    x = (x + 0.5) / scale - 0.5;
-  else if (coordinates == "pytorch_half_pixel")
-    x = 0;
-  else if (coordinates == "align_corners")
-    x = out > 1 ? x * static_cast<double>(in - 1) / static_cast<double>(out - 1)
-                : 0;
-  else if (coordinates == "tf_half_pixel_for_nn")
-    x = (x + 0.5) / scale;
-  else // asymmetric
-    x = x / scale;
-  double r;
-  if (rounding == "floor")
-    r = std::floor(x);
-  else if (rounding == "ceil")
-    r = std::ceil(x);
-  else if (rounding == "round_prefer_ceil")
-    r = std::floor(x + 0.5);
-  else // round_prefer_floor
-    r = std::ceil(x - 0.5);
-  return std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1);
-}
-
-/// Input 0 resized in nearest mode to `out` (`scales` the factors ONNX's
-/// coordinate transformation divides by), when that repeats each element a
-/// whole number of times along each axis: a reshape, a broadcast and a
-/// reshape, as Tile (the gradient sums over the copies).
-LogicalResult importNearestCopies(GraphImporter &g, StringRef coordinates,
-                                  StringRef rounding, ArrayRef<double> scales,
-                                  ArrayRef<int64_t> out) {
-  auto type = g.inputType(0);
-  if (failed(type))
-    return failure();
-  ArrayRef<int64_t> in = type->getShape();
-  size_t rank = in.size();
-  SmallVector<int64_t> unit, expanded;
-  for (size_t i = 0; i < rank; ++i) {
-    if (in[i] <= 0 || out[i] <= 0 || out[i] % in[i] != 0)
-      return g.error() << "axis " << i << " resized from " << in[i] << " to "
-                       << out[i]
-                       << " elements: not implemented yet (only a whole "
-                          "number of copies of each element is)";
-    int64_t copies = out[i] / in[i];
-    for (int64_t o = 0; o < out[i]; ++o)
-      if (nearestSource(coordinates, rounding, o, in[i], out[i], scales[i]) !=
-          o / copies)
-        return g.error() << "nearest with coordinate_transformation_mode '"
-                         << coordinates << "' and nearest_mode '" << rounding
-                         << "' does not read each element " << copies
-                         << " times in a row along axis " << i
-                         << ": not implemented yet";
-    unit.push_back(in[i]);
-    expanded.push_back(in[i]);
-    if (copies != 1) {
-      unit.push_back(1);
-      expanded.push_back(copies);
-    }
-  }
-  auto x = g.input(0);
-  if (failed(x))
-    return failure();
-  if (out == in) {
-    g.setOutput(0, *x);
-    return success();
-  }
-  Builder &b = g.getBuilder();
-  auto withUnits = g.createValue<nn::ReshapeOp>(
-      {*x}, {g.named("shape", b.getDenseI64ArrayAttr(unit))});
-  if (failed(withUnits))
-    return failure();
-  auto copies = g.createValue<nn::BroadcastOp>(
-      {*withUnits}, {g.named("shape", b.getDenseI64ArrayAttr(expanded))});
-  if (failed(copies))
-    return failure();
-  auto result = g.createValue<nn::ReshapeOp>(
-      {*copies}, {g.named("shape", b.getDenseI64ArrayAttr(out))});
-  if (failed(result))
-    return failure();
-  g.setOutput(0, *result);
-  return success();
-}
-
-/// Resize (opsets 10, 11 and 13), nearest mode, where each element is
-/// repeated a whole number of times along each axis: nn.Upsample and
-/// F.interpolate(mode="nearest") with integer scale factors, as PyTorch
-/// exports them (asymmetric coordinates, floor), and every coordinate
-/// mode and rounding that reads the same elements. Imported as Tile is,
-/// with the unit axis after each repeated one: a reshape, a broadcast and
-/// a reshape, whose gradient sums over the copies. Other modes and
-/// fractional scales are errors that say so.
-LogicalResult importResize(GraphImporter &g) {
-  int64_t version = g.getOpset();
-  if (failed(g.checkAttrs({"mode", "coordinate_transformation_mode",
-                           "nearest_mode", "cubic_coeff_a", "exclude_outside",
-                           "extrapolation_value"})))
-    return failure();
-  std::string mode = g.stringAttr("mode", "nearest");
-  std::string coordinates =
-      g.stringAttr("coordinate_transformation_mode",
-                   version < 11 ? "asymmetric" : "half_pixel");
-  std::string rounding = g.stringAttr(
-      "nearest_mode", version < 11 ? "floor" : "round_prefer_floor");
-  if (g.failed())
-    return failure();
-  if (mode != "nearest")
-    return g.error() << "mode '" << mode
-                     << "' is not implemented yet (nearest with a whole "
-                        "number of copies of each element is)";
-  if (coordinates == "tf_crop_and_resize")
-    return g.error() << "coordinate_transformation_mode 'tf_crop_and_resize' "
-                        "is not implemented yet";
-  auto type = g.inputType(0);
-  if (failed(type))
-    return failure();
-  ArrayRef<int64_t> in = type->getShape();
-  size_t rank = in.size();
-  // Opset 10: (X, scales); 11 and 13: (X, roi, scales, sizes).
-  size_t scalesIndex = version < 11 ? 1 : 2, sizesIndex = 3;
-  SmallVector<double> scales;
-  SmallVector<int64_t> out;
-  const ConstTensor *given = nullptr;
-  if (g.hasInput(scalesIndex)) {
-    auto c = g.requireConstant(scalesIndex, "the scales");
-    if (failed(c))
-      return failure();
-    given = *c;
-  }
-  if (given && given->numElements() > 0) {
-    if (static_cast<size_t>(given->numElements()) != rank)
-      return g.error() << "scales has " << given->numElements()
-                       << " entries for an input of rank " << rank;
-    for (size_t i = 0; i < rank; ++i) {
-      scales.push_back(given->floatAt(i));
-      out.push_back(static_cast<int64_t>(
-          std::floor(static_cast<double>(in[i]) * scales.back())));
-    }
-  } else if (version >= 11 && g.hasInput(sizesIndex)) {
-    auto sizes = requireShapeVector(g, sizesIndex, "the sizes");
-    if (failed(sizes))
-      return failure();
-    if (sizes->size() != rank)
-      return g.error() << "sizes has " << sizes->size()
-                       << " entries for an input of rank " << rank;
-    for (size_t i = 0; i < rank; ++i) {
-      out.push_back((*sizes)[i]);
-      scales.push_back(static_cast<double>(out.back()) /
-                       static_cast<double>(in[i]));
-    }
-  } else {
-    return g.error() << "needs scales or sizes";
-  }
-  return importNearestCopies(g, coordinates, rounding, scales, out);
-}
-
-/// The scales of Upsample: a float list attribute (opset 7) or a constant
-/// input (9).
-LogicalResult upsampleScales(GraphImporter &g,
-                             SmallVectorImpl<double> &scales) {
-  if (g.getOpset() < 9) {
-    const onnx::AttributeProto *a = g.attr("scales");
-    if (!a)
-      return g.error() << "needs the scales attribute";
-    scales.assign(a->floats().begin(), a->floats().end());
-    return success();
-  }
-  auto c = g.requireConstant(1, "the scales");
-  if (failed(c))
-    return failure();
-  for (int64_t i = 0; i < (*c)->numElements(); ++i)
-    scales.push_back((*c)->floatAt(i));
-  return success();
-}
-
-/// Upsample (opsets 7 and 9, Resize's predecessor): nearest with
-/// asymmetric coordinates and floor, as Resize of opset 10.
-LogicalResult importUpsample(GraphImporter &g) {
-  if (failed(g.checkAttrs({"mode", "scales"})))
-    return failure();
-  std::string mode = g.stringAttr("mode", "nearest");
-  if (g.failed())
-    return failure();
-  if (mode != "nearest")
-    return g.error() << "mode '" << mode
-                     << "' is not implemented yet (nearest with a whole "
-                        "number of copies of each element is)";
-  auto type = g.inputType(0);
-  SmallVector<double> scales;
-  if (failed(type) || failed(upsampleScales(g, scales)))
-    return failure();
-  ArrayRef<int64_t> in = type->getShape();
-  if (scales.size() != in.size())
-    return g.error() << "scales has " << scales.size()
-                     << " entries for an input of rank " << in.size();
-  SmallVector<int64_t> out;
-  for (auto [d, scale] : llvm::zip_equal(in, scales))
-    out.push_back(
-        static_cast<int64_t>(std::floor(static_cast<double>(d) * scale)));
-  return importNearestCopies(g, "asymmetric", "floor", scales, out);
 }
 
 /// A Reshape of a model exported with a static batch B and compiled for
@@ -1068,8 +851,6 @@ void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("Reshape", 5, importReshape);
   t.add("Expand", 8, importExpand);
   t.add("Tile", 6, importTile);
-  t.add("Resize", 10, importResize);
-  t.add("Upsample", 7, importUpsample);
   t.add("Flatten", 1, importFlatten);
   t.add("Squeeze", 1, importSqueeze);
   t.add("Unsqueeze", 1, importUnsqueeze);
@@ -1082,4 +863,20 @@ void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("ReduceMean", 1, importReduce<nn::ReduceMeanOp>);
   t.add("ReduceSum", 1, importReduce<nn::ReduceSumOp>);
   t.add("CumSum", 11, importCumSum);
+}
+
+FailureOr<Value> gpipe::onnx_import::copiesAlongUnitAxes(
+    GraphImporter &g, Value x, ArrayRef<int64_t> unit,
+    ArrayRef<int64_t> expanded, ArrayRef<int64_t> out) {
+  Builder &b = g.getBuilder();
+  auto withUnits = g.createValue<nn::ReshapeOp>(
+      {x}, {g.named("shape", b.getDenseI64ArrayAttr(unit))});
+  if (failed(withUnits))
+    return failure();
+  auto copies = g.createValue<nn::BroadcastOp>(
+      {*withUnits}, {g.named("shape", b.getDenseI64ArrayAttr(expanded))});
+  if (failed(copies))
+    return failure();
+  return g.createValue<nn::ReshapeOp>(
+      {*copies}, {g.named("shape", b.getDenseI64ArrayAttr(out))});
 }

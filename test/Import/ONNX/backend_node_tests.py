@@ -45,30 +45,8 @@ EXPECTED_REJECTIONS = {
 }
 
 # Tests of supported ops that use modes not implemented yet (each refused
-# with one line saying so): Resize beyond nearest copies (docs/ops.md).
-NOT_YET = {name: "Resize mode" for name in (
-    "test_resize_downsample_scales_cubic",
-    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
-    "test_resize_downsample_scales_cubic_align_corners",
-    "test_resize_downsample_scales_linear",
-    "test_resize_downsample_scales_linear_align_corners",
-    "test_resize_downsample_scales_nearest",
-    "test_resize_downsample_sizes_cubic",
-    "test_resize_downsample_sizes_linear_pytorch_half_pixel",
-    "test_resize_downsample_sizes_nearest",
-    "test_resize_downsample_sizes_nearest_tf_half_pixel_for_nn",
-    "test_resize_tf_crop_and_resize",
-    "test_resize_upsample_scales_cubic",
-    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
-    "test_resize_upsample_scales_cubic_align_corners",
-    "test_resize_upsample_scales_cubic_asymmetric",
-    "test_resize_upsample_scales_linear",
-    "test_resize_upsample_scales_linear_align_corners",
-    "test_resize_upsample_sizes_cubic",
-    "test_resize_upsample_sizes_nearest",
-    "test_resize_upsample_sizes_nearest_ceil_half_pixel",
-    "test_resize_upsample_sizes_nearest_floor_align_corners",
-    "test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric")}
+# with one line saying so; docs/ops.md).
+NOT_YET = {"test_resize_tf_crop_and_resize": "Resize tf_crop_and_resize"}
 
 
 def main():
