@@ -17,7 +17,10 @@
     windows padded by pads computed from shapes (Mod, Slice, Transpose,
     Cast), the shifted windows' attention mask built by ScatterND on
     constants, PatchMerging's strided slices (their gradient spread back
-    into place), relative position biases gathered from a trained table.
+    into place), relative position biases gathered from a trained table;
+  * lraspp: torchvision's LR-ASPP MobileNet V3 segmentation network
+    (bilinear upsampling as Resize linear), its per-pixel logits averaged
+    per class.
 
 For each: `--emit=summary` lists exactly PyTorch's named_parameters();
 inference of the default bundle is within 1e-5 relative L2 of PyTorch in
@@ -25,7 +28,7 @@ eval mode; a two-stage pipeline (cpu:0,cpu:1, M = 4, dropout 0) trains 10
 steps with SGD-momentum and with AdamW, every step's loss within 1e-4
 relative of PyTorch's run with the same micro-batching.
 
-MobileNet V2 is chaotic here (BatchNorm over micro-batches of 2 images):
+MobileNet V2 and LR-ASPP's MobileNet V3 are chaotic here (BatchNorm over micro-batches of 2 images):
 PyTorch float32 itself leaves its float64 run by ~1e-3 relative at the
 second step. For it the first loss is held to 1e-4 and each later loss to
 ten times PyTorch float32's own distance from float64 so far (as
@@ -135,6 +138,22 @@ def vit():
     return m
 
 
+class SegmentationScore(nn.Module):
+    """torchvision's LR-ASPP MobileNet V3 (a segmentation head: a sigmoid
+    attention branch, bilinear upsampling of its logits to the image, as
+    Resize linear), its per-pixel logits averaged into one score per class
+    and image: the harness trains on a label per image (per-pixel labels
+    for [N, C, H, W] logits are not implemented)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torchvision.models.segmentation.lraspp_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=10)
+
+    def forward(self, x):
+        return self.net(x)["out"].mean(dim=(2, 3))
+
+
 TRANSFORMER_OPTIMIZERS = ("sgd", "adamw", parameter_training.OPTIMIZERS)
 CNN_OPTIMIZERS = ("sgd-lr0.01", "adamw", pytorch_training.OPTIMIZERS)
 # name: (builder, data, optimizers, chaotic)
@@ -147,6 +166,7 @@ MODELS = {
         num_classes=10, dropout=0.0), images(64), CNN_OPTIMIZERS, False),
     "seq2seq": (Seq2Seq, token_pairs, TRANSFORMER_OPTIMIZERS, False),
     "swin": (swin, images(40), TRANSFORMER_OPTIMIZERS, False),
+    "lraspp": (SegmentationScore, images(64), CNN_OPTIMIZERS, True),
 }
 
 
