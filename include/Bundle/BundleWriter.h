@@ -27,6 +27,7 @@ struct TrainingOptions {
   int64_t microBatches = 1; // the step's split; the stage runs batchSize/M
   std::string loss = "cross-entropy";
   int64_t ignoreIndex = -100; // cross-entropy: labels that count for nothing
+  int64_t classAxis = -1;     // cross-entropy: the logits' class axis
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0.0, weightDecay = 0.0;
   bool nesterov = false;

@@ -98,9 +98,11 @@ def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
   let summary = "Append the training loss to @forward";
   let description = [{
     `cross-entropy`: @forward must return one float tensor of logits whose
-    last axis holds the classes ([N, C], or [B, T, V] for a language model);
-    an argument `labels` (i64 class indices shaped like the logits without
-    their last axis) is added and @forward returns (loss, logits), loss the
+    last axis holds the classes ([N, C], or [B, T, V] for a language
+    model), or axis `class-axis` ([N, C, H, W] segmentation logits with
+    class-axis 1, as F.cross_entropy reads them: moved last by a
+    transpose); an argument `labels` (i64 class indices shaped like the
+    logits without their class axis) is added and @forward returns (loss, logits), loss the
     softmax cross-entropy averaged over the labels that are not
     `ignore-index`.
     `output:NAME`: the model computes its loss itself; the scalar output
@@ -111,6 +113,9 @@ def AppendLoss : Pass<"gpipe-append-loss", "::mlir::ModuleOp"> {
            "cross-entropy | mse | output:NAME">,
     Option<"ignoreIndex", "ignore-index", "int64_t", "-100",
            "cross-entropy: labels with this value count for nothing">,
+    Option<"classAxis", "class-axis", "int64_t", "-1",
+           "cross-entropy: the logits' axis of the classes (-1: the last; "
+           "1 for [N, C, H, W] as F.cross_entropy reads them)">,
   ];
   let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect"];
 }

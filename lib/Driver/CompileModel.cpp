@@ -100,6 +100,8 @@ void printTrainingConfiguration(const CompileOptions &o,
   os << "training: loss " << t.loss;
   if (t.loss == "cross-entropy" && t.ignoreIndex != -100)
     os << " (ignore index " << t.ignoreIndex << ")";
+  if (t.loss == "cross-entropy" && t.classAxis != -1)
+    os << " (classes on axis " << t.classAxis << ")";
   os << ", optimizer " << t.optimizer << " (lr " << num(t.lr);
   if (t.optimizer == "sgd")
     os << ", momentum " << num(t.momentum) << (t.nesterov ? " Nesterov" : "");
@@ -318,6 +320,7 @@ AppendLossOptions lossOptions(const CompileOptions &o) {
   AppendLossOptions loss;
   loss.loss = o.training.loss;
   loss.ignoreIndex = o.training.ignoreIndex;
+  loss.classAxis = o.training.classAxis;
   return loss;
 }
 

@@ -49,11 +49,20 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
                                "the classes on the last axis ([N, C] or "
                                "[B, T, V]), the model returns ")
              << ret.getOperand(0).getType();
+    int64_t rank = logits.getRank();
+    int64_t axis = classAxis < 0 ? classAxis + rank : classAxis;
+    if (axis < 1 || axis >= rank)
+      return forward.emitError("--class-axis=")
+             << static_cast<int64_t>(classAxis)
+             << " is not an axis of the logits " << ret.getOperand(0).getType()
+             << " after the batch (1 to rank - 1, or -1 for the last)";
     OpBuilder b(ret);
     Location loc = lossLocation(ret);
-    // Labels: one class index per row of logits (a [B, T] sequence of
-    // tokens for [B, T, V] logits).
-    ArrayRef<int64_t> rowShape = logits.getShape().drop_back();
+    // Labels: one class index per position of the logits but the class
+    // axis (a [B, T] sequence of tokens for [B, T, V] logits, a [N, H, W]
+    // map for [N, C, H, W]).
+    SmallVector<int64_t> rowShape(logits.getShape());
+    rowShape.erase(rowShape.begin() + axis);
     auto labelsType = RankedTensorType::get(rowShape, b.getIntegerType(64));
     unsigned index = forward.getNumArguments();
     forward.insertArgument(
@@ -61,6 +70,18 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
         gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
         forward.getLoc());
     Value rows = ret.getOperand(0), labels = forward.getArgument(index);
+    if (axis != rank - 1) {
+      // The classes last, in the labels' order of positions.
+      SmallVector<int64_t> perm;
+      for (int64_t i = 0; i < rank; ++i)
+        if (i != axis)
+          perm.push_back(i);
+      perm.push_back(axis);
+      rows = b.create<gpipe::nn::TransposeOp>(
+          loc, ValueRange{rows},
+          ArrayRef<NamedAttribute>{
+              b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
+    }
     if (logits.getRank() > 2) {
       int64_t n = labelsType.getNumElements();
       auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
@@ -69,7 +90,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
             ArrayRef<NamedAttribute>{
                 b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
       };
-      rows = reshape(rows, {n, logits.getShape().back()});
+      rows = reshape(rows, {n, logits.getDimSize(axis)});
       labels = reshape(labels, {n});
     }
     Value lossValue = b.create<gpipe::nn::SoftmaxCrossEntropyOp>(

@@ -44,6 +44,7 @@ class CompileError(RuntimeError):
 # for dashes). Values are passed as given; True stands for a bare flag.
 _COMPILE_FLAGS = {
     "mode", "batch_size", "devices", "micro_batches", "loss", "ignore_index",
+    "class_axis",
     "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
     "plan", "device_profile", "cost_table", "report", "const_input",
@@ -52,8 +53,8 @@ _COMPILE_FLAGS = {
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
 _TRAINING_FLAGS = {
-    "micro_batches", "loss", "ignore_index", "optimizer", "lr", "momentum",
-    "nesterov", "weight_decay", "beta1", "beta2", "eps", "schedule",
+    "micro_batches", "loss", "ignore_index", "class_axis", "optimizer", "lr",
+    "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "schedule",
     "recompute", "stages", "data_parallel", "plan",
 }
 

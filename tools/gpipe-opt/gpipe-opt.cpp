@@ -111,6 +111,14 @@ cl::opt<int64_t> ignoreIndexOption(
              "(default -100, as PyTorch)"),
     cl::init(-100), cl::cat(trainingCategory));
 
+cl::opt<int64_t> classAxisOption(
+    "class-axis",
+    cl::desc("--loss=cross-entropy: the axis of the logits that holds the "
+             "classes: -1, the last (default: [N, C], [B, T, V]), or 1 for "
+             "[N, C, H, W] segmentation logits with labels [N, H, W], as "
+             "F.cross_entropy reads them"),
+    cl::init(-1), cl::cat(trainingCategory));
+
 cl::opt<int64_t> microBatchesOption(
     "micro-batches",
     cl::desc("Split each training batch into M micro-batches whose "
@@ -283,11 +291,13 @@ int compileOptions(StringRef input, StringRef output,
   // each such flag is named in one error.
   std::vector<std::string> trainingFlags;
   for (cl::Option *flag : std::initializer_list<cl::Option *>{
-           &lossOption, &ignoreIndexOption, &microBatchesOption,
-           &dataParallelOption, &recomputeOption, &optimizerOption, &lrOption,
-           &momentumOption, &nesterovOption, &weightDecayOption, &beta1Option,
-           &beta2Option, &epsOption, &scheduleOption, &stagesOption,
-           &planOption, &deviceProfileOption, &costTableOption, &reportOption})
+           &lossOption,         &ignoreIndexOption,  &classAxisOption,
+           &microBatchesOption, &dataParallelOption, &recomputeOption,
+           &optimizerOption,    &lrOption,           &momentumOption,
+           &nesterovOption,     &weightDecayOption,  &beta1Option,
+           &beta2Option,        &epsOption,          &scheduleOption,
+           &stagesOption,       &planOption,         &deviceProfileOption,
+           &costTableOption,    &reportOption})
     if (flag->getNumOccurrences())
       trainingFlags.push_back("--" + flag->ArgStr.str());
   if (devicesOption.getNumOccurrences() &&
@@ -336,6 +346,7 @@ int compileOptions(StringRef input, StringRef output,
   }
   t.loss = lossOption;
   t.ignoreIndex = ignoreIndexOption;
+  t.classAxis = classAxisOption;
   t.optimizer = optimizerOption;
   t.lr = lrOption;
   t.momentum = momentumOption;
