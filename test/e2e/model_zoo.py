@@ -142,8 +142,8 @@ class SegmentationScore(nn.Module):
     """torchvision's LR-ASPP MobileNet V3 (a segmentation head: a sigmoid
     attention branch, bilinear upsampling of its logits to the image, as
     Resize linear), its per-pixel logits averaged into one score per class
-    and image: the harness trains on a label per image (per-pixel labels
-    for [N, C, H, W] logits are not implemented)."""
+    and image: the harness trains on a label per image (per-pixel labels,
+    --class-axis=1: segmentation.py)."""
 
     def __init__(self):
         super().__init__()

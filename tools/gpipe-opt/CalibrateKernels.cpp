@@ -262,6 +262,15 @@ std::array<double, regressors> solve(const std::vector<Point> &points,
   return c;
 }
 
+/// The most work per second a point reached.
+double fastestRate(const std::vector<Point> &points) {
+  double fastest = 0;
+  for (const Point &p : points)
+    if (p[regressors] > 0)
+      fastest = std::max(fastest, p[1] / p[regressors]);
+  return fastest;
+}
+
 /// Seconds t = c0 x0 + ... + c7 x7 over points {x0..x7, t} (the
 /// regressors `use` names; x1, the work, always), fitted to relative error
 /// (weights 1/t^2) so that small kernels count as much as large ones; no
@@ -281,15 +290,6 @@ std::array<double, regressors> solve(const std::vector<Point> &points,
 /// whatever its rows; a weight gradient writes them too), the last only
 /// for kernels that convert their weights once a step (timed as a mean
 /// run, one run of M converted them).
-/// The most work per second a point reached.
-double fastestRate(const std::vector<Point> &points) {
-  double fastest = 0;
-  for (const Point &p : points)
-    if (p[regressors] > 0)
-      fastest = std::max(fastest, p[1] / p[regressors]);
-  return fastest;
-}
-
 Coefficients fit(const std::vector<Point> &points,
                  std::array<bool, regressors> use) {
   constexpr int n = regressors;

@@ -185,6 +185,31 @@ LogicalResult importInterpolation(GraphImporter &g, const Resampling &r,
   return success();
 }
 
+/// Input 0 resampled as `r` reads it to `out` elements per axis (`scales`
+/// what the coordinate transformation divides by): whole nearest copies of
+/// each element as Tile, anything else by interpolation matrices.
+LogicalResult importResampled(GraphImporter &g, const Resampling &r,
+                              ArrayRef<double> scales, ArrayRef<int64_t> out) {
+  auto type = g.inputType(0);
+  if (failed(type))
+    return failure();
+  ArrayRef<int64_t> in = type->getShape();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] <= 0 || out[i] <= 0)
+      return g.error() << "axis " << i << " resized from " << in[i] << " to "
+                       << out[i] << " elements";
+  // Whole copies of each element, as nearest reads them: no products.
+  bool copies = r.mode == "nearest";
+  for (size_t i = 0; i < in.size() && copies; ++i) {
+    copies = out[i] % in[i] == 0;
+    for (int64_t o = 0; copies && o < out[i]; ++o)
+      copies = taps(r, o, in[i], scales[i])[0].first == o / (out[i] / in[i]);
+  }
+  if (copies)
+    return importNearestCopies(g, out);
+  return importInterpolation(g, r, scales, out);
+}
+
 /// Resize (opsets 10, 11 and 13): nn.Upsample and F.interpolate as PyTorch
 /// exports them, and ONNX's other coordinate modes. Nearest that copies
 /// each element a whole number of times along each axis (integer scale
@@ -266,22 +291,7 @@ LogicalResult importResize(GraphImporter &g) {
   } else {
     return g.error() << "needs scales or sizes";
   }
-  for (size_t i = 0; i < rank; ++i)
-    if (in[i] <= 0 || out[i] <= 0)
-      return g.error() << "axis " << i << " resized from " << in[i] << " to "
-                       << out[i] << " elements";
-  // Whole copies of each element, as nearest reads them: no products.
-  if (r.mode == "nearest") {
-    bool copies = true;
-    for (size_t i = 0; i < rank && copies; ++i) {
-      copies = out[i] % in[i] == 0;
-      for (int64_t o = 0; copies && o < out[i]; ++o)
-        copies = taps(r, o, in[i], scales[i])[0].first == o / (out[i] / in[i]);
-    }
-    if (copies)
-      return importNearestCopies(g, out);
-  }
-  return importInterpolation(g, r, scales, out);
+  return importResampled(g, r, scales, out);
 }
 
 /// The scales of Upsample: a float list attribute (opset 7) or a constant
@@ -303,18 +313,19 @@ LogicalResult upsampleScales(GraphImporter &g,
   return success();
 }
 
-/// Upsample (opsets 7 and 9, Resize's predecessor): nearest with
-/// asymmetric coordinates and floor, as Resize of opset 10.
+/// Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
+/// linear with asymmetric coordinates, as Resize of opset 10 reads them.
 LogicalResult importUpsample(GraphImporter &g) {
   if (failed(g.checkAttrs({"mode", "scales"})))
     return failure();
-  std::string mode = g.stringAttr("mode", "nearest");
+  Resampling r;
+  r.mode = g.stringAttr("mode", "nearest");
+  r.coordinates = "asymmetric";
+  r.rounding = "floor";
   if (g.failed())
     return failure();
-  if (mode != "nearest")
-    return g.error() << "mode '" << mode
-                     << "' is not implemented yet (nearest is; Resize has "
-                        "linear)";
+  if (r.mode != "nearest" && r.mode != "linear")
+    return g.error() << "unknown mode '" << r.mode << "' (nearest or linear)";
   auto type = g.inputType(0);
   SmallVector<double> scales;
   if (failed(type) || failed(upsampleScales(g, scales)))
@@ -327,16 +338,7 @@ LogicalResult importUpsample(GraphImporter &g) {
   for (auto [d, scale] : llvm::zip_equal(in, scales))
     out.push_back(
         static_cast<int64_t>(std::floor(static_cast<double>(d) * scale)));
-  Resampling r;
-  r.mode = "nearest";
-  r.coordinates = "asymmetric";
-  r.rounding = "floor";
-  bool copies = true;
-  for (size_t i = 0; i < in.size(); ++i)
-    copies = copies && out[i] > 0 && out[i] % in[i] == 0;
-  if (copies)
-    return importNearestCopies(g, out);
-  return importInterpolation(g, r, scales, out);
+  return importResampled(g, r, scales, out);
 }
 
 } // namespace
