@@ -131,6 +131,8 @@ def main():
     if args.split == "run":
         with open(manifest) as f:
             for entry in json.load(f):
+                if args.filter not in entry["name"]:
+                    continue
                 # Bundles and data moved with WORK_DIR.
                 entry["bundle"] = os.path.join(args.work, os.path.basename(entry["bundle"]))
                 case = os.path.join(args.work, entry["name"] + ".data")

@@ -114,17 +114,28 @@ public:
     m = l[l.size() - 2];
     k = l.back();
     n = r.back();
-    auto batchOf = [](const std::vector<int64_t> &s) {
-      int64_t b = 1;
-      for (size_t i = 0; i + 2 < s.size(); ++i)
-        b *= s[i];
-      return b;
+    // The product's batch dimensions broadcast the operands' (NumPy,
+    // aligned on the right); an operand takes part with all of them (its
+    // own, leading ones aside, equal the product's) or with none (stride 0).
+    std::vector<int64_t> lDims(l.begin(), l.end() - 2),
+        rDims(r.begin(), r.end() - 2);
+    size_t rank = std::max(lDims.size(), rDims.size());
+    lDims.insert(lDims.begin(), rank - lDims.size(), 1);
+    rDims.insert(rDims.begin(), rank - rDims.size(), 1);
+    std::vector<int64_t> outDims(rank);
+    for (size_t i = 0; i < rank; ++i)
+      outDims[i] = std::max(lDims[i], rDims[i]);
+    auto product = [](const std::vector<int64_t> &dims) {
+      int64_t p = 1;
+      for (int64_t d : dims)
+        p *= d;
+      return p;
     };
-    int64_t lb = batchOf(l), rb = batchOf(r);
-    batch = std::max(lb, rb);
-    if ((lb != 1 && lb != batch) || (rb != 1 && rb != batch) ||
-        (lb == batch && rb == batch && l.size() != r.size()))
-      spec.fail("the CUDA backend broadcasts one operand's batch only");
+    batch = product(outDims);
+    int64_t lb = product(lDims), rb = product(rDims);
+    if ((lb != 1 && lDims != outDims) || (rb != 1 && rDims != outDims))
+      spec.fail("the CUDA backend broadcasts an operand's batch dimensions "
+                "all together or not at all");
     strideA = lb == 1 ? 0 : m * k;
     strideB = rb == 1 ? 0 : k * n;
     A = reinterpret_cast<const float *>(mem.address(a));
