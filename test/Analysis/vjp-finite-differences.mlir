@@ -115,6 +115,19 @@ func.func @conv_grouped_dilated(%x: tensor<1x4x7x7xf64>, %w: tensor<6x2x2x2xf64>
   %0 = nn.conv %x, %w {dilations = array<i64: 2, 2>, group = 2 : i64, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>} : (tensor<1x4x7x7xf64>, tensor<6x2x2x2xf64>) -> tensor<1x6x5x5xf64>
   return %0 : tensor<1x6x5x5xf64>
 }
+// A transposed convolution (ONNX ConvTranspose) is conv_grad_input in the
+// forward: with output padding (a row and a column no window reaches) and
+// grouped, dilated.
+// CHECK: conv_transpose_stride_output_padding: ok
+func.func @conv_transpose_stride_output_padding(%x: tensor<2x3x3x3xf64>, %w: tensor<3x2x3x3xf64>) -> tensor<2x2x6x5xf64> {
+  %0 = nn.conv_grad_input %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>} : (tensor<2x3x3x3xf64>, tensor<3x2x3x3xf64>) -> tensor<2x2x6x5xf64>
+  return %0 : tensor<2x2x6x5xf64>
+}
+// CHECK: conv_transpose_grouped_dilated: ok
+func.func @conv_transpose_grouped_dilated(%x: tensor<1x4x5x5xf64>, %w: tensor<4x3x2x2xf64>) -> tensor<1x6x7x7xf64> {
+  %0 = nn.conv_grad_input %x, %w {dilations = array<i64: 2, 2>, group = 2 : i64, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>} : (tensor<1x4x5x5xf64>, tensor<4x3x2x2xf64>) -> tensor<1x6x7x7xf64>
+  return %0 : tensor<1x6x7x7xf64>
+}
 // CHECK: max_pool: ok
 func.func @max_pool(%x: tensor<2x2x5x5xf64>) -> tensor<2x2x3x3xf64> {
   %0 = nn.max_pool %x {dilations = array<i64: 1, 1>, kernel_shape = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>} : (tensor<2x2x5x5xf64>) -> tensor<2x2x3x3xf64>

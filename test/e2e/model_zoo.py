@@ -20,7 +20,11 @@
     into place), relative position biases gathered from a trained table;
   * lraspp: torchvision's LR-ASPP MobileNet V3 segmentation network
     (bilinear upsampling as Resize linear), its per-pixel logits averaged
-    per class.
+    per class;
+  * unet: a small U-Net (reference_models.SmallUNet, written here, the
+    common shape of the decoders users pipeline): ConvTranspose with
+    stride, output padding and groups, a skip connection concatenated, a
+    nearest Upsample.
 
 For each: `--emit=summary` lists exactly PyTorch's named_parameters();
 inference of the default bundle is within 1e-5 relative L2 of PyTorch in
@@ -49,6 +53,7 @@ import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import parameter_training  # noqa: E402  (optimizers of the transformers)
+import reference_models  # noqa: E402  (the small U-Net)
 import pytorch_training  # noqa: E402  (PyTorch replay; CNN optimizers)
 from parameter_training import SUMMARY_RE, export  # noqa: E402
 
@@ -94,6 +99,45 @@ class Seq2Seq(nn.Module):
         mask = self.transformer.generate_square_subsequent_mask(
             target.shape[1])
         return self.head(self.transformer(source, target, tgt_mask=mask))
+
+
+class GruClassifier(nn.Module):
+    """nn.GRU as classifiers use it: batch first, two layers, both
+    directions, the last step's features classified."""
+
+    def __init__(self, dim=16, hidden=24):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.gru = nn.GRU(dim, hidden, num_layers=2, batch_first=True,
+                          bidirectional=True)
+        self.head = nn.Linear(2 * hidden, 5)
+
+    def forward(self, ids):
+        out, _ = self.gru(self.embed(ids))
+        return self.head(out[:, -1])
+
+
+class LstmLanguageModel(nn.Module):
+    """word_language_model's RNNModel (LSTM) with the batch first and no
+    hidden state passed in: embedding, a two-layer nn.LSTM, a decoder on
+    every position."""
+
+    def __init__(self, dim=16, hidden=24):
+        super().__init__()
+        self.encoder = nn.Embedding(VOCAB, dim)
+        self.rnn = nn.LSTM(dim, hidden, 2, batch_first=True)
+        self.decoder = nn.Linear(hidden, VOCAB)
+
+    def forward(self, ids):
+        out, _ = self.rnn(self.encoder(ids))
+        return self.decoder(out)
+
+
+def next_tokens(rng):
+    """Token ids and a next-token label per position."""
+    x = rng.randint(2, VOCAB, size=(SAMPLES, SEQ)).astype(np.int64)
+    y = np.concatenate([x[:, 1:], rng.randint(2, VOCAB, (SAMPLES, 1))], 1)
+    return x, y.astype(np.int64)
 
 
 def tokens_with_padding(rng):
@@ -167,6 +211,11 @@ MODELS = {
     "seq2seq": (Seq2Seq, token_pairs, TRANSFORMER_OPTIMIZERS, False),
     "swin": (swin, images(40), TRANSFORMER_OPTIMIZERS, False),
     "lraspp": (SegmentationScore, images(64), CNN_OPTIMIZERS, True),
+    "gru": (GruClassifier, tokens_with_padding, TRANSFORMER_OPTIMIZERS,
+            False),
+    "lstm_lm": (LstmLanguageModel, next_tokens, TRANSFORMER_OPTIMIZERS, False),
+    "unet": (lambda: reference_models.SmallUNet(channels=3, size=32),
+             images(32), CNN_OPTIMIZERS, False),
 }
 
 

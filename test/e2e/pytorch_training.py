@@ -74,6 +74,7 @@ CASES.append(("mlp", 2, "adam-wd", "cross-entropy"))
 CASES.append(("cnn_avgpool", 2, "sgd", "cross-entropy"))
 CASES.append(("cnn_upsample", 2, "sgd", "cross-entropy"))
 CASES.append(("cnn_bilinear", 2, "sgd", "cross-entropy"))
+CASES.append(("unet_transpose", 2, "sgd", "cross-entropy"))
 CASES.append(("mlp_activations", 2, "sgd", "cross-entropy"))
 CASES.append(("mlp_activations", 1, "adamw", "cross-entropy"))
 # A conv + BatchNorm (batch statistics) + ReLU + linear model.

@@ -99,6 +99,37 @@ def cnn_bilinear():
     return m, torch.randn(8, 1, 28, 28)
 
 
+class SmallUNet(nn.Module):
+    """A small U-Net: a strided encoder, a ConvTranspose decoder (stride 2,
+    output padding, grouped) with a skip connection concatenated, a second
+    ConvTranspose and a nearest Upsample back to the input's size; the map
+    pooled into 10 class logits."""
+
+    def __init__(self, channels=1, size=28):
+        super().__init__()
+        self.enc1 = nn.Sequential(nn.Conv2d(channels, 8, 3, padding=1),
+                                  nn.ReLU())
+        self.enc2 = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1),
+                                  nn.ReLU())
+        self.up = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1,
+                                     output_padding=1, groups=2)
+        self.dec = nn.Sequential(nn.Conv2d(16, 8, 3, padding=1), nn.ReLU(),
+                                 nn.ConvTranspose2d(8, 4, 2, stride=2),
+                                 nn.Upsample(scale_factor=0.5))
+        self.head = nn.Sequential(nn.AvgPool2d(4), nn.Flatten(),
+                                  nn.Linear(4 * (size // 4) ** 2, 10))
+
+    def forward(self, x):
+        a = self.enc1(x)
+        b = self.up(self.enc2(a))
+        return self.head(self.dec(torch.cat([a, b], 1)))
+
+
+def unet_transpose():
+    torch.manual_seed(0)
+    return SmallUNet(), torch.randn(8, 1, 28, 28)
+
+
 def resnet18():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
@@ -135,7 +166,8 @@ MODELS = {"mlp": mlp, "cnn": cnn, "cnn_avgpool": cnn_avgpool, "cnn_bn": cnn_bn,
 # Variants for the training tests (not in the import and inference suites).
 VARIANTS = {"mlp_dropout": mlp_dropout, "mlp_activations": mlp_activations,
             "transformer_no_dropout": transformer_no_dropout,
-            "cnn_upsample": cnn_upsample, "cnn_bilinear": cnn_bilinear}
+            "cnn_upsample": cnn_upsample, "cnn_bilinear": cnn_bilinear,
+            "unet_transpose": unet_transpose}
 
 
 def export(name, path, batch=None):

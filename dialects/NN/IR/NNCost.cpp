@@ -86,6 +86,13 @@ int64_t ConvOp::getFlops() {
   return 2 * out * perOutput + (getBias() ? out : 0);
 }
 
+// The convolution whose input gradient this is, in the other direction.
+int64_t ConvGradInputOp::getFlops() {
+  auto weight = llvm::cast<RankedTensorType>(getWeight().getType());
+  int64_t perOutput = weight.getNumElements() / weight.getDimSize(0);
+  return 2 * numElements(getGradOutput().getType()) * perOutput;
+}
+
 int64_t BatchNormOp::getFlops() { return 4 * outputElements(*this); }
 int64_t LayerNormOp::getFlops() { return 8 * outputElements(*this); }
 int64_t SoftmaxOp::getFlops() { return 5 * outputElements(*this); }
@@ -143,6 +150,12 @@ StringRef ConvOp::getKernelFamily() {
   auto input = cast<ShapedType>(getInput().getType());
   bool depthwise = getGroup() > 1 && input.hasRank() && input.getRank() > 1 &&
                    input.getDimSize(1) == getGroup();
+  return depthwise ? "depthwise_conv" : "conv";
+}
+// As a layer (a transposed convolution), the convolution's kernels.
+StringRef ConvGradInputOp::getKernelFamily() {
+  auto result = cast<ShapedType>(getGradInput().getType());
+  bool depthwise = getGroup() > 1 && result.getDimSize(1) == getGroup();
   return depthwise ? "depthwise_conv" : "conv";
 }
 // Batch and layer normalization differ as kernels: per channel over the

@@ -84,6 +84,27 @@ LogicalResult ConvGradInputOp::verify() {
       weight.getDimSize(1) * static_cast<int64_t>(getGroup()))
     return emitOpError("grad_input channels must equal weight input channels "
                        "times group");
+  // The convolution of the result's shape has grad_output's spatial shape
+  // (rows past its last window, a transposed convolution's output
+  // padding, included).
+  int64_t spatial = grad.getRank() - 2;
+  ArrayRef<int64_t> strides = getStrides(), pads = getPads(),
+                    dilations = getDilations();
+  if (static_cast<int64_t>(strides.size()) != spatial ||
+      static_cast<int64_t>(dilations.size()) != spatial ||
+      static_cast<int64_t>(pads.size()) != 2 * spatial)
+    return emitOpError("needs ") << spatial << " strides and dilations and "
+                                 << 2 * spatial << " pads";
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t window = (weight.getDimSize(i + 2) - 1) * dilations[i] + 1;
+    int64_t span =
+        result.getDimSize(i + 2) + pads[i] + pads[i + spatial] - window;
+    if (strides[i] < 1 || span < 0 ||
+        span / strides[i] + 1 != grad.getDimSize(i + 2))
+      return emitOpError("grad_input ")
+             << result << " is not the input of a convolution with output "
+             << grad << " (spatial axis " << i << ")";
+  }
   return success();
 }
 

@@ -513,8 +513,24 @@ class NN_GradOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
 }
 
-def NN_ConvGradInputOp : NN_GradOp<"conv_grad_input"> {
+// Also the forward of a transposed convolution (ONNX ConvTranspose): the
+// input gradient of the convolution whose output has the transposed one's
+// input shape. Its own gradient is a convolution (of the output gradient)
+// and a weight gradient with the operands' roles exchanged.
+def NN_ConvGradInputOp : NN_Op<"conv_grad_input", [Pure,
+    DeclareOpInterfaceMethods<NN_CostOpInterface,
+                              ["getFlops", "getKernelFamily"]>,
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Gradient of conv with respect to its input";
+  let description = [{
+    The result type is explicit: a transposed convolution's output padding
+    (rows past the last window) makes it larger than the convolution's
+    shapes alone say.
+  }];
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$weight,
                    NN_IntArray:$strides, NN_IntArray:$pads,
                    NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);

@@ -286,6 +286,26 @@ SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+// out = conv_grad_input(dy, W) is linear in each operand: its adjoint in
+// dy is the convolution of the output gradient, in W the weight gradient
+// of that convolution (the output gradient as its input, dy as its
+// output's gradient).
+LogicalResult ConvGradInputOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                        SmallVectorImpl<Value> &operandGrads) {
+  Location loc = getLoc();
+  Value g = resultGrads[0];
+  SmallVector<NamedAttribute> attrs{
+      b.getNamedAttr("strides", getStridesAttr()),
+      b.getNamedAttr("pads", getPadsAttr()),
+      b.getNamedAttr("dilations", getDilationsAttr()),
+      b.getNamedAttr("group", b.getI64IntegerAttr(getGroup()))};
+  operandGrads.push_back(b.create<ConvOp>(loc, getGradOutput().getType(),
+                                          ValueRange{g, getWeight()}, attrs));
+  operandGrads.push_back(b.create<ConvGradWeightOp>(
+      loc, getWeight().getType(), ValueRange{getGradOutput(), g}, attrs));
+  return success();
+}
+
 LogicalResult ConvOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   Location loc = getLoc();

@@ -90,6 +90,12 @@ public:
   /// for every sample, a broadcast along the batch) get the compiled batch;
   /// a constant with per-sample values is an error (StaticBatch.cpp).
   mlir::LogicalResult rebatchInputs(std::optional<int64_t> concatAxis);
+  /// Input `i`, a constant holding the exported batch on `axis` (`inner`
+  /// elements of that axis inside each sample), gets the compiled batch
+  /// (an Expand to a shape read at the compiled batch: a zero initial
+  /// state of nn.GRU); an error when its samples differ.
+  mlir::LogicalResult rebatchConstantInput(size_t i, int64_t axis,
+                                           int64_t inner);
 
   //===--------------------------------------------------------------------===//
   // The node being imported.

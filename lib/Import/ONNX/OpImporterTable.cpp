@@ -53,6 +53,7 @@ const OpImporterTable &gpipe::onnx_import::getOpImporterTable() {
     registerPoolingImporters(t);
     registerShapeImporters(t);
     registerResizeImporters(t);
+    registerRecurrentImporters(t);
     registerConstantImporters(t);
     return t;
   }();

@@ -56,6 +56,7 @@ void registerNormalizationImporters(OpImporterTable &table);
 void registerPoolingImporters(OpImporterTable &table);
 void registerShapeImporters(OpImporterTable &table);
 void registerResizeImporters(OpImporterTable &table);
+void registerRecurrentImporters(OpImporterTable &table);
 void registerConstantImporters(OpImporterTable &table);
 
 } // namespace gpipe::onnx_import

@@ -94,6 +94,28 @@ LogicalResult importExpand(GraphImporter &g) {
   if (failed(target))
     return failure();
   const std::vector<int64_t> &requested = *target;
+  // A constant of a static-batch export expanded to a shape read at the
+  // compiled batch (nn.GRU's zero initial state, [layers, B, hidden])
+  // takes that batch.
+  int64_t exported = g.getExportBatch(), compiled = g.getCompiledBatch();
+  if (exported > 0 && compiled > 0 && g.constantInput(0)) {
+    ArrayRef<int64_t> dims = type->getShape();
+    for (size_t d = 0; d < dims.size(); ++d) {
+      size_t fromEnd = dims.size() - d;
+      if (fromEnd > requested.size())
+        continue;
+      int64_t a = dims[d], b = requested[requested.size() - fromEnd];
+      if (a != b && a % exported == 0 && a / exported * compiled == b) {
+        if (failed(g.rebatchConstantInput(0, static_cast<int64_t>(d),
+                                          a / exported)))
+          return failure();
+        type = g.inputType(0);
+        if (failed(type))
+          return failure();
+        break;
+      }
+    }
+  }
   ArrayRef<int64_t> in = type->getShape();
   size_t rank = std::max(in.size(), requested.size());
   SmallVector<int64_t> shape(rank);

@@ -72,6 +72,29 @@ std::optional<ConstTensor> rebatchConstant(const ConstTensor &c, int64_t axis,
 
 } // namespace
 
+LogicalResult GraphImporter::rebatchConstantInput(size_t i, int64_t axis,
+                                                  int64_t inner) {
+  Entry &entry = values.find(inputName(i))->second;
+  std::optional<ConstTensor> rebatched;
+  if (entry.constant && !entry.initializer)
+    rebatched = rebatchConstant(*entry.constant, axis, exportBatch,
+                                compiledBatch, inner);
+  if (!rebatched) {
+    error() << "input '" << inputName(i)
+            << "' is a constant that holds different values for the "
+            << exportBatch << " samples the model was exported with, "
+            << "so it cannot be given batch " << compiledBatch
+            << ": export with the batch dynamic (torch.onnx.export(..., "
+               "dynamic_axes={'input': {0: 'batch'}, ...}))";
+    nodeFailed = true;
+    return failure();
+  }
+  entry.constant = std::move(*rebatched);
+  entry.value = Value();
+  setBatchInner(inputName(i), inner);
+  return success();
+}
+
 LogicalResult GraphImporter::rebatchInputs(std::optional<int64_t> concatAxis) {
   if (exportBatch <= 0 || compiledBatch <= 0)
     return success();
@@ -113,21 +136,8 @@ LogicalResult GraphImporter::rebatchInputs(std::optional<int64_t> concatAxis) {
         continue;
       Entry &entry = values.find(inputName(j))->second;
       if (entry.constant && !entry.initializer) {
-        std::optional<ConstTensor> rebatched = rebatchConstant(
-            *entry.constant, d, exportBatch, compiledBatch, dim.inner);
-        if (!rebatched) {
-          error() << "input '" << inputName(j)
-                  << "' is a constant that holds different values for the "
-                  << exportBatch << " samples the model was exported with, "
-                  << "so it cannot be given batch " << compiledBatch
-                  << ": export with the batch dynamic (torch.onnx.export(..., "
-                     "dynamic_axes={'input': {0: 'batch'}, ...}))";
-          nodeFailed = true;
+        if (::mlir::failed(rebatchConstantInput(j, d, dim.inner)))
           return failure();
-        }
-        entry.constant = std::move(*rebatched);
-        entry.value = Value();
-        setBatchInner(inputName(j), dim.inner);
         continue;
       }
       auto broadcast =

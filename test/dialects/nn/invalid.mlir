@@ -321,3 +321,12 @@ func.func @float_mod(%x: tensor<2xf32>) {
   %0 = nn.mod %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
   return
 }
+
+// -----
+
+func.func @conv_grad_input_spatial(%g: tensor<2x8x3x3xf32>, %w: tensor<8x4x3x3xf32>) {
+  // expected-error @+1 {{is not the input of a convolution with output 'tensor<2x8x3x3xf32>' (spatial axis 0)}}
+  %0 = nn.conv_grad_input %g, %w {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
+      : (tensor<2x8x3x3xf32>, tensor<8x4x3x3xf32>) -> tensor<2x4x7x5xf32>
+  return
+}
