@@ -21,6 +21,11 @@
   * lraspp: torchvision's LR-ASPP MobileNet V3 segmentation network
     (bilinear upsampling as Resize linear), its per-pixel logits averaged
     per class;
+  * gru: nn.GRU in a classifier (batch first, two layers, both
+    directions; PyTorch's zero initial state a constant expanded to the
+    batch);
+  * lstm_lm: word_language_model's RNNModel with an LSTM, batch first,
+    a next-token label per position;
   * unet: a small U-Net (reference_models.SmallUNet, written here, the
     common shape of the decoders users pipeline): ConvTranspose with
     stride, output padding and groups, a skip connection concatenated, a
