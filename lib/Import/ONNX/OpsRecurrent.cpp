@@ -99,6 +99,9 @@ FailureOr<SmallVector<std::string>> readActivations(GraphImporter &g, Cell cell,
     defaults = {"Sigmoid", "Tanh"};
   else
     defaults = {"Tanh"};
+  if (g.hasAttr("activation_alpha") || g.hasAttr("activation_beta"))
+    return g.error() << "activation_alpha and activation_beta are not "
+                        "implemented yet";
   SmallVector<std::string> out;
   const onnx::AttributeProto *a = g.attr("activations");
   if (!a) {
@@ -109,9 +112,6 @@ FailureOr<SmallVector<std::string>> readActivations(GraphImporter &g, Cell cell,
   if (a->strings_size() != static_cast<int>(defaults.size() * dirs))
     return g.error() << "'activations' has " << a->strings_size()
                      << " entries, expected " << defaults.size() * dirs;
-  if (g.hasAttr("activation_alpha") || g.hasAttr("activation_beta"))
-    return g.error() << "activation_alpha and activation_beta are not "
-                        "implemented yet";
   for (const std::string &name : a->strings()) {
     if (name != "Sigmoid" && name != "Tanh" && name != "Relu")
       return g.error() << "activation '" << name
@@ -361,19 +361,19 @@ LogicalResult importRecurrent(GraphImporter &g, Cell cell) {
         TRY(cPre, withRecurrent(xt, 3));
         TRY(it, u.activation(act[0], iPre));
         TRY(ct, u.activation(act[1], cPre));
-        TRY(cell, u.binary<nn::MulOp>(it, ct));
+        TRY(cNew, u.binary<nn::MulOp>(it, ct));
         if (c) {
           TRY(fRaw, withRecurrent(xt, 2));
           TRY(fPre, peephole(fRaw, 2, c));
           TRY(ft, u.activation(act[0], fPre));
           TRY(kept, u.binary<nn::MulOp>(ft, *c));
-          TRY(sum, u.binary<nn::AddOp>(kept, cell));
-          cell = sum;
+          TRY(sum, u.binary<nn::AddOp>(kept, cNew));
+          cNew = sum;
         }
-        c = cell;
+        c = cNew;
         TRY(oPre, peephole(oRaw, 1, c));
         TRY(ot, u.activation(act[0], oPre));
-        TRY(squashed, u.activation(act[2], cell));
+        TRY(squashed, u.activation(act[2], cNew));
         TRY(ht, u.binary<nn::MulOp>(ot, squashed));
         next = ht;
       } else {
