@@ -286,6 +286,16 @@ SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
+// The window of a convolution op (conv, conv_grad_input), for the ops of
+// its gradient.
+template <typename ConvLike>
+static SmallVector<NamedAttribute> convWindowAttrs(OpBuilder &b, ConvLike op) {
+  return {b.getNamedAttr("strides", op.getStridesAttr()),
+          b.getNamedAttr("pads", op.getPadsAttr()),
+          b.getNamedAttr("dilations", op.getDilationsAttr()),
+          b.getNamedAttr("group", b.getI64IntegerAttr(op.getGroup()))};
+}
+
 // out = conv_grad_input(dy, W) is linear in each operand: its adjoint in
 // dy is the convolution of the output gradient, in W the weight gradient
 // of that convolution (the output gradient as its input, dy as its
@@ -294,11 +304,7 @@ LogicalResult ConvGradInputOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                         SmallVectorImpl<Value> &operandGrads) {
   Location loc = getLoc();
   Value g = resultGrads[0];
-  SmallVector<NamedAttribute> attrs{
-      b.getNamedAttr("strides", getStridesAttr()),
-      b.getNamedAttr("pads", getPadsAttr()),
-      b.getNamedAttr("dilations", getDilationsAttr()),
-      b.getNamedAttr("group", b.getI64IntegerAttr(getGroup()))};
+  SmallVector<NamedAttribute> attrs = convWindowAttrs(b, *this);
   operandGrads.push_back(b.create<ConvOp>(loc, getGradOutput().getType(),
                                           ValueRange{g, getWeight()}, attrs));
   operandGrads.push_back(b.create<ConvGradWeightOp>(
@@ -310,11 +316,7 @@ LogicalResult ConvOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
                                SmallVectorImpl<Value> &operandGrads) {
   Location loc = getLoc();
   Value g = resultGrads[0];
-  SmallVector<NamedAttribute> attrs{
-      b.getNamedAttr("strides", getStridesAttr()),
-      b.getNamedAttr("pads", getPadsAttr()),
-      b.getNamedAttr("dilations", getDilationsAttr()),
-      b.getNamedAttr("group", b.getI64IntegerAttr(getGroup()))};
+  SmallVector<NamedAttribute> attrs = convWindowAttrs(b, *this);
   operandGrads.push_back(b.create<ConvGradInputOp>(
       loc, getInput().getType(), ValueRange{g, getWeight()}, attrs));
   operandGrads.push_back(b.create<ConvGradWeightOp>(

@@ -261,6 +261,10 @@ private:
   mlir::Operation *lastHoisted = nullptr;
 };
 
+/// `x` as `shape` (same elements); `x` itself when it has that shape.
+mlir::FailureOr<mlir::Value> reshapeTo(GraphImporter &g, mlir::Value x,
+                                       llvm::ArrayRef<int64_t> shape);
+
 /// `x` (of shape `unit` without its unit axes) with a unit axis where
 /// each repeat goes, broadcast to `expanded` and reshaped to `out`: Tile's
 /// and nearest Resize's copies, whose gradient sums them.

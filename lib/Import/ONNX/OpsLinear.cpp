@@ -105,33 +105,19 @@ LogicalResult importConvTranspose(GraphImporter &g) {
                      << *inputType << " in " << group
                      << " group(s): its first dimension must be the input "
                         "channels";
-  auto perAxis = [&](StringRef name, int64_t count,
-                     int64_t fill) -> FailureOr<SmallVector<int64_t>> {
-    std::optional<SmallVector<int64_t>> v = g.intsAttr(name);
-    if (!v)
-      return SmallVector<int64_t>(count, fill);
-    if (static_cast<int64_t>(v->size()) != count)
-      return g.error() << "'" << name << "' has " << v->size()
-                       << " entries, expected " << count;
-    return *v;
-  };
-  auto strides = perAxis("strides", spatial, 1);
-  auto dilations = perAxis("dilations", spatial, 1);
-  auto outputPadding = perAxis("output_padding", spatial, 0);
-  auto pads = perAxis("pads", 2 * spatial, 0);
-  if (failed(strides) || failed(dilations) || failed(outputPadding) ||
-      failed(pads))
+  auto window = readWindowAttrs(g, spatial, w.drop_front(2));
+  if (failed(window))
     return failure();
-  SmallVector<int64_t> kernel(w.drop_front(2));
-  if (std::optional<SmallVector<int64_t>> k = g.intsAttr("kernel_shape");
-      k && ArrayRef<int64_t>(*k) != ArrayRef<int64_t>(kernel))
-    return g.error() << "kernel_shape does not match the weight "
-                     << *weightType;
-  std::string autoPad = g.stringAttr("auto_pad", "NOTSET");
-  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
-      autoPad != "SAME_LOWER")
-    return g.error() << "auto_pad '" << autoPad << "' is not one of NOTSET, "
-                     << "VALID, SAME_UPPER, SAME_LOWER";
+  SmallVector<int64_t> &kernel = window->kernel, &strides = window->strides,
+                       &dilations = window->dilations, &pads = window->pads;
+  const std::string &autoPad = window->autoPad;
+  SmallVector<int64_t> outputPadding(spatial, 0);
+  if (std::optional<SmallVector<int64_t>> v = g.intsAttr("output_padding")) {
+    if (static_cast<int64_t>(v->size()) != spatial)
+      return g.error() << "'output_padding' has " << v->size()
+                       << " entries, expected " << spatial;
+    outputPadding = *v;
+  }
   std::optional<SmallVector<int64_t>> outputShape = g.intsAttr("output_shape");
   if (outputShape && static_cast<int64_t>(outputShape->size()) != spatial &&
       static_cast<int64_t>(outputShape->size()) != rank)
@@ -139,13 +125,13 @@ LogicalResult importConvTranspose(GraphImporter &g) {
                      << " entries, expected " << spatial << " (or " << rank
                      << ")";
   if (autoPad == "VALID")
-    pads->assign(2 * spatial, 0);
+    pads.assign(2 * spatial, 0);
   SmallVector<int64_t> resultShape{in[0], w[1] * group};
   for (int64_t i = 0; i < spatial; ++i) {
-    int64_t s = (*strides)[i], d = (*dilations)[i], op = (*outputPadding)[i];
-    if (s < 1 || d < 1 || op < 0 || op >= s)
-      return g.error() << "strides and dilations must be positive, and "
-                          "output_padding below the stride (spatial axis "
+    int64_t s = strides[i], d = dilations[i], op = outputPadding[i];
+    if (op < 0 || op >= s)
+      return g.error() << "output_padding must be below the stride (spatial "
+                          "axis "
                        << i << ")";
     int64_t full = s * (in[i + 2] - 1) + op + (kernel[i] - 1) * d + 1;
     std::optional<int64_t> wanted;
@@ -167,20 +153,19 @@ LogicalResult importConvTranspose(GraphImporter &g) {
         return g.error() << "output size " << *wanted << " on spatial axis "
                          << i << " needs a negative begin padding: not "
                          << "implemented yet";
-      (*pads)[i] = begin;
-      (*pads)[i + spatial] = std::max<int64_t>(end, 0);
+      pads[i] = begin;
+      pads[i + spatial] = std::max<int64_t>(end, 0);
       size = *wanted;
     } else {
-      size = full - (*pads)[i] - (*pads)[i + spatial];
+      size = full - pads[i] - pads[i + spatial];
     }
     int64_t window = (kernel[i] - 1) * d + 1;
-    int64_t span = size + (*pads)[i] + (*pads)[i + spatial] - window;
+    int64_t span = size + pads[i] + pads[i + spatial] - window;
     if (size < 1 || span < 0 || span / s + 1 != in[i + 2])
       return g.error() << "output size " << size << " on spatial axis " << i
                        << " does not follow from input size " << in[i + 2]
                        << ", kernel " << kernel[i] << ", stride " << s
-                       << " and pads " << (*pads)[i] << ", "
-                       << (*pads)[i + spatial];
+                       << " and pads " << pads[i] << ", " << pads[i + spatial];
     resultShape.push_back(size);
   }
   auto operands = g.inputs(3);
@@ -190,9 +175,9 @@ LogicalResult importConvTranspose(GraphImporter &g) {
     return g.error() << "needs inputs X and W";
   Builder &b = g.getBuilder();
   SmallVector<NamedAttribute> attrs{
-      g.named("strides", b.getDenseI64ArrayAttr(*strides)),
-      g.named("pads", b.getDenseI64ArrayAttr(*pads)),
-      g.named("dilations", b.getDenseI64ArrayAttr(*dilations)),
+      g.named("strides", b.getDenseI64ArrayAttr(strides)),
+      g.named("pads", b.getDenseI64ArrayAttr(pads)),
+      g.named("dilations", b.getDenseI64ArrayAttr(dilations)),
       g.named("group", b.getI64IntegerAttr(group))};
   auto op = g.createWithTypes(
       nn::ConvGradInputOp::getOperationName(), {(*operands)[0], (*operands)[1]},
@@ -208,8 +193,7 @@ LogicalResult importConvTranspose(GraphImporter &g) {
                        << "output channel (" << resultShape[1] << ")";
     SmallVector<int64_t> perChannel(rank - 1, 1);
     perChannel[0] = resultShape[1];
-    auto shaped = g.createValue<nn::ReshapeOp>(
-        {bias}, {g.named("shape", b.getDenseI64ArrayAttr(perChannel))});
+    auto shaped = reshapeTo(g, bias, perChannel);
     if (failed(shaped))
       return failure();
     auto sum = g.createValue<nn::AddOp>({result, *shaped});

@@ -36,13 +36,6 @@ Value constantLike(GraphImporter &g, Type like, ArrayRef<double> values,
   return g.materialize(ConstTensor::ofInts(ints, shape, dtype));
 }
 
-FailureOr<Value> reshape(GraphImporter &g, Value x, ArrayRef<int64_t> shape) {
-  if (cast<RankedTensorType>(x.getType()).getShape() == shape)
-    return x;
-  return g.createValue<nn::ReshapeOp>(
-      {x}, {g.named("shape", g.getBuilder().getDenseI64ArrayAttr(shape))});
-}
-
 FailureOr<Value> reduceSum(GraphImporter &g, Value x, int64_t axis) {
   Builder &b = g.getBuilder();
   return g.createValue<nn::ReduceSumOp>(
@@ -128,8 +121,8 @@ FailureOr<LossOperands> lossOperands(GraphImporter &g, StringRef pytorchName) {
       return failure();
     moved = *t;
   }
-  auto flatRows = reshape(g, moved, {rows, classes});
-  auto flatLabels = reshape(g, *labels, {rows});
+  auto flatRows = reshapeTo(g, moved, {rows, classes});
+  auto flatLabels = reshapeTo(g, *labels, {rows});
   if (failed(flatRows) || failed(flatLabels))
     return failure();
   l.rows = *flatRows;
@@ -147,7 +140,7 @@ LogicalResult importMaskedLoss(GraphImporter &g, const LossOperands &l,
   Type labelType = l.labels.getType();
   SmallVector<double> range(classes);
   std::iota(range.begin(), range.end(), 0.0);
-  auto column = reshape(g, l.labels, {rows, 1});
+  auto column = reshapeTo(g, l.labels, {rows, 1});
   if (failed(column))
     return failure();
   auto onehot = g.createValue<nn::EqualOp>(
@@ -166,7 +159,7 @@ LogicalResult importMaskedLoss(GraphImporter &g, const LossOperands &l,
       return failure();
     counted = *kept;
     if (l.ignoreIndex >= 0 && l.ignoreIndex < classes) {
-      auto keptColumn = reshape(g, counted, {rows, 1});
+      auto keptColumn = reshapeTo(g, counted, {rows, 1});
       if (failed(keptColumn))
         return failure();
       onehot = g.createValue<nn::AndOp>({*onehot, *keptColumn});
@@ -201,7 +194,7 @@ LogicalResult importMaskedLoss(GraphImporter &g, const LossOperands &l,
   if (failed(perRow))
     return failure();
   if (l.reduction == "none") {
-    auto result = reshape(g, *perRow, l.outShape);
+    auto result = reshapeTo(g, *perRow, l.outShape);
     if (failed(result))
       return failure();
     g.setOutput(0, *result);
@@ -292,7 +285,7 @@ Value logSoftmaxInput(GraphImporter &g, Value rows) {
   if (axis != in.getRank() - 1)
     return nullptr;
   auto flat =
-      reshape(g, ls.getInput(), {in.getNumElements() / classes, classes});
+      reshapeTo(g, ls.getInput(), {in.getNumElements() / classes, classes});
   return failed(flat) ? nullptr : *flat;
 }
 

@@ -40,10 +40,7 @@ public:
               g.named("steps", b.getDenseI64ArrayAttr(steps))});
   }
   FailureOr<Value> reshape(Value v, ArrayRef<int64_t> shape) {
-    if (cast<RankedTensorType>(v.getType()).getShape() == shape)
-      return v;
-    return g.createValue<nn::ReshapeOp>(
-        {v}, {g.named("shape", b.getDenseI64ArrayAttr(shape))});
+    return reshapeTo(g, v, shape);
   }
   FailureOr<Value> transpose(Value v, ArrayRef<int64_t> perm) {
     return g.createValue<nn::TransposeOp>(

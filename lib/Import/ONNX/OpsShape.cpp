@@ -887,6 +887,14 @@ void gpipe::onnx_import::registerShapeImporters(OpImporterTable &t) {
   t.add("CumSum", 11, importCumSum);
 }
 
+FailureOr<Value> gpipe::onnx_import::reshapeTo(GraphImporter &g, Value x,
+                                               ArrayRef<int64_t> shape) {
+  if (cast<RankedTensorType>(x.getType()).getShape() == shape)
+    return x;
+  return g.createValue<nn::ReshapeOp>(
+      {x}, {g.named("shape", g.getBuilder().getDenseI64ArrayAttr(shape))});
+}
+
 FailureOr<Value> gpipe::onnx_import::copiesAlongUnitAxes(
     GraphImporter &g, Value x, ArrayRef<int64_t> unit,
     ArrayRef<int64_t> expanded, ArrayRef<int64_t> out) {

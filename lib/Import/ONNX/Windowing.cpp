@@ -6,13 +6,9 @@
 using namespace mlir;
 using namespace gpipe::onnx_import;
 
-FailureOr<Window> gpipe::onnx_import::readWindow(
-    GraphImporter &g, RankedTensorType input,
+FailureOr<Window> gpipe::onnx_import::readWindowAttrs(
+    GraphImporter &g, size_t spatial,
     std::optional<ArrayRef<int64_t>> kernelFromWeight) {
-  if (input.getRank() < 3)
-    return g.error() << "input must have rank >= 3 (N, C, spatial...), got "
-                     << input;
-  size_t spatial = input.getRank() - 2;
   Window w;
   auto kernelAttr = g.intsAttr("kernel_shape");
   if (kernelFromWeight) {
@@ -51,7 +47,27 @@ FailureOr<Window> gpipe::onnx_import::readWindow(
     if (w.kernel[i] <= 0 || w.strides[i] <= 0 || w.dilations[i] <= 0)
       return g.error() << "kernel_shape, strides and dilations must be "
                           "positive";
-  std::string autoPad = g.stringAttr("auto_pad", "NOTSET");
+  w.autoPad = g.stringAttr("auto_pad", "NOTSET");
+  if (w.autoPad != "NOTSET" && w.autoPad != "VALID" &&
+      w.autoPad != "SAME_UPPER" && w.autoPad != "SAME_LOWER")
+    return g.error() << "auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or "
+                        "VALID, got '"
+                     << w.autoPad << "'";
+  return w;
+}
+
+FailureOr<Window> gpipe::onnx_import::readWindow(
+    GraphImporter &g, RankedTensorType input,
+    std::optional<ArrayRef<int64_t>> kernelFromWeight) {
+  if (input.getRank() < 3)
+    return g.error() << "input must have rank >= 3 (N, C, spatial...), got "
+                     << input;
+  size_t spatial = input.getRank() - 2;
+  FailureOr<Window> read = readWindowAttrs(g, spatial, kernelFromWeight);
+  if (failed(read))
+    return failure();
+  Window w = std::move(*read);
+  const std::string &autoPad = w.autoPad;
   if (autoPad == "VALID") {
     w.pads.assign(2 * spatial, 0);
   } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
@@ -66,10 +82,6 @@ FailureOr<Window> gpipe::onnx_import::readWindow(
       w.pads[i] = upper ? small : large;
       w.pads[i + spatial] = upper ? large : small;
     }
-  } else if (autoPad != "NOTSET") {
-    return g.error() << "auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or "
-                        "VALID, got '"
-                     << autoPad << "'";
   }
   return w;
 }

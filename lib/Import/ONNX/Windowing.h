@@ -13,7 +13,16 @@ namespace gpipe::onnx_import {
 
 struct Window {
   llvm::SmallVector<int64_t> kernel, strides, pads, dilations;
+  /// NOTSET, VALID, SAME_UPPER or SAME_LOWER (checked).
+  std::string autoPad = "NOTSET";
 };
+
+/// The window attributes as written, checked (sizes, positive kernel,
+/// strides and dilations, a known auto_pad) but with auto_pad not yet
+/// applied to the pads: ConvTranspose applies it its own way.
+mlir::FailureOr<Window>
+readWindowAttrs(GraphImporter &g, size_t spatial,
+                std::optional<llvm::ArrayRef<int64_t>> kernelFromWeight);
 
 /// Reads the window attributes of the current node for `input` (N, C,
 /// spatial...). `kernelFromWeight` is the conv weight's spatial shape (the
