@@ -21,7 +21,7 @@ phase ctest
 phase sanitizers
 "$root/scripts/check-runtime-sanitizers.sh"
 phase runtime-sanitizers
-"$root/scripts/fuzz.sh" 60
+"$root/scripts/fuzz.sh" 20
 phase fuzz
 
 echo "scripts/test.sh: all tests passed in $(( $(date +%s) - start )) s"

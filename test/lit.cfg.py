@@ -33,3 +33,8 @@ if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
     config.available_features.add("ptxas")
     config.environment["PATH"] += os.pathsep + "/usr/local/cuda/bin"
 config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))
+# --param node_tests=sample (scripts/check-sanitizers.sh): the ONNX backend
+# node tests one per distinct set of op types (backend_node_tests.py).
+config.substitutions.append(
+    ("%node_tests_sample",
+     "--sample" if lit_config.params.get("node_tests") == "sample" else ""))

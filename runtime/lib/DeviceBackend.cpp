@@ -1,10 +1,8 @@
 #include "DeviceBackend.h"
 
 #include "Clock.h"
+#include "CudaPlugin.h"
 #include "cpu/CpuBackend.h"
-#ifdef GPIPE_HAVE_CUDA
-#include "cuda/CudaBackend.h"
-#endif
 
 #include "gpipe/runtime/DeviceList.h"
 
@@ -25,17 +23,16 @@ std::unique_ptr<DeviceBackend> createBackend(const std::string &device) {
   case DeviceKind::Cpu:
     return std::make_unique<cpu::CpuBackend>(device);
   case DeviceKind::Cuda:
-#ifdef GPIPE_HAVE_CUDA
-    return std::make_unique<cuda::CudaBackend>(
-        device, static_cast<int>(devices.front().ids.front()));
-#else
     break;
-#endif
   }
-  throw BundleError(device +
-                    ": this runtime was built without CUDA (stages on "
-                    "cuda:N cannot run; build it where the CUDA toolkit is "
-                    "installed, or compile for cpu devices)");
+  std::string reason;
+  if (const CudaPluginApi *cuda = cudaPlugin(&reason))
+    return cuda->createBackend(device,
+                               static_cast<int>(devices.front().ids.front()));
+  throw BundleError(device + ": " + reason +
+                    " (stages on cuda:N cannot run; build the runtime where "
+                    "the CUDA toolkit is installed, or compile for cpu "
+                    "devices)");
 }
 
 } // namespace gpipe::runtime

@@ -1,5 +1,7 @@
 #include "gpipe/runtime/RuntimeInfo.h"
 
+#include "CudaPlugin.h"
+
 #include <dnnl.h>
 
 #include <algorithm>
@@ -14,19 +16,24 @@ std::string onednnVersion() {
          std::to_string(v->patch);
 }
 
-#ifndef GPIPE_HAVE_CUDA
 int cudaDeviceCount(std::string *reason) {
-  if (reason)
-    *reason = "this runtime was built without CUDA support";
-  return 0;
+  const CudaPluginApi *cuda = cudaPlugin(reason);
+  return cuda ? cuda->deviceCount(reason) : 0;
 }
 
-std::string cudaVersion() { return "not built"; }
-
-std::string calibrateGpu(int, std::ostream &) {
-  throw std::runtime_error("this runtime was built without CUDA support");
+std::string cudaVersion() {
+  std::string reason;
+  const CudaPluginApi *cuda = cudaPlugin(&reason);
+  return cuda ? cuda->version() : reason;
 }
-#endif
+
+std::string calibrateGpu(int ordinal, std::ostream &log) {
+  std::string reason;
+  const CudaPluginApi *cuda = cudaPlugin(&reason);
+  if (!cuda)
+    throw std::runtime_error(reason);
+  return cuda->calibrate(ordinal, log);
+}
 
 std::string deviceMissing(const Device &device) {
   if (device.kind == DeviceKind::Cuda) {
@@ -49,8 +56,11 @@ std::string runtimeInfo() {
   std::string info = "oneDNN " + onednnVersion() + " (CPU kernels), " +
                      std::to_string(std::thread::hardware_concurrency()) +
                      " CPU cores\n";
-  info += "CUDA: " + cudaVersion() + "; " +
-          (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) + "\n";
+  if (cudaPlugin(nullptr))
+    info += "CUDA: " + cudaVersion() + "; " +
+            (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) + "\n";
+  else
+    info += "CUDA: " + reason + "\n";
   info += "MPI: " + mpiVersion() + "\n";
   return info;
 }

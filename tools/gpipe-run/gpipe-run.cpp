@@ -210,9 +210,11 @@ int main(int argc, char **argv) {
                "--output DIR\n"
                "  gpipe-run lm.gpipe --infer --generate=N --prompt=TEXT\n",
                "gpipe-run"};
-  app.set_version_flag("--version", std::string("gpipe-run ") +
-                                        gpipe::kVersion + "\n" +
-                                        gpipe::runtime::runtimeInfo());
+  // Computed when asked: the device count loads the CUDA backend.
+  app.set_version_flag("--version", [] {
+    return std::string("gpipe-run ") + gpipe::kVersion + "\n" +
+           gpipe::runtime::runtimeInfo();
+  });
   std::string bundle;
   app.add_option("bundle", bundle, "The bundle written by gpipe-opt -o")
       ->type_name("BUNDLE");

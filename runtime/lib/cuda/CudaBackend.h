@@ -13,6 +13,7 @@
 
 #include "DeviceBackend.h"
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,12 @@ private:
   std::string name_;
   std::unique_ptr<State> device;
 };
+
+/// The plugin's functions behind gpipe::runtime::cudaDeviceCount,
+/// cudaVersion and calibrateGpu (RuntimeInfo.h).
+int deviceCount(std::string *reason);
+std::string version();
+std::string calibrate(int ordinal, std::ostream &log);
 
 } // namespace gpipe::runtime::cuda
 

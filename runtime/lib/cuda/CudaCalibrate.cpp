@@ -2,7 +2,7 @@
 // cost model uses (peak float32 FLOP/s as cuBLAS reaches them without TF32,
 // memory bandwidth, memory size, host link), timed with CUDA events, each
 // the median of several runs after a warm-up.
-#include "gpipe/runtime/RuntimeInfo.h"
+#include "cuda/CudaBackend.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace gpipe::runtime {
+namespace gpipe::runtime::cuda {
 
 namespace {
 
@@ -91,14 +91,14 @@ std::string number(double v) {
 
 } // namespace
 
-std::string calibrateGpu(int ordinal, std::ostream &log) {
+std::string calibrate(int ordinal, std::ostream &log) {
   std::string reason;
-  if (ordinal < 0 || ordinal >= cudaDeviceCount(&reason))
+  if (ordinal < 0 || ordinal >= deviceCount(&reason))
     throw std::runtime_error(
         "cuda:" + std::to_string(ordinal) + " is not on this host (" +
-        (reason.empty()
-             ? "this host has " + std::to_string(cudaDeviceCount()) + " GPU(s)"
-             : reason) +
+        (reason.empty() ? "this host has " +
+                              std::to_string(deviceCount(nullptr)) + " GPU(s)"
+                        : reason) +
         ")");
   need(cudaSetDevice(ordinal), "cudaSetDevice");
   cudaDeviceProp props{};
@@ -154,4 +154,4 @@ std::string calibrateGpu(int ordinal, std::ostream &log) {
   return profile.dump(2) + "\n";
 }
 
-} // namespace gpipe::runtime
+} // namespace gpipe::runtime::cuda

@@ -1,11 +1,11 @@
-// CUDA device discovery (built only when a CUDA toolkit is found).
-#include "gpipe/runtime/RuntimeInfo.h"
+// CUDA device discovery (the CUDA plugin).
+#include "cuda/CudaBackend.h"
 
 #include <cuda_runtime_api.h>
 
-namespace gpipe::runtime {
+namespace gpipe::runtime::cuda {
 
-int cudaDeviceCount(std::string *reason) {
+int deviceCount(std::string *reason) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -19,7 +19,7 @@ int cudaDeviceCount(std::string *reason) {
   return count;
 }
 
-std::string cudaVersion() {
+std::string version() {
   auto dotted = [](int v) {
     return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
   };
@@ -32,4 +32,4 @@ std::string cudaVersion() {
   return text;
 }
 
-} // namespace gpipe::runtime
+} // namespace gpipe::runtime::cuda
