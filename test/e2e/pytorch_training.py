@@ -13,7 +13,9 @@ for chaotic models (HORIZON) over the steps float32 can follow.
 
 usage: pytorch_training.py GPIPE_OPT GPIPE_RUN WORK_DIR [ONLY]
 (ONLY: run the cases whose label contains this text; GPIPE_EXCLUDE: a
-comma-separated list of models to leave out)
+comma-separated list of models to leave out; GPIPE_CHAOTIC_TAIL=1: also
+replay the chaotic models' 20 steps in float64 and print how far PyTorch
+float32 drifts from it, as docs/training.md quotes)
 
 On another device (scripts/gpu-check.sh): GPIPE_DEVICES=cuda:0 compiles for
 it; GPIPE_SPLIT=compile exports and compiles only (bundles, data and the
@@ -321,9 +323,11 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
     print(f"{tag}: {STEPS} steps, loss {got[0]:.4f} -> {got[-1]:.4f}; over "
           f"{horizon} steps worst loss error {worst:.2e}, worst parameter "
           f"error {worst_param:.2e}")
-    if horizon != STEPS:
-        # The chaotic tail, for information: gpipe against PyTorch float32,
-        # and PyTorch float32 against PyTorch float64.
+    if horizon != STEPS and os.environ.get("GPIPE_CHAOTIC_TAIL") == "1":
+        # The chaotic tail, for information only (it asserts nothing, and
+        # 20 float64 steps of ResNet-18 in PyTorch cost more than the rest
+        # of the case): gpipe against PyTorch float32, and PyTorch float32
+        # against PyTorch float64.
         model.load_state_dict(initial)
         model64 = model.double()
         expected64, _ = torch_run(model64, xt.double(), yt if loss != "mse"
