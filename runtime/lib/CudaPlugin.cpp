@@ -15,6 +15,7 @@ struct Loaded {
   std::string reason;
 };
 
+#ifdef GPIPE_HAVE_CUDA
 /// libgpipe_runtime_cuda.so in the directory of this library.
 std::string pluginPath() {
   Dl_info info{};
@@ -25,6 +26,8 @@ std::string pluginPath() {
   std::string dir = slash == std::string::npos ? "." : self.substr(0, slash);
   return dir + "/libgpipe_runtime_cuda.so";
 }
+
+#endif
 
 Loaded load() {
   Loaded loaded;
