@@ -51,16 +51,17 @@ std::string deviceMissing(const Device &device) {
 }
 
 std::string runtimeInfo() {
-  std::string reason;
-  int gpus = cudaDeviceCount(&reason);
   std::string info = "oneDNN " + onednnVersion() + " (CPU kernels), " +
                      std::to_string(std::thread::hardware_concurrency()) +
                      " CPU cores\n";
-  if (cudaPlugin(nullptr))
-    info += "CUDA: " + cudaVersion() + "; " +
+  std::string reason;
+  if (const CudaPluginApi *cuda = cudaPlugin(&reason)) {
+    int gpus = cuda->deviceCount(&reason);
+    info += "CUDA: " + cuda->version() + "; " +
             (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) + "\n";
-  else
+  } else {
     info += "CUDA: " + reason + "\n";
+  }
   info += "MPI: " + mpiVersion() + "\n";
   return info;
 }
