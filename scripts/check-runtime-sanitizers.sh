@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The runtime under ThreadSanitizer (build-tsan/) and under
-# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan-runtime/):
-# each builds the runtime, gpipe-run, its GoogleTests and the Python module
-# with the sanitizers (the compiler is the regular build's gpipe-opt: its
+# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/, shared with
+# scripts/check-sanitizers.sh and scripts/fuzz.sh): each builds the
+# runtime, gpipe-run, its GoogleTests and the Python module with the
+# sanitizers (the compiler is the regular build's gpipe-opt: its
 # bundles are data, their stage code is generated), then runs
 #   - the runtime GoogleTests (threads, channels, workers, transports,
 #     checkpoints, progress),
@@ -48,18 +49,18 @@ for kind in "${kinds[@]}"; do
     export KMP_AFFINITY=disabled
     ;;
   address)
-    build="$root/build-asan-runtime"
-    # Without CUDA, as under TSan: no GPU here runs the CUDA plugin.
-    cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DGPIPE_BUILD_COMPILER=OFF -DGPIPE_ENABLE_CUDA=OFF \
-      -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-      -DGPIPE_SANITIZE=address,undefined >/dev/null
-    preload="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libubsan.so)"
+    # The sanitizer build the compiler's check and the fuzzers use
+    # (scripts/build-asan.sh: clang-19, CUDA off as under TSan).
+    build="${GPIPE_ASAN_BUILD_DIR:-$root/build-asan}"
+    "$root/scripts/build-asan.sh" >/dev/null
+    preload="$(clang++-19 -print-file-name=libclang_rt.asan-x86_64.so)"
+    # LLVM's OpenMP runtime here too; no TSan tool under ASan.
+    unset OMP_TOOL_LIBRARIES ARCHER_OPTIONS
+    export KMP_AFFINITY=disabled
     ;;
   *) echo "usage: $0 [thread] [address]" >&2; exit 2 ;;
   esac
-  ninja -C "$build" >/dev/null
+  ninja -C "$build" gpipe-run gpipe_runtime_tests gpipe_python_runtime >/dev/null
   work="$build/sanitizer-run"
   logs="$work/reports"
   rm -rf "$work" && mkdir -p "$logs"
@@ -112,13 +113,12 @@ for kind in "${kinds[@]}"; do
     printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$t" >"$tools/$(basename "$t")"
     chmod +x "$tools/$(basename "$t")"
   done
-  # Under TSan (LLVM's OpenMP runtime) the Python path and gpipe-run
-  # differ in the last bits with several OpenMP threads per stage (with
-  # libgomp, the shipped build, they are bit-identical: ctest's api.py):
-  # one OpenMP thread per stage here, the stages' own threads as ever.
-  omp=()
-  [ "$kind" = thread ] && omp=(OMP_NUM_THREADS=1)
-  step python env "${omp[@]}" LD_PRELOAD="$preload" PYTHONPATH="$build/python" \
+  # With LLVM's OpenMP runtime (both builds here are clang's) the Python
+  # path and gpipe-run differ in the last bits with several OpenMP threads
+  # per stage (with libgomp, the shipped build, they are bit-identical:
+  # ctest's api.py): one OpenMP thread per stage here, the stages' own
+  # threads as ever.
+  step python env OMP_NUM_THREADS=1 LD_PRELOAD="$preload" PYTHONPATH="$build/python" \
     GPIPE_OPT="$tools/gpipe-opt" PATH="$tools:$PATH" \
     ASAN_OPTIONS="${ASAN_OPTIONS:-} detect_leaks=0" \
     /usr/bin/python3 "$root/test/python/api.py" "$work/python"

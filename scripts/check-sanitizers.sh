@@ -1,21 +1,14 @@
 #!/usr/bin/env bash
 # Builds gpipe-opt with AddressSanitizer and UndefinedBehaviorSanitizer in
-# build-asan/ and runs the importer and dialect tests with it: every
-# malformed-model case (test/Import/ONNX/malformed_models.py) and every error
+# build-asan/ (scripts/build-asan.sh: clang-19) and runs the importer and
+# dialect tests with it: every malformed-model case (test/Import/ONNX/malformed_models.py) and every error
 # test must pass with no sanitizer report (reports abort the process, so a
 # report fails its test).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${GPIPE_ASAN_BUILD_DIR:-$root/build-asan}"
 
-# -O1 and line tables (-g1), as AddressSanitizer suggests: at -O2 -g gcc
-# spends about 3.5 times as long on an instrumented unit (Bundle.cpp: 177 s
-# against 48 s here) for stack traces no more useful.
-cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DGPIPE_SANITIZE=address,undefined -DGPIPE_ENABLE_CUDA=OFF >/dev/null
-ninja -C "$build" gpipe-opt
+"$root/scripts/build-asan.sh" gpipe-opt
 
 # allow_user_poisoning=0: LLVM's BumpPtrAllocator poisons its slabs in our
 # sanitized translation units but not in Debian's unsanitized MLIR

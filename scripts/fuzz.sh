@@ -1,48 +1,30 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of test/fuzz in build-fuzz/ (clang-19,
-# -fsanitize=fuzzer,address,undefined) and runs each for SECONDS, one after
+# Builds the libFuzzer targets of test/fuzz in the sanitizer build,
+# build-asan/ (scripts/build-asan.sh: clang-19, the libraries with
+# -fsanitize=fuzzer-no-link,address,undefined, the targets with
+# -fsanitize=fuzzer), and runs each for SECONDS, one after
 # the other, on a copy of its seed corpus (test/fuzz/corpus/<name>).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 # SECONDS defaults to 60; TARGETs are names without "fuzz-" (npy, npz,
 # tensor-proto, idx, checkpoint, bundle, onnx-import; default: all).
 # The working corpora (seeds plus what libFuzzer found) stay in
-# build-fuzz/fuzz/<name>/corpus for the next run, findings go to
-# build-fuzz/fuzz/<name>/artifacts; exits 1 if any target found something.
+# build-asan/fuzz/<name>/corpus for the next run, findings go to
+# build-asan/fuzz/<name>/artifacts; exits 1 if any target found something.
 # Needs clang-19, libclang-rt-19-dev and libomp-19-dev (the runtime uses
-# OpenMP). GPIPE_FUZZ_BUILD_DIR overrides the build directory; extra
+# OpenMP). GPIPE_ASAN_BUILD_DIR overrides the build directory; extra
 # libFuzzer flags can come in GPIPE_FUZZ_FLAGS (e.g. -max_len=8192).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${GPIPE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+build="${GPIPE_ASAN_BUILD_DIR:-$root/build-asan}"
 seconds="${1:-60}"
 shift || true
 all=(npy npz tensor-proto idx checkpoint bundle onnx-import)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 
-for tool in clang-19 clang++-19; do
-  command -v "$tool" >/dev/null ||
-    { echo "fuzz.sh: $tool not found (apt-get install clang-19 libclang-rt-19-dev libomp-19-dev)" >&2; exit 2; }
-done
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$root")}"
-
-# Every library gets the coverage instrumentation and the sanitizers; the
-# fuzz targets add -fsanitize=fuzzer (test/fuzz/CMakeLists.txt). Debian's
-# LLVM/MLIR is built without RTTI: no vptr check. CUDA and MPI are not
-# needed by the parsers.
-flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr"
-flags+=" -fno-sanitize-recover=all -fno-omit-frame-pointer"
-cmake -G Ninja -S "$root" -B "$build" \
-  -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-  -DGPIPE_FUZZ=ON -DGPIPE_BUILD_TESTS=OFF -DGPIPE_SANITIZE= \
-  -DGPIPE_ENABLE_CUDA=OFF -DGPIPE_ENABLE_MPI=OFF >/dev/null
 targets=()
 for name in "${names[@]}"; do targets+=("fuzz-$name"); done
-ninja -C "$build" "${targets[@]}"
+"$root/scripts/build-asan.sh" "${targets[@]}"
 
 # The file-based targets write every input to a file: on tmpfs that costs
 # little (20 times the executions of a disk-backed /tmp).

@@ -4,8 +4,9 @@
 # runtime link check) through ctest, then the importer and dialect tests
 # again under AddressSanitizer + UndefinedBehaviorSanitizer, then the
 # runtime under ThreadSanitizer and under ASan + UBSan
-# (scripts/check-runtime-sanitizers.sh), then a 60-second libFuzzer smoke
-# run of each parser (scripts/fuzz.sh). Exits non-zero if anything fails.
+# (scripts/check-runtime-sanitizers.sh), then a 20-second libFuzzer smoke
+# run of each parser (scripts/fuzz.sh). The three ASan phases share one
+# build (scripts/build-asan.sh). Exits non-zero if anything fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 start=$(date +%s)

@@ -372,7 +372,8 @@ std::vector<LayerTable::StashedValue> stashByLayer(ModuleOp module,
   llvm::DenseSet<Operation *> forward = forwardOps(fb);
   std::vector<LayerTable::StashedValue> stashed;
   for (Value v : gpipe::stashedValues(fb, forward)) {
-    LayerTable::StashedValue s{-1, -1, nn::detail::numBytes(v.getType())};
+    LayerTable::StashedValue s{
+        -1, -1, static_cast<double>(nn::detail::numBytes(v.getType()))};
     if (Operation *def = v.getDefiningOp())
       s.layer = layerOf(def).value_or(-1);
     for (Operation *user : v.getUsers()) {
