@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,109 @@ private:
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
 };
 
+/// The weight gradient of a 2-D convolution as matrix products over many
+/// images at once, per group g:
+///   dW_g[Cout_g, Cin_g KH KW] += dY_g[Cout_g, R] x col_g[R, Cin_g KH KW],
+/// R the output positions of a chunk of images, col_g their input patches
+/// (im2col). For where oneDNN's backward-weights primitive is its gemm
+/// fallback (x64:gemm:jit, which oneDNN 2.6 picks on CPUs without AVX-512
+/// for 3x3 kernels on 1x1 and 2x2 maps, ResNet's last blocks on small
+/// images): that fallback multiplies image by image, a product of inner
+/// dimension OH x OW (1 or 4 there), so a 512 x 4608 gradient is read and
+/// written once per image: 60 ms for a layer's 151 MFLOP, 3 ms as one
+/// product. A chunk's patches take at most kChunkFloats floats (at least
+/// one image); the chunks are added in order, so the result depends on
+/// the shapes and the thread count only, as oneDNN's does.
+class Im2colGradWeightKernel : public Kernel {
+public:
+  static constexpr int64_t kChunkFloats = int64_t(1) << 20;
+
+  Im2colGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem) {
+    const TensorSlot &x = spec.operand("input");
+    const TensorSlot &dy = spec.operand("grad_output");
+    const TensorSlot &dw = spec.result("grad_weight");
+    input = reinterpret_cast<const float *>(mem.address(x));
+    gradOutput = reinterpret_cast<const float *>(mem.address(dy));
+    gradWeight = reinterpret_cast<float *>(mem.address(dw));
+    groups = static_cast<int64_t>(spec.number("group"));
+    n = x.shape[0];
+    c = x.shape[1];
+    h = x.shape[2];
+    w = x.shape[3];
+    cout = dy.shape[1];
+    oh = dy.shape[2];
+    ow = dy.shape[3];
+    kh = dw.shape[2];
+    kw = dw.shape[3];
+    std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                         d = spec.ints("dilations");
+    sh = s[0];
+    sw = s[1];
+    ph = p[0];
+    pw = p[1];
+    dh = d[0];
+    dw_ = d[1];
+    int64_t patch = (c / groups) * kh * kw;
+    images = std::clamp<int64_t>(
+        kChunkFloats / std::max<int64_t>(1, patch * oh * ow), 1, n);
+    columns.resize(static_cast<size_t>(images * oh * ow * patch));
+    rows.resize(static_cast<size_t>((cout / groups) * images * oh * ow));
+  }
+
+  void run() override {
+    int64_t cg = c / groups, og = cout / groups, positions = oh * ow;
+    int64_t patch = cg * kh * kw;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t first = 0; first < n; first += images) {
+        int64_t count = std::min(images, n - first);
+        int64_t r = count * positions;
+        // dY_g of the chunk as [Cout_g, R].
+        parallelChunks(og, 1, [&](int64_t lo, int64_t hi) {
+          for (int64_t o = lo; o < hi; ++o)
+            for (int64_t b = 0; b < count; ++b)
+              std::copy_n(gradOutput +
+                              ((first + b) * cout + g * og + o) * positions,
+                          positions, rows.data() + o * r + b * positions);
+        });
+        // The patches, one row per output position.
+        parallelChunks(r, 1, [&](int64_t lo, int64_t hi) {
+          for (int64_t row = lo; row < hi; ++row) {
+            int64_t b = first + row / positions, y = row % positions / ow,
+                    z = row % ow;
+            float *out = columns.data() + row * patch;
+            for (int64_t k = 0; k < cg; ++k) {
+              const float *plane = input + (b * c + g * cg + k) * h * w;
+              for (int64_t i = 0; i < kh; ++i) {
+                int64_t iy = y * sh - ph + i * dh;
+                for (int64_t j = 0; j < kw; ++j) {
+                  int64_t iz = z * sw - pw + j * dw_;
+                  *out++ = iy >= 0 && iy < h && iz >= 0 && iz < w
+                               ? plane[iy * w + iz]
+                               : 0.0f;
+                }
+              }
+            }
+          }
+        });
+        dnnl_status_t status = dnnl_sgemm(
+            'N', 'N', og, patch, r, 1.0f, rows.data(), r, columns.data(), patch,
+            first == 0 ? 0.0f : 1.0f, gradWeight + g * og * patch, patch);
+        if (status != dnnl_success)
+          throw std::runtime_error(
+              "conv_grad_weight: oneDNN's sgemm failed (status " +
+              std::to_string(static_cast<int>(status)) + ")");
+      }
+  }
+
+private:
+  const float *input = nullptr, *gradOutput = nullptr;
+  float *gradWeight = nullptr;
+  int64_t groups = 1, n = 0, c = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
+  int64_t images = 1; // per chunk
+  std::vector<float> columns, rows;
+};
+
 /// Whether a weight gradient is of a depthwise 2-D convolution.
 bool isDepthwise2d(const KernelSpec &spec, const TensorSlot &input,
                    const TensorSlot &weight) {
@@ -207,9 +311,12 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
       anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
-  if (isDepthwise2d(spec, data, weight) &&
-      std::string(pd.impl_info_str()).find("gemm") != std::string::npos)
-    return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
+  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos &&
+      data.shape.size() == 4) {
+    if (isDepthwise2d(spec, data, weight))
+      return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
+  }
   auto kernel = std::make_unique<ReorderedKernel>(
       dnn, dnnl::convolution_backward_weights(pd));
   kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
