@@ -162,17 +162,19 @@ private:
 
 /// The weight gradient of a 2-D convolution as matrix products over many
 /// images at once, per group g:
-///   dW_g[Cout_g, Cin_g KH KW] += dY_g[Cout_g, R] x col_g[R, Cin_g KH KW],
+///   dW_g[Cout_g, Cin_g T] += dY_g[Cout_g, R] x col_g[R, Cin_g T],
 /// R the output positions of a chunk of images, col_g their input patches
-/// (im2col). For where oneDNN's backward-weights primitive is its gemm
-/// fallback (x64:gemm:jit, which oneDNN 2.6 picks on CPUs without AVX-512
-/// for 3x3 kernels on 1x1 and 2x2 maps, ResNet's last blocks on small
-/// images): that fallback multiplies image by image, a product of inner
-/// dimension OH x OW (1 or 4 there), so a 512 x 4608 gradient is read and
-/// written once per image: 60 ms for a layer's 151 MFLOP, 3 ms as one
-/// product. A chunk's patches take at most kChunkFloats floats (at least
-/// one image); the chunks are added in order, so the result depends on
-/// the shapes and the thread count only, as oneDNN's does.
+/// (im2col) over the T taps that read the map somewhere (a 3x3 kernel on a
+/// 1x1 map with padding 1 reads it with its centre only; the other taps'
+/// gradients are 0). For where oneDNN's backward-weights primitive is its
+/// gemm fallback (x64:gemm:jit, which oneDNN 2.6 picks on CPUs without
+/// AVX-512 for 3x3 kernels on 1x1 and 2x2 maps, ResNet's last blocks on
+/// small images): that fallback multiplies image by image, a product of
+/// inner dimension OH x OW (1 or 4 there), so a 512 x 4608 gradient is read
+/// and written once per image: 60 ms for one layer on one core, against
+/// 0.3 ms here. A chunk's patches take at most kChunkFloats floats (at
+/// least one image); the chunks are added in order, so the result depends
+/// on the shapes and the thread count only, as oneDNN's does.
 class Im2colGradWeightKernel : public Kernel {
 public:
   static constexpr int64_t kChunkFloats = int64_t(1) << 20;
@@ -202,17 +204,37 @@ public:
     pw = p[1];
     dh = d[0];
     dw_ = d[1];
-    int64_t patch = (c / groups) * kh * kw;
+    // The taps that read the map at some output position.
+    auto reads = [](int64_t tap, int64_t out, int64_t stride, int64_t pad,
+                    int64_t dilation, int64_t size) {
+      for (int64_t o = 0; o < out; ++o)
+        if (int64_t at = o * stride - pad + tap * dilation;
+            at >= 0 && at < size)
+          return true;
+      return false;
+    };
+    for (int64_t i = 0; i < kh; ++i)
+      if (reads(i, oh, sh, ph, dh, h))
+        tapsY.push_back(i);
+    for (int64_t j = 0; j < kw; ++j)
+      if (reads(j, ow, sw, pw, dw_, w))
+        tapsX.push_back(j);
+    int64_t taps = static_cast<int64_t>(tapsY.size() * tapsX.size());
+    patch = (c / groups) * taps;
     images = std::clamp<int64_t>(
         kChunkFloats / std::max<int64_t>(1, patch * oh * ow), 1, n);
     columns.resize(static_cast<size_t>(images * oh * ow * patch));
     rows.resize(static_cast<size_t>((cout / groups) * images * oh * ow));
+    if (taps < kh * kw)
+      compact.resize(static_cast<size_t>((cout / groups) * patch));
   }
 
   void run() override {
     int64_t cg = c / groups, og = cout / groups, positions = oh * ow;
-    int64_t patch = cg * kh * kw;
-    for (int64_t g = 0; g < groups; ++g)
+    int64_t taps = kh * kw;
+    for (int64_t g = 0; g < groups; ++g) {
+      float *full = gradWeight + g * og * cg * taps;
+      float *target = compact.empty() ? full : compact.data();
       for (int64_t first = 0; first < n; first += images) {
         int64_t count = std::min(images, n - first);
         int64_t r = count * positions;
@@ -232,9 +254,9 @@ public:
             float *out = columns.data() + row * patch;
             for (int64_t k = 0; k < cg; ++k) {
               const float *plane = input + (b * c + g * cg + k) * h * w;
-              for (int64_t i = 0; i < kh; ++i) {
+              for (int64_t i : tapsY) {
                 int64_t iy = y * sh - ph + i * dh;
-                for (int64_t j = 0; j < kw; ++j) {
+                for (int64_t j : tapsX) {
                   int64_t iz = z * sw - pw + j * dw_;
                   *out++ = iy >= 0 && iy < h && iz >= 0 && iz < w
                                ? plane[iy * w + iz]
@@ -246,12 +268,30 @@ public:
         });
         dnnl_status_t status = dnnl_sgemm(
             'N', 'N', og, patch, r, 1.0f, rows.data(), r, columns.data(), patch,
-            first == 0 ? 0.0f : 1.0f, gradWeight + g * og * patch, patch);
+            first == 0 ? 0.0f : 1.0f, target, patch);
         if (status != dnnl_success)
           throw std::runtime_error(
               "conv_grad_weight: oneDNN's sgemm failed (status " +
               std::to_string(static_cast<int>(status)) + ")");
       }
+      if (compact.empty())
+        continue;
+      // The taps that read nothing have no gradient: one pass over the
+      // group's gradient, a row of taps at a time.
+      int64_t used = static_cast<int64_t>(tapsX.size());
+      int64_t perRow = patch / cg;
+      parallelChunks(og * cg, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t row = lo; row < hi; ++row) {
+          float *out = full + row * taps;
+          std::fill_n(out, taps, 0.0f);
+          const float *in = compact.data() + row * perRow;
+          for (size_t a = 0; a < tapsY.size(); ++a)
+            for (int64_t e = 0; e < used; ++e)
+              out[tapsY[a] * kw + tapsX[e]] =
+                  in[static_cast<int64_t>(a) * used + e];
+        }
+      });
+    }
   }
 
 private:
@@ -259,8 +299,10 @@ private:
   float *gradWeight = nullptr;
   int64_t groups = 1, n = 0, c = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0;
   int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
+  std::vector<int64_t> tapsY, tapsX;
+  int64_t patch = 0;  // columns of a group's product: Cin_g x used taps
   int64_t images = 1; // per chunk
-  std::vector<float> columns, rows;
+  std::vector<float> columns, rows, compact;
 };
 
 /// Whether a weight gradient is of a depthwise 2-D convolution.
