@@ -4,9 +4,11 @@ as fast as the fastest plan, and as fast as predicted?
 For each model and each device set, every plan that `gpipe-opt
 --emit=plans` lists (stages on groups of the cores, micro-batches dividing
 the batch, GPipe and 1F1B, recompute where memory needs it) is compiled
-with its flags and trained STEPS steps; the table gives each plan's
-measured step (gpipe-run's median, in process, after a warm-up run) beside
-its prediction, and per model: the plan auto picks, its measured step
+with its flags, warmed up and then trained STEPS steps in each of ROUNDS
+rounds that take every plan of the device set in turn (a slow spell of a
+noisy machine falls on all plans alike); the table gives each plan's
+measured step (the median of its rounds' gpipe-run medians, in process)
+beside its prediction, and per model: the plan auto picks, its measured step
 against the fastest plan measured, and its prediction error. The profile
 is measured once by `mpirun -np 2 gpipe-opt --calibrate` at the start (the
 link between two ranks measured too); no cost table.
@@ -19,6 +21,7 @@ replica 0's cores).
 
 usage: bench/run_plan_benchmarks.py [--build build]
        [--out docs/plan-benchmarks.md] [--only NAME] [--max-plans N]
+       [--rounds ROUNDS]
 """
 import argparse
 import datetime
@@ -162,17 +165,17 @@ def plans(build, onnx_path, batch, devices, profile):
     return rows
 
 
-def measure(build, onnx_path, npz, batch, plan, profile, work):
-    """gpipe-run's median step (ms) and the bundle's predicted step."""
+def compile_plan(build, onnx_path, npz, batch, plan, profile, bundle):
+    """Compiles `plan` to `bundle`; the command that trains it and the
+    bundle's predicted step."""
     _, devices, micro, schedule, recompute, _, _, replicas = plan
-    bundle = os.path.join(work, "plan.gpipe")
-    subprocess.run(
+    out = subprocess.run(
         [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
          f"--devices={devices}", f"--batch-size={batch // replicas}",
          f"--data-parallel={replicas}",
          f"--micro-batches={micro}", f"--schedule={schedule}",
          f"--recompute={recompute}", f"--device-profile={profile}",
-         "-o", bundle], capture_output=True, text=True, check=True)
+         "-o", bundle], capture_output=True, text=True, check=True).stdout
     ranks = replicas * (1 + max([int(r) for r in
                                  re.findall(r"r(\d+):", devices)] or [0]))
     run = ([] if ranks == 1 else
@@ -180,13 +183,49 @@ def measure(build, onnx_path, npz, batch, plan, profile, work):
             str(ranks)])
     run += [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
             f"--data={npz}", "--no-shuffle"]
-    subprocess.run(run + ["--steps=2"], capture_output=True, check=True)
+    predicted = float(re.search(r"predicted step ([\d.]+) ms", out).group(1))
+    return run, predicted
+
+
+def median_step(run):
+    """gpipe-run's median step (ms) over STEPS steps."""
     out = subprocess.run(run + [f"--steps={STEPS}"], capture_output=True,
                          text=True, check=True).stdout
-    m = re.search(r"step ([\d.]+) ms measured \(median of \d+ steps; mean "
-                  r"[\d.]+\), ([\d.]+) ms "
-                  r"predicted", out)
-    return float(m.group(1)), float(m.group(2))
+    m = re.search(r"step ([\d.]+) ms measured \(median of \d+ steps", out)
+    return float(m.group(1))
+
+
+def measure_plans(build, onnx_path, npz, batch, plans_, profile, work,
+                  rounds):
+    """[(median step ms, predicted ms, slowest round / fastest)] of each
+    plan: every plan compiled and warmed up (2 steps), then `rounds`
+    rounds that each train every plan once, in turn, so that a slow
+    spell of the machine falls on all plans alike; a plan's step is the
+    median of its rounds' medians. A plan that does not compile or run
+    is None (its error printed)."""
+    runs = []
+    for i, plan in enumerate(plans_):
+        try:
+            run, predicted = compile_plan(build, onnx_path, npz, batch, plan,
+                                          profile,
+                                          os.path.join(work, f"plan{i}.gpipe"))
+            subprocess.run(run + ["--steps=2"], capture_output=True,
+                           check=True)
+            runs.append((run, predicted))
+        except subprocess.CalledProcessError as e:
+            print(f"{plan}: failed: {e.stderr}", file=sys.stderr)
+            runs.append(None)
+    times = [[] for _ in plans_]
+    for _ in range(rounds):
+        for i, r in enumerate(runs):
+            if r is None:
+                continue
+            try:
+                times[i].append(median_step(r[0]))
+            except subprocess.CalledProcessError as e:
+                print(f"{plans_[i]}: failed: {e.stderr}", file=sys.stderr)
+    return [(float(np.median(t)), r[1], max(t) / min(t))
+            if r is not None and t else None for r, t in zip(runs, times)]
 
 
 def main():
@@ -195,6 +234,9 @@ def main():
     parser.add_argument("--out",
                         default=os.path.join(ROOT, "docs", "plan-benchmarks.md"))
     parser.add_argument("--only", default="")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every plan in turn; a plan's step "
+                        "is the median of its rounds")
     parser.add_argument("--max-plans", type=int, default=1000)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="gpipe-plans-")
@@ -208,8 +250,10 @@ def main():
         f"Generated by `bench/run_plan_benchmarks.py` on "
         f"{datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
         f"cores): every plan `gpipe-opt --emit=plans` lists, compiled and "
-        f"trained {STEPS} steps (gpipe-run's median step after a warm-up "
-        f"run), beside its prediction; the profile measured once by "
+        f"trained {STEPS} steps in each of {args.rounds} rounds that take "
+        f"the plans of a device set in turn (the median of the rounds' "
+        f"gpipe-run medians, after a warm-up run), beside its prediction; "
+        f"the profile measured once by "
         f"`mpirun -np 2 gpipe-opt --calibrate` (the link between two ranks "
         f"measured too), no cost table.",
         "",
@@ -231,18 +275,17 @@ def main():
             rows = [p for p in plans(args.build, onnx_path, batch, cores,
                                      profile) if p[6]][:args.max_plans]
             measured = []
-            for plan in rows:
-                try:
-                    ms, predicted = measure(args.build, onnx_path, npz, batch,
-                                            plan, profile, work)
-                except subprocess.CalledProcessError as e:
-                    print(f"{name} {plan}: failed: {e.stderr}",
-                          file=sys.stderr)
+            for plan, got in zip(rows, measure_plans(
+                    args.build, onnx_path, npz, batch, rows, profile, work,
+                    args.rounds)):
+                if got is None:
                     continue
+                ms, predicted, spread = got
                 measured.append((plan, ms, predicted))
                 print(f"{name} {cores} {plan[1]} M={plan[2]} {plan[3]} "
-                      f"{plan[4]}: {ms:.2f} ms measured, {predicted:.2f} "
-                      f"predicted", flush=True)
+                      f"{plan[4]}: {ms:.2f} ms measured (rounds within "
+                      f"{spread:.2f}x), {predicted:.2f} predicted",
+                      flush=True)
             if not measured:
                 continue
             fastest = min(m[1] for m in measured)
