@@ -30,6 +30,10 @@ kinds=("$@")
 failed=0
 for kind in "${kinds[@]}"; do
   start=$(date +%s)
+  # Both builds are clang's, with LLVM's OpenMP runtime: the runtime pins
+  # each worker thread itself, and libomp would re-bind a thread to the
+  # whole machine when its OpenMP runtime starts there.
+  export KMP_AFFINITY=disabled
   case "$kind" in
   thread)
     # clang with LLVM's OpenMP runtime and its TSan tool Archer: libgomp's
@@ -44,9 +48,6 @@ for kind in "${kinds[@]}"; do
     preload="$(clang++-19 -print-file-name=libclang_rt.tsan-x86_64.so)"
     export OMP_TOOL_LIBRARIES=/usr/lib/llvm-19/lib/libarcher.so
     export ARCHER_OPTIONS="verbose=0"
-    # The runtime pins each worker thread itself; libomp would re-bind a
-    # thread to the whole machine when its OpenMP runtime starts there.
-    export KMP_AFFINITY=disabled
     ;;
   address)
     # The sanitizer build the compiler's check and the fuzzers use
@@ -54,9 +55,8 @@ for kind in "${kinds[@]}"; do
     build="${GPIPE_ASAN_BUILD_DIR:-$root/build-asan}"
     "$root/scripts/build-asan.sh" >/dev/null
     preload="$(clang++-19 -print-file-name=libclang_rt.asan-x86_64.so)"
-    # LLVM's OpenMP runtime here too; no TSan tool under ASan.
+    # No TSan tool under ASan.
     unset OMP_TOOL_LIBRARIES ARCHER_OPTIONS
-    export KMP_AFFINITY=disabled
     ;;
   *) echo "usage: $0 [thread] [address]" >&2; exit 2 ;;
   esac

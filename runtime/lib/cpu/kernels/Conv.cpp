@@ -88,26 +88,24 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   return kernel;
 }
 
-/// The weight gradient of a depthwise 2-D convolution (one input and one
-/// output channel per group) as a direct loop over the plain tensors, for
-/// where oneDNN has no depthwise kernel and falls back to a gemm per group:
-/// MobileNet's 3x3 depthwise layers on 1x1 and 2x2 maps (kernel larger than
-/// the map) took 3.8 ms each that way, for 0.3 M multiply-adds. Each
-/// channel is summed by one thread in one order (batch, then the map): the
-/// result does not depend on the thread count.
-class DepthwiseGradWeightKernel : public Kernel {
-public:
-  DepthwiseGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem) {
+/// What a 2-D convolution's weight-gradient kernel of the backend's own
+/// reads: the plain input, output gradient and weight gradient, and the
+/// geometry (ONNX's strides, leading pads and dilations).
+class GradWeight2dKernel : public Kernel {
+protected:
+  GradWeight2dKernel(const KernelSpec &spec, const KernelMemory &mem) {
     const TensorSlot &x = spec.operand("input");
     const TensorSlot &dy = spec.operand("grad_output");
     const TensorSlot &dw = spec.result("grad_weight");
     input = reinterpret_cast<const float *>(mem.address(x));
     gradOutput = reinterpret_cast<const float *>(mem.address(dy));
     gradWeight = reinterpret_cast<float *>(mem.address(dw));
+    groups = static_cast<int64_t>(spec.number("group"));
     n = x.shape[0];
     c = x.shape[1];
     h = x.shape[2];
     w = x.shape[3];
+    cout = dy.shape[1];
     oh = dy.shape[2];
     ow = dy.shape[3];
     kh = dw.shape[2];
@@ -121,6 +119,24 @@ public:
     dh = d[0];
     dw_ = d[1];
   }
+
+  const float *input = nullptr, *gradOutput = nullptr;
+  float *gradWeight = nullptr;
+  int64_t groups = 1, n = 0, c = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
+};
+
+/// The weight gradient of a depthwise 2-D convolution (one input and one
+/// output channel per group) as a direct loop over the plain tensors, for
+/// where oneDNN has no depthwise kernel and falls back to a gemm per group:
+/// MobileNet's 3x3 depthwise layers on 1x1 and 2x2 maps (kernel larger than
+/// the map) took 3.8 ms each that way, for 0.3 M multiply-adds. Each
+/// channel is summed by one thread in one order (batch, then the map): the
+/// result does not depend on the thread count.
+class DepthwiseGradWeightKernel : public GradWeight2dKernel {
+public:
+  DepthwiseGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem)
+      : GradWeight2dKernel(spec, mem) {}
   void run() override {
     // Each thread a contiguous range of channels, the batch outermost so
     // that consecutive channels' maps are read one after the other; every
@@ -152,12 +168,6 @@ public:
         gradWeight[first * k + i] = static_cast<float>(taps[i]);
     });
   }
-
-private:
-  const float *input = nullptr, *gradOutput = nullptr;
-  float *gradWeight = nullptr;
-  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0, kh = 0, kw = 0;
-  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
 };
 
 /// The weight gradient of a 2-D convolution as matrix products over many
@@ -175,35 +185,12 @@ private:
 /// 0.3 ms here. A chunk's patches take at most kChunkFloats floats (at
 /// least one image); the chunks are added in order, so the result depends
 /// on the shapes and the thread count only, as oneDNN's does.
-class Im2colGradWeightKernel : public Kernel {
+class Im2colGradWeightKernel : public GradWeight2dKernel {
 public:
   static constexpr int64_t kChunkFloats = int64_t(1) << 20;
 
-  Im2colGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem) {
-    const TensorSlot &x = spec.operand("input");
-    const TensorSlot &dy = spec.operand("grad_output");
-    const TensorSlot &dw = spec.result("grad_weight");
-    input = reinterpret_cast<const float *>(mem.address(x));
-    gradOutput = reinterpret_cast<const float *>(mem.address(dy));
-    gradWeight = reinterpret_cast<float *>(mem.address(dw));
-    groups = static_cast<int64_t>(spec.number("group"));
-    n = x.shape[0];
-    c = x.shape[1];
-    h = x.shape[2];
-    w = x.shape[3];
-    cout = dy.shape[1];
-    oh = dy.shape[2];
-    ow = dy.shape[3];
-    kh = dw.shape[2];
-    kw = dw.shape[3];
-    std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
-                         d = spec.ints("dilations");
-    sh = s[0];
-    sw = s[1];
-    ph = p[0];
-    pw = p[1];
-    dh = d[0];
-    dw_ = d[1];
+  Im2colGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem)
+      : GradWeight2dKernel(spec, mem) {
     // The taps that read the map at some output position.
     auto reads = [](int64_t tap, int64_t out, int64_t stride, int64_t pad,
                     int64_t dilation, int64_t size) {
@@ -295,10 +282,6 @@ public:
   }
 
 private:
-  const float *input = nullptr, *gradOutput = nullptr;
-  float *gradWeight = nullptr;
-  int64_t groups = 1, n = 0, c = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0;
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
   std::vector<int64_t> tapsY, tapsX;
   int64_t patch = 0;  // columns of a group's product: Cin_g x used taps
   int64_t images = 1; // per chunk
