@@ -54,6 +54,11 @@ struct DeviceProfile {
   /// (the network figures then apply).
   double allReduceBandwidth = 0;
   double allReduceLatency = 0;
+  /// A GPU kernel's least seconds: what queueing one launch costs (the host
+  /// launches every generated and library kernel; the GPU cannot run them
+  /// faster than they come), gpipe-run --calibrate=cuda:N's launch_us; 0 on
+  /// a CPU.
+  double launchSeconds = 0;
   std::string source; // "built-in" or the file it came from
   /// A CPU device's cores, and what the calibrated host reaches with every
   /// core busy (0: not measured): see shareHost.
@@ -206,7 +211,7 @@ std::string costTableKey(mlir::Operation *op);
 /// The same for an op at `loc`: the first name in it.
 std::string costTableKey(mlir::Location loc);
 
-/// max(flops / peak, bytes / bandwidth) on `profile`.
+/// max(flops / peak, bytes / bandwidth, a kernel launch) on `profile`.
 double rooflineSeconds(double flops, double bytes,
                        const DeviceProfile &profile);
 

@@ -18,6 +18,11 @@
 
 namespace gpipe {
 
+/// On a loop of gpipe-lower-stage's row copies (Slice, Concat, Split of
+/// rows): each iteration copies one row to a place of its own, so the
+/// iterations may run in any order or at once.
+constexpr llvm::StringLiteral kIndependentRowsAttr = "gpipe.independent_rows";
+
 #define GEN_PASS_DECL
 #include "Transforms/Passes.h.inc"
 

@@ -24,6 +24,9 @@ constexpr double kCpuLinkGbps = 10;
 // Between ranks: 10 Gbit/s Ethernet with MPI over TCP.
 constexpr double kNetworkGbps = 1.25;
 constexpr double kNetworkLatencyUs = 30;
+// Queueing one CUDA kernel launch, until gpipe-run --calibrate=cuda:N
+// measures it.
+constexpr double kCudaLaunchUs = 3;
 
 } // namespace
 
@@ -46,6 +49,7 @@ gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
     p.linkBandwidth = 25e9;
     p.networkBandwidth = kNetworkGbps * 1e9;
     p.networkLatency = kNetworkLatencyUs * 1e-6;
+    p.launchSeconds = kCudaLaunchUs * 1e-6;
     return p;
   }
   double cores = static_cast<double>(device.ids.size());
@@ -325,7 +329,8 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                   {"network_gbps", &p.networkBandwidth, 1e9},
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
-                  {"allreduce_latency_us", &p.allReduceLatency, 1e-6}};
+                  {"allreduce_latency_us", &p.allReduceLatency, 1e-6},
+                  {"launch_us", &p.launchSeconds, 1e-6}};
   for (Optional &f : optional)
     if (const llvm::json::Value *v = o->get(f.key)) {
       std::optional<double> n = v->getAsNumber();
@@ -460,5 +465,6 @@ std::string gpipe::costTableKey(Location at) {
 
 double gpipe::rooflineSeconds(double flops, double bytes,
                               const DeviceProfile &profile) {
-  return std::max(flops / profile.peakFlops, bytes / profile.memoryBandwidth);
+  return std::max({flops / profile.peakFlops, bytes / profile.memoryBandwidth,
+                   profile.launchSeconds});
 }

@@ -336,13 +336,17 @@ void StageLowering::copyRuns(OpBuilder &b, Location loc, Value from,
     body(b, loc, b.create<arith::ConstantIndexOp>(loc, 0));
     return;
   }
-  b.create<scf::ForOp>(loc, b.create<arith::ConstantIndexOp>(loc, 0),
-                       b.create<arith::ConstantIndexOp>(loc, outer),
-                       b.create<arith::ConstantIndexOp>(loc, 1), ValueRange{},
-                       [&](OpBuilder &nb, Location l, Value o, ValueRange) {
-                         body(nb, l, o);
-                         nb.create<scf::YieldOp>(l);
-                       });
+  auto loop = b.create<scf::ForOp>(
+      loc, b.create<arith::ConstantIndexOp>(loc, 0),
+      b.create<arith::ConstantIndexOp>(loc, outer),
+      b.create<arith::ConstantIndexOp>(loc, 1), ValueRange{},
+      [&](OpBuilder &nb, Location l, Value o, ValueRange) {
+        body(nb, l, o);
+        nb.create<scf::YieldOp>(l);
+      });
+  // Each row goes to a place of its own: a GPU target copies all rows in
+  // one kernel (CudaCodegen).
+  loop->setAttr(kIndependentRowsAttr, b.getUnitAttr());
 }
 
 DictionaryAttr StageLowering::describe(Value tensor) {

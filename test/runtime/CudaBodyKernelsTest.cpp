@@ -152,6 +152,14 @@ TEST(CudaBodyKernels, LayerNorm) {
   g.result("grad_input", {5, 3, 16}).result("grad_scale", {3, 16});
   g.result("grad_bias", {3, 16});
   g.number("axis", {1}).number("epsilon", {1e-5}).check(true, 1e-4);
+  // More rows than one partial sum of the parameters' gradients holds
+  // (150: two whole chunks and a part).
+  Case many("layer_norm_grad");
+  many.operand("grad_output", {3, 50, 8}).operand("input", {3, 50, 8});
+  many.operand("scale", {8});
+  many.result("grad_input", {3, 50, 8}).result("grad_scale", {8});
+  many.result("grad_bias", {8});
+  many.number("axis", {2}).number("epsilon", {1e-5}).check(true, 1e-4);
 }
 
 Case batchNorm(const Shape &shape, bool training) {

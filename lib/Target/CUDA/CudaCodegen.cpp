@@ -1,5 +1,6 @@
 //===- CudaCodegen.cpp - Stage modules to PTX and host code ---------------===//
 #include "Target/CUDA/CudaCodegen.h"
+#include "Transforms/Passes.h"
 
 #include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -14,6 +15,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
@@ -224,6 +226,207 @@ void wrapSerialCode(func::FuncOp f) {
   }
 }
 
+/// `shift` as `base + iv * stride` with constant base and stride (the byte
+/// shift of a row in gpipe-lower-stage's row copies), if it is that.
+std::optional<std::pair<int64_t, int64_t>> linearIn(Value shift, Value iv) {
+  auto add = shift.getDefiningOp<arith::AddIOp>();
+  if (!add)
+    return std::nullopt;
+  for (auto [constant, product] : {std::pair(add.getLhs(), add.getRhs()),
+                                   std::pair(add.getRhs(), add.getLhs())}) {
+    std::optional<int64_t> base = getConstantIntValue(constant);
+    auto mul = product.getDefiningOp<arith::MulIOp>();
+    if (!base || !mul)
+      continue;
+    for (auto [index, factor] : {std::pair(mul.getLhs(), mul.getRhs()),
+                                 std::pair(mul.getRhs(), mul.getLhs())})
+      if (index == iv)
+        if (std::optional<int64_t> stride = getConstantIntValue(factor))
+          return std::pair(*base, *stride);
+  }
+  return std::nullopt;
+}
+
+/// A loop of row copies (gpipe-lower-stage marks it: every row goes to a
+/// place of its own) becomes one copy of a [rows, length] strided view, so
+/// that it is one kernel rather than a launch per row. Loops of another
+/// shape stay (a launch per iteration: correct, slow).
+void copyRowsAtOnce(func::FuncOp f) {
+  SmallVector<scf::ForOp> loops;
+  f.walk([&](scf::ForOp loop) {
+    if (loop->hasAttr(gpipe::kIndependentRowsAttr))
+      loops.push_back(loop);
+  });
+  for (scf::ForOp loop : loops) {
+    std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound()),
+                           ub = getConstantIntValue(loop.getUpperBound()),
+                           step = getConstantIntValue(loop.getStep());
+    auto copies = llvm::to_vector(loop.getBody()->getOps<linalg::CopyOp>());
+    if (!lb || !ub || !step || *lb != 0 || *step != 1 || *ub < 1 ||
+        copies.size() != 1)
+      continue;
+    linalg::CopyOp copy = copies.front();
+    auto from = copy.getInputs()[0].getDefiningOp<memref::ViewOp>();
+    auto to = copy.getOutputs()[0].getDefiningOp<memref::ViewOp>();
+    if (!from || !to)
+      continue;
+    auto type = cast<MemRefType>(from.getType());
+    if (type != to.getType() || type.getRank() != 1 ||
+        !type.getLayout().isIdentity() || !type.hasStaticShape())
+      continue;
+    Value iv = loop.getInductionVar();
+    auto fromRow = linearIn(from.getByteShift(), iv);
+    auto toRow = linearIn(to.getByteShift(), iv);
+    int64_t bytes = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+    int64_t rows = *ub, length = type.getDimSize(0);
+    // Rows at whole elements, written rows apart from each other.
+    if (!fromRow || !toRow || fromRow->second % bytes ||
+        toRow->second % bytes || toRow->second / bytes < length ||
+        fromRow->second < 0)
+      continue;
+    OpBuilder b(loop);
+    Location loc = loop.getLoc();
+    auto strided = [&](memref::ViewOp row, std::pair<int64_t, int64_t> at) {
+      int64_t stride = at.second / bytes;
+      Value first = b.create<memref::ViewOp>(
+          loc,
+          MemRefType::get({(rows - 1) * stride + length},
+                          type.getElementType()),
+          row.getSource(), b.create<arith::ConstantIndexOp>(loc, at.first),
+          ValueRange{});
+      auto layout = StridedLayoutAttr::get(b.getContext(), 0, {stride, 1});
+      return b
+          .create<memref::ReinterpretCastOp>(
+              loc,
+              MemRefType::get({rows, length}, type.getElementType(), layout),
+              first, 0, ArrayRef<int64_t>{rows, length},
+              ArrayRef<int64_t>{stride, 1})
+          .getResult();
+    };
+    Value source = strided(from, *fromRow), target = strided(to, *toRow);
+    b.create<linalg::CopyOp>(loc, source, target);
+    loop.erase();
+  }
+}
+
+/// A reduction's parallel dimensions outermost, its reduced ones inside
+/// (in their order): the parallel ones become threads and each thread sums
+/// its own elements in the order the op gives, where a reduced dimension
+/// first would launch a kernel per reduced index from the host.
+LogicalResult reduceInsideThreads(func::FuncOp f) {
+  SmallVector<linalg::GenericOp> reductions;
+  f.walk([&](linalg::GenericOp op) {
+    if (op.getNumReductionLoops() > 0)
+      reductions.push_back(op);
+  });
+  IRRewriter rewriter(f.getContext());
+  for (linalg::GenericOp op : reductions) {
+    SmallVector<unsigned> order;
+    SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+    for (auto [i, kind] : llvm::enumerate(iterators))
+      if (kind == utils::IteratorType::parallel)
+        order.push_back(i);
+    for (auto [i, kind] : llvm::enumerate(iterators))
+      if (kind != utils::IteratorType::parallel)
+        order.push_back(i);
+    if (llvm::is_sorted(order))
+      continue;
+    rewriter.setInsertionPoint(op);
+    if (failed(linalg::interchangeGenericOp(rewriter, op, order)))
+      return op.emitError("CUDA stage: cannot reorder a reduction's loops");
+  }
+  return success();
+}
+
+/// Whether `op` or an op nested in it writes memory.
+bool writesMemory(Operation *op) {
+  WalkResult found = op->walk([](Operation *inner) {
+    auto effects = dyn_cast<MemoryEffectOpInterface>(inner);
+    if (effects ? effects.hasEffect<MemoryEffects::Write>()
+                : !inner->hasTrait<OpTrait::HasRecursiveMemoryEffects>() &&
+                      !isa<scf::YieldOp>(inner))
+      return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return found.wasInterrupted();
+}
+
+/// A sequential loop that reads an element, updates it and writes it back
+/// at every iteration (a reduced dimension inside a thread: linalg's
+/// loops accumulate in the output) keeps the element in a register: loaded
+/// before the loop, carried through it, stored after. The sums are the same
+/// to the bit; what goes is a round trip through memory per iteration,
+/// which serializes the loop's loads (they might alias the store). The
+/// loop must write nothing else, and read the element nowhere else (an
+/// op's output never shares memory with its inputs: LowerStage's plan).
+void accumulateInRegisters(func::FuncOp f) {
+  SmallVector<scf::ForOp> loops;
+  f.walk([&](scf::ForOp loop) { loops.push_back(loop); }); // inner first
+  for (scf::ForOp loop : loops) {
+    if (loop.getNumResults() != 0)
+      continue;
+    Block *body = loop.getBody();
+    SmallVector<memref::StoreOp> stores;
+    bool other = false;
+    for (Operation &op : body->without_terminator()) {
+      if (auto s = dyn_cast<memref::StoreOp>(op))
+        stores.push_back(s);
+      else if (!isa<memref::LoadOp>(op))
+        other |= writesMemory(&op);
+    }
+    if (other || stores.size() != 1)
+      continue;
+    memref::StoreOp store = stores.front();
+    Value element = store.getMemRef();
+    if (!loop.isDefinedOutsideOfLoop(element) ||
+        !llvm::all_of(store.getIndices(),
+                      [&](Value v) { return loop.isDefinedOutsideOfLoop(v); }))
+      continue;
+    // One load of the element, before the store, and no other read of it.
+    SmallVector<memref::LoadOp> reads;
+    loop.walk([&](memref::LoadOp l) {
+      if (l.getMemRef() == element)
+        reads.push_back(l);
+    });
+    if (reads.size() != 1 || reads.front()->getBlock() != body ||
+        reads.front().getIndices() != store.getIndices() ||
+        !reads.front()->isBeforeInBlock(store))
+      continue;
+    memref::LoadOp load = reads.front();
+    OpBuilder b(loop);
+    Value initial =
+        b.create<memref::LoadOp>(load.getLoc(), element, load.getIndices());
+    auto carried = b.create<scf::ForOp>(loop.getLoc(), loop.getLowerBound(),
+                                        loop.getUpperBound(), loop.getStep(),
+                                        ValueRange{initial});
+    Block *newBody = carried.getBody();
+    IRMapping map;
+    map.map(loop.getInductionVar(), carried.getInductionVar());
+    map.map(load.getResult(), carried.getRegionIterArgs().front());
+    b.setInsertionPointToStart(newBody);
+    Value last;
+    for (Operation &op : body->without_terminator()) {
+      if (&op == load.getOperation())
+        continue;
+      if (&op == store.getOperation()) {
+        last = map.lookupOrDefault(store.getValueToStore());
+        continue;
+      }
+      b.clone(op, map);
+    }
+    // The loop yields the new value (scf.for's builder leaves a loop with
+    // carried values without a terminator).
+    if (!newBody->empty() && isa<scf::YieldOp>(newBody->back()))
+      newBody->back().erase();
+    b.setInsertionPointToEnd(newBody);
+    b.create<scf::YieldOp>(loop.getLoc(), last);
+    b.setInsertionPointAfter(carried);
+    b.create<memref::StoreOp>(store.getLoc(), carried.getResult(0), element,
+                              store.getIndices());
+    loop.erase();
+  }
+}
+
 /// One top-level parallel loop as a 1-D loop tiled by the block size: its
 /// tiles map to blocks, the iterations of a tile to threads.
 void collapseAndTile(scf::ParallelOp loop) {
@@ -380,6 +583,9 @@ LogicalResult gpipe::outlineCudaKernels(ModuleOp module, llvm::StringRef arch,
                                copy.getTarget());
       copy.erase();
     }
+    copyRowsAtOnce(f);
+    if (failed(reduceInsideThreads(f)))
+      return failure();
   }
   // Element-wise ops to parallel loops; straight-line code into a loop of
   // one iteration.
@@ -391,6 +597,7 @@ LogicalResult gpipe::outlineCudaKernels(ModuleOp module, llvm::StringRef arch,
   }
   SmallVector<func::FuncOp> funcs = stageOpFunctions(module);
   for (func::FuncOp f : funcs) {
+    accumulateInRegisters(f);
     // Loops over no elements (an op on a tensor with a zero dimension, as
     // a Slice past the end gives) launch nothing.
     SmallVector<scf::ParallelOp> empty;

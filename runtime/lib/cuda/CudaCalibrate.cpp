@@ -3,12 +3,14 @@
 // memory bandwidth, memory size, host link), timed with CUDA events, each
 // the median of several runs after a warm-up.
 #include "cuda/CudaBackend.h"
+#include "cuda/CudaDevice.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <ostream>
@@ -143,14 +145,51 @@ std::string calibrate(int ordinal, std::ostream &log) {
   double linkGbps = double(message) / upload / 1e9;
   double memoryGiB = double(props.totalGlobalMem) / double(1ull << 30);
 
+  // What a kernel costs beyond its work: the host queues every kernel of a
+  // phase and the GPU runs them as they come, so a run of small kernels
+  // goes at the rate of launches. Timed on the host's clock: many launches
+  // of an empty kernel and one wait, per launch (the wait spread over
+  // them); the median of several such runs.
+  auto hostMedian = [&](int runs, const std::function<void()> &work) {
+    work();
+    std::vector<double> times;
+    for (int i = 0; i < runs; ++i) {
+      auto begin = std::chrono::steady_clock::now();
+      work();
+      times.push_back(std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - begin)
+                          .count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  const int launches = 2000;
+  double launch =
+      hostMedian(7,
+                 [&] {
+                   for (int i = 0; i < launches; ++i)
+                     need(launchEmptyKernel(r.stream), "a kernel launch");
+                   need(cudaStreamSynchronize(r.stream),
+                        "cudaStreamSynchronize");
+                 }) /
+      launches;
+  // A phase's end: one kernel and the wait for it.
+  double wait = hostMedian(101, [&] {
+    need(launchEmptyKernel(r.stream), "a kernel launch");
+    need(cudaStreamSynchronize(r.stream), "cudaStreamSynchronize");
+  });
+
   log << "calibrate: cuda:" << ordinal << " (" << props.name << "): sgemm "
       << number(gflops) << " GFLOP/s (float32, no TF32), memory copy "
       << number(memoryGbps) << " GB/s, host to GPU " << number(linkGbps)
-      << " GB/s, " << number(memoryGiB) << " GiB memory\n";
+      << " GB/s, " << number(memoryGiB) << " GiB memory, a kernel launch "
+      << number(launch * 1e6) << " us, a launch and a wait "
+      << number(wait * 1e6) << " us\n";
   nlohmann::ordered_json profile = {
-      {"device", "cuda"},        {"name", props.name},
-      {"peak_gflops", gflops},   {"memory_gbps", memoryGbps},
-      {"memory_gib", memoryGiB}, {"link_gbps", linkGbps}};
+      {"device", "cuda"},          {"name", props.name},
+      {"peak_gflops", gflops},     {"memory_gbps", memoryGbps},
+      {"memory_gib", memoryGiB},   {"link_gbps", linkGbps},
+      {"launch_us", launch * 1e6}, {"launch_wait_us", wait * 1e6}};
   return profile.dump(2) + "\n";
 }
 

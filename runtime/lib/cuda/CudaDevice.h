@@ -65,6 +65,11 @@ std::unique_ptr<Kernel> createCudaBodyKernel(CudaDevice &device,
                                              const KernelSpec &spec,
                                              const KernelMemory &memory);
 
+/// Queues a kernel that does nothing (one block of 256 threads, as the
+/// generated kernels' blocks) on `stream`: what --calibrate=cuda:N times
+/// as the cost of a launch.
+cudaError_t launchEmptyKernel(cudaStream_t stream);
+
 } // namespace gpipe::runtime::cuda
 
 #endif // GPIPE_RUNTIME_CUDA_CUDADEVICE_H
