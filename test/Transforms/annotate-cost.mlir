@@ -4,9 +4,12 @@
 // CHECK-LABEL: func @costs
 func.func @costs(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>,
                  %a: tensor<16x32xf32>, %m: tensor<64x32xf32>) -> (tensor<2x4x4x4xf32>, tensor<16x64xf32>) {
-  // 2*4*4*4 = 128 outputs, each a dot product of 3*3*3 = 27 terms: 2*128*27
-  // FLOPs plus 128 bias adds. Bytes: (384 + 108 + 4 + 128) * 4.
-  // CHECK: nn.conv {{.*}}gpipe.bytes = 2496 : i64, gpipe.flops = 7040 : i64
+  // 2*4*4*4 = 128 outputs over 3 channels, counting the taps that read the
+  // input, not the padding: along each axis (output o, tap t reads
+  // 2o - 1 + t) output 0 reads through 2 taps, outputs 1-3 through 3 each,
+  // 11 pairs, 121 in 2-D (all 9 taps would be 144). 2 FLOPs * 2 images *
+  // 4 * 3 channels * 121, plus 128 bias adds. Bytes: (384 + 108 + 4 + 128) * 4.
+  // CHECK: nn.conv {{.*}}gpipe.bytes = 2496 : i64, gpipe.flops = 5936 : i64
   %0 = nn.conv %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
       : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<2x4x4x4xf32>
   // One compare per element: 128 FLOPs, 2 * 128 * 4 bytes.

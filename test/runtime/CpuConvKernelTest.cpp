@@ -106,6 +106,97 @@ void checkGradWeight(const ConvCase &c) {
                         << ", group " << c.group;
 }
 
+/// The convolution (`gradInput`: its input gradient) against the direct
+/// sum in double, element by element within the float32 bound of a sum of
+/// its products (as checkGradWeight); with `bias`, the forward adds one.
+void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias) {
+  Shape out = outputShape(c);
+  test::KernelCase built(gradInput ? "conv_grad_input" : "conv");
+  if (gradInput)
+    built.operand("grad_output", out).operand("weight", c.weight);
+  else
+    built.operand("input", c.input).operand("weight", c.weight);
+  if (bias)
+    built.operand("bias", {c.weight[0]});
+  built.result(gradInput ? "grad_input" : "output", gradInput ? c.input : out);
+  built.number("group", {static_cast<double>(c.group)});
+  built.number("strides", {double(c.stride), double(c.stride)});
+  built.number("pads",
+               {double(c.pad), double(c.pad), double(c.pad), double(c.pad)});
+  built.number("dilations", {double(c.dilation), double(c.dilation)});
+  const KernelSpec &spec = built.spec;
+  std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const TensorSlot &t : spec.operands) {
+    auto *f = reinterpret_cast<float *>(arena.data() + t.offset);
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      f[i] = normal(rng);
+  }
+  // The result starts as garbage: every element must be written.
+  {
+    const TensorSlot &r = spec.results[0];
+    auto *f = reinterpret_cast<float *>(arena.data() + r.offset);
+    std::fill_n(f, r.numElements(), 1e30f);
+  }
+  bool update = true;
+  RandomState random{1, 0, 0};
+  KernelMemory mem{arena.data(), arena.data(), false, &update, &random};
+  cpu::CpuBackend cpu("cpu:0");
+  cpu.createKernel(spec, mem)->run();
+  auto at = [&](const TensorSlot &t) {
+    return reinterpret_cast<float *>(arena.data() + t.offset);
+  };
+  const float *first = at(spec.operands[0]), *w = at(spec.operands[1]);
+  const float *b = bias ? at(spec.operands[2]) : nullptr;
+  const float *got = at(spec.results[0]);
+  int64_t n = c.input[0], ci = c.input[1], h = c.input[2], wd = c.input[3];
+  int64_t co = c.weight[0], kh = c.weight[2], kw = c.weight[3], oh = out[2],
+          ow = out[3];
+  // Sums per result element: products of (input or grad_output) and weight.
+  std::vector<double> sum(
+      static_cast<size_t>(gradInput ? n * ci * h * wd : n * co * oh * ow)),
+      magnitude(sum.size());
+  std::vector<int64_t> terms(sum.size());
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t o = 0; o < co; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t z = 0; z < ow; ++z)
+          for (int64_t k = 0; k < ci; ++k)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                int64_t iy = y * c.stride - c.pad + i * c.dilation;
+                int64_t iz = z * c.stride - c.pad + j * c.dilation;
+                if (iy < 0 || iy >= h || iz < 0 || iz >= wd)
+                  continue;
+                int64_t xi = ((s * ci + k) * h + iy) * wd + iz;
+                int64_t yi = ((s * co + o) * oh + y) * ow + z;
+                double weight = w[((o * ci + k) * kh + i) * kw + j];
+                double product = weight * (gradInput ? first[yi] : first[xi]);
+                size_t r = static_cast<size_t>(gradInput ? xi : yi);
+                sum[r] += product;
+                magnitude[r] += std::abs(product);
+                ++terms[r];
+              }
+  double worst = 0;
+  for (size_t r = 0; r < sum.size(); ++r) {
+    double want = sum[r], size = magnitude[r];
+    if (b) {
+      double v = b[(static_cast<int64_t>(r) / (oh * ow)) % co];
+      want += v;
+      size += std::abs(v);
+    }
+    // As checkGradWeight: (terms + 1) u sum |product|; an element no
+    // product reaches must be exactly 0 (or the bias).
+    double bound = (terms[r] + 2) * 0x1p-24 * size;
+    worst = std::max(worst, std::abs(got[r] - want) / std::max(bound, 1e-30));
+  }
+  EXPECT_LE(worst, 1.0) << (gradInput ? "conv_grad_input" : "conv") << " input "
+                        << c.input[2] << "x" << c.input[3] << ", kernel " << kh
+                        << "x" << kw << ", stride " << c.stride
+                        << (bias ? ", bias" : "");
+}
+
 } // namespace
 
 TEST(CpuConvKernels, DepthwiseWeightGradientOnMapsSmallerThanTheKernel) {
@@ -225,4 +316,21 @@ TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
   ++version;
   kernel->run();
   EXPECT_LE(worst(params), bound);
+}
+
+// Convolutions whose output is one pixel (ResNet-18's last stage on 32x32
+// images: 3x3 on 1x1 maps, 3x3 with stride 2 and the 1x1 shortcut with
+// stride 2 on 2x2 maps), which the backend computes as one product, and
+// for contrast one whose output is 2x2 (oneDNN's own): the forward with
+// and without bias and the input gradient.
+TEST(CpuConvKernels, ConvolutionsToOnePixel) {
+  for (const ConvCase &c : {ConvCase{{8, 64, 1, 1}, {32, 64, 3, 3}, 1, 1, 1, 1},
+                            ConvCase{{8, 32, 2, 2}, {48, 32, 3, 3}, 1, 2, 1, 1},
+                            ConvCase{{8, 32, 2, 2}, {48, 32, 1, 1}, 1, 2, 0, 1},
+                            ConvCase{{3, 16, 3, 3}, {8, 16, 3, 3}, 1, 1, 0, 1},
+                            ConvCase{{4, 16, 2, 2}, {8, 16, 3, 3}, 1, 1, 1, 1}})
+    for (bool gradInput : {false, true})
+      for (bool bias : {false, true})
+        if (!(gradInput && bias))
+          checkConvOrGradInput(c, gradInput, bias);
 }

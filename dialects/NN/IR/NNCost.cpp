@@ -78,19 +78,66 @@ int64_t MatMulOp::getFlops() {
   return 2 * outputElements(*this) * lhs.getShape().back();
 }
 
+/// The (output position, kernel tap) pairs of a convolution whose tap reads
+/// the input rather than its padding, over every spatial axis (shapes NCHW
+/// and OIHW; -1 when a size is not known). A direct convolution multiplies
+/// only those: a 3x3 kernel on a 1x1 map reads through its centre only.
+static int64_t
+tapsReadingInput(ArrayRef<int64_t> input, ArrayRef<int64_t> output,
+                 ArrayRef<int64_t> weight, ArrayRef<int64_t> strides,
+                 ArrayRef<int64_t> pads, ArrayRef<int64_t> dilations) {
+  size_t spatial = input.size() - 2;
+  if (output.size() != input.size() || weight.size() != input.size() ||
+      strides.size() != spatial || dilations.size() != spatial ||
+      pads.size() != 2 * spatial)
+    return -1;
+  int64_t pairs = 1;
+  for (size_t a = 0; a < spatial; ++a) {
+    int64_t in = input[a + 2], out = output[a + 2], k = weight[a + 2];
+    if (in < 0 || out < 0 || k < 0)
+      return -1;
+    int64_t count = 0;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t t = 0; t < k; ++t) {
+        int64_t at = o * strides[a] - pads[a] + t * dilations[a];
+        count += at >= 0 && at < in;
+      }
+    pairs *= count;
+  }
+  return pairs;
+}
+
+/// 2 x batch x Cout x Cin/group x the taps that read the input.
+static int64_t convFlops(Type input, Type output, Type weight,
+                         ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                         ArrayRef<int64_t> dilations) {
+  auto in = llvm::cast<RankedTensorType>(input);
+  auto out = llvm::cast<RankedTensorType>(output);
+  auto w = llvm::cast<RankedTensorType>(weight);
+  if (!w.hasStaticShape() || w.getDimSize(0) == 0)
+    return 2 * gpipe::nn::detail::numElements(out);
+  int64_t pairs = tapsReadingInput(in.getShape(), out.getShape(), w.getShape(),
+                                   strides, pads, dilations);
+  // Unknown sizes: every tap at every output position.
+  if (pairs < 0 || out.isDynamicDim(0))
+    return 2 * gpipe::nn::detail::numElements(out) *
+           (w.getNumElements() / w.getDimSize(0));
+  return 2 * out.getDimSize(0) * w.getDimSize(0) * w.getDimSize(1) * pairs;
+}
+
 int64_t ConvOp::getFlops() {
-  auto weight = llvm::cast<RankedTensorType>(getWeight().getType());
-  // Each output element is a dot product over (C/group) * prod(kernel).
-  int64_t perOutput = weight.getNumElements() / weight.getDimSize(0);
   int64_t out = outputElements(*this);
-  return 2 * out * perOutput + (getBias() ? out : 0);
+  return convFlops(getInput().getType(), getOutput().getType(),
+                   getWeight().getType(), getStrides(), getPads(),
+                   getDilations()) +
+         (getBias() ? out : 0);
 }
 
 // The convolution whose input gradient this is, in the other direction.
 int64_t ConvGradInputOp::getFlops() {
-  auto weight = llvm::cast<RankedTensorType>(getWeight().getType());
-  int64_t perOutput = weight.getNumElements() / weight.getDimSize(0);
-  return 2 * numElements(getGradOutput().getType()) * perOutput;
+  return convFlops(getGradInput().getType(), getGradOutput().getType(),
+                   getWeight().getType(), getStrides(), getPads(),
+                   getDilations());
 }
 
 int64_t BatchNormOp::getFlops() { return 4 * outputElements(*this); }

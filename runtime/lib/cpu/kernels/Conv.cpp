@@ -52,11 +52,131 @@ ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
   return g;
 }
 
+/// A 2-D convolution (one group) whose output map is one pixel, and its
+/// input gradient, as one product each: that pixel reads each input pixel
+/// through one tap at most, so with the taps that read the map
+///   y[n, co] = sum over (ci, tap) of W[co, ci, tap] x[n, ci, pixel(tap)],
+/// a [N, Cin x taps] by [Cin x taps, Cout] product, and the input gradient
+/// the product of the output gradient with the same gathered weights,
+/// scattered to the pixels read (0 elsewhere). ResNet-18's last stage on
+/// 32x32 images is such (3x3 kernels on 1x1 and 2x2 maps): oneDNN computes
+/// every tap and converts the weights each step, 8.2 ms forward and 9.7 ms
+/// backward for 512 channels and 32 images on one AVX2 core.
+class PixelOutputConvKernel : public Kernel {
+public:
+  /// Whether `spec` (conv or conv_grad_input) is one this kernel computes.
+  static bool applies(const KernelSpec &spec, const TensorSlot &data,
+                      const TensorSlot &out) {
+    return data.shape.size() == 4 && out.shape[2] == 1 && out.shape[3] == 1 &&
+           static_cast<int64_t>(spec.number("group")) == 1;
+  }
+
+  PixelOutputConvKernel(const KernelSpec &spec, const KernelMemory &mem,
+                        bool wrtInput)
+      : wrtInput(wrtInput) {
+    const TensorSlot &w = spec.operand("weight");
+    const TensorSlot &data =
+        wrtInput ? spec.result("grad_input") : spec.operand("input");
+    const TensorSlot &out =
+        wrtInput ? spec.operand("grad_output") : spec.result("output");
+    weight = reinterpret_cast<const float *>(mem.address(w));
+    if (wrtInput) {
+      gradOutput = reinterpret_cast<const float *>(mem.address(out));
+      gradInput = reinterpret_cast<float *>(mem.address(data));
+    } else {
+      input = reinterpret_cast<const float *>(mem.address(data));
+      output = reinterpret_cast<float *>(mem.address(out));
+      if (const TensorSlot *b = spec.optionalOperand("bias"))
+        bias = reinterpret_cast<const float *>(mem.address(*b));
+    }
+    n = data.shape[0];
+    cin = data.shape[1];
+    h = data.shape[2];
+    w_ = data.shape[3];
+    cout = w.shape[0];
+    kh = w.shape[2];
+    kw = w.shape[3];
+    std::vector<int64_t> p = spec.ints("pads"), d = spec.ints("dilations");
+    // The output pixel reads input (i d - pad) through tap i (any stride).
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        int64_t y = i * d[0] - p[0], x = j * d[1] - p[1];
+        if (y >= 0 && y < h && x >= 0 && x < w_) {
+          taps.push_back(i * kw + j);
+          pixels.push_back(y * w_ + x);
+        }
+      }
+    k = cin * static_cast<int64_t>(taps.size());
+    gathered.resize(static_cast<size_t>(cout * k));
+    columns.resize(static_cast<size_t>(n * k));
+  }
+
+  void run() override {
+    int64_t t = static_cast<int64_t>(taps.size()), kk = kh * kw, hw = h * w_;
+    // The weights of the taps that read, [Cout, Cin x taps].
+    parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o)
+        for (int64_t c = 0; c < cin; ++c)
+          for (int64_t a = 0; a < t; ++a)
+            gathered[(o * cin + c) * t + a] =
+                weight[(o * cin + c) * kk + taps[a]];
+    });
+    if (wrtInput) {
+      product("conv_grad_input", 'N', 'N', n, k, cout, gradOutput, cout,
+              gathered.data(), k, 0.0f, columns.data(), k);
+      parallelChunks(n * cin, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          float *plane = gradInput + r * hw;
+          std::fill_n(plane, hw, 0.0f);
+          for (int64_t a = 0; a < t; ++a)
+            plane[pixels[a]] = columns[r * t + a];
+        }
+      });
+      return;
+    }
+    parallelChunks(n * cin, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        for (int64_t a = 0; a < t; ++a)
+          columns[r * t + a] = input[r * hw + pixels[a]];
+    });
+    if (bias)
+      for (int64_t b = 0; b < n; ++b)
+        std::copy_n(bias, cout, output + b * cout);
+    product("conv", 'N', 'T', n, cout, k, columns.data(), k, gathered.data(), k,
+            bias ? 1.0f : 0.0f, output, cout);
+  }
+
+private:
+  static void product(const char *kind, char ta, char tb, int64_t m, int64_t nn,
+                      int64_t kk, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float beta, float *c, int64_t ldc) {
+    dnnl_status_t status =
+        dnnl_sgemm(ta, tb, m, nn, kk, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success)
+      throw std::runtime_error(std::string(kind) +
+                               ": oneDNN's sgemm failed (status " +
+                               std::to_string(static_cast<int>(status)) + ")");
+  }
+
+  bool wrtInput;
+  const float *input = nullptr, *weight = nullptr, *bias = nullptr,
+              *gradOutput = nullptr;
+  float *output = nullptr, *gradInput = nullptr;
+  int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, kh = 0, kw = 0, k = 0;
+  /// The taps (i kw + j) that read the map and the pixels (y w + x) they
+  /// read, in the same order.
+  std::vector<int64_t> taps, pixels;
+  std::vector<float> gathered, columns;
+};
+
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                                    const KernelMemory &mem, OneDnn &dnn) {
   const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
   const TensorSlot *b = spec.optionalOperand("bias");
   checkConv(spec, x, w, spec.result("output"));
+  if (PixelOutputConvKernel::applies(spec, x, spec.result("output")))
+    return std::make_unique<PixelOutputConvKernel>(spec, mem,
+                                                   /*wrtInput=*/false);
   ConvGeometry g = convGeometry(spec, x, w);
   memory src = bindSlot(spec, x, mem, dnn);
   memory weights = bindSlot(spec, w, mem, dnn, g.weightDims);
@@ -309,6 +429,9 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       spec.result(wrtInput ? "grad_input" : "grad_weight");
   checkConv(spec, gradOut, other, result);
   const TensorSlot &data = wrtInput ? result : other;
+  if (wrtInput && PixelOutputConvKernel::applies(spec, data, gradOut))
+    return std::make_unique<PixelOutputConvKernel>(spec, mem,
+                                                   /*wrtInput=*/true);
   const TensorSlot &weight = wrtInput ? other : result;
   ConvGeometry g = convGeometry(spec, data, weight);
   memory src = bindSlot(spec, data, mem, dnn);
