@@ -36,26 +36,37 @@ Shape outputShape(const ConvCase &c) {
   return out;
 }
 
-void checkGradWeight(const ConvCase &c) {
-  Shape out = outputShape(c);
-  test::KernelCase built("conv_grad_weight");
-  built.operand("grad_output", out).operand("input", c.input);
-  built.result("grad_weight", c.weight);
+/// The case's group, strides, pads and dilations on `built`.
+void setGeometry(test::KernelCase &built, const ConvCase &c) {
   built.number("group", {static_cast<double>(c.group)});
   built.number("strides", {double(c.stride), double(c.stride)});
   built.number("pads",
                {double(c.pad), double(c.pad), double(c.pad), double(c.pad)});
   built.number("dilations", {double(c.dilation), double(c.dilation)});
-  const KernelSpec &spec = built.spec;
+}
 
-  std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
-  std::mt19937 rng(7);
+/// N(0, 1) values in every operand.
+void drawOperands(const KernelSpec &spec, std::vector<char> &arena,
+                  std::mt19937 &rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const TensorSlot &t : spec.operands) {
     auto *f = reinterpret_cast<float *>(arena.data() + t.offset);
     for (int64_t i = 0; i < t.numElements(); ++i)
       f[i] = normal(rng);
   }
+}
+
+void checkGradWeight(const ConvCase &c) {
+  Shape out = outputShape(c);
+  test::KernelCase built("conv_grad_weight");
+  built.operand("grad_output", out).operand("input", c.input);
+  built.result("grad_weight", c.weight);
+  setGeometry(built, c);
+  const KernelSpec &spec = built.spec;
+
+  std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
+  std::mt19937 rng(7);
+  drawOperands(spec, arena, rng);
   bool update = true;
   RandomState random{1, 0, 0};
   KernelMemory mem{arena.data(), arena.data(), false, &update, &random};
@@ -119,20 +130,11 @@ void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias) {
   if (bias)
     built.operand("bias", {c.weight[0]});
   built.result(gradInput ? "grad_input" : "output", gradInput ? c.input : out);
-  built.number("group", {static_cast<double>(c.group)});
-  built.number("strides", {double(c.stride), double(c.stride)});
-  built.number("pads",
-               {double(c.pad), double(c.pad), double(c.pad), double(c.pad)});
-  built.number("dilations", {double(c.dilation), double(c.dilation)});
+  setGeometry(built, c);
   const KernelSpec &spec = built.spec;
   std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
   std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const TensorSlot &t : spec.operands) {
-    auto *f = reinterpret_cast<float *>(arena.data() + t.offset);
-    for (int64_t i = 0; i < t.numElements(); ++i)
-      f[i] = normal(rng);
-  }
+  drawOperands(spec, arena, rng);
   // The result starts as garbage: every element must be written.
   {
     const TensorSlot &r = spec.results[0];
@@ -252,8 +254,11 @@ double convAt(const float *x, const float *w, int64_t ci, int64_t h, int64_t wd,
 // the kernel converts parameters to its layout again only when the
 // parameters' version changes (an optimizer step), and its data input on
 // every run.
-TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
-  const int64_t n = 2, ci = 16, co = 32, h = 6, wd = 6;
+// Both the oneDNN kernel (6x6 maps) and the backend's one-pixel product
+// (1x1 maps, its gathered weights) keep that contract.
+void checkConvertedOncePerVersion(int64_t h, int64_t wd) {
+  SCOPED_TRACE("maps " + std::to_string(h) + "x" + std::to_string(wd));
+  const int64_t n = 2, ci = 16, co = 32;
   test::KernelCase built("conv");
   built.operand("input", {n, ci, h, wd}).result("output", {n, co, h, wd});
   built.number("group", {1});
@@ -316,6 +321,11 @@ TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
   ++version;
   kernel->run();
   EXPECT_LE(worst(params), bound);
+}
+
+TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
+  checkConvertedOncePerVersion(6, 6);
+  checkConvertedOncePerVersion(1, 1);
 }
 
 // Convolutions whose output is one pixel (ResNet-18's last stage on 32x32

@@ -52,6 +52,19 @@ ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
   return g;
 }
 
+/// Row-major C = A B (op(A), op(B) by `ta`, `tb`) with oneDNN's sgemm;
+/// `kind` names the kernel in the error.
+void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
+           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+           float *c, int64_t ldc) {
+  dnnl_status_t status =
+      dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error(std::string(kind) +
+                             ": oneDNN's sgemm failed (status " +
+                             std::to_string(static_cast<int>(status)) + ")");
+}
+
 /// A 2-D convolution (one group) whose output map is one pixel, and its
 /// input gradient, as one product each: that pixel reads each input pixel
 /// through one tap at most, so with the taps that read the map
@@ -80,6 +93,10 @@ public:
     const TensorSlot &out =
         wrtInput ? spec.operand("grad_output") : spec.result("output");
     weight = reinterpret_cast<const float *>(mem.address(w));
+    // As oneDNN's kernels convert weights (ReorderedKernel::bind): inference
+    // weights once, training weights once per parameter version.
+    constant = !wrtInput && mem.constantParams;
+    version = mem.versionOf(w);
     if (wrtInput) {
       gradOutput = reinterpret_cast<const float *>(mem.address(out));
       gradInput = reinterpret_cast<float *>(mem.address(data));
@@ -107,23 +124,22 @@ public:
         }
       }
     k = cin * static_cast<int64_t>(taps.size());
-    gathered.resize(static_cast<size_t>(cout * k));
+    tapWeights.resize(static_cast<size_t>(cout * k));
     columns.resize(static_cast<size_t>(n * k));
   }
 
   void run() override {
-    int64_t t = static_cast<int64_t>(taps.size()), kk = kh * kw, hw = h * w_;
+    int64_t t = static_cast<int64_t>(taps.size()), hw = h * w_;
     // The weights of the taps that read, [Cout, Cin x taps].
-    parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o)
-        for (int64_t c = 0; c < cin; ++c)
-          for (int64_t a = 0; a < t; ++a)
-            gathered[(o * cin + c) * t + a] =
-                weight[(o * cin + c) * kk + taps[a]];
-    });
+    if (!gatheredOnce ||
+        !(constant || (version && gatheredVersion == *version))) {
+      gatherWeights();
+      gatheredOnce = true;
+      gatheredVersion = version ? *version : 0;
+    }
     if (wrtInput) {
-      product("conv_grad_input", 'N', 'N', n, k, cout, gradOutput, cout,
-              gathered.data(), k, 0.0f, columns.data(), k);
+      sgemm("conv_grad_input", 'N', 'N', n, k, cout, gradOutput, cout,
+            tapWeights.data(), k, 0.0f, columns.data(), k);
       parallelChunks(n * cin, 64, [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           float *plane = gradInput + r * hw;
@@ -142,23 +158,27 @@ public:
     if (bias)
       for (int64_t b = 0; b < n; ++b)
         std::copy_n(bias, cout, output + b * cout);
-    product("conv", 'N', 'T', n, cout, k, columns.data(), k, gathered.data(), k,
-            bias ? 1.0f : 0.0f, output, cout);
+    sgemm("conv", 'N', 'T', n, cout, k, columns.data(), k, tapWeights.data(), k,
+          bias ? 1.0f : 0.0f, output, cout);
   }
 
 private:
-  static void product(const char *kind, char ta, char tb, int64_t m, int64_t nn,
-                      int64_t kk, const float *a, int64_t lda, const float *b,
-                      int64_t ldb, float beta, float *c, int64_t ldc) {
-    dnnl_status_t status =
-        dnnl_sgemm(ta, tb, m, nn, kk, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    if (status != dnnl_success)
-      throw std::runtime_error(std::string(kind) +
-                               ": oneDNN's sgemm failed (status " +
-                               std::to_string(static_cast<int>(status)) + ")");
+  void gatherWeights() {
+    int64_t t = static_cast<int64_t>(taps.size()), kk = kh * kw;
+    parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o)
+        for (int64_t c = 0; c < cin; ++c)
+          for (int64_t a = 0; a < t; ++a)
+            tapWeights[(o * cin + c) * t + a] =
+                weight[(o * cin + c) * kk + taps[a]];
+    });
   }
 
   bool wrtInput;
+  /// Gather the weights on every run, once, or once per version.
+  bool constant = false, gatheredOnce = false;
+  const uint64_t *version = nullptr;
+  uint64_t gatheredVersion = 0;
   const float *input = nullptr, *weight = nullptr, *bias = nullptr,
               *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
@@ -166,7 +186,7 @@ private:
   /// The taps (i kw + j) that read the map and the pixels (y w + x) they
   /// read, in the same order.
   std::vector<int64_t> taps, pixels;
-  std::vector<float> gathered, columns;
+  std::vector<float> tapWeights, columns;
 };
 
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
@@ -373,13 +393,8 @@ public:
             }
           }
         });
-        dnnl_status_t status = dnnl_sgemm(
-            'N', 'N', og, patch, r, 1.0f, rows.data(), r, columns.data(), patch,
-            first == 0 ? 0.0f : 1.0f, target, patch);
-        if (status != dnnl_success)
-          throw std::runtime_error(
-              "conv_grad_weight: oneDNN's sgemm failed (status " +
-              std::to_string(static_cast<int>(status)) + ")");
+        sgemm("conv_grad_weight", 'N', 'N', og, patch, r, rows.data(), r,
+              columns.data(), patch, first == 0 ? 0.0f : 1.0f, target, patch);
       }
       if (compact.empty())
         continue;
