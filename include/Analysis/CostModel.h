@@ -45,6 +45,17 @@ struct DeviceProfile {
   /// Bytes of the cores' own (level 2) caches, of cacheBytes (0: not
   /// measured): generated loops whose bytes fit run at its rate.
   double privateCacheBytes = 0;
+  /// The runtime's copies as measured (gpipe-opt --calibrate's ring
+  /// copies; 0: not measured): the working set they run in cache up to,
+  /// and their rate beyond it (bytes/s). Without them, cacheBytes and
+  /// memoryBandwidth.
+  double copyCacheBytes = 0, copyMemoryBandwidth = 0;
+  double copyCache() const {
+    return copyCacheBytes > 0 ? copyCacheBytes : cacheBytes;
+  }
+  double copyBandwidth() const {
+    return copyMemoryBandwidth > 0 ? copyMemoryBandwidth : memoryBandwidth;
+  }
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
@@ -87,8 +98,8 @@ struct DeviceProfile {
 
   /// Bytes/s of a pass of the runtime over `workingSet` bytes (the
   /// gradients summed over the micro-batches): the in-cache copy rate
-  /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
-  /// the memory bandwidth.
+  /// (the link's, a 4 MiB copy) when they fit in the cache the runtime's
+  /// copies see (copyCache), else their rate beyond it (copyBandwidth).
   double passBandwidth(double workingSet) const;
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
@@ -173,12 +184,18 @@ struct NetworkFigures {
 /// The whole host with every core busy (0: not measured; the per-core
 /// figures times the cores then apply): cores, sgemm GFLOP/s on all of
 /// them, and the memory bandwidth all of them share.
+/// The runtime's copies on one core (gpipe-opt --calibrate's ring copies):
+/// the working set they run in cache up to, and their rate beyond it.
+struct CopyFigures {
+  double cacheMiB = 0, memoryGbps = 0;
+};
 struct HostFigures {
   int64_t cores = 0;
   double gflops = 0, gbps = 0;
   /// Each core's cache (its own levels and its share of those it shares),
   /// and of it the core's own level 2.
   double cacheMiBPerCore = 0, privateCacheMiBPerCore = 0;
+  CopyFigures copies;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

@@ -75,6 +75,9 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
     double flops = p.peakFlops / c, bandwidth = p.memoryBandwidth / c;
     p.peakFlops = c * std::min(flops, p.hostPeakFlops / busy);
     p.memoryBandwidth = c * std::min(bandwidth, p.hostMemoryBandwidth / busy);
+    if (p.copyMemoryBandwidth > 0)
+      p.copyMemoryBandwidth =
+          c * std::min(p.copyMemoryBandwidth / c, p.hostMemoryBandwidth / busy);
     p.hostCores = 0; // shared once
   }
 }
@@ -178,8 +181,8 @@ double gpipe::passBandwidth(double workingSet, double cacheBytes,
 }
 
 double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
-  return gpipe::passBandwidth(workingSet, cacheBytes, linkBandwidth,
-                              memoryBandwidth);
+  return gpipe::passBandwidth(workingSet, copyCache(), linkBandwidth,
+                              copyBandwidth());
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,
@@ -326,6 +329,10 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                    double(1ull << 20) * static_cast<double>(p.cores)},
                   {"l2_mib_per_core", &p.privateCacheBytes,
                    double(1ull << 20) * static_cast<double>(p.cores)},
+                  {"copy_cache_mib_per_core", &p.copyCacheBytes,
+                   double(1ull << 20) * static_cast<double>(p.cores)},
+                  {"copy_memory_gbps_per_core", &p.copyMemoryBandwidth,
+                   1e9 * static_cast<double>(p.cores)},
                   {"network_gbps", &p.networkBandwidth, 1e9},
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
@@ -383,6 +390,10 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["cache_mib_per_core"] = host.cacheMiBPerCore;
   if (host.privateCacheMiBPerCore > 0)
     o["l2_mib_per_core"] = host.privateCacheMiBPerCore;
+  if (host.copies.cacheMiB > 0 && host.copies.memoryGbps > 0) {
+    o["copy_cache_mib_per_core"] = host.copies.cacheMiB;
+    o["copy_memory_gbps_per_core"] = host.copies.memoryGbps;
+  }
   if (host.cores > 0) {
     o["host_cores"] = host.cores;
     o["host_gflops"] = host.gflops;

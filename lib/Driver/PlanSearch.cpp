@@ -119,8 +119,10 @@ void predict(PlanCandidate &c, const LayerTable &table,
             ? facts.inBytes
             : table.stashBytes(begin, end, rows).value_or(activations);
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
-    facts.cacheBytes = profiles[s].cacheBytes;
+    facts.cacheBytes = profiles[s].copyCache();
     facts.cachedCopyBandwidth = profiles[s].linkBandwidth;
+    facts.copyMemoryBandwidth = profiles[s].copyBandwidth();
+    facts.footprint = slice.memory;
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     costs.push_back(model.stageCost(s, facts));

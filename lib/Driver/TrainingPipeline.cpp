@@ -219,6 +219,10 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.cacheBytes = cache.getValueAsDouble();
     if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.cached_copy_bandwidth"))
       facts.cachedCopyBandwidth = copy.getValueAsDouble();
+    if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.copy_memory_bandwidth"))
+      facts.copyMemoryBandwidth = copy.getValueAsDouble();
+    if (auto peak = op->getAttrOfType<IntegerAttr>("gpipe.predicted_memory"))
+      facts.footprint = static_cast<double>(peak.getInt());
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

@@ -299,7 +299,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.memory_bandwidth",
                      b.getF64FloatAttr(profiles[s].memoryBandwidth));
       stage->setAttr("gpipe.cache_bytes",
-                     b.getF64FloatAttr(profiles[s].cacheBytes));
+                     b.getF64FloatAttr(profiles[s].copyCache()));
+      stage->setAttr("gpipe.copy_memory_bandwidth",
+                     b.getF64FloatAttr(profiles[s].copyBandwidth()));
       stage->setAttr("gpipe.cached_copy_bandwidth",
                      b.getF64FloatAttr(profiles[s].linkBandwidth));
       // The optimizer step as calibrated (an SGD pass), when the profile

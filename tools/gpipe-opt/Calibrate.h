@@ -2,6 +2,8 @@
 #ifndef GPIPE_TOOLS_CALIBRATE_H
 #define GPIPE_TOOLS_CALIBRATE_H
 
+#include "Analysis/CostModel.h"
+
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -24,6 +26,11 @@ namespace gpipe {
 /// std::runtime_error when the kernels cannot be timed.
 std::string calibrateCpu(mlir::DialectRegistry &registry,
                          llvm::raw_ostream &log);
+
+/// The runtime's copies on this thread's core: a stash ring's copies over
+/// working sets of 1 to 64 MiB, the largest one still in cache and the
+/// rate beyond it (logged).
+CopyFigures measureCopies(llvm::raw_ostream &log);
 
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();

@@ -34,15 +34,22 @@ struct StageFacts {
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
-  /// The stage's device's memory bandwidth, its cores' cache and the rate
-  /// of a copy within it (DeviceProfile::memoryBandwidth, cacheBytes and
-  /// linkBandwidth, a 4 MiB copy's; 0: not measured): the runtime's passes (a
-  /// micro-batch's stash and message copies, the gradients' sum over the
-  /// micro-batches) run at passBandwidth of what they touch.
+  /// Bytes the stage's plan holds at its peak (arenas, parameters, the
+  /// stash of every micro-batch alive, messages; 0: not known): what
+  /// passes between a stash slot's write and its read a micro-batch later.
+  double footprint = 0;
+  /// The stage's device's memory bandwidth; the cache the runtime's
+  /// copies run in, their rate within it (a 4 MiB copy's) and beyond it
+  /// (DeviceProfile::copyCache, linkBandwidth and copyBandwidth; 0: not
+  /// measured): the runtime's passes (a micro-batch's stash and message
+  /// copies, the gradients' sum over the micro-batches) run at
+  /// passBandwidth of what they touch.
   double memoryBandwidth = 1, cacheBytes = 0, cachedCopyBandwidth = 0;
+  double copyMemoryBandwidth = 0;
   double passBandwidth(double workingSet) const {
     return gpipe::passBandwidth(workingSet, cacheBytes, cachedCopyBandwidth,
-                                memoryBandwidth);
+                                copyMemoryBandwidth > 0 ? copyMemoryBandwidth
+                                                        : memoryBandwidth);
   }
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),

@@ -1,6 +1,8 @@
 //===- PlanCostModel.cpp - One definition of a plan's times ---------------===//
 #include "Analysis/Planner/PlanCostModel.h"
 
+#include <algorithm>
+
 using namespace gpipe;
 
 StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
@@ -12,13 +14,16 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // micro-batches: in cache when they fit) and the optimizer's pass over
   // parameters, gradients and state, at memory bandwidth.
   double bw = f.memoryBandwidth;
-  // A micro-batch's copies run within the cache when their sources and
-  // destinations fit in it (a one-stage GPT at M = 1: 15 MiB of stash
-  // copied at 43 GB/s, the memory's rate; a TransformerEncoder stage's 1.2
-  // MiB at M = 8 at the cache's); so does the gradients' sum when the
-  // gradients and their sum fit.
-  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) /
-                  f.passBandwidth(2 * (f.stashBytes + f.messages));
+  // A micro-batch's copies run within the cache when what they touch
+  // stays there from a slot's write to its read: its source and
+  // destination, and the rest of the stage's memory that the other
+  // micro-batches pass through meanwhile (a one-stage GPT at M = 1: 15 MiB
+  // of stash copied at the memory's rate; a small CNN's 1.4 MiB a
+  // micro-batch in a 9 MiB stage on a machine whose copies stay in cache
+  // up to 8 MiB: at 8-13 GB/s, not the cache's 43).
+  double copies =
+      2.0 * (f.stashBytes + f.messages / 2.0) /
+      f.passBandwidth(std::max(2 * (f.stashBytes + f.messages), f.footprint));
   double sumBandwidth = f.passBandwidth(2 * f.trainableBytes);
   c.forward = f.forwardKernels + copies;
   c.forwardConversion = f.forwardConversion;
