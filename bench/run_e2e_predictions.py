@@ -51,19 +51,30 @@ MODELS["GPT 2x32 (language_models)"] = plans_bench.gpt(2, 32)
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--out",
-                        default=os.path.join(ROOT, "docs",
-                                             "e2e-predictions.md"))
+    parser.add_argument("--out", default=None,
+                        help="the table's file (docs/e2e-predictions.md; "
+                        "with --only, none unless given)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="models whose name holds this text (repeat "
+                        "for several); for a look at a few models")
+    parser.add_argument("--profile", default=None,
+                        help="a profile gpipe-opt --calibrate wrote, "
+                        "instead of calibrating first")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the three plans of a model in turn; "
                         "a plan's step is the median of its rounds")
     args = parser.parse_args()
+    if args.out is None and not args.only:
+        args.out = os.path.join(ROOT, "docs", "e2e-predictions.md")
     work = tempfile.mkdtemp(prefix="gpipe-e2e-predictions-")
-    profile = os.path.join(work, "profile.json")
-    subprocess.run(plans_bench.calibrate_command(args.build, profile),
-                   capture_output=True, text=True, check=True)
+    profile = args.profile or os.path.join(work, "profile.json")
+    if not args.profile:
+        subprocess.run(plans_bench.calibrate_command(args.build, profile),
+                       capture_output=True, text=True, check=True)
     rows, worst = [], (1.0, "")
     for name, make in MODELS.items():
+        if args.only and not any(o in name for o in args.only):
+            continue
         onnx_path, npz, batch = plans_bench.export(name, make, work)
         autos = [next(p for p in plans_bench.plans(
             args.build, onnx_path, batch, devices, profile) if p[0])
@@ -111,6 +122,9 @@ def main():
         f"{TARGET:.0%}: **{'met' if within == len(rows) else 'not met'}**.",
         "",
     ]
+    print(lines[-3])
+    if not args.out:
+        return
     with open(args.out + ".tmp", "w") as f:
         f.write("\n".join(lines))
     os.replace(args.out + ".tmp", args.out)

@@ -106,9 +106,13 @@ std::optional<double> gpipe::DeviceProfile::kernelSeconds(
   const KernelFit *best = nearestFit(kernels, family, cores, backward);
   if (!best) {
     // A profile calibrated before the family had its own fit: the nearest
-    // family's (the loss is a softmax and a pass over it).
+    // family's (the loss is a softmax and a pass over it; 2-D max pooling
+    // was oneDNN's pooling).
     if (family == "cross_entropy")
       return kernelSeconds("softmax", work, bytes, backward, parameterBytes,
+                           planes);
+    if (family == "max_pool")
+      return kernelSeconds("pooling", work, bytes, backward, parameterBytes,
                            planes);
     return std::nullopt;
   }

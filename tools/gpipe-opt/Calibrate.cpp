@@ -75,10 +75,10 @@ double ringCopyBandwidth(size_t workingSet, int repeats) {
 /// still copied at least at the geometric mean of the 1 MiB and the 64 MiB
 /// rates, and beyond it they run at the 64 MiB rate. On a machine whose
 /// last-level cache is shared with other tenants (a VM's "32 MiB" here ran
-/// copies of 12 MiB at the memory's rate) this is what a stage's copies
-/// get, not what /sys says.
+/// copies of 16 MiB at a third of the in-cache rate) this is what a stage's
+/// copies get, not what /sys says.
 gpipe::CopyFigures gpipe::measureCopies(llvm::raw_ostream &log) {
-  std::vector<std::pair<double, double>> rates; // MiB, bytes/s
+  std::vector<std::pair<int, double>> rates; // MiB, bytes/s
   for (int mib = 1; mib <= 64; mib *= 2)
     rates.push_back(
         {mib, ringCopyBandwidth(size_t(mib) << 20, mib <= 8 ? 21 : 7)});

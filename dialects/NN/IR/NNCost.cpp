@@ -212,7 +212,14 @@ StringRef LayerNormOp::getKernelFamily() { return "layer_norm"; }
 StringRef SoftmaxOp::getKernelFamily() { return "softmax"; }
 StringRef CumSumOp::getKernelFamily() { return "elementwise"; }
 StringRef LogSoftmaxOp::getKernelFamily() { return "softmax"; }
-StringRef MaxPoolOp::getKernelFamily() { return "pooling"; }
+// 2-D max pooling is the CPU backend's own loop over plain maps (a pass
+// or two over them), the other poolings oneDNN's between reorders to
+// channel blocks: kernels of their own speeds.
+StringRef MaxPoolOp::getKernelFamily() {
+  return cast<RankedTensorType>(getInput().getType()).getRank() == 4
+             ? "max_pool"
+             : "pooling";
+}
 StringRef AvgPoolOp::getKernelFamily() { return "pooling"; }
 StringRef GlobalAvgPoolOp::getKernelFamily() { return "pooling"; }
 StringRef PadOp::getKernelFamily() { return "copy"; }

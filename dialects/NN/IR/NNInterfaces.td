@@ -46,7 +46,8 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
                  speed (gpipe-opt --calibrate) the cost model applies to
                  it: "matmul", "conv" and "depthwise_conv" (timed by
                  their FLOPs and bytes), "batch_norm", "layer_norm",
-                 "softmax", "cross_entropy", "pooling", "copy" and
+                 "softmax", "cross_entropy", "max_pool" (2-D), "pooling"
+                 (the other poolings), "copy" and
                  "elementwise" (timed by their bytes).}],
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace gpipe::runtime::cpu {
@@ -92,6 +93,34 @@ bool isJit(const dnnl::primitive_desc_base &pd) {
   return std::string(pd.impl_info_str()).rfind("jit", 0) == 0;
 }
 
+/// All ones where `v` replaces `best` under PyTorch's rule (larger, or a
+/// NaN), else zero; with the selects below, no branch: on random maps a
+/// branch per comparison is mispredicted half the time, and the loops
+/// over a few outputs (a 14-wide row) run as scalar code.
+inline uint32_t replaces(float v, float best) {
+  return 0u - static_cast<uint32_t>((v > best) | (v != v));
+}
+inline uint32_t bitsOf(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+/// The larger of `v` and `best` under that rule.
+inline float larger(float v, float best) {
+  uint32_t take = replaces(v, best);
+  uint32_t b = (bitsOf(v) & take) | (bitsOf(best) & ~take);
+  float out;
+  std::memcpy(&out, &b, sizeof out);
+  return out;
+}
+/// `best` and its index `at` replaced by `v` and `i` under that rule.
+inline void keepLarger(float v, int32_t i, float &best, int32_t &at) {
+  uint32_t take = replaces(v, best);
+  at = static_cast<int32_t>((static_cast<uint32_t>(i) & take) |
+                            (static_cast<uint32_t>(at) & ~take));
+  best = larger(v, best);
+}
+
 /// 2-D max pooling of plain (NCHW) tensors and its gradient as loops over
 /// each map, where oneDNN pools only channel-blocked layouts at speed: its
 /// forward there is two reorders around the pooling, and its gradient
@@ -150,6 +179,12 @@ public:
         --hi;
       columns.push_back({offset, lo, hi});
     }
+    // Every window inside the map, and input row iy's windows the run
+    // of flat outputs iy ow ... (iy + 1) ow - 1 (w = ow sw): VGG's 2x2
+    // windows of stride 2 on even maps.
+    separable = ph == 0 && pw == 0 && w == ow * sw &&
+                (ow - 1) * sw + (kw - 1) * dw < w &&
+                (oh - 1) * sh + (kh - 1) * dh < h;
   }
 
   void run() override {
@@ -157,20 +192,29 @@ public:
     parallelChunks(planes, grain, [&](int64_t lo, int64_t hi) {
       std::vector<float> best(static_cast<size_t>(ow));
       std::vector<int32_t> at(static_cast<size_t>(ow));
+      std::vector<float> rowBest(separable ? static_cast<size_t>(h * ow) : 0);
+      std::vector<int32_t> rowAt(
+          separable && gradient ? static_cast<size_t>(h * ow) : 0);
       for (int64_t plane = lo; plane < hi; ++plane) {
         const float *x = input + plane * h * w;
-        if (gradient) {
-          float *dx = gradInput + plane * h * w;
+        if (separable)
+          scanColumns(x, rowBest.data(), gradient ? rowAt.data() : nullptr);
+        float *dx = gradient ? gradInput + plane * h * w : nullptr;
+        if (dx)
           std::fill_n(dx, h * w, 0.0f);
-          for (int64_t oy = 0; oy < oh; ++oy) {
-            scanRow(x, oy, best.data(), at.data());
-            const float *dy = gradOutput + (plane * oh + oy) * ow;
-            for (int64_t ox = 0; ox < ow; ++ox)
-              dx[at[ox] >= 0 ? at[ox] : firstTap(oy, ox)] += dy[ox];
-          }
-        } else {
-          for (int64_t oy = 0; oy < oh; ++oy)
-            scanRow(x, oy, output + (plane * oh + oy) * ow, nullptr);
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          float *maxima =
+              gradient ? best.data() : output + (plane * oh + oy) * ow;
+          int32_t *where = gradient ? at.data() : nullptr;
+          if (separable)
+            scanRows(rowBest.data(), rowAt.data(), oy, maxima, where);
+          else
+            scanRow(x, oy, maxima, where);
+          if (!dx)
+            continue;
+          const float *dy = gradOutput + (plane * oh + oy) * ow;
+          for (int64_t ox = 0; ox < ow; ++ox)
+            dx[at[ox] >= 0 ? at[ox] : firstTap(oy, ox)] += dy[ox];
         }
       }
     });
@@ -180,6 +224,50 @@ private:
   struct Column {
     int64_t offset, lo, hi; // ix = ox sw + offset, valid for ox in [lo, hi)
   };
+
+  /// The separable path's first half: each input row's maxima over the
+  /// windows' columns, the whole map as one run of h x ow outputs (output
+  /// j reads x[j sw + kx dw]), into `rowBest` and with `rowAt` their flat
+  /// indices. The same maxima and arg-maxima as scanning each window row
+  /// by row: the first largest of the first row that holds the largest.
+  void scanColumns(const float *x, float *rowBest, int32_t *rowAt) const {
+    int64_t n = h * ow;
+    for (int64_t j = 0; j < n; ++j)
+      rowBest[j] = x[j * sw];
+    if (rowAt)
+      for (int64_t j = 0; j < n; ++j)
+        rowAt[j] = static_cast<int32_t>(j * sw);
+    for (int64_t kx = 1; kx < kw; ++kx) {
+      int32_t first = static_cast<int32_t>(kx * dw);
+      if (sw == 2)
+        scanTap<2>(x + first, 2, first, 0, n, rowBest, rowAt);
+      else
+        scanTap<0>(x + first, sw, first, 0, n, rowBest, rowAt);
+    }
+  }
+
+  /// Its second half: output row `oy`'s maxima over the windows' rows of
+  /// `rowBest` into `best`, and with `at` their flat indices.
+  void scanRows(const float *rowBest, const int32_t *rowAt, int64_t oy,
+                float *best, int32_t *at) const {
+    const float *first = rowBest + oy * sh * ow;
+    std::copy_n(first, ow, best);
+    if (at)
+      std::copy_n(rowAt + oy * sh * ow, ow, at);
+    for (int64_t ky = 1; ky < kh; ++ky) {
+      int64_t row = (oy * sh + ky * dh) * ow;
+      const float *r = rowBest + row;
+      if (!at) {
+        for (int64_t ox = 0; ox < ow; ++ox)
+          best[ox] = larger(r[ox], best[ox]);
+        continue;
+      }
+      const int32_t *ra = rowAt + row;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        keepLarger(r[ox], ra[ox], best[ox], at[ox]);
+      }
+    }
+  }
 
   /// The maxima of output row `oy` of map `x` into `best`, and with `at`
   /// the flat index of each (-1 where no tap exceeds -inf).
@@ -215,15 +303,13 @@ private:
     if (!at) {
       for (int64_t ox = lo; ox < hi; ++ox) {
         float v = row[ox * step];
-        best[ox] = v > best[ox] || v != v ? v : best[ox];
+        best[ox] = larger(v, best[ox]);
       }
       return;
     }
     for (int64_t ox = lo; ox < hi; ++ox) {
       float v = row[ox * step];
-      bool take = v > best[ox] || v != v;
-      best[ox] = take ? v : best[ox];
-      at[ox] = take ? first + static_cast<int32_t>(ox * step) : at[ox];
+      keepLarger(v, first + static_cast<int32_t>(ox * step), best[ox], at[ox]);
     }
   }
 
@@ -237,7 +323,7 @@ private:
     return std::min(iy, h - 1) * w + std::min(ix, w - 1);
   }
 
-  bool gradient;
+  bool gradient, separable = false;
   const float *input = nullptr, *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
