@@ -45,13 +45,15 @@ struct DeviceProfile {
   /// Bytes of the cores' own (level 2) caches, of cacheBytes (0: not
   /// measured): generated loops whose bytes fit run at its rate.
   double privateCacheBytes = 0;
-  /// The runtime's copies as measured (gpipe-opt --calibrate's ring
-  /// copies; 0: not measured): the working set they run in cache up to,
-  /// and their rate beyond it (bytes/s). Without them, cacheBytes and
-  /// memoryBandwidth.
-  double copyCacheBytes = 0, copyMemoryBandwidth = 0;
-  double copyCache() const {
-    return copyCacheBytes > 0 ? copyCacheBytes : cacheBytes;
+  /// The rate of the runtime's copies beyond the caches (gpipe-opt
+  /// --calibrate's stash ring over 64 MiB; 0: not measured, the memory
+  /// bandwidth serves), bytes/s.
+  double copyMemoryBandwidth = 0;
+  /// The cache a stash slot can stay in from its write to its read a
+  /// whole step of the stage's traffic later: the cores' own (level 2),
+  /// else cacheBytes.
+  double stashCache() const {
+    return privateCacheBytes > 0 ? privateCacheBytes : cacheBytes;
   }
   double copyBandwidth() const {
     return copyMemoryBandwidth > 0 ? copyMemoryBandwidth : memoryBandwidth;
@@ -98,8 +100,8 @@ struct DeviceProfile {
 
   /// Bytes/s of a pass of the runtime over `workingSet` bytes (the
   /// gradients summed over the micro-batches): the in-cache copy rate
-  /// (the link's, a 4 MiB copy) when they fit in the cache the runtime's
-  /// copies see (copyCache), else their rate beyond it (copyBandwidth).
+  /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
+  /// the rate of the runtime's copies beyond it (copyBandwidth).
   double passBandwidth(double workingSet) const;
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
@@ -184,18 +186,15 @@ struct NetworkFigures {
 /// The whole host with every core busy (0: not measured; the per-core
 /// figures times the cores then apply): cores, sgemm GFLOP/s on all of
 /// them, and the memory bandwidth all of them share.
-/// The runtime's copies on one core (gpipe-opt --calibrate's ring copies):
-/// the working set they run in cache up to, and their rate beyond it.
-struct CopyFigures {
-  double cacheMiB = 0, memoryGbps = 0;
-};
 struct HostFigures {
   int64_t cores = 0;
   double gflops = 0, gbps = 0;
   /// Each core's cache (its own levels and its share of those it shares),
   /// and of it the core's own level 2.
   double cacheMiBPerCore = 0, privateCacheMiBPerCore = 0;
-  CopyFigures copies;
+  /// The runtime's copies on one core beyond the caches (a stash ring of
+  /// 64 MiB), GB/s; 0: not measured.
+  double copyGbpsPerCore = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

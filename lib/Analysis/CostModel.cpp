@@ -7,6 +7,7 @@
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -82,6 +83,18 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
   }
 }
 
+/// The family whose fit prices `family` in a profile calibrated before it
+/// had its own (the loss is a softmax and a pass over it; 2-D max pooling
+/// was oneDNN's pooling; a narrow convolution a convolution); empty for
+/// none.
+static llvm::StringRef nearestFamily(llvm::StringRef family) {
+  return llvm::StringSwitch<llvm::StringRef>(family)
+      .Case("cross_entropy", "softmax")
+      .Case("max_pool", "pooling")
+      .Case("narrow_conv", "conv")
+      .Default("");
+}
+
 /// The fit of `family` measured on the most cores not above `cores`, else
 /// on the fewest (with a backward when `backward`); null without one.
 static const gpipe::DeviceProfile::KernelFit *
@@ -105,16 +118,11 @@ std::optional<double> gpipe::DeviceProfile::kernelSeconds(
     double parameterBytes, double planes) const {
   const KernelFit *best = nearestFit(kernels, family, cores, backward);
   if (!best) {
-    // A profile calibrated before the family had its own fit: the nearest
-    // family's (the loss is a softmax and a pass over it; 2-D max pooling
-    // was oneDNN's pooling).
-    if (family == "cross_entropy")
-      return kernelSeconds("softmax", work, bytes, backward, parameterBytes,
-                           planes);
-    if (family == "max_pool")
-      return kernelSeconds("pooling", work, bytes, backward, parameterBytes,
-                           planes);
-    return std::nullopt;
+    llvm::StringRef nearest = nearestFamily(family);
+    if (nearest.empty())
+      return std::nullopt;
+    return kernelSeconds(nearest, work, bytes, backward, parameterBytes,
+                         planes);
   }
   const KernelFit::Coefficients &c = backward ? *best->backward : best->forward;
   // Other core counts: the rates scale with the cores.
@@ -131,8 +139,12 @@ double gpipe::DeviceProfile::conversionSeconds(llvm::StringRef family,
                                                double parameterBytes,
                                                bool backward) const {
   const KernelFit *best = nearestFit(kernels, family, cores, backward);
-  if (!best)
-    return 0;
+  if (!best) {
+    llvm::StringRef nearest = nearestFamily(family);
+    return nearest.empty()
+               ? 0
+               : conversionSeconds(nearest, parameterBytes, backward);
+  }
   const KernelFit::Coefficients &c = backward ? *best->backward : best->forward;
   double scale = static_cast<double>(best->cores) / static_cast<double>(cores);
   return scale * c[7] * parameterBytes;
@@ -185,7 +197,7 @@ double gpipe::passBandwidth(double workingSet, double cacheBytes,
 }
 
 double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
-  return gpipe::passBandwidth(workingSet, copyCache(), linkBandwidth,
+  return gpipe::passBandwidth(workingSet, cacheBytes, linkBandwidth,
                               copyBandwidth());
 }
 
@@ -333,8 +345,6 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                    double(1ull << 20) * static_cast<double>(p.cores)},
                   {"l2_mib_per_core", &p.privateCacheBytes,
                    double(1ull << 20) * static_cast<double>(p.cores)},
-                  {"copy_cache_mib_per_core", &p.copyCacheBytes,
-                   double(1ull << 20) * static_cast<double>(p.cores)},
                   {"copy_memory_gbps_per_core", &p.copyMemoryBandwidth,
                    1e9 * static_cast<double>(p.cores)},
                   {"network_gbps", &p.networkBandwidth, 1e9},
@@ -394,10 +404,8 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["cache_mib_per_core"] = host.cacheMiBPerCore;
   if (host.privateCacheMiBPerCore > 0)
     o["l2_mib_per_core"] = host.privateCacheMiBPerCore;
-  if (host.copies.cacheMiB > 0 && host.copies.memoryGbps > 0) {
-    o["copy_cache_mib_per_core"] = host.copies.cacheMiB;
-    o["copy_memory_gbps_per_core"] = host.copies.memoryGbps;
-  }
+  if (host.copyGbpsPerCore > 0)
+    o["copy_memory_gbps_per_core"] = host.copyGbpsPerCore;
   if (host.cores > 0) {
     o["host_cores"] = host.cores;
     o["host_gflops"] = host.gflops;

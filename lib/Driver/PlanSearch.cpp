@@ -119,7 +119,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
             ? facts.inBytes
             : table.stashBytes(begin, end, rows).value_or(activations);
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
-    facts.cacheBytes = profiles[s].copyCache();
+    facts.cacheBytes = profiles[s].cacheBytes;
+    facts.stashCacheBytes = profiles[s].stashCache();
     facts.cachedCopyBandwidth = profiles[s].linkBandwidth;
     facts.copyMemoryBandwidth = profiles[s].copyBandwidth();
     facts.footprint = slice.memory;

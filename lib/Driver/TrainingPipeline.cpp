@@ -219,6 +219,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.cacheBytes = cache.getValueAsDouble();
     if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.cached_copy_bandwidth"))
       facts.cachedCopyBandwidth = copy.getValueAsDouble();
+    if (auto cache = op->getAttrOfType<FloatAttr>("gpipe.stash_cache_bytes"))
+      facts.stashCacheBytes = cache.getValueAsDouble();
     if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.copy_memory_bandwidth"))
       facts.copyMemoryBandwidth = copy.getValueAsDouble();
     if (auto peak = op->getAttrOfType<IntegerAttr>("gpipe.predicted_memory"))

@@ -299,7 +299,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.memory_bandwidth",
                      b.getF64FloatAttr(profiles[s].memoryBandwidth));
       stage->setAttr("gpipe.cache_bytes",
-                     b.getF64FloatAttr(profiles[s].copyCache()));
+                     b.getF64FloatAttr(profiles[s].cacheBytes));
+      stage->setAttr("gpipe.stash_cache_bytes",
+                     b.getF64FloatAttr(profiles[s].stashCache()));
       stage->setAttr("gpipe.copy_memory_bandwidth",
                      b.getF64FloatAttr(profiles[s].copyBandwidth()));
       stage->setAttr("gpipe.cached_copy_bandwidth",

@@ -2,8 +2,6 @@
 #ifndef GPIPE_TOOLS_CALIBRATE_H
 #define GPIPE_TOOLS_CALIBRATE_H
 
-#include "Analysis/CostModel.h"
-
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -27,10 +25,9 @@ namespace gpipe {
 std::string calibrateCpu(mlir::DialectRegistry &registry,
                          llvm::raw_ostream &log);
 
-/// The runtime's copies on this thread's core: a stash ring's copies over
-/// working sets of 1 to 64 MiB, the largest one still in cache and the
-/// rate beyond it (logged).
-CopyFigures measureCopies(llvm::raw_ostream &log);
+/// The rate of the runtime's copies beyond the caches on this thread's
+/// core (a 64 MiB stash ring), GB/s (logged).
+double measureCopies(llvm::raw_ostream &log);
 
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();

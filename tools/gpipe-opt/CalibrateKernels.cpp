@@ -123,12 +123,14 @@ private:
   onnx::GraphProto *graph;
 };
 
-/// [B, 8, H, H]: two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
+/// [B, I, H, H] (I = 1 or 3 channels: the first convolution a narrow one,
+/// as an image model's): two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
 /// dropout, max pooling, one of 2C, a depthwise one of 2C, a pointwise
 /// (1x1) one and a strided depthwise one (MobileNet's and ResNet's shapes),
 /// global average pooling and a classifier.
-void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
-  g.input("x", {b, 8, h, h});
+void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
+             int64_t channels) {
+  g.input("x", {b, channels, h, h});
   std::string x = "x";
   auto block = [&](const std::string &tag, int64_t in, int64_t out,
                    int64_t group = 1, int64_t kernel = 3, int64_t stride = 1) {
@@ -151,7 +153,7 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h) {
     g.node("Relu", "relu_" + tag, {"bn_" + tag});
     x = "relu_" + tag;
   };
-  block("a", 8, c);
+  block("a", channels, c);
   block("b", c, c);
   g.node("Dropout", "drop",
          {x, g.init("drop_ratio", {}, 0, 0.1f), g.flag("drop_training", true)});
@@ -385,14 +387,26 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     bool conv;
     int64_t b, m, n, vocab = 0;
   };
-  const Spec specs[] = {{true, 4, 16, 32},         {true, 32, 16, 32},
-                        {true, 8, 32, 16},         {true, 32, 64, 16},
-                        {true, 8, 128, 8},         {true, 32, 128, 8},
-                        {true, 4, 256, 4},         {true, 32, 256, 4},
-                        {false, 4, 16, 64},        {false, 16, 32, 64, 512},
-                        {false, 8, 64, 128},       {false, 32, 64, 128, 1024},
-                        {false, 8, 32, 256, 4096}, {false, 8, 16, 512},
-                        {false, 4, 8, 1024},       {true, 32, 512, 2}};
+  const Spec specs[] = {{true, 4, 16, 32},
+                        {true, 32, 16, 32},
+                        {true, 8, 32, 16},
+                        {true, 32, 64, 16},
+                        {true, 8, 128, 8},
+                        {true, 32, 128, 8},
+                        {true, 4, 256, 4},
+                        {true, 32, 256, 4},
+                        {false, 4, 16, 64},
+                        {false, 16, 32, 64, 512},
+                        {false, 8, 64, 128},
+                        {false, 32, 64, 128, 1024},
+                        {false, 8, 32, 256, 4096},
+                        {false, 8, 16, 512},
+                        {false, 4, 8, 1024},
+                        {true, 32, 512, 2},
+                        // Few channels on MNIST's maps: a small CNN's first
+                        // layers (1 or 3 channels into 8).
+                        {true, 8, 8, 28},
+                        {true, 32, 8, 28}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
   // family ("elementwise", "copy") -> cores -> the generated loops: bytes
@@ -409,7 +423,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   for (auto [i, spec] : llvm::enumerate(specs)) {
     GraphBuilder g(rng);
     if (spec.conv)
-      convNet(g, spec.b, spec.m, spec.n);
+      convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
     else
       sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
     std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();

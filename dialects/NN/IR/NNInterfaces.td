@@ -44,10 +44,11 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
-                 it: "matmul", "conv" and "depthwise_conv" (timed by
-                 their FLOPs and bytes), "batch_norm", "layer_norm",
-                 "softmax", "cross_entropy", "max_pool" (2-D), "pooling"
-                 (the other poolings), "copy" and
+                 it: "matmul", "conv", "depthwise_conv" and
+                 "narrow_conv" (timed by their FLOPs and bytes),
+                 "batch_norm", "layer_norm", "softmax", "cross_entropy",
+                 "max_pool" (2-D), "pooling" (the other poolings), "copy"
+                 and
                  "elementwise" (timed by their bytes).}],
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",

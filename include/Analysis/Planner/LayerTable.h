@@ -62,8 +62,13 @@ struct LayerTable {
   /// no operand depends on a trainable parameter (nothing to
   /// differentiate: a mask computed from the data), 1/2 for a matmul or
   /// convolution that reads the data itself (only its weights' gradient,
-  /// no input gradient: the first layer), else 1.
+  /// no input gradient: the first layer), else 1; of a narrow convolution
+  /// (whose family's backward fit is a first layer's, its weights'
+  /// gradient alone) 1 as a first layer and 2 deeper.
   llvm::SmallVector<double> backwardShare;
+  /// Per layer: whether its backward computes its input's gradient (it
+  /// reads an activation, not only the data and parameters).
+  llvm::SmallVector<bool> inputGradient;
   /// Per layer, at `rows`: the planes of its first result (its elements
   /// over those of its innermost dimensions: the two of a feature map, the
   /// last of a matrix or a sequence; kernelFeatures).

@@ -38,16 +38,17 @@ struct StageFacts {
   /// stash of every micro-batch alive, messages; 0: not known): what
   /// passes between a stash slot's write and its read a micro-batch later.
   double footprint = 0;
-  /// The stage's device's memory bandwidth; the cache the runtime's
-  /// copies run in, their rate within it (a 4 MiB copy's) and beyond it
-  /// (DeviceProfile::copyCache, linkBandwidth and copyBandwidth; 0: not
-  /// measured): the runtime's passes (a micro-batch's stash and message
-  /// copies, the gradients' sum over the micro-batches) run at
-  /// passBandwidth of what they touch.
+  /// The stage's device's memory bandwidth, its cores' cache and the rate
+  /// of a copy within it (DeviceProfile::memoryBandwidth, cacheBytes and
+  /// linkBandwidth, a 4 MiB copy's), the cache a stash slot stays in
+  /// (DeviceProfile::stashCache) and the runtime's copies' rate beyond the
+  /// caches (copyBandwidth; 0: not measured): the runtime's passes (a
+  /// micro-batch's stash and message copies, the gradients' sum over the
+  /// micro-batches) run at passBandwidth of what they touch.
   double memoryBandwidth = 1, cacheBytes = 0, cachedCopyBandwidth = 0;
-  double copyMemoryBandwidth = 0;
-  double passBandwidth(double workingSet) const {
-    return gpipe::passBandwidth(workingSet, cacheBytes, cachedCopyBandwidth,
+  double stashCacheBytes = 0, copyMemoryBandwidth = 0;
+  double passBandwidth(double workingSet, double cache) const {
+    return gpipe::passBandwidth(workingSet, cache, cachedCopyBandwidth,
                                 copyMemoryBandwidth > 0 ? copyMemoryBandwidth
                                                         : memoryBandwidth);
   }

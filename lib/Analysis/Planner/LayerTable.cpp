@@ -54,6 +54,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.measured.assign(n, std::nullopt);
   t.family.assign(n, "");
   t.backwardShare.assign(n, 1);
+  t.inputGradient.assign(n, true);
   // The trainable parameters' names, looked up once.
   llvm::StringSet<> trainableNames;
   for (ParameterOp param :
@@ -110,8 +111,19 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     }
     if (activation || parameter)
       varying.insert(op->getResults().begin(), op->getResults().end());
+    // Of a matmul or convolution on the data itself, the weights' gradient
+    // only: half its family's backward; a narrow convolution's fit is a
+    // first layer's (its weights' gradient alone: where such layers are),
+    // so a narrow one deeper in costs its input's gradient as much again.
+    bool narrow = t.family[i] == "narrow_conv";
+    t.inputGradient[i] = activation;
     if (!activation)
-      t.backwardShare[i] = !parameter ? 0 : timedByFlops(t.family[i]) ? 0.5 : 1;
+      t.backwardShare[i] = !parameter                  ? 0
+                           : narrow                    ? 1
+                           : timedByFlops(t.family[i]) ? 0.5
+                                                       : 1;
+    else if (narrow)
+      t.backwardShare[i] = 2;
     for (Value r : op->getResults()) {
       double bytes = nn::detail::numBytes(r.getType());
       t.activationBytes[i] += bytes;
@@ -170,7 +182,8 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
 }
 
 bool gpipe::timedByFlops(llvm::StringRef family) {
-  return family == "matmul" || family == "conv" || family == "depthwise_conv";
+  return family == "matmul" || family == "conv" || family == "depthwise_conv" ||
+         family == "narrow_conv";
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
@@ -183,13 +196,14 @@ bool gpipe::overFeatureMaps(llvm::StringRef family) {
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
-  return family == "conv" || family == "depthwise_conv";
+  return family == "conv" || family == "depthwise_conv" ||
+         family == "narrow_conv";
 }
 
 double LayerTable::conversionSeconds(int64_t i, const DeviceProfile &profile,
                                      bool backward) const {
   if (measured[i] || !convertsParameters(family[i]) ||
-      (backward && backwardShare[i] != 1))
+      (backward && !inputGradient[i]))
     return 0;
   return profile.conversionSeconds(family[i], constantBytes[i], backward);
 }

@@ -14,17 +14,19 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // micro-batches: in cache when they fit) and the optimizer's pass over
   // parameters, gradients and state, at memory bandwidth.
   double bw = f.memoryBandwidth;
-  // A micro-batch's copies run within the cache when what they touch
-  // stays there from a slot's write to its read: its source and
-  // destination, and the rest of the stage's memory that the other
-  // micro-batches pass through meanwhile (a one-stage GPT at M = 1: 15 MiB
-  // of stash copied at the memory's rate; a small CNN's 1.4 MiB a
-  // micro-batch in a 9 MiB stage on a machine whose copies stay in cache
-  // up to 8 MiB: at 8-13 GB/s, not the cache's 43).
-  double copies =
-      2.0 * (f.stashBytes + f.messages / 2.0) /
-      f.passBandwidth(std::max(2 * (f.stashBytes + f.messages), f.footprint));
-  double sumBandwidth = f.passBandwidth(2 * f.trainableBytes);
+  // A micro-batch's stash and messages are copied in cache when all they
+  // touch stays there from a slot's write to its read a step of the
+  // stage's traffic later: twice the micro-batch's bytes and the stage's
+  // whole planned memory, in the cores' own cache (a one-stage GPT at M = 1:
+  // 15 MiB of stash copied at the memory's rate; the main job's CNN at M =
+  // 4, a 9.3 MiB stage, at 8-13 GB/s where its copies were priced in a
+  // 16.5 MiB share of the level 3 at 43). The gradients' sum, touched every
+  // micro-batch, runs in cache when gradients and sum fit in the cores'
+  // whole cache (the README MLP's two stages at 8 micro-batches).
+  double touched = std::max(2 * (f.stashBytes + f.messages), f.footprint);
+  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) /
+                  f.passBandwidth(touched, f.stashCacheBytes);
+  double sumBandwidth = f.passBandwidth(2 * f.trainableBytes, f.cacheBytes);
   c.forward = f.forwardKernels + copies;
   c.forwardConversion = f.forwardConversion;
   c.backwardConversion = f.backwardConversion;
