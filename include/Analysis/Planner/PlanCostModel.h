@@ -36,7 +36,8 @@ struct StageFacts {
   double trainableBytes = 0;
   /// Bytes the stage's plan holds at its peak (arenas, parameters, the
   /// stash of every micro-batch alive, messages; 0: not known): what
-  /// passes between a stash slot's write and its read a micro-batch later.
+  /// passes through the caches between a stash slot's write (a forward)
+  /// and its read (that micro-batch's backward).
   double footprint = 0;
   /// The stage's device's memory bandwidth, its cores' cache and the rate
   /// of a copy within it (DeviceProfile::memoryBandwidth, cacheBytes and

@@ -192,7 +192,8 @@ bool gpipe::isGeneratedLoop(llvm::StringRef family) {
 
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
   return family == "conv" || family == "depthwise_conv" ||
-         family == "batch_norm" || family == "pooling" || family == "max_pool";
+         family == "narrow_conv" || family == "batch_norm" ||
+         family == "pooling" || family == "max_pool";
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
