@@ -5,8 +5,8 @@
 // gradients of overlapping windows summed. On random maps with ties, a
 // NaN and a -inf window planted; windows of 2x2 stride 2 (VGG's), 3x3
 // stride 2 padded (ResNet's stem), stride 1, dilated, and ceil_mode
-// windows running past the map's end; windows that tile the map's rows
-// (the backend's path that takes the maxima over columns, then rows).
+// windows running past the map's end (through the backend's padded copy of
+// the map); windows that tile the map's rows (no copy).
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"
@@ -154,7 +154,7 @@ TEST(CpuPoolKernels, MaxPoolAsPyTorch) {
   checkMaxPool({2, 3, 13, 10, 3, 2, 2, 2, false});  // dilated
   checkMaxPool({2, 3, 7, 9, 2, 2, 0, 1, true});     // past the end
   checkMaxPool({1, 5, 6, 6, 3, 3, 1, 1, true});
-  // Windows that tile the rows (the backend's separable path).
+  // Windows that tile the rows (scanned without a padded copy).
   checkMaxPool({1, 5, 6, 6, 3, 3, 0, 1, false});
   checkMaxPool({2, 3, 8, 8, 2, 4, 0, 2, false});
 }

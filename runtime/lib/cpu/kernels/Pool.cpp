@@ -127,7 +127,11 @@ inline void keepLarger(float v, int32_t i, float &best, int32_t &at) {
 /// reorders three tensors and runs the forward again for the arg-max
 /// positions (the first layer of a small CNN, [8, 16, 28, 28]: 0.1 and
 /// 0.7 ms on one core, for a pass or two over 400 kB; 0.06-0.1 and
-/// 0.16-0.19 ms here). The arg-max is
+/// 0.16-0.19 ms here; ResNet-18's 3x3 stride-2 padded windows on [32, 64,
+/// 16, 16]: 1.2 and 5.0 ms, here 1.4 and 2.9-3.1). Each map is scanned as
+/// one run: the maxima over the windows' columns for every row, then over
+/// their rows for every output row (a padded copy of the map first where
+/// the windows do not tile its rows). The arg-max is
 /// PyTorch's: taps scanned row by row, the first largest value, a NaN
 /// taken where met (NaN propagates); an output whose taps are all -inf
 /// routes its gradient to its first tap. Each map is one thread's, in one
@@ -170,22 +174,23 @@ public:
     pw = p[1];
     dh = d[0];
     dw = d[1];
-    // Per column tap, the outputs whose tap reads the map: ix = ox sw -
-    // pw + kx dw in [0, w).
-    for (int64_t kx = 0; kx < kw; ++kx) {
-      int64_t offset = kx * dw - pw, lo = 0, hi = ow;
-      while (lo < ow && lo * sw + offset < 0)
-        ++lo;
-      while (hi > lo && (hi - 1) * sw + offset >= w)
-        --hi;
-      columns.push_back({offset, lo, hi});
+    // Where the windows do not tile the map's rows (padding, overlap: the
+    // 3x3 windows of stride 2 of ResNet's stem), the map is first copied
+    // into one padded with -inf that they tile: rows of ow' sw columns,
+    // the map at (ph, pw), ow' >= ow outputs a row (those past ow are
+    // computed and dropped), and past the last row the few columns the
+    // last dropped outputs read.
+    padded = !(ph == 0 && pw == 0 && w == ow * sw &&
+               (ow - 1) * sw + (kw - 1) * dw < w &&
+               (oh - 1) * sh + (kh - 1) * dh < h);
+    rowOutputs = ow;
+    rows = h;
+    if (padded) {
+      int64_t span = std::max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1);
+      rowOutputs = std::max(ow, (span + sw - 1) / sw);
+      rows = std::max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1);
     }
-    // Every window inside the map, and input row iy's windows the run
-    // of flat outputs iy ow ... (iy + 1) ow - 1 (w = ow sw): VGG's 2x2
-    // windows of stride 2 on even maps.
-    separable = ph == 0 && pw == 0 && w == ow * sw &&
-                (ow - 1) * sw + (kw - 1) * dw < w &&
-                (oh - 1) * sh + (kh - 1) * dh < h;
+    rowWidth = padded ? rowOutputs * sw : w;
   }
 
   void run() override {
@@ -193,13 +198,20 @@ public:
     parallelChunks(planes, grain, [&](int64_t lo, int64_t hi) {
       std::vector<float> best(static_cast<size_t>(ow));
       std::vector<int32_t> at(static_cast<size_t>(ow));
-      std::vector<float> rowBest(separable ? static_cast<size_t>(h * ow) : 0);
+      std::vector<float> map(
+          padded ? static_cast<size_t>(rows * rowWidth + (kw - 1) * dw) : 0,
+          -std::numeric_limits<float>::infinity());
+      std::vector<float> rowBest(static_cast<size_t>(rows * rowOutputs));
       std::vector<int32_t> rowAt(
-          separable && gradient ? static_cast<size_t>(h * ow) : 0);
+          gradient ? static_cast<size_t>(rows * rowOutputs) : 0);
       for (int64_t plane = lo; plane < hi; ++plane) {
         const float *x = input + plane * h * w;
-        if (separable)
-          scanColumns(x, rowBest.data(), gradient ? rowAt.data() : nullptr);
+        if (padded) {
+          for (int64_t y = 0; y < h; ++y)
+            std::copy_n(x + y * w, w, map.data() + (y + ph) * rowWidth + pw);
+          x = map.data();
+        }
+        scanColumns(x, rowBest.data(), gradient ? rowAt.data() : nullptr);
         float *dx = gradient ? gradInput + plane * h * w : nullptr;
         if (dx)
           std::fill_n(dx, h * w, 0.0f);
@@ -207,32 +219,26 @@ public:
           float *maxima =
               gradient ? best.data() : output + (plane * oh + oy) * ow;
           int32_t *where = gradient ? at.data() : nullptr;
-          if (separable)
-            scanRows(rowBest.data(), rowAt.data(), oy, maxima, where);
-          else
-            scanRow(x, oy, maxima, where);
+          scanRows(rowBest.data(), rowAt.data(), oy, maxima, where);
           if (!dx)
             continue;
           const float *dy = gradOutput + (plane * oh + oy) * ow;
           for (int64_t ox = 0; ox < ow; ++ox)
-            dx[at[ox] >= 0 ? at[ox] : firstTap(oy, ox)] += dy[ox];
+            dx[mapIndex(at[ox], oy, ox)] += dy[ox];
         }
       }
     });
   }
 
 private:
-  struct Column {
-    int64_t offset, lo, hi; // ix = ox sw + offset, valid for ox in [lo, hi)
-  };
-
-  /// The separable path's first half: each input row's maxima over the
-  /// windows' columns, the whole map as one run of h x ow outputs (output
-  /// j reads x[j sw + kx dw]), into `rowBest` and with `rowAt` their flat
-  /// indices. The same maxima and arg-maxima as scanning each window row
-  /// by row: the first largest of the first row that holds the largest.
+  /// The first half: each row's maxima over the windows' columns, the
+  /// whole map (`x`, the input's or the padded copy) as one run of rows x
+  /// rowOutputs outputs (output j reads x[j sw + kx dw]), into `rowBest`
+  /// and with `rowAt` their flat indices in `x`. The same maxima and
+  /// arg-maxima as scanning each window row by row: the first largest of
+  /// the first row that holds the largest.
   void scanColumns(const float *x, float *rowBest, int32_t *rowAt) const {
-    int64_t n = h * ow;
+    int64_t n = rows * rowOutputs;
     for (int64_t j = 0; j < n; ++j)
       rowBest[j] = x[j * sw];
     if (rowAt)
@@ -247,16 +253,16 @@ private:
     }
   }
 
-  /// Its second half: output row `oy`'s maxima over the windows' rows of
+  /// The second half: output row `oy`'s maxima over the windows' rows of
   /// `rowBest` into `best`, and with `at` their flat indices.
   void scanRows(const float *rowBest, const int32_t *rowAt, int64_t oy,
                 float *best, int32_t *at) const {
-    const float *first = rowBest + oy * sh * ow;
+    const float *first = rowBest + oy * sh * rowOutputs;
     std::copy_n(first, ow, best);
     if (at)
-      std::copy_n(rowAt + oy * sh * ow, ow, at);
+      std::copy_n(rowAt + oy * sh * rowOutputs, ow, at);
     for (int64_t ky = 1; ky < kh; ++ky) {
-      int64_t row = (oy * sh + ky * dh) * ow;
+      int64_t row = (oy * sh + ky * dh) * rowOutputs;
       const float *r = rowBest + row;
       if (!at) {
         for (int64_t ox = 0; ox < ow; ++ox)
@@ -266,29 +272,6 @@ private:
       const int32_t *ra = rowAt + row;
       for (int64_t ox = 0; ox < ow; ++ox) {
         keepLarger(r[ox], ra[ox], best[ox], at[ox]);
-      }
-    }
-  }
-
-  /// The maxima of output row `oy` of map `x` into `best`, and with `at`
-  /// the flat index of each (-1 where no tap exceeds -inf).
-  void scanRow(const float *x, int64_t oy, float *best, int32_t *at) const {
-    std::fill_n(best, ow, -std::numeric_limits<float>::infinity());
-    if (at)
-      std::fill_n(at, ow, int32_t(-1));
-    for (int64_t ky = 0; ky < kh; ++ky) {
-      int64_t iy = oy * sh - ph + ky * dh;
-      if (iy < 0 || iy >= h)
-        continue;
-      for (const Column &c : columns) {
-        int32_t first = static_cast<int32_t>(iy * w + c.offset);
-        const float *row = x + first;
-        if (sw == 1)
-          scanTap<1>(row, 1, first, c.lo, c.hi, best, at);
-        else if (sw == 2)
-          scanTap<2>(row, 2, first, c.lo, c.hi, best, at);
-        else
-          scanTap<0>(row, sw, first, c.lo, c.hi, best, at);
       }
     }
   }
@@ -314,22 +297,30 @@ private:
     }
   }
 
-  /// The flat index of output (oy, ox)'s first tap inside the map.
-  int64_t firstTap(int64_t oy, int64_t ox) const {
-    int64_t iy = oy * sh - ph, ix = ox * sw - pw;
-    while (iy < 0)
-      iy += dh;
-    while (ix < 0)
-      ix += dw;
-    return std::min(iy, h - 1) * w + std::min(ix, w - 1);
+  /// The input's flat index of arg-max `at` (a flat index of the map
+  /// scanned) of output (oy, ox): itself, or where `at` is the padding
+  /// (every tap -inf), the output's first tap inside the map.
+  int64_t mapIndex(int32_t at, int64_t oy, int64_t ox) const {
+    if (!padded)
+      return at;
+    int64_t y = at / rowWidth - ph, x = at % rowWidth - pw;
+    if (y >= 0 && y < h && x >= 0 && x < w)
+      return y * w + x;
+    y = oy * sh - ph;
+    x = ox * sw - pw;
+    while (y < 0)
+      y += dh;
+    while (x < 0)
+      x += dw;
+    return std::min(y, h - 1) * w + std::min(x, w - 1);
   }
 
-  bool gradient, separable = false;
+  bool gradient, padded = false;
+  int64_t rows = 0, rowOutputs = 0, rowWidth = 0; // of the map scanned
   const float *input = nullptr, *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-  std::vector<Column> columns;
 };
 
 std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
