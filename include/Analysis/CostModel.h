@@ -98,12 +98,6 @@ struct DeviceProfile {
   };
   std::vector<KernelFit> kernels;
 
-  /// Bytes/s of a pass of the runtime over `workingSet` bytes (the
-  /// gradients summed over the micro-batches): the in-cache copy rate
-  /// (the link's, a 4 MiB copy) when they fit in the cores' cache, else
-  /// the rate of the runtime's copies beyond it (copyBandwidth).
-  double passBandwidth(double workingSet) const;
-
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
   /// conv, bytes for the others) and moving `bytes` on this device, of
   /// which `parameterBytes` are the parameters' and constants' it reads,

@@ -196,11 +196,6 @@ double gpipe::passBandwidth(double workingSet, double cacheBytes,
   return memoryBandwidth;
 }
 
-double gpipe::DeviceProfile::passBandwidth(double workingSet) const {
-  return gpipe::passBandwidth(workingSet, cacheBytes, linkBandwidth,
-                              copyBandwidth());
-}
-
 double gpipe::allReduceTime(double bytes, int64_t replicas,
                             const DeviceProfile &profile) {
   if (replicas <= 1)

@@ -66,20 +66,20 @@ double ringCopyBandwidth(size_t workingSet, int repeats) {
   return 2.0 * 2.0 * 4.0 * static_cast<double>(part) / t; // read + write
 }
 
-} // namespace
-
 /// The rate of the runtime's copies beyond the caches: a stash ring of 64
 /// MiB, GB/s. A stash slot is read back a step of the stage's traffic after
 /// its write, so beyond the cores' own cache its copies run at this rate,
 /// not at the 256 MiB memcpy's (glibc streams stores past the cache at that
 /// size: 19.7 GB/s here against 11.6 for the ring).
-double gpipe::measureCopies(llvm::raw_ostream &log) {
+double measureCopies(llvm::raw_ostream &log) {
   double gbps = ringCopyBandwidth(size_t(64) << 20, 7) / 1e9;
   log << llvm::format("calibrate: one core: the runtime's copies beyond the "
                       "caches (a 64 MiB stash ring) %.1f GB/s\n",
                       gbps);
   return gbps;
 }
+
+} // namespace
 
 namespace {
 /// The slowest link from rank 0 to another rank (bytes/s and seconds per

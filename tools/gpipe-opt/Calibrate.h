@@ -25,10 +25,6 @@ namespace gpipe {
 std::string calibrateCpu(mlir::DialectRegistry &registry,
                          llvm::raw_ostream &log);
 
-/// The rate of the runtime's copies beyond the caches on this thread's
-/// core (a 64 MiB stash ring), GB/s (logged).
-double measureCopies(llvm::raw_ostream &log);
-
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();
 

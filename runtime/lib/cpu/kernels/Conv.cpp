@@ -113,11 +113,11 @@ public:
     cout = w.shape[0];
     kh = w.shape[2];
     kw = w.shape[3];
-    std::vector<int64_t> p = spec.ints("pads"), d = spec.ints("dilations");
+    Window2d win = window2d(spec);
     // The output pixel reads input (i d - pad) through tap i (any stride).
     for (int64_t i = 0; i < kh; ++i)
       for (int64_t j = 0; j < kw; ++j) {
-        int64_t y = i * d[0] - p[0], x = j * d[1] - p[1];
+        int64_t y = i * win.dh - win.ph, x = j * win.dw - win.pw;
         if (y >= 0 && y < h && x >= 0 && x < w_) {
           taps.push_back(i * kw + j);
           pixels.push_back(y * w_ + x);
@@ -233,7 +233,8 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
 /// geometry (ONNX's strides, leading pads and dilations).
 class GradWeight2dKernel : public Kernel {
 protected:
-  GradWeight2dKernel(const KernelSpec &spec, const KernelMemory &mem) {
+  GradWeight2dKernel(const KernelSpec &spec, const KernelMemory &mem)
+      : win(window2d(spec)) {
     const TensorSlot &x = spec.operand("input");
     const TensorSlot &dy = spec.operand("grad_output");
     const TensorSlot &dw = spec.result("grad_weight");
@@ -250,20 +251,13 @@ protected:
     ow = dy.shape[3];
     kh = dw.shape[2];
     kw = dw.shape[3];
-    std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
-                         d = spec.ints("dilations");
-    sh = s[0];
-    sw = s[1];
-    ph = p[0];
-    pw = p[1];
-    dh = d[0];
-    dw_ = d[1];
   }
 
   const float *input = nullptr, *gradOutput = nullptr;
   float *gradWeight = nullptr;
   int64_t groups = 1, n = 0, c = 0, h = 0, w = 0, cout = 0, oh = 0, ow = 0;
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw_ = 1;
+  int64_t kh = 0, kw = 0;
+  Window2d win;
 };
 
 /// The weight gradient of a depthwise 2-D convolution (one input and one
@@ -293,11 +287,11 @@ public:
             for (int64_t x = 0; x < ow; ++x) {
               double g = gs[y * ow + x];
               for (int64_t i = 0; i < kh; ++i) {
-                int64_t iy = y * sh - ph + i * dh;
+                int64_t iy = y * win.sh - win.ph + i * win.dh;
                 if (iy < 0 || iy >= h)
                   continue;
                 for (int64_t j = 0; j < kw; ++j) {
-                  int64_t ix = x * sw - pw + j * dw_;
+                  int64_t ix = x * win.sw - win.pw + j * win.dw;
                   if (ix >= 0 && ix < w)
                     acc[i * kw + j] += g * xs[iy * w + ix];
                 }
@@ -341,10 +335,10 @@ public:
       return false;
     };
     for (int64_t i = 0; i < kh; ++i)
-      if (reads(i, oh, sh, ph, dh, h))
+      if (reads(i, oh, win.sh, win.ph, win.dh, h))
         tapsY.push_back(i);
     for (int64_t j = 0; j < kw; ++j)
-      if (reads(j, ow, sw, pw, dw_, w))
+      if (reads(j, ow, win.sw, win.pw, win.dw, w))
         tapsX.push_back(j);
     int64_t taps = static_cast<int64_t>(tapsY.size() * tapsX.size());
     patch = (c / groups) * taps;
@@ -382,9 +376,9 @@ public:
             for (int64_t k = 0; k < cg; ++k) {
               const float *plane = input + (b * c + g * cg + k) * h * w;
               for (int64_t i : tapsY) {
-                int64_t iy = y * sh - ph + i * dh;
+                int64_t iy = y * win.sh - win.ph + i * win.dh;
                 for (int64_t j : tapsX) {
-                  int64_t iz = z * sw - pw + j * dw_;
+                  int64_t iz = z * win.sw - win.pw + j * win.dw;
                   *out++ = iy >= 0 && iy < h && iz >= 0 && iz < w
                                ? plane[iy * w + iz]
                                : 0.0f;

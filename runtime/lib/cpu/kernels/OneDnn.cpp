@@ -49,6 +49,12 @@ void needEntries(const KernelSpec &spec, const std::string &key, size_t size) {
               " entries");
 }
 
+Window2d window2d(const KernelSpec &spec) {
+  std::vector<int64_t> s = spec.ints("strides"), p = spec.ints("pads"),
+                       d = spec.ints("dilations");
+  return {s[0], s[1], p[0], p[1], d[0], d[1]};
+}
+
 void PrimitiveKernel::run() {
   primitive.execute(dnn.stream, args);
   dnn.stream.wait();

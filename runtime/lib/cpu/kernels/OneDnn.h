@@ -43,6 +43,14 @@ dims padLeft(const std::vector<int64_t> &shape, size_t rank);
 /// Checks that the array attribute `key` has `size` entries.
 void needEntries(const KernelSpec &spec, const std::string &key, size_t size);
 
+/// A 2-D window's strides, leading pads and dilations as ONNX gives them
+/// (the attributes "strides", "pads", "dilations"): what the backend's own
+/// convolution and pooling loops read.
+struct Window2d {
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+Window2d window2d(const KernelSpec &spec);
+
 /// A primitive with its arguments, run as is, then an optional epilogue on
 /// the host.
 class PrimitiveKernel : public Kernel {

@@ -146,7 +146,7 @@ public:
 
   MaxPool2dKernel(const KernelSpec &spec, const KernelMemory &mem,
                   bool gradient)
-      : gradient(gradient) {
+      : gradient(gradient), win(window2d(spec)) {
     const TensorSlot &x = spec.operand("input");
     const TensorSlot &y =
         gradient ? spec.operand("grad_output") : spec.result("output");
@@ -163,34 +163,28 @@ public:
     w = x.shape[3];
     oh = y.shape[2];
     ow = y.shape[3];
-    std::vector<int64_t> k = spec.ints("kernel_shape"),
-                         s = spec.ints("strides"), p = spec.ints("pads"),
-                         d = spec.ints("dilations");
+    std::vector<int64_t> k = spec.ints("kernel_shape");
     kh = k[0];
     kw = k[1];
-    sh = s[0];
-    sw = s[1];
-    ph = p[0];
-    pw = p[1];
-    dh = d[0];
-    dw = d[1];
+
     // Where the windows do not tile the map's rows (padding, overlap: the
     // 3x3 windows of stride 2 of ResNet's stem), the map is first copied
-    // into one padded with -inf that they tile: rows of ow' sw columns,
-    // the map at (ph, pw), ow' >= ow outputs a row (those past ow are
+    // into one padded with -inf that they tile: rows of ow' win.sw columns,
+    // the map at (win.ph, win.pw), ow' >= ow outputs a row (those past ow are
     // computed and dropped), and past the last row the few columns the
     // last dropped outputs read.
-    padded = !(ph == 0 && pw == 0 && w == ow * sw &&
-               (ow - 1) * sw + (kw - 1) * dw < w &&
-               (oh - 1) * sh + (kh - 1) * dh < h);
+    padded = !(win.ph == 0 && win.pw == 0 && w == ow * win.sw &&
+               (ow - 1) * win.sw + (kw - 1) * win.dw < w &&
+               (oh - 1) * win.sh + (kh - 1) * win.dh < h);
     rowOutputs = ow;
     rows = h;
     if (padded) {
-      int64_t span = std::max(pw + w, (ow - 1) * sw + (kw - 1) * dw + 1);
-      rowOutputs = std::max(ow, (span + sw - 1) / sw);
-      rows = std::max(ph + h, (oh - 1) * sh + (kh - 1) * dh + 1);
+      int64_t span =
+          std::max(win.pw + w, (ow - 1) * win.sw + (kw - 1) * win.dw + 1);
+      rowOutputs = std::max(ow, (span + win.sw - 1) / win.sw);
+      rows = std::max(win.ph + h, (oh - 1) * win.sh + (kh - 1) * win.dh + 1);
     }
-    rowWidth = padded ? rowOutputs * sw : w;
+    rowWidth = padded ? rowOutputs * win.sw : w;
   }
 
   void run() override {
@@ -199,7 +193,7 @@ public:
       std::vector<float> best(static_cast<size_t>(ow));
       std::vector<int32_t> at(static_cast<size_t>(ow));
       std::vector<float> map(
-          padded ? static_cast<size_t>(rows * rowWidth + (kw - 1) * dw) : 0,
+          padded ? static_cast<size_t>(rows * rowWidth + (kw - 1) * win.dw) : 0,
           -std::numeric_limits<float>::infinity());
       std::vector<float> rowBest(static_cast<size_t>(rows * rowOutputs));
       std::vector<int32_t> rowAt(
@@ -208,7 +202,8 @@ public:
         const float *x = input + plane * h * w;
         if (padded) {
           for (int64_t y = 0; y < h; ++y)
-            std::copy_n(x + y * w, w, map.data() + (y + ph) * rowWidth + pw);
+            std::copy_n(x + y * w, w,
+                        map.data() + (y + win.ph) * rowWidth + win.pw);
           x = map.data();
         }
         scanColumns(x, rowBest.data(), gradient ? rowAt.data() : nullptr);
@@ -233,23 +228,23 @@ public:
 private:
   /// The first half: each row's maxima over the windows' columns, the
   /// whole map (`x`, the input's or the padded copy) as one run of rows x
-  /// rowOutputs outputs (output j reads x[j sw + kx dw]), into `rowBest`
-  /// and with `rowAt` their flat indices in `x`. The same maxima and
+  /// rowOutputs outputs (output j reads x[j win.sw + kx win.dw]), into
+  /// `rowBest` and with `rowAt` their flat indices in `x`. The same maxima and
   /// arg-maxima as scanning each window row by row: the first largest of
   /// the first row that holds the largest.
   void scanColumns(const float *x, float *rowBest, int32_t *rowAt) const {
     int64_t n = rows * rowOutputs;
     for (int64_t j = 0; j < n; ++j)
-      rowBest[j] = x[j * sw];
+      rowBest[j] = x[j * win.sw];
     if (rowAt)
       for (int64_t j = 0; j < n; ++j)
-        rowAt[j] = static_cast<int32_t>(j * sw);
+        rowAt[j] = static_cast<int32_t>(j * win.sw);
     for (int64_t kx = 1; kx < kw; ++kx) {
-      int32_t first = static_cast<int32_t>(kx * dw);
-      if (sw == 2)
+      int32_t first = static_cast<int32_t>(kx * win.dw);
+      if (win.sw == 2)
         scanTap<2>(x + first, 2, first, 0, n, rowBest, rowAt);
       else
-        scanTap<0>(x + first, sw, first, 0, n, rowBest, rowAt);
+        scanTap<0>(x + first, win.sw, first, 0, n, rowBest, rowAt);
     }
   }
 
@@ -257,12 +252,12 @@ private:
   /// `rowBest` into `best`, and with `at` their flat indices.
   void scanRows(const float *rowBest, const int32_t *rowAt, int64_t oy,
                 float *best, int32_t *at) const {
-    const float *first = rowBest + oy * sh * rowOutputs;
+    const float *first = rowBest + oy * win.sh * rowOutputs;
     std::copy_n(first, ow, best);
     if (at)
-      std::copy_n(rowAt + oy * sh * rowOutputs, ow, at);
+      std::copy_n(rowAt + oy * win.sh * rowOutputs, ow, at);
     for (int64_t ky = 1; ky < kh; ++ky) {
-      int64_t row = (oy * sh + ky * dh) * rowOutputs;
+      int64_t row = (oy * win.sh + ky * win.dh) * rowOutputs;
       const float *r = rowBest + row;
       if (!at) {
         for (int64_t ox = 0; ox < ow; ++ox)
@@ -303,15 +298,15 @@ private:
   int64_t mapIndex(int32_t at, int64_t oy, int64_t ox) const {
     if (!padded)
       return at;
-    int64_t y = at / rowWidth - ph, x = at % rowWidth - pw;
+    int64_t y = at / rowWidth - win.ph, x = at % rowWidth - win.pw;
     if (y >= 0 && y < h && x >= 0 && x < w)
       return y * w + x;
-    y = oy * sh - ph;
-    x = ox * sw - pw;
+    y = oy * win.sh - win.ph;
+    x = ox * win.sw - win.pw;
     while (y < 0)
-      y += dh;
+      y += win.dh;
     while (x < 0)
-      x += dw;
+      x += win.dw;
     return std::min(y, h - 1) * w + std::min(x, w - 1);
   }
 
@@ -320,7 +315,8 @@ private:
   const float *input = nullptr, *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t kh = 1, kw = 1;
+  Window2d win;
 };
 
 std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
