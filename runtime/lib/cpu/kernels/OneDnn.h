@@ -23,6 +23,10 @@ using dims = memory::dims;
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  /// The row-major copies of products' transposed left operands
+  /// (TransposedLhsGemm): a stage's kernels run one at a time on its
+  /// thread, so they share one buffer, as large as the largest copy.
+  std::vector<float> transposed;
 };
 
 /// Row-major float32 memory descriptor.

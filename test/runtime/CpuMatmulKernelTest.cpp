@@ -1,0 +1,124 @@
+// The CPU backend's gemm (ONNX's Gemm without its bias: the products of
+// the forward and both gradients) against a float64 reference, with either
+// operand transposed. A transposed left operand whose rows are multiples of
+// 4 KiB (a weight gradient; 128 columns or more) goes through the backend's
+// row-major copy, which all gemm kernels of a backend share: the shapes here
+// leave partial tiles (32 x 32) at the edge, and two kernels of different sizes
+// share one backend, the larger created second, so the buffer grows after the
+// first kernel was made.
+#include "cpu/CpuBackend.h"
+
+#include "KernelSpecBuilder.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+using namespace gpipe::runtime;
+
+namespace {
+
+struct GemmCase {
+  int64_t m, k, n;
+  bool transA, transB;
+};
+
+/// A gemm kernel over its own arena, its operands drawn at random.
+struct GemmRun {
+  explicit GemmRun(const GemmCase &g, std::mt19937 &rng) : g(g), spec("gemm") {
+    spec.operand("a", g.transA ? std::vector<int64_t>{g.k, g.m}
+                               : std::vector<int64_t>{g.m, g.k});
+    spec.operand("b", g.transB ? std::vector<int64_t>{g.n, g.k}
+                               : std::vector<int64_t>{g.k, g.n});
+    spec.result("output", {g.m, g.n});
+    spec.number("alpha", {1.0}).number("beta", {1.0});
+    spec.number("trans_a", {g.transA ? 1.0 : 0.0});
+    spec.number("trans_b", {g.transB ? 1.0 : 0.0});
+    arena.resize(static_cast<size_t>(spec.arenaBytes()));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int i = 0; i < 2; ++i) {
+      const TensorSlot &t = spec.spec.operands[i];
+      float *p = reinterpret_cast<float *>(arena.data() + t.offset);
+      for (int64_t e = 0; e < t.numElements(); ++e)
+        p[e] = normal(rng);
+    }
+    // The result starts as garbage: every element must be written.
+    std::fill_n(output(), g.m * g.n, 1e30f);
+  }
+  float *operand(int i) {
+    return reinterpret_cast<float *>(arena.data() +
+                                     spec.spec.operands[i].offset);
+  }
+  float *output() {
+    return reinterpret_cast<float *>(arena.data() +
+                                     spec.spec.results[0].offset);
+  }
+  std::unique_ptr<Kernel> create(cpu::CpuBackend &cpu) {
+    KernelMemory mem{arena.data(), arena.data(), false, &update, &random};
+    return cpu.createKernel(spec.spec, mem);
+  }
+  /// Elements further from the float64 product than float32 summation of
+  /// k products can be (k units in the last place of the sum of the terms'
+  /// magnitudes, the classical bound).
+  int64_t wrongElements() {
+    const float *a = operand(0), *b = operand(1), *c = output();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t l = 0; l < g.k; ++l) {
+          double x = g.transA ? a[l * g.m + i] : a[i * g.k + l];
+          double y = g.transB ? b[j * g.k + l] : b[l * g.n + j];
+          sum += x * y;
+          magnitude += std::fabs(x * y);
+        }
+        double bound = static_cast<double>(g.k) * FLT_EPSILON * magnitude;
+        wrong += !(std::fabs(c[i * g.n + j] - sum) <= bound);
+      }
+    return wrong;
+  }
+
+  GemmCase g;
+  test::KernelCase spec;
+  std::vector<char> arena;
+  bool update = true;
+  RandomState random{1, 0, 0};
+};
+
+TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
+  std::mt19937 rng(5);
+  const GemmCase cases[] = {
+      {1024, 45, 130, true, false}, // copied row-major first
+      {2048, 33, 128, true, true},  // copied, the right one transposed too
+      {1000, 40, 200, true, false}, // rows of 4000 bytes: strided
+      {1024, 40, 100, true, false}, // too few columns to copy: strided
+      {37, 29, 80, false, true},    // a Linear layer's forward
+      {41, 53, 72, false, false},   // its input's gradient
+  };
+  for (const GemmCase &g : cases) {
+    cpu::CpuBackend cpu("cpu:0");
+    GemmRun run(g, rng);
+    run.create(cpu)->run();
+    EXPECT_EQ(run.wrongElements(), 0)
+        << g.m << "x" << g.k << "x" << g.n << " trans_a " << g.transA
+        << " trans_b " << g.transB;
+  }
+  // Two copied products on one backend, the larger made after the
+  // smaller: each runs on the shared buffer as it is when it runs.
+  cpu::CpuBackend cpu("cpu:0");
+  GemmRun small({1024, 20, 128, true, false}, rng),
+      large({2048, 30, 140, true, false}, rng);
+  std::unique_ptr<Kernel> first = small.create(cpu);
+  std::unique_ptr<Kernel> second = large.create(cpu);
+  first->run();
+  second->run();
+  first->run();
+  EXPECT_EQ(small.wrongElements(), 0);
+  EXPECT_EQ(large.wrongElements(), 0);
+}
+
+} // namespace
