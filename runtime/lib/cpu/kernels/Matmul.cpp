@@ -64,8 +64,7 @@ public:
   TransposedLhsGemm(OneDnn &dnn, dnnl::matmul primitive, const float *a,
                     int64_t m, int64_t k, memory weights, memory dst)
       : dnn(dnn), primitive(std::move(primitive)), a(a), m(m), k(k),
-        copy(memory::desc(dims{m, k}, memory::data_type::f32, dims{k, 1}),
-             dnn.engine, nullptr),
+        copy(plainDesc({m, k}), dnn.engine, nullptr),
         weights(std::move(weights)), dst(std::move(dst)) {
     if (dnn.transposed.size() < static_cast<size_t>(m * k))
       dnn.transposed.resize(static_cast<size_t>(m * k));
@@ -139,8 +138,7 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   // other strides the copy measured no gain or a loss: rows of 3 KiB
   // spread over the cache's sets.)
   if (transA && alpha == 1.0f && !c && m % 1024 == 0 && n >= 128) {
-    memory::desc rowMajor(dims{m, k}, memory::data_type::f32, dims{k, 1});
-    dnnl::matmul::desc desc(rowMajor, weightsDesc, dst.get_desc());
+    dnnl::matmul::desc desc(plainDesc({m, k}), weightsDesc, dst.get_desc());
     dnnl::matmul::primitive_desc pd(desc, dnn.engine);
     return std::make_unique<TransposedLhsGemm>(
         dnn, dnnl::matmul(pd), reinterpret_cast<const float *>(mem.address(a)),
