@@ -48,6 +48,9 @@ struct CompileOptions {
   std::optional<std::string> devices;
   /// --const-input NAME=FILE bindings (FILE: a serialized TensorProto).
   std::vector<std::pair<std::string, std::string>> constInputFiles;
+  /// --batch-axis: (input name or "" for all, the dimension carrying the
+  /// batch).
+  std::vector<std::pair<std::string, int64_t>> batchAxes;
   /// --freeze and --trainable: initializer name patterns.
   std::vector<std::string> freeze, trainable;
   /// Training: loss, optimizer and hyper-parameters, micro-batches (its

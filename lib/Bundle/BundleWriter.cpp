@@ -234,6 +234,15 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
          modelSlots(stagePhases.front()->getAttr("gpipe.inputs"), {Role::Data},
                     seenInputs))
       inputs.push_back(std::move(v));
+  // The axis of the samples in the arrays a user gives for an input whose
+  // model layout does not have them first (the phases take it
+  // batch-first).
+  if (auto axes = module->getAttrOfType<DictionaryAttr>(kDataBatchAxesAttrName))
+    for (json::Value &v : inputs) {
+      json::Object &input = *v.getAsObject();
+      if (auto axis = axes.getAs<IntegerAttr>(*input.getString("name")))
+        input["data_batch_axis"] = axis.getInt();
+    }
   auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
   json::Object manifest{
       {"format", "gpipe-bundle"},

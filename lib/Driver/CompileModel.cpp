@@ -527,13 +527,14 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   CompileOptions resolved = options;
   ONNXImportOptions import;
   import.batchSize = options.batchSize;
+  import.batchAxes = options.batchAxes;
   // The batch of one optimizer step: --batch-size, else the model's own
   // static batch (a plain torch.onnx.export), read once.
   std::optional<int64_t> batch = options.batchSize;
   if (training && !batch) {
     // An unreadable model is the first thing to say, whatever the flags.
     FailureOr<std::optional<int64_t>> staticBatch =
-        onnxStaticBatch(options.input, &context);
+        onnxStaticBatch(options.input, &context, import);
     if (failed(staticBatch))
       return 1;
     batch = *staticBatch;

@@ -1,6 +1,7 @@
 //===- AppendLoss.cpp - The training loss at the end of @forward ----------===//
 #include "Transforms/Passes.h"
 
+#include "Analysis/BatchPlacement.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
@@ -10,6 +11,7 @@ namespace gpipe {
 } // namespace gpipe
 
 using namespace mlir;
+using gpipe::BatchPlacement;
 
 namespace {
 
@@ -63,13 +65,15 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     // map for [N, C, H, W]).
     SmallVector<int64_t> rowShape(logits.getShape());
     rowShape.erase(rowShape.begin() + axis);
-    auto labelsType = RankedTensorType::get(rowShape, b.getIntegerType(64));
-    unsigned index = forward.getNumArguments();
-    forward.insertArgument(
-        index, labelsType,
-        gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
-        forward.getLoc());
-    Value rows = ret.getOperand(0), labels = forward.getArgument(index);
+    // Where the batch is among the positions (the class axis left out).
+    std::optional<BatchPlacement> placed = outputBatch(forward, 0);
+    if (placed && placed->axis == axis)
+      placed.reset();
+    else if (placed && placed->axis > axis)
+      --placed->axis;
+    Value rows = ret.getOperand(0);
+    Value labels =
+        appendLabels(forward, b, loc, rowShape, b.getIntegerType(64), placed);
     if (axis != rank - 1) {
       // The classes last, in the labels' order of positions.
       SmallVector<int64_t> perm;
@@ -83,7 +87,7 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
               b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
     }
     if (logits.getRank() > 2) {
-      int64_t n = labelsType.getNumElements();
+      int64_t n = cast<RankedTensorType>(labels.getType()).getNumElements();
       auto reshape = [&](Value v, ArrayRef<int64_t> shape) -> Value {
         return b.create<gpipe::nn::ReshapeOp>(
             loc, ValueRange{v},
@@ -115,15 +119,11 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
       return forward.emitError("--loss=mse needs a float output, got ")
              << out.getType();
     OpBuilder b(ret);
-    unsigned index = forward.getNumArguments();
-    forward.insertArgument(
-        index, type,
-        gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
-        forward.getLoc());
     Location loc = lossLocation(ret);
-    Value diff = b.create<gpipe::nn::SubOp>(
-        loc, ValueRange{out, forward.getArgument(index)},
-        ArrayRef<NamedAttribute>{});
+    Value labels = appendLabels(forward, b, loc, type.getShape(),
+                                type.getElementType(), outputBatch(forward, 0));
+    Value diff = b.create<gpipe::nn::SubOp>(loc, ValueRange{out, labels},
+                                            ArrayRef<NamedAttribute>{});
     Value square = b.create<gpipe::nn::MulOp>(loc, ValueRange{diff, diff},
                                               ArrayRef<NamedAttribute>{});
     SmallVector<int64_t> axes;
@@ -136,6 +136,88 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
             b.getNamedAttr("keepdims", b.getBoolAttr(false))});
     return setResults(forward, ret, {mean, out},
                       {"loss", resultName(forward, 0)});
+  }
+
+  /// Where output `i` of `forward` carries the batch (its arguments hold
+  /// it on axis 0).
+  static std::optional<BatchPlacement> outputBatch(func::FuncOp forward,
+                                                   unsigned i) {
+    int64_t batch = 0;
+    for (Type t : forward.getArgumentTypes())
+      if (auto ranked = dyn_cast<RankedTensorType>(t);
+          ranked && ranked.getRank() > 0) {
+        batch = ranked.getDimSize(0);
+        break;
+      }
+    if (batch <= 0)
+      return std::nullopt;
+    return gpipe::resultBatchPlacements(forward, batch)[i];
+  }
+
+  /// Appends the `labels` argument and returns it as a tensor of `shape`
+  /// (the positions of the output they label). Labels are a data input: the
+  /// phases take it batch-first, [b, ...] with each sample's labels in the
+  /// order of its positions. Where the output holds the batch elsewhere
+  /// (`placed`: [T, b, V] logits of a sequence-first model, [T * b, V] of
+  /// its view) they are moved to the output's order, and the arrays a user
+  /// gives hold their samples on that axis ([T, N]: the module's
+  /// gpipe.data_batch_axes).
+  static Value appendLabels(func::FuncOp forward, OpBuilder &b, Location loc,
+                            ArrayRef<int64_t> shape, Type elementType,
+                            std::optional<BatchPlacement> placed) {
+    unsigned index = forward.getNumArguments();
+    auto addArgument = [&](ArrayRef<int64_t> argShape) {
+      forward.insertArgument(
+          index, RankedTensorType::get(argShape, elementType),
+          gpipe::slotAttrs(b.getContext(), "labels", gpipe::Role::Data),
+          forward.getLoc());
+      return forward.getArgument(index);
+    };
+    int64_t batch = 0;
+    if (placed) {
+      auto first = cast<RankedTensorType>(forward.getArgumentTypes().front());
+      batch = first.getDimSize(0);
+    }
+    int64_t dim = placed ? shape[placed->axis] : 0;
+    if (!placed || batch <= 0 || dim % (batch * placed->inner) != 0 ||
+        (placed->axis == 0 && dim == batch * placed->inner))
+      return addArgument(shape); // batch-first already (or not known)
+    // The output's positions with the batch's dimension split into
+    // (outer, batch, inner), the batch at `at`.
+    int64_t outer = dim / (batch * placed->inner);
+    SmallVector<int64_t> split(shape.begin(), shape.begin() + placed->axis);
+    if (outer > 1)
+      split.push_back(outer);
+    int64_t at = static_cast<int64_t>(split.size());
+    split.push_back(batch);
+    if (placed->inner > 1)
+      split.push_back(placed->inner);
+    split.append(shape.begin() + placed->axis + 1, shape.end());
+    SmallVector<int64_t> argShape(split);
+    argShape.erase(argShape.begin() + at);
+    argShape.insert(argShape.begin(), batch);
+    Value labels = addArgument(argShape);
+    SmallVector<int64_t> perm;
+    for (int64_t j = 0; j < static_cast<int64_t>(split.size()); ++j)
+      perm.push_back(j < at ? j + 1 : j == at ? 0 : j);
+    labels = b.create<gpipe::nn::TransposeOp>(
+        loc, ValueRange{labels},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
+    if (split.size() != shape.size())
+      labels = b.create<gpipe::nn::ReshapeOp>(
+          loc, ValueRange{labels},
+          ArrayRef<NamedAttribute>{
+              b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
+    ModuleOp module = forward->getParentOfType<ModuleOp>();
+    NamedAttrList axes;
+    if (auto given = module->getAttrOfType<DictionaryAttr>(
+            gpipe::kDataBatchAxesAttrName))
+      axes.append(given.getValue());
+    axes.set("labels", b.getI64IntegerAttr(at));
+    module->setAttr(gpipe::kDataBatchAxesAttrName,
+                    axes.getDictionary(b.getContext()));
+    return labels;
   }
 
   LogicalResult useOutput(func::FuncOp forward, StringRef name) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -21,6 +22,16 @@ int64_t TensorSlot::numElements() const {
 
 int64_t TensorSlot::byteSize() const {
   return numElements() * static_cast<int64_t>(dtypeSize(dtype));
+}
+
+std::vector<int64_t> TensorSlot::dataShape(int64_t samples) const {
+  std::vector<int64_t> out(shape);
+  if (out.empty())
+    return out;
+  out.erase(out.begin());
+  out.insert(out.begin() + std::min<int64_t>(dataBatchAxis, out.size()),
+             samples);
+  return out;
 }
 
 void KernelSpec::fail(const std::string &why) const {
@@ -152,6 +163,13 @@ TensorSlot parseSlot(const json &j) {
         slot.batchInner < 1 ||
         slot.shape[slot.batchAxis] % slot.batchInner != 0)
       throw BundleError("tensor '" + slot.name + "' has an invalid batch");
+  }
+  if (j.contains("data_batch_axis")) {
+    slot.dataBatchAxis = integer<int64_t>(j.at("data_batch_axis"));
+    if (slot.dataBatchAxis < 0 ||
+        slot.dataBatchAxis >= int64_t(slot.shape.size()))
+      throw BundleError("tensor '" + slot.name +
+                        "' has an invalid data_batch_axis");
   }
   slot.space = j.value("space", "arena");
   slot.offset = integer<int64_t>(j.at("offset"));

@@ -25,16 +25,43 @@ int64_t InferenceSession::compiledBatch() const {
 }
 
 namespace {
+/// The slot as a user gives it: in the model's layout.
 std::string describeSlot(const TensorSlot &s) {
   HostTensor t;
   t.dtype = s.dtype;
-  t.shape = s.shape;
+  t.shape = s.shape.empty() ? s.shape : s.dataShape(s.shape.front());
   return t.describe();
 }
 } // namespace
 
 std::map<std::string, HostTensor>
-InferenceSession::run(const std::map<std::string, HostTensor> &inputs) {
+InferenceSession::run(const std::map<std::string, HostTensor> &given) {
+  // Inputs in the model's layout whose samples are not first (a
+  // sequence-first [T, B] input) as the compiled phase takes them.
+  std::map<std::string, HostTensor> moved;
+  for (const TensorSlot &slot : bundle_.inputs) {
+    auto it = given.find(slot.name);
+    if (slot.dataBatchAxis == 0 || it == given.end())
+      continue;
+    const HostTensor &t = it->second;
+    std::vector<int64_t> want = slot.dataShape(slot.shape.front());
+    bool fits = t.shape.size() == want.size();
+    for (size_t i = 0; fits && i < want.size(); ++i)
+      fits = int64_t(i) == slot.dataBatchAxis || t.shape[i] == want[i];
+    if (!fits)
+      throw InputError("input '" + slot.name + "' is " + t.describe() +
+                       " but the model expects " + describeSlot(slot) +
+                       " (its samples on axis " +
+                       std::to_string(slot.dataBatchAxis) + ")");
+    moved[slot.name] = moveAxisToFront(t, slot.dataBatchAxis);
+  }
+  const std::map<std::string, HostTensor> *all = &given;
+  if (!moved.empty()) {
+    for (const auto &[name, tensor] : given)
+      moved.try_emplace(name, tensor);
+    all = &moved;
+  }
+  const std::map<std::string, HostTensor> &inputs = *all;
   for (const auto &[name, tensor] : inputs) {
     bool known = false;
     for (const TensorSlot &s : bundle_.inputs)

@@ -53,6 +53,14 @@ std::map<std::string, HostTensor> loadText(const std::string &path,
   auto isSequence = [](const TensorSlot *slot) {
     return slot && slot->dtype == DType::I64 && slot->shape.size() == 2;
   };
+  for (const TensorSlot &slot : session.bundle().inputs)
+    if (slot.dataBatchAxis != 0)
+      throw InputError(path +
+                       " is read as plain text, which feeds "
+                       "batch-first language models only: '" +
+                       slot.name + "' holds its samples on axis " +
+                       std::to_string(slot.dataBatchAxis) +
+                       " (give an .npz in the model's layout)");
   if (session.dataInputs().size() != 2 || !isSequence(tokens) ||
       !isSequence(labels) || labels->shape[1] != tokens->shape[1])
     throw InputError(path +
@@ -130,6 +138,38 @@ void keepLocalArrays(TrainingSession &session,
     for (int64_t i = 0; i < it->second.numElements(); ++i)
       to[i] = from[i];
     it->second = std::move(wide);
+  }
+}
+
+/// Arrays in the model's layout whose samples are not first (a
+/// sequence-first model's [T, N] tokens, its labels [T, N]) with the
+/// samples moved first, as the compiled phases take them; an array of
+/// another shape is an error in the model's terms.
+void samplesFirst(const TrainingSession &session,
+                  std::map<std::string, HostTensor> &data,
+                  const std::string &source) {
+  for (const TensorSlot &slot : session.bundle().inputs) {
+    int64_t axis = slot.dataBatchAxis;
+    auto it = data.find(slot.name);
+    if (axis == 0 || it == data.end())
+      continue;
+    HostTensor &t = it->second;
+    std::vector<int64_t> want = slot.dataShape(0);
+    bool fits = t.shape.size() == want.size() && t.shape[axis] > 0;
+    for (size_t i = 0; fits && i < want.size(); ++i)
+      fits = int64_t(i) == axis || t.shape[i] == want[i];
+    if (!fits) {
+      std::string dims;
+      for (size_t i = 0; i < want.size(); ++i)
+        dims += (i ? ", " : "") +
+                (int64_t(i) == axis ? "N" : std::to_string(want[i]));
+      throw InputError(source + ": array '" + slot.name + "' is " +
+                       t.describe() + ", expected " +
+                       std::string(dtypeName(slot.dtype)) + "[" + dims +
+                       "] (the model's layout: N samples on axis " +
+                       std::to_string(axis) + ")");
+    }
+    t = moveAxisToFront(t, axis);
   }
 }
 
@@ -470,6 +510,7 @@ public:
               bool shuffle)
       : session(session), data(std::move(data)), seed(seed), shuffle(shuffle) {
     keepLocalArrays(session, this->data.arrays);
+    samplesFirst(session, this->data.arrays, this->data.source);
     checkLabels(session, this->data.arrays, this->data.source);
     samples = sampleCount(session, this->data);
     batchRows = session.batchSize() * session.replicas();
@@ -545,6 +586,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       throw InputError("--lr-schedule=step needs --lr-step-size=N");
     if (eval) {
       keepLocalArrays(session, eval->arrays);
+      samplesFirst(session, eval->arrays, eval->source);
       checkLabels(session, eval->arrays, eval->source);
     }
     int64_t evalSamples = eval ? sampleCount(session, *eval) : 0;
@@ -618,10 +660,11 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       // Batches a caller makes are widened and checked as arrays are.
       std::map<std::string, HostTensor> mini = train.batch(step);
       if (!train.checked()) {
+        std::string where =
+            train.describe() + " (step " + std::to_string(step + 1) + ")";
         keepLocalArrays(session, mini);
-        checkLabels(session, mini,
-                    train.describe() + " (step " + std::to_string(step + 1) +
-                        ")");
+        samplesFirst(session, mini, where);
+        checkLabels(session, mini, where);
       }
       double loss = session.step(mini);
       result.losses.push_back(loss);

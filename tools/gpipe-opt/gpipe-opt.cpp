@@ -248,6 +248,14 @@ cl::opt<int64_t> batchSizeOption(
              "batch)"),
     cl::init(0), cl::cat(inputCategory));
 
+cl::list<std::string> batchAxisOption(
+    "batch-axis",
+    cl::desc("The dimension of the graph inputs that carries the batch: K "
+             "for every input, NAME:K for one (a sequence-first [T, B] "
+             "input: 1; default: the symbolic dimension, the one named like "
+             "'batch' of several, else 0; ONNX input; repeatable)"),
+    cl::value_desc("K|NAME:K,..."), cl::CommaSeparated, cl::cat(inputCategory));
+
 cl::list<std::string> constInputOption(
     "const-input",
     cl::desc("NAME=FILE: make graph input NAME a compile-time constant with "
@@ -335,6 +343,22 @@ int compileOptions(StringRef input, StringRef output,
     o.constInputFiles.emplace_back(name.str(), file.str());
   }
   o.freeze.assign(freezeOption.begin(), freezeOption.end());
+  for (const std::string &entry : batchAxisOption) {
+    llvm::StringRef text(entry), name, number = text;
+    size_t colon = text.rfind(':');
+    if (colon != llvm::StringRef::npos) {
+      name = text.take_front(colon);
+      number = text.drop_front(colon + 1);
+    }
+    int64_t axis;
+    if (number.getAsInteger(10, axis) ||
+        (colon != llvm::StringRef::npos && name.empty())) {
+      llvm::errs() << "gpipe-opt: error: --batch-axis=" << entry
+                   << " is not K or NAME:K (an input's batch dimension)\n";
+      return 1;
+    }
+    o.batchAxes.emplace_back(name.str(), axis);
+  }
   o.trainable.assign(trainableOption.begin(), trainableOption.end());
   gpipe::TrainingOptions &t = o.training;
   t.microBatches = microBatchesOption;
@@ -484,11 +508,12 @@ int main(int argc, char **argv) {
   }
   if (emitOption.getNumOccurrences() || batchSizeOption.getNumOccurrences() ||
       constInputOption.getNumOccurrences() ||
-      freezeOption.getNumOccurrences() || trainableOption.getNumOccurrences()) {
-    llvm::errs()
-        << "gpipe-opt: error: --emit, --batch-size, --const-input, "
-           "--freeze and --trainable apply to ONNX input (a .onnx file); '"
-        << input << "' is read as MLIR\n";
+      batchAxisOption.getNumOccurrences() || freezeOption.getNumOccurrences() ||
+      trainableOption.getNumOccurrences()) {
+    llvm::errs() << "gpipe-opt: error: --emit, --batch-size, --batch-axis, "
+                    "--const-input, --freeze and --trainable apply to ONNX "
+                    "input (a .onnx file); '"
+                 << input << "' is read as MLIR\n";
     return 1;
   }
   return asMainReturnCode(MlirOptMain(argc, argv, input, output, registry));

@@ -43,6 +43,13 @@ std::optional<Role> roleOf(mlir::DictionaryAttr attrs);
 /// result is a model `output`.
 Role argRole(mlir::FunctionOpInterface f, unsigned index);
 Role resultRole(mlir::FunctionOpInterface f, unsigned index);
+/// The module attribute mapping each data input whose samples are not on
+/// the first axis of the arrays a user gives (a sequence-first [T, B]
+/// input, labels [T, B] for [T, B, V] logits) to that axis. The phases
+/// take every data input batch-first; the runtime moves the samples of
+/// arrays in the model's layout to the front (docs/importer.md).
+constexpr llvm::StringLiteral kDataBatchAxesAttrName = "gpipe.data_batch_axes";
+
 /// `{gpipe.name = name, gpipe.role = role}`.
 mlir::DictionaryAttr slotAttrs(mlir::MLIRContext *context, llvm::StringRef name,
                                Role role);

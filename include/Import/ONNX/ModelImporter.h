@@ -27,9 +27,11 @@ class DialectRegistry;
 namespace gpipe {
 
 struct ONNXImportOptions {
-  /// Replaces symbolic dimensions of graph inputs, or the first dimension
-  /// when all are static.
+  /// Replaces the batch dimension of graph inputs (batchAxisOf).
   std::optional<int64_t> batchSize;
+  /// --batch-axis: the dimension of a graph input that carries the batch,
+  /// by input name ("" for every input; negative counts from the end).
+  std::vector<std::pair<std::string, int64_t>> batchAxes;
   /// Graph inputs turned into compile-time constants: name -> serialized
   /// TensorProto (e.g. the shape argument of a Reshape).
   std::vector<std::pair<std::string, std::string>> constantInputs;
@@ -57,13 +59,14 @@ mlir::OwningOpRef<mlir::ModuleOp>
 importONNXFile(llvm::StringRef path, mlir::MLIRContext *context,
                const ONNXImportOptions &options);
 
-/// The static batch of a model file: the first dimension of its first
-/// graph input (not an initializer), when that is a number; none when it
-/// is symbolic (a dynamic_axes export); failure, with an error at the
-/// file's location as the importer would emit it, when the file cannot be
-/// read or is not an ONNX model.
+/// The static batch of a model file: the batch dimension (batchAxisOf) of
+/// its first graph input (not an initializer), when that is a number; none
+/// when it is symbolic (a dynamic_axes export); failure, with an error at
+/// the file's location as the importer would emit it, when the file cannot
+/// be read, is not an ONNX model or its batch dimension is ambiguous.
 mlir::FailureOr<std::optional<int64_t>>
-onnxStaticBatch(llvm::StringRef path, mlir::MLIRContext *context);
+onnxStaticBatch(llvm::StringRef path, mlir::MLIRContext *context,
+                const ONNXImportOptions &options = {});
 
 /// "Add, AveragePool, ..." — every op type the importer accepts.
 std::string supportedONNXOps();

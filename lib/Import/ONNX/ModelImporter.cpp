@@ -14,7 +14,9 @@
 #include "OpImporterTable.h"
 
 #include "GPipe/IR/GPipeDialect.h"
+#include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNDialect.h"
+#include "NN/IR/NNOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
@@ -76,6 +78,8 @@ private:
   std::vector<size_t> order;
   bool batchOverridden = false;
   int64_t exportBatch = 0; // the static batch of the export, if overridden
+  /// The dimension of each graph input that carries the batch.
+  llvm::StringMap<int64_t> inputBatchAxes;
   /// Where an import records its values' shapes (the import at the
   /// exported batch), and those shapes once computed.
   llvm::StringMap<SmallVector<int64_t>> *recordShapesInto = nullptr;
@@ -214,6 +218,71 @@ LogicalResult ModelImporter::sortNodes() {
   return success();
 }
 
+/// The dimension of graph input `info` that carries the batch: the one
+/// --batch-axis names for it, else its symbolic dimension (of several, the
+/// one whose name says "batch": dynamic_axes={'src': {0: 'seq', 1:
+/// 'batch'}}), else the first. The others must be static.
+static FailureOr<int64_t> batchAxisOf(const onnx::ValueInfoProto &info,
+                                      const ONNXImportOptions &options,
+                                      Location loc) {
+  const std::string &name = info.name();
+  const onnx::TensorShapeProto &shape = info.type().tensor_type().shape();
+  int64_t rank = shape.dim_size();
+  std::optional<int64_t> flag;
+  for (const auto &[input, axis] : options.batchAxes)
+    if (input == name || (input.empty() && !flag))
+      flag = axis;
+  SmallVector<int64_t> symbolic, named;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (shape.dim(static_cast<int>(i)).has_dim_value())
+      continue;
+    symbolic.push_back(i);
+    if (StringRef(shape.dim(static_cast<int>(i)).dim_param())
+            .contains_insensitive("batch"))
+      named.push_back(i);
+  }
+  auto label = [&](int64_t i) {
+    const auto &dim = shape.dim(static_cast<int>(i));
+    return dim.has_dim_param() ? "'" + dim.dim_param() + "'"
+                               : std::string("(unnamed)");
+  };
+  std::optional<int64_t> axis;
+  std::string how;
+  if (flag) {
+    axis = *flag < 0 ? *flag + rank : *flag;
+    if (*axis < 0 || *axis >= rank)
+      return emitError(loc) << "--batch-axis=" << *flag
+                            << " is not a dimension of graph input '" << name
+                            << "' (rank " << rank << ")";
+    how = " (--batch-axis)";
+  } else if (symbolic.size() == 1) {
+    axis = symbolic.front();
+  } else if (named.size() == 1) {
+    axis = named.front();
+    how = " (the symbolic one named like the batch)";
+  } else if (symbolic.empty()) {
+    return int64_t(0);
+  } else {
+    std::string dims;
+    for (int64_t i : symbolic)
+      dims += (dims.empty() ? "" : ", ") + std::to_string(i) + " " + label(i);
+    return emitError(loc)
+           << "graph input '" << name << "' has symbolic dimensions " << dims
+           << "; gpipe needs every dimension but the batch static: export "
+              "the others static, or name the batch dimension 'batch' "
+              "(dynamic_axes={'"
+           << name << "': {K: 'batch'}}), or pass --batch-axis=" << name
+           << ":K";
+  }
+  for (int64_t i : symbolic)
+    if (i != *axis)
+      return emitError(loc)
+             << "graph input '" << name << "' dimension " << i
+             << " is symbolic " << label(i) << "; only the batch dimension ("
+             << *axis << how << ") may be: export it static";
+  return *axis;
+}
+
 FailureOr<RankedTensorType>
 ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   const std::string &name = info.name();
@@ -227,6 +296,10 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
   if (!tensor.has_shape())
     return error() << "graph input '" << name
                    << "' has no shape; gpipe needs static shapes";
+  FailureOr<int64_t> batchAxis = batchAxisOf(info, options, fileLoc);
+  if (failed(batchAxis))
+    return failure();
+  inputBatchAxes[name] = *batchAxis;
   SmallVector<int64_t> shape;
   bool symbolic = false;
   for (int i = 0; i < tensor.shape().dim_size(); ++i) {
@@ -245,10 +318,6 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
       return error() << "graph input '" << name << "' has a zero dimension";
     std::string label =
         dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "(unnamed)";
-    if (i != 0)
-      return error() << "graph input '" << name << "' dimension " << i
-                     << " is symbolic " << label
-                     << "; only the first (batch) dimension may be";
     if (!options.batchSize)
       return error() << "graph input '" << name
                      << "' has a symbolic batch dimension " << label
@@ -257,9 +326,9 @@ ModelImporter::inputType(const onnx::ValueInfoProto &info) {
     shape.push_back(*options.batchSize);
   }
   if (options.batchSize && !symbolic && !shape.empty() &&
-      shape[0] != *options.batchSize) {
-    exportBatch = shape[0];
-    shape[0] = *options.batchSize;
+      shape[*batchAxis] != *options.batchSize) {
+    exportBatch = shape[*batchAxis];
+    shape[*batchAxis] = *options.batchSize;
     batchOverridden = true;
   }
   int64_t count = 1;
@@ -390,7 +459,13 @@ LogicalResult ModelImporter::checkDeclaredType(const onnx::ValueInfoProto &info,
                    << type;
   for (int i = 0; i < tensor.shape().dim_size(); ++i) {
     const auto &dim = tensor.shape().dim(i);
-    if (!dim.has_dim_value() || (i == 0 && batchOverridden))
+    if (!dim.has_dim_value())
+      continue;
+    // A static-batch export compiled at another batch: a dimension that
+    // carries the batch (or the batch folded with others) scales by it.
+    if (batchOverridden && dim.dim_value() % exportBatch == 0 &&
+        dim.dim_value() / exportBatch * *options.batchSize ==
+            type.getDimSize(i))
       continue;
     if (dim.dim_value() != type.getDimSize(i))
       return error() << "graph output '" << info.name()
@@ -463,7 +538,16 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
     auto type = inputType(in);
     if (failed(type))
       return nullptr;
-    argTypes.push_back(*type);
+    // The phases take every input batch-first; the graph sees its own
+    // layout through a transpose (below).
+    SmallVector<int64_t> shape(type->getShape());
+    int64_t axis = inputBatchAxes.lookup(in.name());
+    if (axis != 0) {
+      int64_t batch = shape[axis];
+      shape.erase(shape.begin() + axis);
+      shape.insert(shape.begin(), batch);
+    }
+    argTypes.push_back(RankedTensorType::get(shape, type->getElementType()));
     argNames.push_back(in.name());
   }
 
@@ -488,10 +572,31 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
     g.freezeInitializer(name, reason);
   if (failed(bindConstantInputs(g, constantInputs)))
     return nullptr;
+  SmallVector<NamedAttribute> dataBatchAxes;
   for (auto [i, name] : llvm::enumerate(argNames)) {
-    g.defineValue(name, body->getArgument(i));
+    Value arg = body->getArgument(i);
     func.setArgAttr(i, "gpipe.name", b.getStringAttr(name));
+    int64_t axis = inputBatchAxes.lookup(name);
+    if (axis == 0) {
+      g.defineValue(name, arg);
+      continue;
+    }
+    // [B, ...] to the model's [..., B, ...]: dimension j of the result is
+    // the argument's j + 1 before the batch's place, its 0 there.
+    SmallVector<int64_t> perm;
+    int64_t rank = cast<RankedTensorType>(arg.getType()).getRank();
+    for (int64_t j = 0; j < rank; ++j)
+      perm.push_back(j < axis ? j + 1 : j == axis ? 0 : j);
+    Value layout = g.getBuilder().create<nn::TransposeOp>(
+        NameLoc::get(b.getStringAttr(name), fileLoc), ValueRange{arg},
+        ArrayRef<NamedAttribute>{
+            b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))});
+    g.defineValue(name, layout);
+    dataBatchAxes.push_back(b.getNamedAttr(name, b.getI64IntegerAttr(axis)));
   }
+  if (!dataBatchAxes.empty())
+    (*module)->setAttr(kDataBatchAxesAttrName,
+                       b.getDictionaryAttr(dataBatchAxes));
   g.setExportShapes([this](StringRef name) { return exportShape(name); });
   if (batchOverridden)
     g.setBatches(exportBatch, *options.batchSize);
@@ -577,8 +682,9 @@ OwningOpRef<ModuleOp> gpipe::importONNXFile(StringRef path,
   return importONNXModel((*buffer)->getBuffer(), path, context, options);
 }
 
-FailureOr<std::optional<int64_t>> gpipe::onnxStaticBatch(StringRef path,
-                                                         MLIRContext *context) {
+FailureOr<std::optional<int64_t>>
+gpipe::onnxStaticBatch(StringRef path, MLIRContext *context,
+                       const ONNXImportOptions &options) {
   Location loc = FileLineColLoc::get(context, path, 0, 0);
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
@@ -597,10 +703,14 @@ FailureOr<std::optional<int64_t>> gpipe::onnxStaticBatch(StringRef path,
     if (initializers.count(in.name()))
       continue;
     const auto &shape = in.type().tensor_type().shape();
-    if (shape.dim_size() == 0 || !shape.dim(0).has_dim_value() ||
-        shape.dim(0).dim_value() <= 0)
+    FailureOr<int64_t> axis = batchAxisOf(in, options, loc);
+    if (failed(axis))
+      return failure();
+    int a = static_cast<int>(*axis);
+    if (shape.dim_size() == 0 || !shape.dim(a).has_dim_value() ||
+        shape.dim(a).dim_value() <= 0)
       return std::optional<int64_t>();
-    return std::optional<int64_t>(shape.dim(0).dim_value());
+    return std::optional<int64_t>(shape.dim(a).dim_value());
   }
   return std::optional<int64_t>();
 }

@@ -46,9 +46,16 @@ struct TensorSlot {
   /// known; inputs carry it on axis 0).
   int64_t batchAxis = -1;
   int64_t batchInner = 1;
+  /// A model input (labels included): the axis of the samples in the
+  /// arrays a user gives, in the model's layout (1 for a sequence-first
+  /// [T, B] input); the slot itself holds them first.
+  int64_t dataBatchAxis = 0;
 
   int64_t numElements() const;
   int64_t byteSize() const;
+  /// The shape of a user's array of `samples` samples for this input: the
+  /// slot's with the samples at dataBatchAxis.
+  std::vector<int64_t> dataShape(int64_t samples) const;
 };
 
 /// A heavy op the runtime runs with a oneDNN primitive.

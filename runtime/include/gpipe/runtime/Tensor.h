@@ -26,6 +26,11 @@ struct HostTensor {
   std::string describe() const;
 };
 
+/// `t` with dimension `axis` moved to the front ([T, N, E] -> [N, T, E] for
+/// axis 1): the samples of an array in a sequence-first model's layout,
+/// one after another.
+HostTensor moveAxisToFront(const HostTensor &t, int64_t axis);
+
 } // namespace gpipe::runtime
 
 #endif // GPIPE_RUNTIME_TENSOR_H
