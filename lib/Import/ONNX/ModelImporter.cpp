@@ -219,9 +219,9 @@ LogicalResult ModelImporter::sortNodes() {
 }
 
 /// The dimension of graph input `info` that carries the batch: the one
-/// --batch-axis names for it, else its symbolic dimension (of several, the
-/// one whose name says "batch": dynamic_axes={'src': {0: 'seq', 1:
-/// 'batch'}}), else the first. The others must be static.
+/// --batch-axis names for it, else the symbolic one named like the batch
+/// ('batch...', 'N' or 'B': dynamic_axes={'src': {1: 'batch'}}), else a
+/// symbolic first dimension, else the first. The others must be static.
 static FailureOr<int64_t> batchAxisOf(const onnx::ValueInfoProto &info,
                                       const ONNXImportOptions &options,
                                       Location loc) {
@@ -234,11 +234,12 @@ static FailureOr<int64_t> batchAxisOf(const onnx::ValueInfoProto &info,
       flag = axis;
   SmallVector<int64_t> symbolic, named;
   for (int64_t i = 0; i < rank; ++i) {
-    if (shape.dim(static_cast<int>(i)).has_dim_value())
+    const auto &dim = shape.dim(static_cast<int>(i));
+    if (dim.has_dim_value())
       continue;
     symbolic.push_back(i);
-    if (StringRef(shape.dim(static_cast<int>(i)).dim_param())
-            .contains_insensitive("batch"))
+    StringRef param = dim.dim_param();
+    if (param.contains_insensitive("batch") || param == "N" || param == "B")
       named.push_back(i);
   }
   auto label = [&](int64_t i) {
@@ -254,25 +255,24 @@ static FailureOr<int64_t> batchAxisOf(const onnx::ValueInfoProto &info,
       return emitError(loc) << "--batch-axis=" << *flag
                             << " is not a dimension of graph input '" << name
                             << "' (rank " << rank << ")";
-    how = " (--batch-axis)";
-  } else if (symbolic.size() == 1) {
-    axis = symbolic.front();
+    how = ", by --batch-axis";
   } else if (named.size() == 1) {
     axis = named.front();
-    how = " (the symbolic one named like the batch)";
-  } else if (symbolic.empty()) {
-    return int64_t(0);
+    how = ", named like the batch";
+  } else if (symbolic.empty() || symbolic.front() == 0) {
+    axis = 0;
   } else {
     std::string dims;
     for (int64_t i : symbolic)
       dims += (dims.empty() ? "" : ", ") + std::to_string(i) + " " + label(i);
     return emitError(loc)
-           << "graph input '" << name << "' has symbolic dimensions " << dims
-           << "; gpipe needs every dimension but the batch static: export "
-              "the others static, or name the batch dimension 'batch' "
-              "(dynamic_axes={'"
-           << name << "': {K: 'batch'}}), or pass --batch-axis=" << name
-           << ":K";
+           << "graph input '" << name << "' has symbolic dimension"
+           << (symbolic.size() > 1 ? "s " : " ") << dims
+           << " and gpipe needs every dimension but the batch static: "
+              "export the others static, and name the batch dimension "
+              "'batch' (dynamic_axes={'"
+           << name << "': {K: 'batch'}}) or pass --batch-axis=" << name
+           << ":K where it is not the first";
   }
   for (int64_t i : symbolic)
     if (i != *axis)
