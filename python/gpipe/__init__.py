@@ -522,7 +522,8 @@ class Bundle:
             self.save_onnx(onnx_path)
             done = subprocess.run(
                 [_gpipe_opt(), onnx_path, "--mode=infer", "-o", bundle,
-                 "--batch-size=%d" % self._session.batch_size],
+                 "--batch-size=%d" % self._session.batch_size] +
+                ["--batch-axis=" + a for a in self._session.data_batch_axes],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if done.returncode != 0:
                 raise CompileError(done.stderr.strip())

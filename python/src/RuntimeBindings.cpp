@@ -319,6 +319,18 @@ PYBIND11_MODULE(_runtime, m) {
           "devices",
           [](const TrainingSession &s) { return s.bundle().devices; })
       .def_property_readonly("data_inputs", &dataInputNames)
+      .def_property_readonly(
+          "data_batch_axes",
+          [](const TrainingSession &s) {
+            // The model inputs whose samples are not first in the model's
+            // layout (labels aside): NAME:AXIS as --batch-axis takes them.
+            std::vector<std::string> axes;
+            for (const TensorSlot &slot : s.bundle().inputs)
+              if (slot.dataBatchAxis != 0 && slot.name != "labels")
+                axes.push_back(slot.name + ":" +
+                               std::to_string(slot.dataBatchAxis));
+            return axes;
+          })
       .def_property_readonly("steps_taken", &TrainingSession::stepsTaken)
       .def_property("lr", &TrainingSession::learningRate,
                     &TrainingSession::setLearningRate)
@@ -327,6 +339,7 @@ PYBIND11_MODULE(_runtime, m) {
           "step",
           [](TrainingSession &s, const py::dict &batch) {
             std::map<std::string, HostTensor> host = toHost(batch);
+            moveSamplesFirst(s, host, "step()");
             py::gil_scoped_release release;
             return s.step(host);
           },

@@ -141,38 +141,6 @@ void keepLocalArrays(TrainingSession &session,
   }
 }
 
-/// Arrays in the model's layout whose samples are not first (a
-/// sequence-first model's [T, N] tokens, its labels [T, N]) with the
-/// samples moved first, as the compiled phases take them; an array of
-/// another shape is an error in the model's terms.
-void samplesFirst(const TrainingSession &session,
-                  std::map<std::string, HostTensor> &data,
-                  const std::string &source) {
-  for (const TensorSlot &slot : session.bundle().inputs) {
-    int64_t axis = slot.dataBatchAxis;
-    auto it = data.find(slot.name);
-    if (axis == 0 || it == data.end())
-      continue;
-    HostTensor &t = it->second;
-    std::vector<int64_t> want = slot.dataShape(0);
-    bool fits = t.shape.size() == want.size() && t.shape[axis] > 0;
-    for (size_t i = 0; fits && i < want.size(); ++i)
-      fits = int64_t(i) == axis || t.shape[i] == want[i];
-    if (!fits) {
-      std::string dims;
-      for (size_t i = 0; i < want.size(); ++i)
-        dims += (i ? ", " : "") +
-                (int64_t(i) == axis ? "N" : std::to_string(want[i]));
-      throw InputError(source + ": array '" + slot.name + "' is " +
-                       t.describe() + ", expected " +
-                       std::string(dtypeName(slot.dtype)) + "[" + dims +
-                       "] (the model's layout: N samples on axis " +
-                       std::to_string(axis) + ")");
-    }
-    t = moveAxisToFront(t, axis);
-  }
-}
-
 /// Checks the arrays this rank's stages read against the model's inputs
 /// and returns how many samples they hold, the same on every rank (rank 0
 /// holds the first stage's inputs; a rank whose arrays disagree fails).
@@ -435,6 +403,34 @@ void checkLogWrite(std::ofstream &log, const std::string &flag,
 
 } // namespace
 
+void moveSamplesFirst(const TrainingSession &session,
+                      std::map<std::string, HostTensor> &data,
+                      const std::string &source) {
+  for (const TensorSlot &slot : session.bundle().inputs) {
+    int64_t axis = slot.dataBatchAxis;
+    auto it = data.find(slot.name);
+    if (axis == 0 || it == data.end())
+      continue;
+    HostTensor &t = it->second;
+    std::vector<int64_t> want = slot.dataShape(0);
+    bool fits = t.shape.size() == want.size() && t.shape[axis] > 0;
+    for (size_t i = 0; fits && i < want.size(); ++i)
+      fits = int64_t(i) == axis || t.shape[i] == want[i];
+    if (!fits) {
+      std::string dims;
+      for (size_t i = 0; i < want.size(); ++i)
+        dims += (i ? ", " : "") +
+                (int64_t(i) == axis ? "N" : std::to_string(want[i]));
+      throw InputError(source + ": array '" + slot.name + "' is " +
+                       t.describe() + ", expected " +
+                       std::string(dtypeName(slot.dtype)) + "[" + dims +
+                       "] (the model's layout: N samples on axis " +
+                       std::to_string(axis) + ")");
+    }
+    t = moveAxisToFront(t, axis);
+  }
+}
+
 TrainingData loadTrainingData(const std::string &path, const std::string &split,
                               TrainingSession &session) {
   TrainingData set;
@@ -510,7 +506,7 @@ public:
               bool shuffle)
       : session(session), data(std::move(data)), seed(seed), shuffle(shuffle) {
     keepLocalArrays(session, this->data.arrays);
-    samplesFirst(session, this->data.arrays, this->data.source);
+    moveSamplesFirst(session, this->data.arrays, this->data.source);
     checkLabels(session, this->data.arrays, this->data.source);
     samples = sampleCount(session, this->data);
     batchRows = session.batchSize() * session.replicas();
@@ -586,7 +582,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       throw InputError("--lr-schedule=step needs --lr-step-size=N");
     if (eval) {
       keepLocalArrays(session, eval->arrays);
-      samplesFirst(session, eval->arrays, eval->source);
+      moveSamplesFirst(session, eval->arrays, eval->source);
       checkLabels(session, eval->arrays, eval->source);
     }
     int64_t evalSamples = eval ? sampleCount(session, *eval) : 0;
@@ -663,7 +659,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
         std::string where =
             train.describe() + " (step " + std::to_string(step + 1) + ")";
         keepLocalArrays(session, mini);
-        samplesFirst(session, mini, where);
+        moveSamplesFirst(session, mini, where);
         checkLabels(session, mini, where);
       }
       double loss = session.step(mini);

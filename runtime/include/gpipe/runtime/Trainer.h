@@ -119,6 +119,15 @@ struct TrainingData {
   std::vector<std::string> names;
 };
 
+/// Arrays in the model's layout whose samples are not first (a
+/// sequence-first model's [T, N] tokens and its labels [T, N]: the bundle's
+/// TensorSlot::dataBatchAxis) with the samples moved first, as
+/// TrainingSession::step takes them; an array of another shape is an
+/// InputError in the model's terms, naming `source`.
+void moveSamplesFirst(const TrainingSession &session,
+                      std::map<std::string, HostTensor> &arrays,
+                      const std::string &source);
+
 /// The data set at `path` as --data reads it: an .npz (arrays by input name
 /// and 'labels'; an only array of another name feeds a model of one
 /// input), a directory of IDX files (Fashion-MNIST layout; `split` train or
