@@ -36,10 +36,25 @@ void gpipe::printModelSummary(ModuleOp module, llvm::raw_ostream &os) {
     os << "no @forward function\n";
     return;
   }
-  for (auto [i, type] : llvm::enumerate(forward.getArgumentTypes())) {
+  auto batchAxes =
+      module->getAttrOfType<DictionaryAttr>(gpipe::kDataBatchAxesAttrName);
+  for (auto [i, argType] : llvm::enumerate(forward.getArgumentTypes())) {
+    Type type = argType;
     auto label = forward.getArgAttrOfType<StringAttr>(i, "gpipe.name");
+    // In the model's layout: a sequence-first input as [T, B].
+    auto axis = label && batchAxes ? batchAxes.getAs<IntegerAttr>(label)
+                                   : IntegerAttr();
+    auto ranked = dyn_cast<RankedTensorType>(type);
+    if (axis && ranked && axis.getInt() < ranked.getRank()) {
+      SmallVector<int64_t> shape(ranked.getShape().drop_front());
+      shape.insert(shape.begin() + axis.getInt(), ranked.getDimSize(0));
+      type = RankedTensorType::get(shape, ranked.getElementType());
+    }
     os << "input:  " << (label ? label.getValue() : "?") << " "
-       << describe(type) << "\n";
+       << describe(type);
+    if (axis)
+      os << " (the batch on axis " << axis.getInt() << ")";
+    os << "\n";
   }
   for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
     auto label = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");

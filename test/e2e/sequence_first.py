@@ -6,7 +6,10 @@ authors wrote them (sequence-first, `[T, B]`):
     buffer, log_softmax over [T, B, ntoken]), token ids [T, B] in, per-token
     labels [T, N];
   * nn.Transformer in its default layout (batch_first=False): source and
-    target token ids [S, B] and [T, B], a causal tgt_mask, logits [T, B, V].
+    target token ids [S, B] and [T, B], a causal tgt_mask, logits [T, B, V];
+  * word_language_model's RNNModel (a two-layer nn.LSTM, sequence-first)
+    with a zero state each batch: log-probabilities viewed [T * B, ntoken],
+    per-token labels [T, N].
 Each is compiled through the Python API from a plain static-batch export
 with `batch_axis=1` (--batch-axis=1), and once more from a dynamic_axes
 export that names dimension 1 'batch' (no flag). Data stays in the model's
@@ -103,6 +106,72 @@ class TransformerModel(nn.Transformer):
         return F.log_softmax(output, dim=-1)
 
 
+class RNNModel(nn.Module):
+    """word_language_model/model.py's, as written there (LSTM and GRU)."""
+
+    def __init__(self, rnn_type, ntoken, ninp, nhid, nlayers, dropout=0.5, tie_weights=False):
+        super(RNNModel, self).__init__()
+        self.ntoken = ntoken
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        if rnn_type in ['LSTM', 'GRU']:
+            self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)
+        else:
+            try:
+                nonlinearity = {'RNN_TANH': 'tanh', 'RNN_RELU': 'relu'}[rnn_type]
+            except KeyError as e:
+                raise ValueError( """An invalid option for `--model` was supplied,
+                                 options are ['LSTM', 'GRU', 'RNN_TANH' or 'RNN_RELU']""") from e
+            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=nonlinearity, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+
+        if tie_weights:
+            if nhid != ninp:
+                raise ValueError('When using the tied flag, nhid must be equal to emsize')
+            self.decoder.weight = self.encoder.weight
+
+        self.init_weights()
+
+        self.rnn_type = rnn_type
+        self.nhid = nhid
+        self.nlayers = nlayers
+
+    def init_weights(self):
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
+
+    def forward(self, input, hidden):
+        emb = self.drop(self.encoder(input))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        decoded = self.decoder(output)
+        decoded = decoded.view(-1, self.ntoken)
+        return F.log_softmax(decoded, dim=1), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        if self.rnn_type == 'LSTM':
+            return (weight.new_zeros(self.nlayers, bsz, self.nhid),
+                    weight.new_zeros(self.nlayers, bsz, self.nhid))
+        else:
+            return weight.new_zeros(self.nlayers, bsz, self.nhid)
+
+
+class FreshHidden(nn.Module):
+    """The RNNModel with a zero state each batch (main.py carries it from
+    batch to batch, which a compiled step cannot): its log-probabilities
+    [T * B, ntoken] only."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src):
+        return self.model(src, self.model.init_hidden(src.shape[1]))[0]
+
+
 class SequenceToSequence(nn.Module):
     """nn.Transformer in its default layout: [S, B] and [T, B] token ids,
     logits [T, B, V]."""
@@ -139,6 +208,9 @@ def cases(rng):
            {"src": tokens()})
     yield "nn.Transformer (sequence-first)", SequenceToSequence(), {
         "src": tokens(), "tgt": tokens()}
+    yield ("word_language_model RNNModel (LSTM)",
+           FreshHidden(RNNModel("LSTM", VOCAB, 16, 24, 2, dropout=0.0)),
+           {"src": tokens()})
 
 
 def torch_replay(model, arrays, labels):
