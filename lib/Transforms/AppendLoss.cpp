@@ -66,14 +66,17 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     SmallVector<int64_t> rowShape(logits.getShape());
     rowShape.erase(rowShape.begin() + axis);
     // Where the batch is among the positions (the class axis left out).
-    std::optional<BatchPlacement> placed = outputBatch(forward, 0);
+    auto [batch, placed] = outputBatch(forward, 0);
     if (placed && placed->axis == axis)
       placed.reset();
     else if (placed && placed->axis > axis)
       --placed->axis;
     Value rows = ret.getOperand(0);
-    Value labels =
-        appendLabels(forward, b, loc, rowShape, b.getIntegerType(64), placed);
+    FailureOr<Value> appended = appendLabels(
+        forward, b, loc, rowShape, b.getIntegerType(64), batch, placed);
+    if (failed(appended))
+      return failure();
+    Value labels = *appended;
     if (axis != rank - 1) {
       // The classes last, in the labels' order of positions.
       SmallVector<int64_t> perm;
@@ -120,9 +123,12 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
              << out.getType();
     OpBuilder b(ret);
     Location loc = lossLocation(ret);
-    Value labels = appendLabels(forward, b, loc, type.getShape(),
-                                type.getElementType(), outputBatch(forward, 0));
-    Value diff = b.create<gpipe::nn::SubOp>(loc, ValueRange{out, labels},
+    auto [batch, placed] = outputBatch(forward, 0);
+    FailureOr<Value> labels = appendLabels(
+        forward, b, loc, type.getShape(), type.getElementType(), batch, placed);
+    if (failed(labels))
+      return failure();
+    Value diff = b.create<gpipe::nn::SubOp>(loc, ValueRange{out, *labels},
                                             ArrayRef<NamedAttribute>{});
     Value square = b.create<gpipe::nn::MulOp>(loc, ValueRange{diff, diff},
                                               ArrayRef<NamedAttribute>{});
@@ -138,20 +144,17 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
                       {"loss", resultName(forward, 0)});
   }
 
-  /// Where output `i` of `forward` carries the batch (its arguments hold
-  /// it on axis 0).
-  static std::optional<BatchPlacement> outputBatch(func::FuncOp forward,
-                                                   unsigned i) {
-    int64_t batch = 0;
+  /// The batch (the rows of @forward's first ranked argument: arguments
+  /// hold it on axis 0) and where output `i` carries it.
+  static std::pair<int64_t, std::optional<BatchPlacement>>
+  outputBatch(func::FuncOp forward, unsigned i) {
     for (Type t : forward.getArgumentTypes())
       if (auto ranked = dyn_cast<RankedTensorType>(t);
           ranked && ranked.getRank() > 0) {
-        batch = ranked.getDimSize(0);
-        break;
+        int64_t batch = ranked.getDimSize(0);
+        return {batch, gpipe::resultBatchPlacements(forward, batch)[i]};
       }
-    if (batch <= 0)
-      return std::nullopt;
-    return gpipe::resultBatchPlacements(forward, batch)[i];
+    return {0, std::nullopt};
   }
 
   /// Appends the `labels` argument and returns it as a tensor of `shape`
@@ -162,9 +165,10 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
   /// its view) they are moved to the output's order, and the arrays a user
   /// gives hold their samples on that axis ([T, N]: the module's
   /// gpipe.data_batch_axes).
-  static Value appendLabels(func::FuncOp forward, OpBuilder &b, Location loc,
-                            ArrayRef<int64_t> shape, Type elementType,
-                            std::optional<BatchPlacement> placed) {
+  static FailureOr<Value> appendLabels(func::FuncOp forward, OpBuilder &b,
+                                       Location loc, ArrayRef<int64_t> shape,
+                                       Type elementType, int64_t batch,
+                                       std::optional<BatchPlacement> placed) {
     unsigned index = forward.getNumArguments();
     auto addArgument = [&](ArrayRef<int64_t> argShape) {
       forward.insertArgument(
@@ -173,15 +177,25 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
           forward.getLoc());
       return forward.getArgument(index);
     };
-    int64_t batch = 0;
-    if (placed) {
-      auto first = cast<RankedTensorType>(forward.getArgumentTypes().front());
-      batch = first.getDimSize(0);
-    }
+    ModuleOp module = forward->getParentOfType<ModuleOp>();
+    auto given =
+        module->getAttrOfType<DictionaryAttr>(gpipe::kDataBatchAxesAttrName);
     int64_t dim = placed ? shape[placed->axis] : 0;
-    if (!placed || batch <= 0 || dim % (batch * placed->inner) != 0 ||
-        (placed->axis == 0 && dim == batch * placed->inner))
-      return addArgument(shape); // batch-first already (or not known)
+    if (!placed || batch <= 0 || dim % (batch * placed->inner) != 0) {
+      // Labels batch-first like the output's rows: right only where the
+      // inputs are batch-first too.
+      if (given && !given.empty()) {
+        forward.emitError("cannot tell where the output ")
+            << RankedTensorType::get(shape, elementType)
+            << " holds the batch of the sequence-first inputs, so the "
+               "labels cannot be laid out like it: return the output with "
+               "the batch on an axis of its own";
+        return failure();
+      }
+      return addArgument(shape);
+    }
+    if (placed->axis == 0 && dim == batch * placed->inner)
+      return addArgument(shape); // batch-first already
     // The output's positions with the batch's dimension split into
     // (outer, batch, inner), the batch at `at`.
     int64_t outer = dim / (batch * placed->inner);
@@ -209,10 +223,8 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
           loc, ValueRange{labels},
           ArrayRef<NamedAttribute>{
               b.getNamedAttr("shape", b.getDenseI64ArrayAttr(shape))});
-    ModuleOp module = forward->getParentOfType<ModuleOp>();
     NamedAttrList axes;
-    if (auto given = module->getAttrOfType<DictionaryAttr>(
-            gpipe::kDataBatchAxesAttrName))
+    if (given)
       axes.append(given.getValue());
     axes.set("labels", b.getI64IntegerAttr(at));
     module->setAttr(gpipe::kDataBatchAxesAttrName,

@@ -155,7 +155,8 @@ def compile(model, example_input=None, *, output=None, quiet=False,
 
     model: a torch.nn.Module (exported to ONNX with `export`, which needs
         `example_input`: a tensor, or a tuple for several inputs, whose
-        first dimension is the batch) or the path of an ONNX file.
+        first dimension is the batch, or dimension `batch_axis=K` for a
+        sequence-first model) or the path of an ONNX file.
     output: the bundle directory to write (default: a temporary directory
         removed with the Bundle object).
     quiet: do not print what the compiler prints (the training
@@ -458,7 +459,8 @@ class Bundle:
                 item = next(state["iterator"])
             state["taken"] += 1
             arrays = self._arrays(item, None, "batch %d" % (step + 1))
-            rows = {len(a) for a in arrays.values()}
+            axes = self._session.sample_axes
+            rows = {np.shape(a)[axes.get(k, 0)] for k, a in arrays.items()}
             if rows != {batch}:
                 raise InputError(
                     "batch %d has %s rows; the bundle takes %d per step (a "
@@ -478,7 +480,9 @@ class Bundle:
                  for i, b in enumerate(eval_data)]
         if not parts:
             raise InputError("eval_data: the iterable gave no batch")
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        axes = self._session.sample_axes if self._session else {}
+        return {k: np.concatenate([p[k] for p in parts], axis=axes.get(k, 0))
+                for k in parts[0]}
 
     @property
     def steps_taken(self):

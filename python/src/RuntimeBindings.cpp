@@ -319,6 +319,15 @@ PYBIND11_MODULE(_runtime, m) {
           "devices",
           [](const TrainingSession &s) { return s.bundle().devices; })
       .def_property_readonly("data_inputs", &dataInputNames)
+      .def_property_readonly("sample_axes",
+                             [](const TrainingSession &s) {
+                               // Every model input's (labels too) axis of the
+                               // samples in the arrays a user gives.
+                               std::map<std::string, int64_t> axes;
+                               for (const TensorSlot &slot : s.bundle().inputs)
+                                 axes[slot.name] = slot.dataBatchAxis;
+                               return axes;
+                             })
       .def_property_readonly(
           "data_batch_axes",
           [](const TrainingSession &s) {

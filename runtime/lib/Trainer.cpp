@@ -236,12 +236,28 @@ Evaluation evaluate(TrainingSession &session,
         reinterpret_cast<const int64_t *>(data.at("labels").data.data());
     int64_t classes = logits.shape[1];
     // Rows a sample: 1, or T for per-token logits viewed [B*T, C] (the
-    // labels then [N, T], row-major like the logits).
+    // labels then [N, T], row-major like the logits), or of a
+    // sequence-first model's [T*B, C], T outside the batch (the labels
+    // [N, T] once their samples are first): row r is token (r / (b *
+    // inner)) * inner + r % inner of sample (r / inner) % b.
     int64_t perSample = std::max<int64_t>(1, logits.shape[0] / b);
+    int64_t inner = perSample;
+    for (const TensorSlot &slot : session.bundle().inputs)
+      if (slot.name == "labels" && slot.dataBatchAxis > 0) {
+        // Labels given [outer..., N, inner...]: the logits' rows in that
+        // order.
+        inner = 1;
+        for (size_t i = slot.dataBatchAxis + 1; i < slot.shape.size(); ++i)
+          inner *= slot.shape[i];
+      }
     const float *l = reinterpret_cast<const float *>(logits.data.data());
-    for (int64_t r = 0; r < b * perSample && first + r / perSample < n; ++r) {
+    for (int64_t r = 0; r < b * perSample; ++r) {
+      int64_t sample = (r / inner) % b,
+              token = r / (b * inner) * inner + r % inner;
+      if (first + sample >= n)
+        continue; // a row repeated to fill the last batch
       const float *row = l + r * classes;
-      int64_t want = label[first * perSample + r];
+      int64_t want = label[(first + sample) * perSample + token];
       ++rows;
       correct += std::max_element(row, row + classes) - row == want;
       // -log softmax(row)[want], in double: max + log(sum(exp(x - max))).

@@ -18,6 +18,9 @@ layout throughout ([T, N] arrays). Checks:
     rows at once, split along dimension 1 by the runtime, within 1e-5 of
     PyTorch eval relative to the output's largest magnitude (float32
     rounding of a few hundred-term sums: ~1e-6 measured);
+  * for the RNNModel's [T * B, V] log-probabilities, the evaluation after
+    training (eval_data: accuracy equal, loss within 1e-5 of PyTorch's on
+    the same trained weights, which are within 1e-6 of gpipe's);
   * training in a two-stage pipeline of 2 micro-batches, 10 SGD steps on
     [T, N] data in order, against PyTorch float32 on the same batches: the
     losses within 1e-5 relative and every parameter's relative L2 within
@@ -295,10 +298,28 @@ def check_training(name, model, arrays, work, how):
         bundle = gpipe.compile(os.path.join(work, "dynamic.onnx"),
                                batch_size=BATCH, freeze=frozen or None,
                                **options)
-    result = bundle.train(dict(arrays, labels=labels), steps=STEPS,
-                          shuffle=False, quiet=True)
+    # Per-token logits viewed [T * B, V] are evaluated too: accuracy and
+    # loss over the tokens of the first 2 batches.
+    evaluated = isinstance(reference, FreshHidden)
+    held_out = {k: a[:, :2 * BATCH] for k, a in arrays.items()}
+    result = bundle.train(
+        dict(arrays, labels=labels), steps=STEPS, shuffle=False, quiet=True,
+        eval_data=(dict(held_out, labels=labels[:, :2 * BATCH])
+                   if evaluated else None))
     trained = bundle.parameters()
     losses = np.array(torch_replay(reference, arrays, labels))
+    if evaluated:
+        with torch.no_grad():
+            out = reference(*(torch.from_numpy(a) for a in held_out.values()))
+        want_labels = torch.from_numpy(labels[:, :2 * BATCH]).reshape(-1)
+        out = out.reshape(-1, VOCAB)
+        accuracy = float((out.argmax(1) == want_labels).double().mean())
+        eval_loss = float(F.cross_entropy(out, want_labels))
+        got_eval = result.evaluations[-1]
+        if abs(got_eval["accuracy"] - accuracy) > 1e-9 or \
+                abs(got_eval["loss"] - eval_loss) > 1e-5 * eval_loss:
+            failures.append(f"{how}: evaluation {got_eval}, PyTorch accuracy "
+                            f"{accuracy}, loss {eval_loss}")
     got = np.array(list(result), dtype=np.float64)
     loss_err = float(np.max(np.abs(got - losses) / np.abs(losses)))
     if not loss_err <= 1e-5:

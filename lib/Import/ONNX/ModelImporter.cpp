@@ -457,20 +457,22 @@ LogicalResult ModelImporter::checkDeclaredType(const onnx::ValueInfoProto &info,
     return error() << "graph output '" << info.name() << "' is declared with "
                    << "rank " << tensor.shape().dim_size() << " but computes "
                    << type;
+  // A static-batch export compiled at another batch: the one dimension
+  // that carries the batch (or the batch folded with others) scales by it.
+  bool scaled = false;
   for (int i = 0; i < tensor.shape().dim_size(); ++i) {
     const auto &dim = tensor.shape().dim(i);
-    if (!dim.has_dim_value())
+    if (!dim.has_dim_value() || dim.dim_value() == type.getDimSize(i))
       continue;
-    // A static-batch export compiled at another batch: a dimension that
-    // carries the batch (or the batch folded with others) scales by it.
-    if (batchOverridden && dim.dim_value() % exportBatch == 0 &&
+    if (batchOverridden && !scaled && dim.dim_value() % exportBatch == 0 &&
         dim.dim_value() / exportBatch * *options.batchSize ==
-            type.getDimSize(i))
+            type.getDimSize(i)) {
+      scaled = true;
       continue;
-    if (dim.dim_value() != type.getDimSize(i))
-      return error() << "graph output '" << info.name()
-                     << "' is declared with dimension " << i << " = "
-                     << dim.dim_value() << " but computes " << type;
+    }
+    return error() << "graph output '" << info.name()
+                   << "' is declared with dimension " << i << " = "
+                   << dim.dim_value() << " but computes " << type;
   }
   return success();
 }
@@ -531,6 +533,15 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
       return nullptr;
     }
     constantInputs[name] = &bytes;
+  }
+  for (const auto &[name, axis] : options.batchAxes) {
+    bool data = !name.empty() && inputNames.count(name) &&
+                !initializerNames.count(name) && !constantInputs.count(name);
+    if (!name.empty() && !data) {
+      error() << "--batch-axis=" << name << ":" << axis << " names '" << name
+              << "', which is not a data input of the graph";
+      return nullptr;
+    }
   }
   for (const onnx::ValueInfoProto &in : graph.input()) {
     if (initializerNames.count(in.name()) || constantInputs.count(in.name()))
