@@ -100,7 +100,8 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
     if (!shape.empty())
       rows = shape.front();
     if (dtype != slot.dtype || (!sameTail && shape != slot.shape))
-      throw InputError("input '" + slot.name + "' is " + it->second.describe() +
+      throw InputError("input '" + slot.name + "' is " +
+                       given.at(slot.name).describe() + // as given
                        " but the model expects " + describeSlot(slot));
   }
   if (!exact && !batched)

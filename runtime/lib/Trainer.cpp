@@ -163,11 +163,27 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
     if (t.shape.empty() || t.shape[0] == 0 ||
         (samples >= 0 && t.shape[0] != samples) ||
         !session.holdsSamples(*slot, t, t.shape[0])) {
-      std::string rows = "[N";
+      // In the model's layout, as the user gave it (moveSamplesFirst).
+      int64_t axis = 0;
+      for (const TensorSlot &input : session.bundle().inputs)
+        if (input.name == slot->name)
+          axis = input.dataBatchAxis;
+      std::vector<std::string> dims;
       for (size_t i = 1; i < slot->shape.size(); ++i)
-        rows += ", " + std::to_string(slot->shape[i]);
+        dims.push_back(std::to_string(slot->shape[i]));
+      dims.insert(dims.begin() + std::min<size_t>(axis, dims.size()), "N");
+      std::string rows = "[";
+      for (size_t i = 0; i < dims.size(); ++i)
+        rows += (i ? ", " : "") + dims[i];
+      HostTensor given;
+      given.dtype = t.dtype;
+      given.shape = t.shape;
+      if (axis > 0 && axis < int64_t(t.shape.size())) {
+        given.shape.erase(given.shape.begin());
+        given.shape.insert(given.shape.begin() + axis, t.shape[0]);
+      }
       throw InputError(
-          path + ": array '" + slot->name + "' is " + t.describe() +
+          path + ": array '" + slot->name + "' is " + given.describe() +
           ", expected " + std::string(dtypeName(slot->dtype)) + rows +
           "] (N samples" +
           (samples >= 0
