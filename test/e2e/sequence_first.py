@@ -18,6 +18,8 @@ layout throughout ([T, N] arrays). Checks:
     rows at once, split along dimension 1 by the runtime, within 1e-5 of
     PyTorch eval relative to the output's largest magnitude (float32
     rounding of a few hundred-term sums: ~1e-6 measured);
+  * labels of the wrong shape are an error that describes the labels in
+    the model's layout ([T, N]);
   * for the RNNModel's [T * B, V] log-probabilities, the evaluation after
     training (eval_data: accuracy equal, loss within 1e-5 of PyTorch's on
     the same trained weights, which are within 1e-6 of gpipe's);
@@ -338,6 +340,15 @@ def check_training(name, model, arrays, work, how):
         worst = max(worst, err)
         if err > 1e-4:
             failures.append(f"{how}: parameter {n} {err:.2e} from PyTorch")
+    # Data of the wrong shape is described in the model's layout.
+    try:
+        bundle.train(dict(arrays, labels=labels[:, :SAMPLES - 1]), steps=1,
+                     quiet=True)
+        failures.append(f"{how}: labels [T, N - 1] accepted")
+    except gpipe.InputError as e:
+        want = f"expected int64[{SEQ}, N]"
+        if want not in str(e):
+            failures.append(f"{how}: the error does not say '{want}': {e}")
     # A step on [T, B] data through Bundle.step too.
     cols = list(range(BATCH))
     step_loss = bundle.step(dict({k: a[:, cols] for k, a in arrays.items()},
