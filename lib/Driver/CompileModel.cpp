@@ -534,7 +534,12 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   if (training && !batch) {
     // An unreadable model is the first thing to say, whatever the flags.
     FailureOr<std::optional<int64_t>> staticBatch =
-        onnxStaticBatch(options.input, &context, import);
+        onnxStaticBatch(options.input, &context, [&] {
+          ONNXImportOptions named = import; // --const-input names: no data
+          for (const auto &[name, file] : options.constInputFiles)
+            named.constantInputs.emplace_back(name, "");
+          return named;
+        }());
     if (failed(staticBatch))
       return 1;
     batch = *staticBatch;

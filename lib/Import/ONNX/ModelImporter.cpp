@@ -710,6 +710,8 @@ gpipe::onnxStaticBatch(StringRef path, MLIRContext *context,
   llvm::StringSet<> initializers;
   for (const onnx::TensorProto &t : model.graph().initializer())
     initializers.insert(t.name());
+  for (const auto &[name, bytes] : options.constantInputs)
+    initializers.insert(name); // --const-input: not data either
   for (const onnx::ValueInfoProto &in : model.graph().input()) {
     if (initializers.count(in.name()))
       continue;
