@@ -38,6 +38,12 @@ std::optional<BatchPlacement>
 reshapedBatchPlacement(llvm::ArrayRef<int64_t> in, BatchPlacement p,
                        llvm::ArrayRef<int64_t> out, int64_t batch);
 
+/// The permutation of a transpose from a tensor of rank `rank` holding the
+/// batch first to one holding it at `axis` (a data input batch-first to a
+/// sequence-first model's [T, B]): result dimension j is the operand's
+/// j + 1 before `axis`, its 0 at `axis`, its j after.
+llvm::SmallVector<int64_t> batchToAxisPermutation(int64_t rank, int64_t axis);
+
 /// The placement of the batch in each result of `forward`, whose arguments
 /// all carry a batch of `batch` rows on axis 0; nullopt for a result that
 /// does not carry it (a scalar, a reduction over the batch) or where the

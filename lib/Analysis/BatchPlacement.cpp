@@ -100,6 +100,13 @@ std::optional<BatchPlacement> reshapedBatchPlacement(ArrayRef<int64_t> in,
   return std::nullopt;
 }
 
+SmallVector<int64_t> batchToAxisPermutation(int64_t rank, int64_t axis) {
+  SmallVector<int64_t> perm;
+  for (int64_t j = 0; j < rank; ++j)
+    perm.push_back(j < axis ? j + 1 : j == axis ? 0 : j);
+  return perm;
+}
+
 SmallVector<std::optional<BatchPlacement>>
 resultBatchPlacements(func::FuncOp forward, int64_t batch) {
   llvm::DenseMap<Value, BatchPlacement> placed;

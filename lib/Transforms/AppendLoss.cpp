@@ -211,9 +211,8 @@ struct AppendLossPass : public gpipe::impl::AppendLossBase<AppendLossPass> {
     argShape.erase(argShape.begin() + at);
     argShape.insert(argShape.begin(), batch);
     Value labels = addArgument(argShape);
-    SmallVector<int64_t> perm;
-    for (int64_t j = 0; j < static_cast<int64_t>(split.size()); ++j)
-      perm.push_back(j < at ? j + 1 : j == at ? 0 : j);
+    SmallVector<int64_t> perm =
+        gpipe::batchToAxisPermutation(static_cast<int64_t>(split.size()), at);
     labels = b.create<gpipe::nn::TransposeOp>(
         loc, ValueRange{labels},
         ArrayRef<NamedAttribute>{

@@ -527,7 +527,9 @@ class Bundle:
             done = subprocess.run(
                 [_gpipe_opt(), onnx_path, "--mode=infer", "-o", bundle,
                  "--batch-size=%d" % self._session.batch_size] +
-                ["--batch-axis=" + a for a in self._session.data_batch_axes],
+                ["--batch-axis=%s:%d" % (name, axis) for name, axis in
+                 self._session.sample_axes.items()
+                 if axis and name != "labels"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if done.returncode != 0:
                 raise CompileError(done.stderr.strip())

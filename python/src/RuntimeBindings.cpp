@@ -328,18 +328,6 @@ PYBIND11_MODULE(_runtime, m) {
                                  axes[slot.name] = slot.dataBatchAxis;
                                return axes;
                              })
-      .def_property_readonly(
-          "data_batch_axes",
-          [](const TrainingSession &s) {
-            // The model inputs whose samples are not first in the model's
-            // layout (labels aside): NAME:AXIS as --batch-axis takes them.
-            std::vector<std::string> axes;
-            for (const TensorSlot &slot : s.bundle().inputs)
-              if (slot.dataBatchAxis != 0 && slot.name != "labels")
-                axes.push_back(slot.name + ":" +
-                               std::to_string(slot.dataBatchAxis));
-            return axes;
-          })
       .def_property_readonly("steps_taken", &TrainingSession::stepsTaken)
       .def_property("lr", &TrainingSession::learningRate,
                     &TrainingSession::setLearningRate)

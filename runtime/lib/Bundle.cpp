@@ -34,6 +34,25 @@ std::vector<int64_t> TensorSlot::dataShape(int64_t samples) const {
   return out;
 }
 
+bool TensorSlot::holdsData(const std::vector<int64_t> &given) const {
+  std::vector<int64_t> want = dataShape(0);
+  if (given.size() != want.size())
+    return false;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (int64_t(i) != dataBatchAxis && given[i] != want[i])
+      return false;
+  return true;
+}
+
+std::string TensorSlot::describeData() const {
+  std::vector<int64_t> want = dataShape(0);
+  std::string s = std::string(dtypeName(dtype)) + "[";
+  for (size_t i = 0; i < want.size(); ++i)
+    s += (i ? ", " : "") +
+         (int64_t(i) == dataBatchAxis ? "N" : std::to_string(want[i]));
+  return s + "]";
+}
+
 void KernelSpec::fail(const std::string &why) const {
   throw BundleError("kernel " + std::to_string(id) + " (" + kind + "): " + why);
 }
@@ -260,6 +279,9 @@ const TensorSlot *findSlot(const std::vector<TensorSlot> &slots,
 }
 } // namespace
 
+const TensorSlot *Bundle::input(const std::string &name) const {
+  return findSlot(inputs, name);
+}
 const TensorSlot *PhaseSpec::input(const std::string &name) const {
   return findSlot(inputs, name);
 }

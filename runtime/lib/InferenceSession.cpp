@@ -37,31 +37,24 @@ std::string describeSlot(const TensorSlot &s) {
 std::map<std::string, HostTensor>
 InferenceSession::run(const std::map<std::string, HostTensor> &given) {
   // Inputs in the model's layout whose samples are not first (a
-  // sequence-first [T, B] input) as the compiled phase takes them.
+  // sequence-first [T, B] input) as the compiled phase takes them; the
+  // others as given.
   std::map<std::string, HostTensor> moved;
+  std::map<std::string, const HostTensor *> inputs;
+  for (const auto &[name, tensor] : given)
+    inputs[name] = &tensor;
   for (const TensorSlot &slot : bundle_.inputs) {
     auto it = given.find(slot.name);
     if (slot.dataBatchAxis == 0 || it == given.end())
       continue;
-    const HostTensor &t = it->second;
-    std::vector<int64_t> want = slot.dataShape(slot.shape.front());
-    bool fits = t.shape.size() == want.size();
-    for (size_t i = 0; fits && i < want.size(); ++i)
-      fits = int64_t(i) == slot.dataBatchAxis || t.shape[i] == want[i];
-    if (!fits)
-      throw InputError("input '" + slot.name + "' is " + t.describe() +
+    if (!slot.holdsData(it->second.shape))
+      throw InputError("input '" + slot.name + "' is " + it->second.describe() +
                        " but the model expects " + describeSlot(slot) +
                        " (its samples on axis " +
                        std::to_string(slot.dataBatchAxis) + ")");
-    moved[slot.name] = moveAxisToFront(t, slot.dataBatchAxis);
+    inputs[slot.name] =
+        &(moved[slot.name] = moveAxisToFront(it->second, slot.dataBatchAxis));
   }
-  const std::map<std::string, HostTensor> *all = &given;
-  if (!moved.empty()) {
-    for (const auto &[name, tensor] : given)
-      moved.try_emplace(name, tensor);
-    all = &moved;
-  }
-  const std::map<std::string, HostTensor> &inputs = *all;
   for (const auto &[name, tensor] : inputs) {
     bool known = false;
     for (const TensorSlot &s : bundle_.inputs)
@@ -85,8 +78,8 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
     if (it == inputs.end())
       throw InputError("input '" + slot.name + "' is missing (expected " +
                        describeSlot(slot) + ")");
-    const std::vector<int64_t> &shape = it->second.shape;
-    DType dtype = it->second.dtype;
+    const std::vector<int64_t> &shape = it->second->shape;
+    DType dtype = it->second->dtype;
     // NumPy has no bfloat16: uint16 bits stand for it.
     if (slot.dtype == DType::BF16 && dtype == DType::U16)
       dtype = DType::BF16;
@@ -157,7 +150,7 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
             count = exact ? 1 : std::min(batch, rows - first);
     for (const TensorSlot &slot : bundle_.inputs) {
       const char *src =
-          reinterpret_cast<const char *>(inputs.at(slot.name).data.data());
+          reinterpret_cast<const char *>(inputs.at(slot.name)->data.data());
       if (exact) {
         stage->write(0, slot, src);
         continue;

@@ -164,17 +164,8 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
         (samples >= 0 && t.shape[0] != samples) ||
         !session.holdsSamples(*slot, t, t.shape[0])) {
       // In the model's layout, as the user gave it (moveSamplesFirst).
-      int64_t axis = 0;
-      for (const TensorSlot &input : session.bundle().inputs)
-        if (input.name == slot->name)
-          axis = input.dataBatchAxis;
-      std::vector<std::string> dims;
-      for (size_t i = 1; i < slot->shape.size(); ++i)
-        dims.push_back(std::to_string(slot->shape[i]));
-      dims.insert(dims.begin() + std::min<size_t>(axis, dims.size()), "N");
-      std::string rows = "[";
-      for (size_t i = 0; i < dims.size(); ++i)
-        rows += (i ? ", " : "") + dims[i];
+      const TensorSlot *input = session.bundle().input(slot->name);
+      int64_t axis = input ? input->dataBatchAxis : 0;
       HostTensor given;
       given.dtype = t.dtype;
       given.shape = t.shape;
@@ -184,8 +175,8 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
       }
       throw InputError(
           path + ": array '" + slot->name + "' is " + given.describe() +
-          ", expected " + std::string(dtypeName(slot->dtype)) + rows +
-          "] (N samples" +
+          ", expected " + (input ? *input : *slot).describeData() +
+          " (N samples" +
           (samples >= 0
                ? ", as many as the other arrays: " + std::to_string(samples)
                : std::string()) +
@@ -233,6 +224,16 @@ void checkLabels(TrainingSession &session,
 Evaluation evaluate(TrainingSession &session,
                     const std::map<std::string, HostTensor> &data, int64_t n) {
   int64_t b = session.microBatchSize(), correct = 0;
+  // Labels given [outer..., N, inner...] (a sequence-first model's): the
+  // logits' rows in that order, `inner` consecutive ones of a sample.
+  std::optional<int64_t> labelsInner;
+  const TensorSlot *labelSlot = session.bundle().input("labels");
+  if (labelSlot && labelSlot->dataBatchAxis > 0) {
+    labelsInner = 1;
+    for (size_t i = labelSlot->dataBatchAxis + 1; i < labelSlot->shape.size();
+         ++i)
+      *labelsInner *= labelSlot->shape[i];
+  }
   double rows = 0;
   double lossSum = 0;
   for (int64_t first = 0; first < n; first += b) {
@@ -257,15 +258,7 @@ Evaluation evaluate(TrainingSession &session,
     // [N, T] once their samples are first): row r is token (r / (b *
     // inner)) * inner + r % inner of sample (r / inner) % b.
     int64_t perSample = std::max<int64_t>(1, logits.shape[0] / b);
-    int64_t inner = perSample;
-    for (const TensorSlot &slot : session.bundle().inputs)
-      if (slot.name == "labels" && slot.dataBatchAxis > 0) {
-        // Labels given [outer..., N, inner...]: the logits' rows in that
-        // order.
-        inner = 1;
-        for (size_t i = slot.dataBatchAxis + 1; i < slot.shape.size(); ++i)
-          inner *= slot.shape[i];
-      }
+    int64_t inner = labelsInner.value_or(perSample);
     const float *l = reinterpret_cast<const float *>(logits.data.data());
     for (int64_t r = 0; r < b * perSample; ++r) {
       int64_t sample = (r / inner) % b,
@@ -444,21 +437,11 @@ void moveSamplesFirst(const TrainingSession &session,
     if (axis == 0 || it == data.end())
       continue;
     HostTensor &t = it->second;
-    std::vector<int64_t> want = slot.dataShape(0);
-    bool fits = t.shape.size() == want.size() && t.shape[axis] > 0;
-    for (size_t i = 0; fits && i < want.size(); ++i)
-      fits = int64_t(i) == axis || t.shape[i] == want[i];
-    if (!fits) {
-      std::string dims;
-      for (size_t i = 0; i < want.size(); ++i)
-        dims += (i ? ", " : "") +
-                (int64_t(i) == axis ? "N" : std::to_string(want[i]));
+    if (!slot.holdsData(t.shape) || t.shape[axis] == 0)
       throw InputError(source + ": array '" + slot.name + "' is " +
-                       t.describe() + ", expected " +
-                       std::string(dtypeName(slot.dtype)) + "[" + dims +
-                       "] (the model's layout: N samples on axis " +
+                       t.describe() + ", expected " + slot.describeData() +
+                       " (the model's layout: N samples on axis " +
                        std::to_string(axis) + ")");
-    }
     t = moveAxisToFront(t, axis);
   }
 }

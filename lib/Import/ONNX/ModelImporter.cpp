@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Import/ONNX/ModelImporter.h"
 
+#include "Analysis/BatchPlacement.h"
 #include "FreezeByName.h"
 #include "GradientReach.h"
 #include "GraphImporter.h"
@@ -592,12 +593,9 @@ OwningOpRef<ModuleOp> ModelImporter::run() {
       g.defineValue(name, arg);
       continue;
     }
-    // [B, ...] to the model's [..., B, ...]: dimension j of the result is
-    // the argument's j + 1 before the batch's place, its 0 there.
-    SmallVector<int64_t> perm;
-    int64_t rank = cast<RankedTensorType>(arg.getType()).getRank();
-    for (int64_t j = 0; j < rank; ++j)
-      perm.push_back(j < axis ? j + 1 : j == axis ? 0 : j);
+    // [B, ...] to the model's [..., B, ...].
+    SmallVector<int64_t> perm = batchToAxisPermutation(
+        cast<RankedTensorType>(arg.getType()).getRank(), axis);
     Value layout = g.getBuilder().create<nn::TransposeOp>(
         NameLoc::get(b.getStringAttr(name), fileLoc), ValueRange{arg},
         ArrayRef<NamedAttribute>{

@@ -56,6 +56,10 @@ struct TensorSlot {
   /// The shape of a user's array of `samples` samples for this input: the
   /// slot's with the samples at dataBatchAxis.
   std::vector<int64_t> dataShape(int64_t samples) const;
+  /// Whether `shape` is such an array's for some number of samples.
+  bool holdsData(const std::vector<int64_t> &shape) const;
+  /// Such an array's type with N samples: "int64[12, N]".
+  std::string describeData() const;
 };
 
 /// A heavy op the runtime runs with a oneDNN primitive.
@@ -254,6 +258,8 @@ struct Bundle {
   std::string sourceModel; // the ONNX model kept by training bundles, or ""
 
   std::string partPath(const std::string &file) const;
+  /// The model input (labels included) named `name`, or null.
+  const TensorSlot *input(const std::string &name) const;
   /// The processes the bundle runs in: 1 + its stages' largest rank, over
   /// every data-parallel replica.
   int64_t rankCount() const;
