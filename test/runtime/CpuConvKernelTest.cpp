@@ -4,7 +4,8 @@
 // larger maps (oneDNN's depthwise kernel), strided and dilated, a grouped
 // and a plain convolution, and 3x3 kernels on 1x1 and 2x2 maps (where
 // oneDNN without AVX-512 has only its gemm fallback and the backend
-// multiplies chunks of images at once); and a convolution whose weights are
+// multiplies chunks of images at once), first layers of one input channel
+// (the same product); and a convolution whose weights are
 // parameters, converted to oneDNN's layout once per parameter version.
 #include "cpu/CpuBackend.h"
 
@@ -228,6 +229,20 @@ TEST(CpuConvKernels, WeightGradientsOnMapsSmallerThanTheKernel) {
   checkGradWeight({{8, 32, 2, 2}, {64, 32, 3, 3}, 1, 2, 1, 1});
   checkGradWeight({{4, 32, 2, 2}, {32, 8, 3, 3}, 4, 1, 1, 1});
   checkGradWeight({{150, 256, 2, 2}, {16, 256, 3, 3}, 1, 1, 1, 1});
+}
+
+// An image model's first layer: one input channel, where oneDNN's kernels
+// pad the channels to their block and the backend multiplies the patches
+// instead (the main job's 28x28 layer; strided, dilated and padded ones on
+// maps that are not square, whose edge taps read padding on whole lines),
+// and 3 and 4 channels (ResNet's 7x7/2 stem with padding 3; oneDNN's).
+TEST(CpuConvKernels, FirstLayerWeightGradients) {
+  checkGradWeight({{3, 1, 28, 28}, {16, 1, 3, 3}, 1, 1, 1, 1});
+  checkGradWeight({{2, 1, 9, 13}, {5, 1, 3, 3}, 1, 2, 2, 2});
+  checkGradWeight({{2, 1, 5, 7}, {3, 1, 3, 3}, 1, 3, 4, 1});
+  checkGradWeight({{2, 1, 12, 10}, {4, 1, 7, 7}, 1, 2, 3, 1});
+  checkGradWeight({{2, 3, 32, 32}, {8, 3, 7, 7}, 1, 2, 3, 1});
+  checkGradWeight({{2, 4, 9, 13}, {5, 4, 3, 3}, 1, 2, 2, 2});
 }
 
 namespace {
