@@ -5,6 +5,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 
 #include <cstring>
+#include <optional>
 
 namespace gpipe::runtime {
 
@@ -26,6 +27,23 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   for (const TensorSlot &in : fwdSpec->inputs)
     if (in.role == Role::Data)
       dataIn.push_back(&in);
+  // A forward whose micro-batch's backward (or recompute) comes next, with
+  // no gradient sent in between (a send reads the backward's arena), puts
+  // what it keeps straight into the backward's arena: one copy, not two.
+  // The compiler prices the same rule (StreamOp::directlyCarriedMicroBatches).
+  std::optional<int64_t> pending;
+  for (const Instruction &instr : stream.instructions) {
+    using Op = Instruction::Op;
+    if (instr.op == Op::Forward) {
+      pending = instr.microBatch;
+    } else if (instr.op == Op::SendGradient) {
+      pending.reset();
+    } else if (instr.op == Op::Backward || instr.op == Op::Recompute) {
+      if (pending && *pending == instr.microBatch)
+        directlyCarried.insert(instr.microBatch);
+      pending.reset();
+    }
+  }
   int64_t slots = std::max<int64_t>(stream.maxAlive, 1);
   for (int64_t i = 0; i < slots; ++i) {
     stashSlots.push_back(exec->device().allocate(wiring.stashBytes));
@@ -215,13 +233,19 @@ void StreamRunner::loadStash(int64_t mb, const StepContext &context) {
     if (c.from != WiringSpec::Carried::From::Batch)
       device.copyOnDevice(ba + in.offset, stash + c.stashOffset, in.byteSize());
     else
-      device.copyToDevice(
-          ba + in.offset,
-          bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
-              mb * in.byteSize(),
-          in.byteSize());
+      loadFromBatch(c, mb, context);
   }
   restored.insert(mb);
+}
+
+void StreamRunner::loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
+                                 const StepContext &context) {
+  const TensorSlot &in = bwdSpec->inputs[c.input];
+  exec->device().copyToDevice(
+      exec->arena(bwd) + in.offset,
+      bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
+          mb * in.byteSize(),
+      in.byteSize());
 }
 
 void StreamRunner::forward(int64_t mb, const StepContext &context) {
@@ -241,15 +265,20 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   int slot = freeSlots.back();
   freeSlots.pop_back();
   slotOf[mb] = slot;
-  char *stash = stashSlots[slot].get();
+  bool direct = directlyCarried.count(mb) > 0;
+  char *ba = exec->arena(bwd), *stash = stashSlots[slot].get();
+  // Where a kept value goes: the stash, or its backward input.
+  auto keep = [&](const WiringSpec::Carried &c) {
+    return direct ? ba + bwdSpec->inputs[c.input].offset
+                  : stash + c.stashOffset;
+  };
   using From = WiringSpec::Carried::From;
   // Kept inputs before the run (the arena reuses their memory), kept
   // outputs after it.
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardInput) {
       const TensorSlot &source = fwdSpec->inputs[c.index];
-      device.copyOnDevice(stash + c.stashOffset, fa + source.offset,
-                          source.byteSize());
+      device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
     }
   exec->setRandomState({context.seed, context.step, mb});
   exec->run(fwd);
@@ -261,9 +290,14 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardOutput) {
       const TensorSlot &source = fwdSpec->outputs[c.index];
-      device.copyOnDevice(stash + c.stashOffset, fa + source.offset,
-                          source.byteSize());
+      device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
     }
+  if (direct) {
+    for (const WiringSpec::Carried &c : wiring.carried)
+      if (c.from == From::Batch)
+        loadFromBatch(c, mb, context);
+    restored.insert(mb);
+  }
 }
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
@@ -419,8 +453,10 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     return;
   case Instruction::Op::Recompute:
     // The recomputation is compiled into the backward entry point; here
-    // the stage input kept by the forward goes back in place.
-    loadStash(mb, context);
+    // the stage input kept by the forward goes back in place (unless the
+    // forward put it there).
+    if (!restored.count(mb))
+      loadStash(mb, context);
     return;
   case Instruction::Op::Backward:
     backward(mb, context);

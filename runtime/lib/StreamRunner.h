@@ -112,6 +112,9 @@ private:
   /// averages the running statistics (buffers) over the replicas.
   void finishReplicaSums(const StepContext &context);
   void loadStash(int64_t mb, const StepContext &context);
+  /// Copies a data input the backward reads again from the step's batch.
+  void loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
+                     const StepContext &context);
   void send(const MessageLayout &layout, const PhaseSpec &phase,
             const char *arena, const MessageKey &key);
   void receive(const MessageLayout &layout, const PhaseSpec &phase, char *arena,
@@ -152,6 +155,9 @@ private:
   std::vector<DeviceBuffer> stashSlots; // device memory
   std::vector<int> freeSlots;
   std::map<int64_t, int> slotOf;
+  /// The micro-batches whose forward keeps its values in the backward's
+  /// arena directly (see the constructor).
+  std::set<int64_t> directlyCarried;
 
   // Per step.
   std::map<int64_t, Transport::Message> received, gradReceived;

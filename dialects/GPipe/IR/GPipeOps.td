@@ -174,6 +174,12 @@ def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
     /// static_bytes + stash_bytes * maxAliveMicroBatches() (absent
     /// figures count as 0).
     int64_t peakBytes();
+    /// The micro-batches whose forward hands its kept values straight to
+    /// the backward's arena instead of the stash: the next backward or
+    /// recompute after the forward is of the same micro-batch, and no
+    /// gradient is sent in between (the send reads the backward's arena).
+    /// The runtime applies the same rule (StreamRunner).
+    ::llvm::SmallVector<int64_t> directlyCarriedMicroBatches();
   }];
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$stage `on` $device attr-dict-with-keyword $body";

@@ -213,6 +213,26 @@ std::pair<int64_t, Operation *> StreamOp::maxAliveMicroBatches() {
   return {most, at};
 }
 
+SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
+  SmallVector<int64_t> direct;
+  std::optional<int64_t> pending; // the last forward's micro-batch
+  for (Operation &op : getBody().front()) {
+    if (auto f = dyn_cast<ForwardInstr>(op)) {
+      pending = f.getMicroBatch();
+    } else if (isa<SendGradientInstr>(op)) {
+      pending.reset();
+    } else if (isa<BackwardInstr, RecomputeInstr>(op)) {
+      int64_t mb = isa<BackwardInstr>(op)
+                       ? cast<BackwardInstr>(op).getMicroBatch()
+                       : cast<RecomputeInstr>(op).getMicroBatch();
+      if (pending && *pending == mb)
+        direct.push_back(mb);
+      pending.reset();
+    }
+  }
+  return direct;
+}
+
 int64_t StreamOp::peakBytes() {
   return static_cast<int64_t>(getStaticBytes().value_or(0)) +
          static_cast<int64_t>(getStashBytes().value_or(0)) *

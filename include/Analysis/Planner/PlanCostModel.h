@@ -68,10 +68,13 @@ struct StageCost {
   int64_t rank = 0;
   /// Added to a step's first forward (backward): parameter conversions.
   double forwardConversion = 0, backwardConversion = 0;
+  /// Of the backward: loading the stash (StageTimes::stashLoad).
+  double stashLoad = 0;
   StageTimes times() const {
     return {forward,   backward,          transfer,
             optimizer, activationWire,    gradientWire,
-            rank,      forwardConversion, backwardConversion};
+            rank,      forwardConversion, backwardConversion,
+            stashLoad};
   }
 };
 

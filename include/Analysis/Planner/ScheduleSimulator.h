@@ -31,6 +31,10 @@ struct StageTimes {
   /// Added to the step's first forward (backward) of the stage: the
   /// parameters its kernels convert once a step.
   double firstForward = 0, firstBackward = 0;
+  /// Taken off the backward of a micro-batch whose forward put its kept
+  /// values in the backward's arena (StreamOp::directlyCarriedMicroBatches):
+  /// the stash's load.
+  double stashLoad = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time

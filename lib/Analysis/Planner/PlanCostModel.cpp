@@ -23,9 +23,12 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 16.5 MiB share of the level 3 at 43). The gradients' sum, touched every
   // micro-batch, runs in cache when gradients and sum fit in the cores'
   // whole cache (the README MLP's two stages at 8 micro-batches).
+  // A forward whose backward comes next puts its stash in place: that
+  // backward does not load it (stashLoad).
   double touched = std::max(2 * (f.stashBytes + f.messages), f.footprint);
-  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) /
-                  f.passBandwidth(touched, f.stashCacheBytes);
+  double pass = f.passBandwidth(touched, f.stashCacheBytes);
+  double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / pass;
+  c.stashLoad = 2.0 * f.stashBytes / pass;
   double sumBandwidth = f.passBandwidth(2 * f.trainableBytes, f.cacheBytes);
   c.forward = f.forwardKernels + copies;
   c.forwardConversion = f.forwardConversion;

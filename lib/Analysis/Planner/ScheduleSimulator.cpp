@@ -1,6 +1,7 @@
 //===- ScheduleSimulator.cpp - A schedule played with durations -----------===//
 #include "Analysis/Planner/ScheduleSimulator.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
@@ -26,8 +27,12 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   SmallVector<bool> forwarded(k, false), backwarded(k, false);
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
-  for (StreamOp s : streams)
-    pc.push_back(s.getBody().front().begin());
+  SmallVector<llvm::DenseSet<int64_t>> direct(k);
+  for (size_t i = 0; i < k; ++i) {
+    pc.push_back(streams[i].getBody().front().begin());
+    for (int64_t mb : streams[i].directlyCarriedMicroBatches())
+      direct[i].insert(mb);
+  }
   bool progress = true;
   while (progress) {
     progress = false;
@@ -59,11 +64,12 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             .Case([&](BackwardInstr f) {
               // A stage that recomputes has the forward in its backward
               // time: drawn as the recompute box before it.
-              duration = std::max(0.0, t.backward - recomputed[i]) +
+              mb = f.getMicroBatch();
+              double load = direct[i].contains(mb) ? t.stashLoad : 0;
+              duration = std::max(0.0, t.backward - load - recomputed[i]) +
                          (backwarded[i] ? 0 : t.firstBackward);
               backwarded[i] = true;
               recomputed[i] = 0;
-              mb = f.getMicroBatch();
             })
             .Case([&](RecomputeInstr f) {
               duration = std::min(t.forward, t.backward);
