@@ -195,14 +195,29 @@ def median_step(run):
     return float(m.group(1))
 
 
+def machine_speed(build):
+    """One core's oneDNN sgemm rate now (GFLOP/s; 256x1024x1024, median of
+    30): a probe of how fast this machine runs at the moment, beside the
+    rate it had when it was calibrated. On a shared VM the same bundle's
+    step moved by 40% between minutes while this rate moved with it."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        ["taskset", "-c", "0", os.path.join(build, "bin", "gpipe-bench"),
+         "matmul", "256", "1024", "1024", "30"],
+        capture_output=True, text=True, check=True, env=env).stdout
+    seconds = float(re.search(r"median_s=([\d.e-]+)", out).group(1))
+    return 2 * 256 * 1024 * 1024 / seconds / 1e9
+
+
 def measure_plans(build, onnx_path, npz, batch, plans_, profile, work,
-                  rounds):
+                  rounds, probes=None):
     """[(median step ms, predicted ms, slowest round / fastest)] of each
     plan: every plan compiled and warmed up (2 steps), then `rounds`
     rounds that each train every plan once, in turn, so that a slow
     spell of the machine falls on all plans alike; a plan's step is the
     median of its rounds' medians. A plan that does not compile or run
-    is None (its error printed)."""
+    is None (its error printed). With `probes` (a list), machine_speed()
+    before every round is appended to it."""
     runs = []
     for i, plan in enumerate(plans_):
         try:
@@ -217,6 +232,8 @@ def measure_plans(build, onnx_path, npz, batch, plans_, profile, work,
             runs.append(None)
     times = [[] for _ in plans_]
     for _ in range(rounds):
+        if probes is not None:
+            probes.append(machine_speed(build))
         for i, r in enumerate(runs):
             if r is None:
                 continue
