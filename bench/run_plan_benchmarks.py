@@ -261,6 +261,7 @@ def main():
     calibrate = subprocess.run(
         calibrate_command(args.build, profile), capture_output=True,
         text=True, check=True).stderr
+    calibrated = machine_speed(args.build)
     lines = [
         "# Plan benchmarks",
         "",
@@ -272,7 +273,11 @@ def main():
         f"gpipe-run medians, after a warm-up run), beside its prediction; "
         f"the profile measured once by "
         f"`mpirun -np 2 gpipe-opt --calibrate` (the link between two ranks "
-        f"measured too), no cost table.",
+        f"measured too), no cost table. Machine speed: one core's sgemm "
+        f"rate (`gpipe-bench matmul 256 1024 1024`) before every round of a "
+        f"device set, the median against the rate right after the "
+        f"calibration ({calibrated:.1f} GFLOP/s): a prediction is no "
+        f"closer than the machine is to its calibrated pace.",
         "",
         "```",
         *[l for l in calibrate.splitlines() if "timed" not in l],
@@ -280,8 +285,8 @@ def main():
         "",
         "| model | cores | plans | auto's plan | auto measured (ms) | fastest "
         "measured (ms) | auto / fastest | auto predicted / measured | worst "
-        "predicted / measured |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "predicted / measured | machine speed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     details = ["", "## Every plan", ""]
     for name, make in MODELS.items():
@@ -291,10 +296,10 @@ def main():
         for cores in DEVICE_SETS:
             rows = [p for p in plans(args.build, onnx_path, batch, cores,
                                      profile) if p[6]][:args.max_plans]
-            measured = []
+            measured, probes = [], []
             for plan, got in zip(rows, measure_plans(
                     args.build, onnx_path, npz, batch, rows, profile, work,
-                    args.rounds)):
+                    args.rounds, probes)):
                 if got is None:
                     continue
                 ms, predicted, spread = got
@@ -312,7 +317,8 @@ def main():
                 f"| {name} | {cores} | {len(measured)} | {auto[0][1]} M="
                 f"{auto[0][2]} {auto[0][3]} | {auto[1]:.2f} | {fastest:.2f} | "
                 f"{auto[1] / fastest:.2f}x | {auto[2] / auto[1]:.2f} | "
-                f"{worst[2] / worst[1]:.2f} |")
+                f"{worst[2] / worst[1]:.2f} | "
+                f"{float(np.median(probes)) / calibrated:.2f} |")
             details += [f"### {name}, {cores}", "",
                         "| devices | M | schedule | recompute | measured (ms) "
                         "| predicted (ms) |", "|---|---|---|---|---|---|"]

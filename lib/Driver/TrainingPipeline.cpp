@@ -282,6 +282,11 @@ gpipe::compileTrainingPipeline(ModuleOp module,
                          {"predicted_step_seconds", result.prediction.stepTime},
                          {"predicted_bubble", result.prediction.bubble},
                          {"streams", std::move(streams)}};
+  // The profile's sgemm rate of one core, for gpipe-run to compare with
+  // the machine's when a step is far from its prediction.
+  if (network.source != "built-in" && network.cores > 0)
+    (*result.schedule.getAsObject())["profile_gflops_per_core"] =
+        network.peakFlops / static_cast<double>(network.cores) / 1e9;
   for (auto &m : *outlined)
     result.stages.push_back(std::move(m));
   return result;

@@ -302,6 +302,7 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
   s.kind = j.at("kind").get<std::string>();
   s.microBatches = integer<int64_t>(j.at("micro_batches"));
   s.predictedStepSeconds = j.value("predicted_step_seconds", 0.0);
+  s.profileGflopsPerCore = j.value("profile_gflops_per_core", 0.0);
   s.predictedBubble = j.value("predicted_bubble", 0.0);
   if (s.microBatches != microBatches)
     throw BundleError("the schedule is for " + std::to_string(s.microBatches) +

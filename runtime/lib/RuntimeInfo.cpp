@@ -5,10 +5,37 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
+#include <vector>
+
+#include <omp.h>
 
 namespace gpipe::runtime {
+
+double cpuSgemmGflops() {
+  const dnnl_dim_t n = 1024;
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 7) * 0.25f;
+    b[i] = static_cast<float>(i % 5) * 0.5f;
+  }
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<double> seconds;
+  for (int i = 0; i < 5; ++i) {
+    auto begin = std::chrono::steady_clock::now();
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+               c.data(), n);
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+            .count());
+  }
+  omp_set_num_threads(threads);
+  std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
+  return 2.0 * n * n * n / seconds[2] / 1e9;
+}
 
 std::string onednnVersion() {
   const dnnl_version_t *v = dnnl_version();

@@ -5,7 +5,6 @@
 #include "gpipe/runtime/InferenceSession.h"
 
 #include <cstring>
-#include <optional>
 
 namespace gpipe::runtime {
 
@@ -31,17 +30,17 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   // no gradient sent in between (a send reads the backward's arena), puts
   // what it keeps straight into the backward's arena: one copy, not two.
   // The compiler prices the same rule (StreamOp::directlyCarriedMicroBatches).
-  std::optional<int64_t> pending;
+  int64_t pending = -1; // the last forward's micro-batch, or -1
   for (const Instruction &instr : stream.instructions) {
     using Op = Instruction::Op;
     if (instr.op == Op::Forward) {
       pending = instr.microBatch;
     } else if (instr.op == Op::SendGradient) {
-      pending.reset();
+      pending = -1;
     } else if (instr.op == Op::Backward || instr.op == Op::Recompute) {
-      if (pending && *pending == instr.microBatch)
+      if (pending >= 0 && pending == instr.microBatch)
         directlyCarried.insert(instr.microBatch);
-      pending.reset();
+      pending = -1;
     }
   }
   int64_t slots = std::max<int64_t>(stream.maxAlive, 1);

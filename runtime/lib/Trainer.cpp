@@ -6,6 +6,7 @@
 #include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/OnnxExport.h"
 #include "gpipe/runtime/Progress.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TextData.h"
 
 #include <nlohmann/json.hpp>
@@ -362,6 +363,26 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
            "profile.json, then compile with --device-profile=profile.json), "
            "or give the compiler this model's op times (gpipe-run "
            "--profile-ops=ops.csv, then gpipe-opt --cost-table=ops.csv)\n";
+  // Which of the two: the machine's pace now against the profile's.
+  bool cpu = std::any_of(s.stages.begin(), s.stages.end(), [](const auto &st) {
+    return st.device.rfind("cpu", 0) == 0;
+  });
+  if (s.steps >= 5 && (ratio > 1.25 || ratio < 0.8) && cpu &&
+      schedule.profileGflopsPerCore > 0) {
+    double now = cpuSgemmGflops(), pace = now / schedule.profileGflopsPerCore;
+    out << "  one core's sgemm runs at " << now
+        << " GFLOP/s on this machine now, against "
+        << schedule.profileGflopsPerCore
+        << " in the device profile the prediction used (" << pace << "x)";
+    if (std::abs(pace - 1) > 0.15)
+      out << ": the machine runs at another pace than the one the profile "
+             "describes (other work on it, a shared host's busy spell, or "
+             "another machine's profile)\n";
+    else
+      out << ": the machine is as fast as its profile says; the cost model "
+             "misjudges this model's kernels: give the compiler their times "
+             "(--profile-ops, --cost-table)\n";
+  }
   out << std::defaultfloat << std::setprecision(6);
 }
 

@@ -244,6 +244,9 @@ struct ScheduleSpec {
   std::string kind = "gpipe";
   int64_t microBatches = 1;
   double predictedStepSeconds = 0, predictedBubble = 0;
+  /// One core's sgemm rate in the device profile the prediction used
+  /// (GFLOP/s; 0: the compiler's built-in figures).
+  double profileGflopsPerCore = 0;
   std::vector<StreamSpec> streams; // one per stage, in stage order
 };
 

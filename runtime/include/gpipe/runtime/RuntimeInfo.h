@@ -37,6 +37,12 @@ std::string deviceMissing(const Device &device);
 /// when the GPU cannot be used or CUDA support is not built.
 std::string calibrateGpu(int ordinal, std::ostream &log);
 
+/// One core's float32 sgemm rate now, in GFLOP/s: oneDNN on one OpenMP
+/// thread of the calling thread, a 1024^3 product, the median of 5, as
+/// gpipe-opt --calibrate measures a profile's peak_gflops_per_core (about
+/// 0.15 s). How fast this machine runs at the moment, beside the profile.
+double cpuSgemmGflops();
+
 /// A multi-line description for `gpipe-run --version`.
 std::string runtimeInfo();
 
