@@ -3,6 +3,7 @@
 #include "CalibrateKernels.h"
 
 #include "gpipe/runtime/ProcessGroup.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 
 #include "Analysis/CostModel.h"
 
@@ -262,17 +263,8 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   CPU_ZERO(&set);
   CPU_SET(sched_getcpu(), &set);
   sched_setaffinity(0, sizeof(set), &set);
-  const dnnl_dim_t n = 1024;
-  std::vector<float> a(n * n), b(n * n), c(n * n);
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>(i % 7) * 0.25f;
-    b[i] = static_cast<float>(i % 5) * 0.5f;
-  }
-  double gemm = medianSeconds(5, [&] {
-    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-               c.data(), n);
-  });
-  double gflops = 2.0 * n * n * n / gemm / 1e9;
+  // The probe gpipe-run takes when a step is off its prediction.
+  double gflops = runtime::cpuSgemmGflops();
   double memory = copyBandwidth(size_t(256) << 20, 5) / 1e9;
   double link = copyBandwidth(size_t(4) << 20, 50) / 1e9;
   host.copyGbpsPerCore = measureCopies(log);

@@ -222,10 +222,8 @@ SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
     } else if (isa<SendGradientInstr>(op)) {
       pending.reset();
     } else if (isa<BackwardInstr, RecomputeInstr>(op)) {
-      int64_t mb = isa<BackwardInstr>(op)
-                       ? cast<BackwardInstr>(op).getMicroBatch()
-                       : cast<RecomputeInstr>(op).getMicroBatch();
-      if (pending && *pending == mb)
+      int64_t mb = op.getAttrOfType<IntegerAttr>("micro_batch").getInt();
+      if (pending == mb)
         direct.push_back(mb);
       pending.reset();
     }
