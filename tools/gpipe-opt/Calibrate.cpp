@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -252,8 +253,9 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   std::tie(host.cacheMiBPerCore, host.privateCacheMiBPerCore) =
       cacheMiBPerCore();
   // gpipe's own kernels, before this thread is pinned to one core.
+  std::array<double, 3> pace{};
   llvm::Expected<llvm::json::Array> kernels =
-      calibrateKernels(registry, host.privateCacheMiBPerCore, log);
+      calibrateKernels(registry, host.privateCacheMiBPerCore, log, &pace);
   if (!kernels)
     throw std::runtime_error(llvm::toString(kernels.takeError()));
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core
@@ -263,8 +265,19 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   CPU_ZERO(&set);
   CPU_SET(sched_getcpu(), &set);
   sched_setaffinity(0, sizeof(set), &set);
-  // The probe gpipe-run takes when a step is off its prediction.
-  double gflops = runtime::cpuSgemmGflops();
+  // The probe gpipe-run takes when a step is off its prediction, taken
+  // before every model the kernels' calibration timed: the profile's rate
+  // is their median, the pace the kernels' times were scaled to.
+  double now = runtime::cpuSgemmGflops();
+  double gflops = pace[1] > 0 ? pace[1] : now;
+  if (pace[0] > 0 && pace[2] > 1.15 * pace[0])
+    log << llvm::format(
+        "calibrate: warning: the machine's pace moved during the "
+        "calibration (one core's sgemm from %.1f to %.1f GFLOP/s, %.1f at "
+        "the end): the profile describes its median pace, %.1f; on a machine "
+        "shared with other work predictions are off by as much as its pace "
+        "moves (gpipe-run says so when a step is off its prediction)\n",
+        pace[0], pace[2], now, gflops);
   double memory = copyBandwidth(size_t(256) << 20, 5) / 1e9;
   double link = copyBandwidth(size_t(4) << 20, 50) / 1e9;
   host.copyGbpsPerCore = measureCopies(log);

@@ -8,6 +8,7 @@
 #include "Import/ONNX/ModelImporter.h"
 #include "Transforms/Passes.h"
 
+#include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TrainingSession.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -212,6 +213,9 @@ struct Sample {
   double work, bytes, parameterBytes, planes, forward, backward;
   /// The micro-batches of the step the times are the mean run of.
   int64_t microBatches = 1;
+  /// The machine's pace when the times were taken (one core's sgemm,
+  /// GFLOP/s).
+  double pace = 0;
 };
 
 using Coefficients = DeviceProfile::KernelFit::Coefficients;
@@ -358,7 +362,8 @@ randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {
 
 llvm::Expected<llvm::json::Array>
 gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
-                        llvm::raw_ostream &log) {
+                        llvm::raw_ostream &log,
+                        std::array<double, 3> *paceRange) {
   auto failure = [](const llvm::Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), why);
   };
@@ -413,8 +418,10 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   // moved, seconds; the forwards' [0] and the backwards' [1] (a gradient
   // loop's bytes, CostOpInterface::getBackwardBytesMoved, are a rule of
   // thumb: its speed per byte is its own).
-  using LoopSamples = std::vector<std::pair<double, double>>;
+  // (bytes, seconds, the machine's pace then)
+  using LoopSamples = std::vector<std::array<double, 3>>;
   std::map<std::string, std::map<int64_t, std::array<LoopSamples, 2>>> loops;
+  std::vector<double> paces;
   std::mt19937 rng(7);
   mlir::MLIRContext context(registry);
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &) {
@@ -514,6 +521,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         auto batch = randomBatch(session, rng);
         for (int s = 0; s < 3; ++s)
           session.step(batch);
+        // The machine's pace right before the timed steps.
+        double pace = runtime::cpuSgemmGflops();
+        paces.push_back(pace);
         // Each step timed on its own and the median step of each figure
         // kept: one step slowed by the machine (a preemption is hundreds of
         // microseconds, a small kernel's whole time) moves a mean of a few
@@ -544,16 +554,17 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                                                  /*parameterBytes=*/0,
                                                  /*planes=*/0,
                                                  /*forward=*/optimizer,
-                                                 /*backward=*/0});
+                                                 /*backward=*/0,
+                                                 /*microBatches=*/1, pace});
         for (auto &[name, times] : opSteps) {
           double forward = median(times.first), backward = median(times.second);
           if (auto loop = elementwise.find(name); loop != elementwise.end()) {
             const LoopBytes &bytes = loop->second;
             auto &into = loops[bytes.family][cores];
             if (bytes.forward > 0 && forward > 0)
-              into[0].push_back({bytes.forward, forward});
+              into[0].push_back({bytes.forward, forward, pace});
             if (bytes.backward > 0 && backward > 0)
-              into[1].push_back({bytes.backward, backward});
+              into[1].push_back({bytes.backward, backward, pace});
             continue;
           }
           auto it = work.find(name);
@@ -562,7 +573,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           samples[it->second.first][cores].push_back(
               {it->second.second, bytesOf[name], parameterBytesOf[name],
                planesOf[name], forward,
-               partialBackward.count(name) ? 0 : backward, micro});
+               partialBackward.count(name) ? 0 : backward, micro, pace});
         }
       }
     }
@@ -570,6 +581,22 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         std::size(specs));
   }
   log << "\n";
+  // Times taken at another pace than the median one, scaled to it: this
+  // machine's pace can move by tens of percent within a minute (a shared
+  // host), and kernels timed in a slow spell and others in a fast one would
+  // be fitted as one law that holds at neither pace.
+  double medianPace = median(paces);
+  auto atMedianPace = [&](double seconds, double pace) {
+    return pace > 0 && medianPace > 0 ? seconds * pace / medianPace : seconds;
+  };
+  auto [slowest, fastest] = std::minmax_element(paces.begin(), paces.end());
+  log << llvm::format("calibrate: the machine's pace over the kernels' "
+                      "timing (one core's sgemm before each of %zu runs): "
+                      "%.1f to %.1f GFLOP/s, median %.1f; times scaled to "
+                      "the median\n",
+                      paces.size(), *slowest, *fastest, medianPace);
+  if (paceRange)
+    *paceRange = {*slowest, medianPace, *fastest};
   llvm::json::Array fits;
   for (const auto &[family, byCores] : samples)
     for (const auto &[cores, points] : byCores) {
@@ -582,11 +609,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         double converted = std::min(p.parameterBytes, p.bytes) /
                            static_cast<double>(p.microBatches);
         if (p.forward > 0)
-          fwd.push_back(
-              {x[0], x[1], x[2], x[3], x[4], x[5], x[6], converted, p.forward});
+          fwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], x[6], converted,
+                         atMedianPace(p.forward, p.pace)});
         if (p.backward > 0)
           bwd.push_back({x[0], x[1], x[2], x[3], x[4], x[5], x[6], converted,
-                         p.backward});
+                         atMedianPace(p.backward, p.pace)});
       }
       if (fwd.size() < 3)
         continue;
@@ -652,10 +679,10 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         if (samples[phase].size() < 3)
           continue;
         std::vector<Point> points;
-        for (const auto &[bytes, seconds] : samples[phase])
+        for (const auto &[bytes, seconds, pace] : samples[phase])
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
-                            0, 0, 0, seconds});
+                            0, 0, 0, atMedianPace(seconds, pace)});
         c[phase] = fit(points, {true, true, cache > 0});
       }
       if (!c[0])

@@ -17,13 +17,19 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <array>
+
 namespace gpipe {
 
 /// The profile's "kernels" array; progress on `log`. `privateCacheMiB`:
 /// each core's own cache (level 2), where generated loops run fastest.
+/// The machine's pace (runtime::cpuSgemmGflops) is probed before each
+/// model's timed steps and every time is scaled to the median pace, which
+/// with the slowest and fastest is returned in `paceRange` (GFLOP/s).
 llvm::Expected<llvm::json::Array>
 calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
-                 llvm::raw_ostream &log);
+                 llvm::raw_ostream &log,
+                 std::array<double, 3> *paceRange = nullptr);
 
 } // namespace gpipe
 
