@@ -231,9 +231,10 @@ TEST(CpuConvKernels, WeightGradientsOnMapsSmallerThanTheKernel) {
   checkGradWeight({{150, 256, 2, 2}, {16, 256, 3, 3}, 1, 1, 1, 1});
 }
 
-// An image model's first layer: one input channel, where oneDNN's kernels
-// pad the channels to their block and the backend multiplies the patches
-// instead (the main job's 28x28 layer; strided, dilated and padded ones on
+// An image model's first layer: one input channel, where oneDNN's AVX2
+// kernel pads the channels to its block and the backend multiplies the
+// patches instead (oneDNN's AVX-512 kernel is kept: faster there) (the
+// main job's 28x28 layer; strided, dilated and padded ones on
 // maps that are not square, whose edge taps read padding on whole lines),
 // and 3 and 4 channels (ResNet's 7x7/2 stem with padding 3; oneDNN's).
 TEST(CpuConvKernels, FirstLayerWeightGradients) {

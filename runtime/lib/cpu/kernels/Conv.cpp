@@ -448,12 +448,16 @@ bool isDepthwise2d(const KernelSpec &spec, const TensorSlot &input,
 }
 
 /// Whether a convolution is 2-D with one group and one input channel (an
-/// image model's first layer on grey images). oneDNN's direct kernels pad
-/// the channels to their block (8 or 16): the main job's 1 -> 16 channel
+/// image model's first layer on grey images). oneDNN's AVX2 direct kernel
+/// pads the channels to its block of 8: the main job's 1 -> 16 channel
 /// 3x3 layer on 28x28 maps, 32 images, took 1.7 ms for its weight gradient
 /// on one AVX2 core, the patches' product 0.75 ms. From 2 channels on the
 /// two were even and from 3 oneDNN was faster (3 -> 16 3x3: 0.8 against
-/// 1.6-2.3 ms; ResNet's 3 -> 64 7x7/2 stem: 2.3-4.0 against 4.8 ms).
+/// 1.6-2.3 ms; ResNet's 3 -> 64 7x7/2 stem: 2.3-4.0 against 4.8 ms). Its
+/// AVX-512 kernel is faster than the patches' product even for one channel
+/// (the same layer, one AVX-512 Intel core: 0.33-0.36 against 0.44 ms), so
+/// only where oneDNN's kernel is not an AVX-512 one does the backend
+/// multiply the patches.
 bool isSingleChannel2d(const KernelSpec &spec, const TensorSlot &input) {
   return input.shape.size() == 4 && input.shape[1] == 1 &&
          static_cast<int64_t>(spec.number("group")) == 1;
@@ -497,14 +501,15 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     kernel->bind(DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true);
     return kernel;
   }
-  if (isSingleChannel2d(spec, data))
-    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
   dnnl::convolution_backward_weights::desc desc(
       dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
       anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
-  if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos &&
-      data.shape.size() == 4) {
+  std::string impl = pd.impl_info_str();
+  if (isSingleChannel2d(spec, data) &&
+      impl.find("avx512") == std::string::npos)
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
+  if (impl.find("gemm") != std::string::npos && data.shape.size() == 4) {
     if (isDepthwise2d(spec, data, weight))
       return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
     return std::make_unique<Im2colGradWeightKernel>(spec, mem);
