@@ -3,9 +3,9 @@
 // its own loop, oneDNN having only a gemm per channel there), depthwise on
 // larger maps (oneDNN's depthwise kernel), strided and dilated, a grouped
 // and a plain convolution, and 3x3 kernels on 1x1 and 2x2 maps (where
-// the backend multiplies chunks of images at once), first layers of one input channel
-// (the same product); and a convolution whose weights are
-// parameters, converted to oneDNN's layout once per parameter version.
+// the backend multiplies chunks of images at once), first layers of one input
+// channel (the same product); and a convolution whose weights are parameters,
+// converted to oneDNN's layout once per parameter version.
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"

@@ -513,8 +513,7 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
   std::string impl = pd.impl_info_str();
-  if (isSingleChannel2d(spec, data) &&
-      impl.find("avx512") == std::string::npos)
+  if (isSingleChannel2d(spec, data) && impl.find("avx512") == std::string::npos)
     return std::make_unique<Im2colGradWeightKernel>(spec, mem);
   // On maps smaller than the kernel the patches' product, whatever
   // oneDNN's kernel: its AVX-512 direct kernel computes every tap over the
