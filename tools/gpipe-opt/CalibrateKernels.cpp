@@ -400,6 +400,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         {true, 32, 128, 8},
                         {true, 4, 256, 4},
                         {true, 32, 256, 4},
+                        // A small language model's kernels: 64 tokens
+                        // of width 32 (its products take microseconds).
+                        {false, 8, 64, 32, 512},
                         {false, 4, 16, 64},
                         {false, 16, 32, 64, 512},
                         {false, 8, 64, 128},
