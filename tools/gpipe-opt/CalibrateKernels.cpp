@@ -588,6 +588,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   // machine's pace can move by tens of percent within a minute (a shared
   // host), and kernels timed in a slow spell and others in a fast one would
   // be fitted as one law that holds at neither pace.
+  if (paces.empty())
+    return failure("no calibration model was timed");
   double medianPace = median(paces);
   auto atMedianPace = [&](double seconds, double pace) {
     return pace > 0 && medianPace > 0 ? seconds * pace / medianPace : seconds;
