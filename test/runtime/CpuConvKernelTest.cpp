@@ -270,9 +270,12 @@ double convAt(const float *x, const float *w, int64_t ci, int64_t h, int64_t wd,
 // the kernel converts parameters to its layout again only when the
 // parameters' version changes (an optimizer step), and its data input on
 // every run.
-// Both the oneDNN kernel (6x6 maps) and the backend's one-pixel product
-// (1x1 maps, its gathered weights) keep that contract.
-void checkConvertedOncePerVersion(int64_t h, int64_t wd) {
+// The oneDNN kernel (6x6 maps), the backend's one-pixel product (1x1
+// maps, its gathered weights) and its product of patches on maps smaller
+// than the kernel (2x1: gathered) keep that contract; on 2x2 maps every
+// tap reads the map and that product takes the weights in place.
+void checkConvertedOncePerVersion(int64_t h, int64_t wd,
+                                  bool readsInPlace = false) {
   SCOPED_TRACE("maps " + std::to_string(h) + "x" + std::to_string(wd));
   const int64_t n = 2, ci = 16, co = 32;
   test::KernelCase built("conv");
@@ -330,10 +333,15 @@ void checkConvertedOncePerVersion(int64_t h, int64_t wd) {
   }
   std::vector<float> before = params;
   draw(params.data(), weight.numElements());
-  // Same version: the weights converted on the first run, by contract.
   kernel->run();
-  EXPECT_LE(worst(before), bound);
-  EXPECT_GT(worst(params), 0.1);
+  if (readsInPlace) {
+    // A kernel that multiplies the weights as they are sees them at once.
+    EXPECT_LE(worst(params), bound);
+  } else {
+    // Same version: the weights converted on the first run, by contract.
+    EXPECT_LE(worst(before), bound);
+    EXPECT_GT(worst(params), 0.1);
+  }
   ++version;
   kernel->run();
   EXPECT_LE(worst(params), bound);
@@ -342,6 +350,12 @@ void checkConvertedOncePerVersion(int64_t h, int64_t wd) {
 TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
   checkConvertedOncePerVersion(6, 6);
   checkConvertedOncePerVersion(1, 1);
+  // Maps smaller than the kernel (the backend's patches' product): 2x2,
+  // where every tap reads the map and the product takes the weights as
+  // they are, and 2x1, where a column of taps reads only padding and the
+  // others are gathered.
+  checkConvertedOncePerVersion(2, 2, /*readsInPlace=*/true);
+  checkConvertedOncePerVersion(2, 1);
 }
 
 // Convolutions whose output is one pixel (ResNet-18's last stage on 32x32

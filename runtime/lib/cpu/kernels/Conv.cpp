@@ -65,6 +65,13 @@ void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
                              std::to_string(static_cast<int>(status)) + ")");
 }
 
+/// Whether a convolution's output maps are smaller than its kernel (a
+/// 3x3 on the 2x2 or 1x1 maps of ResNet's last blocks on small images).
+bool mapsSmallerThanKernel(const TensorSlot &out, const TensorSlot &weight) {
+  return out.shape.size() == 4 && weight.shape.size() == 4 &&
+         (out.shape[2] < weight.shape[2] || out.shape[3] < weight.shape[3]);
+}
+
 /// A 2-D convolution (one group) whose output map is one pixel, and its
 /// input gradient, as one product each: that pixel reads each input pixel
 /// through one tap at most, so with the taps that read the map
@@ -189,12 +196,131 @@ private:
   std::vector<float> tapWeights, columns;
 };
 
-/// Whether a convolution's output maps are smaller than its kernel (a
-/// 3x3 on the 2x2 or 1x1 maps of ResNet's last blocks on small images).
-bool mapsSmallerThanKernel(const TensorSlot &out, const TensorSlot &weight) {
-  return out.shape.size() == 4 && weight.shape.size() == 4 &&
-         (out.shape[2] < weight.shape[2] || out.shape[3] < weight.shape[3]);
-}
+/// A forward convolution of one group whose output maps are smaller than
+/// its kernel and hold more than one pixel (ResNet's 3x3 convolutions on
+/// the 2x2 maps of small images): the patches of every output position
+/// (the taps that read the map at some position, zeros where one reads
+/// padding) times the taps' weights, one sgemm, its [images x positions,
+/// Cout] result laid out as NCHW. oneDNN's AVX-512 direct kernel computes
+/// every tap over the padding there: 256 channels on 2x2 maps, 32 images,
+/// 2.9 ms on one core (its gemm implementation 5.3).
+class SmallMapConvKernel : public Kernel {
+public:
+  static bool applies(const KernelSpec &spec, const TensorSlot &data,
+                      const TensorSlot &out, const TensorSlot &weight) {
+    return data.shape.size() == 4 &&
+           static_cast<int64_t>(spec.number("group")) == 1 &&
+           mapsSmallerThanKernel(out, weight) &&
+           out.shape[2] * out.shape[3] > 1;
+  }
+
+  SmallMapConvKernel(const KernelSpec &spec, const KernelMemory &mem) {
+    const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
+    const TensorSlot &y = spec.result("output");
+    input = reinterpret_cast<const float *>(mem.address(x));
+    weight = reinterpret_cast<const float *>(mem.address(w));
+    output = reinterpret_cast<float *>(mem.address(y));
+    if (const TensorSlot *b = spec.optionalOperand("bias"))
+      bias = reinterpret_cast<const float *>(mem.address(*b));
+    constant = mem.constantParams;
+    version = mem.versionOf(w);
+    n = x.shape[0];
+    cin = x.shape[1];
+    h = x.shape[2];
+    w_ = x.shape[3];
+    cout = w.shape[0];
+    kk = w.shape[2] * w.shape[3];
+    positions = y.shape[2] * y.shape[3];
+    Window2d win = window2d(spec);
+    // For each tap and output position, the pixel it reads or -1.
+    std::vector<std::vector<int64_t>> reads;
+    for (int64_t i = 0; i < w.shape[2]; ++i)
+      for (int64_t j = 0; j < w.shape[3]; ++j) {
+        std::vector<int64_t> at;
+        bool any = false;
+        for (int64_t oy = 0; oy < y.shape[2]; ++oy)
+          for (int64_t ox = 0; ox < y.shape[3]; ++ox) {
+            int64_t iy = oy * win.sh - win.ph + i * win.dh;
+            int64_t ix = ox * win.sw - win.pw + j * win.dw;
+            bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w_;
+            at.push_back(inside ? iy * w_ + ix : -1);
+            any = any || inside;
+          }
+        if (any) {
+          taps.push_back(i * w.shape[3] + j);
+          reads.push_back(std::move(at));
+        }
+      }
+    t = static_cast<int64_t>(taps.size());
+    pixelOf.resize(static_cast<size_t>(positions * t));
+    for (int64_t p = 0; p < positions; ++p)
+      for (int64_t a = 0; a < t; ++a)
+        pixelOf[p * t + a] = reads[a][p];
+    k = cin * t;
+    if (t < kk)
+      tapWeights.resize(static_cast<size_t>(cout * k));
+    columns.resize(static_cast<size_t>(n * positions * k));
+    product.resize(static_cast<size_t>(n * positions * cout));
+  }
+
+  void run() override {
+    // With every tap read, the weights are the product's operand as they
+    // are ([Cout, Cin x taps]).
+    bool everyTap = t == kk;
+    if (!everyTap &&
+        (!gatheredOnce ||
+         !(constant || (version && gatheredVersion == *version)))) {
+      parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t o = lo; o < hi; ++o)
+          for (int64_t c = 0; c < cin; ++c)
+            for (int64_t a = 0; a < t; ++a)
+              tapWeights[(o * cin + c) * t + a] =
+                  weight[(o * cin + c) * kk + taps[a]];
+      });
+      gatheredOnce = true;
+      gatheredVersion = version ? *version : 0;
+    }
+    int64_t hw = h * w_;
+    // One row of patches per (image, output position).
+    parallelChunks(n * positions, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        int64_t b = r / positions, p = r % positions;
+        const int64_t *pixels = pixelOf.data() + p * t;
+        float *row = columns.data() + r * k;
+        for (int64_t c = 0; c < cin; ++c) {
+          const float *plane = input + (b * cin + c) * hw;
+          for (int64_t a = 0; a < t; ++a)
+            row[c * t + a] = pixels[a] >= 0 ? plane[pixels[a]] : 0.0f;
+        }
+      }
+    });
+    sgemm("conv", 'N', 'T', n * positions, cout, k, columns.data(), k,
+          everyTap ? weight : tapWeights.data(), k, 0.0f, product.data(), cout);
+    parallelChunks(n * cout, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        int64_t b = r / cout, o = r % cout;
+        float shift = bias ? bias[o] : 0.0f;
+        float *plane = output + r * positions;
+        for (int64_t p = 0; p < positions; ++p)
+          plane[p] = product[(b * positions + p) * cout + o] + shift;
+      }
+    });
+  }
+
+private:
+  /// Gather the weights once, or once per version.
+  bool constant = false, gatheredOnce = false;
+  const uint64_t *version = nullptr;
+  uint64_t gatheredVersion = 0;
+  const float *input = nullptr, *weight = nullptr, *bias = nullptr;
+  float *output = nullptr;
+  int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, kk = 0, positions = 0;
+  int64_t t = 0, k = 0;
+  /// The taps (i kw + j) that read the map somewhere; for each output
+  /// position and tap the pixel (y w + x) it reads, -1 for padding.
+  std::vector<int64_t> taps, pixelOf;
+  std::vector<float> tapWeights, columns, product;
+};
 
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                                    const KernelMemory &mem, OneDnn &dnn) {
@@ -204,6 +330,8 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   if (PixelOutputConvKernel::applies(spec, x, spec.result("output")))
     return std::make_unique<PixelOutputConvKernel>(spec, mem,
                                                    /*wrtInput=*/false);
+  if (SmallMapConvKernel::applies(spec, x, spec.result("output"), w))
+    return std::make_unique<SmallMapConvKernel>(spec, mem);
   ConvGeometry g = convGeometry(spec, x, w);
   memory src = bindSlot(spec, x, mem, dnn);
   memory weights = bindSlot(spec, w, mem, dnn, g.weightDims);
