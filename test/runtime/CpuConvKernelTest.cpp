@@ -361,7 +361,8 @@ TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
 // Convolutions whose output is one pixel (ResNet-18's last stage on 32x32
 // images: 3x3 on 1x1 maps, 3x3 with stride 2 and the 1x1 shortcut with
 // stride 2 on 2x2 maps), which the backend computes as one product, and
-// for contrast one whose output is 2x2 (oneDNN's own): the forward with
+// for contrast one without padding on 3x3 maps (oneDNN's own) and one
+// whose output is 2x2 (the backend's patches, below): the forward with
 // and without bias and the input gradient.
 TEST(CpuConvKernels, ConvolutionsToOnePixel) {
   for (const ConvCase &c : {ConvCase{{8, 64, 1, 1}, {32, 64, 3, 3}, 1, 1, 1, 1},
@@ -369,6 +370,22 @@ TEST(CpuConvKernels, ConvolutionsToOnePixel) {
                             ConvCase{{8, 32, 2, 2}, {48, 32, 1, 1}, 1, 2, 0, 1},
                             ConvCase{{3, 16, 3, 3}, {8, 16, 3, 3}, 1, 1, 0, 1},
                             ConvCase{{4, 16, 2, 2}, {8, 16, 3, 3}, 1, 1, 1, 1}})
+    for (bool gradInput : {false, true})
+      for (bool bias : {false, true})
+        if (!(gradInput && bias))
+          checkConvOrGradInput(c, gradInput, bias);
+}
+
+// Outputs of more than one pixel on maps smaller than the kernel, whose
+// forward the backend computes as one product of patches
+// (SmallMapConvKernel): ResNet-18's stride-2 3x3 from 4x4 into 2x2 maps,
+// maps that are not square (a row or column of taps reads padding at some
+// positions only), a 5x5 kernel with padding 2 on 3x2 maps; the forward
+// with and without bias, and the input gradient (oneDNN's).
+TEST(CpuConvKernels, ConvolutionsOnMapsSmallerThanTheKernel) {
+  for (const ConvCase &c : {ConvCase{{8, 32, 4, 4}, {48, 32, 3, 3}, 1, 2, 1, 1},
+                            ConvCase{{4, 16, 2, 3}, {8, 16, 3, 3}, 1, 1, 1, 1},
+                            ConvCase{{4, 16, 3, 2}, {8, 16, 5, 5}, 1, 1, 2, 1}})
     for (bool gradInput : {false, true})
       for (bool bias : {false, true})
         if (!(gradInput && bias))
