@@ -358,6 +358,15 @@ TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
   checkConvertedOncePerVersion(2, 1);
 }
 
+/// Each case's forward, with and without bias, and its input gradient.
+void checkForwardsAndInputGradients(std::initializer_list<ConvCase> cases) {
+  for (const ConvCase &c : cases)
+    for (bool gradInput : {false, true})
+      for (bool bias : {false, true})
+        if (!(gradInput && bias))
+          checkConvOrGradInput(c, gradInput, bias);
+}
+
 // Convolutions whose output is one pixel (ResNet-18's last stage on 32x32
 // images: 3x3 on 1x1 maps, 3x3 with stride 2 and the 1x1 shortcut with
 // stride 2 on 2x2 maps), which the backend computes as one product, and
@@ -365,15 +374,12 @@ TEST(CpuConvKernels, ParametersConvertedOncePerVersion) {
 // whose output is 2x2 (the backend's patches, below): the forward with
 // and without bias and the input gradient.
 TEST(CpuConvKernels, ConvolutionsToOnePixel) {
-  for (const ConvCase &c : {ConvCase{{8, 64, 1, 1}, {32, 64, 3, 3}, 1, 1, 1, 1},
-                            ConvCase{{8, 32, 2, 2}, {48, 32, 3, 3}, 1, 2, 1, 1},
-                            ConvCase{{8, 32, 2, 2}, {48, 32, 1, 1}, 1, 2, 0, 1},
-                            ConvCase{{3, 16, 3, 3}, {8, 16, 3, 3}, 1, 1, 0, 1},
-                            ConvCase{{4, 16, 2, 2}, {8, 16, 3, 3}, 1, 1, 1, 1}})
-    for (bool gradInput : {false, true})
-      for (bool bias : {false, true})
-        if (!(gradInput && bias))
-          checkConvOrGradInput(c, gradInput, bias);
+  checkForwardsAndInputGradients(
+      {ConvCase{{8, 64, 1, 1}, {32, 64, 3, 3}, 1, 1, 1, 1},
+       ConvCase{{8, 32, 2, 2}, {48, 32, 3, 3}, 1, 2, 1, 1},
+       ConvCase{{8, 32, 2, 2}, {48, 32, 1, 1}, 1, 2, 0, 1},
+       ConvCase{{3, 16, 3, 3}, {8, 16, 3, 3}, 1, 1, 0, 1},
+       ConvCase{{4, 16, 2, 2}, {8, 16, 3, 3}, 1, 1, 1, 1}});
 }
 
 // Outputs of more than one pixel on maps smaller than the kernel, whose
@@ -383,11 +389,8 @@ TEST(CpuConvKernels, ConvolutionsToOnePixel) {
 // positions only), a 5x5 kernel with padding 2 on 3x2 maps; the forward
 // with and without bias, and the input gradient (oneDNN's).
 TEST(CpuConvKernels, ConvolutionsOnMapsSmallerThanTheKernel) {
-  for (const ConvCase &c : {ConvCase{{8, 32, 4, 4}, {48, 32, 3, 3}, 1, 2, 1, 1},
-                            ConvCase{{4, 16, 2, 3}, {8, 16, 3, 3}, 1, 1, 1, 1},
-                            ConvCase{{4, 16, 3, 2}, {8, 16, 5, 5}, 1, 1, 2, 1}})
-    for (bool gradInput : {false, true})
-      for (bool bias : {false, true})
-        if (!(gradInput && bias))
-          checkConvOrGradInput(c, gradInput, bias);
+  checkForwardsAndInputGradients(
+      {ConvCase{{8, 32, 4, 4}, {48, 32, 3, 3}, 1, 2, 1, 1},
+       ConvCase{{4, 16, 2, 3}, {8, 16, 3, 3}, 1, 1, 1, 1},
+       ConvCase{{4, 16, 3, 2}, {8, 16, 5, 5}, 1, 1, 2, 1}});
 }

@@ -65,6 +65,52 @@ void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
                              std::to_string(static_cast<int>(status)) + ")");
 }
 
+/// The weights of the taps a convolution of one group reads, [Cout, Cin x
+/// taps], from its [Cout, Cin, kh, kw] weights: gathered as oneDNN's
+/// kernels convert theirs (ReorderedKernel::bind), constant weights once
+/// and training weights once per parameter version; the weights as they
+/// are when every tap reads.
+class TapWeights {
+public:
+  TapWeights(const float *weight, int64_t cout, int64_t cin, int64_t kernelTaps,
+             std::vector<int64_t> taps, bool constant, const uint64_t *version)
+      : weight(weight), cout(cout), cin(cin), kernelTaps(kernelTaps),
+        taps(std::move(taps)), constant(constant), version(version) {
+    if (size() < kernelTaps)
+      gathered.resize(static_cast<size_t>(cout * cin * size()));
+  }
+  /// The taps read (i kw + j), in the order of the gathered columns.
+  const std::vector<int64_t> &read() const { return taps; }
+  int64_t size() const { return static_cast<int64_t>(taps.size()); }
+  /// The [Cout, Cin x taps] weights for this run.
+  const float *current() {
+    if (gathered.empty())
+      return weight;
+    if (gatheredOnce && (constant || (version && gatheredVersion == *version)))
+      return gathered.data();
+    int64_t t = size();
+    parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o)
+        for (int64_t c = 0; c < cin; ++c)
+          for (int64_t a = 0; a < t; ++a)
+            gathered[(o * cin + c) * t + a] =
+                weight[(o * cin + c) * kernelTaps + taps[a]];
+    });
+    gatheredOnce = true;
+    gatheredVersion = version ? *version : 0;
+    return gathered.data();
+  }
+
+private:
+  const float *weight;
+  int64_t cout, cin, kernelTaps;
+  std::vector<int64_t> taps;
+  bool constant, gatheredOnce = false;
+  const uint64_t *version;
+  uint64_t gatheredVersion = 0;
+  std::vector<float> gathered;
+};
+
 /// Whether a convolution's output maps are smaller than its kernel (a
 /// 3x3 on the 2x2 or 1x1 maps of ResNet's last blocks on small images).
 bool mapsSmallerThanKernel(const TensorSlot &out, const TensorSlot &weight) {
@@ -99,11 +145,6 @@ public:
         wrtInput ? spec.result("grad_input") : spec.operand("input");
     const TensorSlot &out =
         wrtInput ? spec.operand("grad_output") : spec.result("output");
-    weight = reinterpret_cast<const float *>(mem.address(w));
-    // As oneDNN's kernels convert weights (ReorderedKernel::bind): inference
-    // weights once, training weights once per parameter version.
-    constant = !wrtInput && mem.constantParams;
-    version = mem.versionOf(w);
     if (wrtInput) {
       gradOutput = reinterpret_cast<const float *>(mem.address(out));
       gradInput = reinterpret_cast<float *>(mem.address(data));
@@ -122,6 +163,7 @@ public:
     kw = w.shape[3];
     Window2d win = window2d(spec);
     // The output pixel reads input (i d - pad) through tap i (any stride).
+    std::vector<int64_t> taps;
     for (int64_t i = 0; i < kh; ++i)
       for (int64_t j = 0; j < kw; ++j) {
         int64_t y = i * win.dh - win.ph, x = j * win.dw - win.pw;
@@ -131,22 +173,18 @@ public:
         }
       }
     k = cin * static_cast<int64_t>(taps.size());
-    tapWeights.resize(static_cast<size_t>(cout * k));
+    weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
+                    kh * kw, std::move(taps), !wrtInput && mem.constantParams,
+                    mem.versionOf(w));
     columns.resize(static_cast<size_t>(n * k));
   }
 
   void run() override {
-    int64_t t = static_cast<int64_t>(taps.size()), hw = h * w_;
-    // The weights of the taps that read, [Cout, Cin x taps].
-    if (!gatheredOnce ||
-        !(constant || (version && gatheredVersion == *version))) {
-      gatherWeights();
-      gatheredOnce = true;
-      gatheredVersion = version ? *version : 0;
-    }
+    int64_t t = weights->size(), hw = h * w_;
+    const float *tapWeights = weights->current();
     if (wrtInput) {
       sgemm("conv_grad_input", 'N', 'N', n, k, cout, gradOutput, cout,
-            tapWeights.data(), k, 0.0f, columns.data(), k);
+            tapWeights, k, 0.0f, columns.data(), k);
       parallelChunks(n * cin, 64, [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           float *plane = gradInput + r * hw;
@@ -165,35 +203,20 @@ public:
     if (bias)
       for (int64_t b = 0; b < n; ++b)
         std::copy_n(bias, cout, output + b * cout);
-    sgemm("conv", 'N', 'T', n, cout, k, columns.data(), k, tapWeights.data(), k,
+    sgemm("conv", 'N', 'T', n, cout, k, columns.data(), k, tapWeights, k,
           bias ? 1.0f : 0.0f, output, cout);
   }
 
 private:
-  void gatherWeights() {
-    int64_t t = static_cast<int64_t>(taps.size()), kk = kh * kw;
-    parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o)
-        for (int64_t c = 0; c < cin; ++c)
-          for (int64_t a = 0; a < t; ++a)
-            tapWeights[(o * cin + c) * t + a] =
-                weight[(o * cin + c) * kk + taps[a]];
-    });
-  }
-
   bool wrtInput;
-  /// Gather the weights on every run, once, or once per version.
-  bool constant = false, gatheredOnce = false;
-  const uint64_t *version = nullptr;
-  uint64_t gatheredVersion = 0;
-  const float *input = nullptr, *weight = nullptr, *bias = nullptr,
-              *gradOutput = nullptr;
+  const float *input = nullptr, *bias = nullptr, *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
   int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, kh = 0, kw = 0, k = 0;
-  /// The taps (i kw + j) that read the map and the pixels (y w + x) they
-  /// read, in the same order.
-  std::vector<int64_t> taps, pixels;
-  std::vector<float> tapWeights, columns;
+  /// The weights of the taps that read the map, and the pixels (y w + x)
+  /// those taps read, in the same order.
+  std::optional<TapWeights> weights;
+  std::vector<int64_t> pixels;
+  std::vector<float> columns;
 };
 
 /// A forward convolution of one group whose output maps are smaller than
@@ -218,21 +241,18 @@ public:
     const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
     const TensorSlot &y = spec.result("output");
     input = reinterpret_cast<const float *>(mem.address(x));
-    weight = reinterpret_cast<const float *>(mem.address(w));
     output = reinterpret_cast<float *>(mem.address(y));
     if (const TensorSlot *b = spec.optionalOperand("bias"))
       bias = reinterpret_cast<const float *>(mem.address(*b));
-    constant = mem.constantParams;
-    version = mem.versionOf(w);
     n = x.shape[0];
     cin = x.shape[1];
     h = x.shape[2];
     w_ = x.shape[3];
     cout = w.shape[0];
-    kk = w.shape[2] * w.shape[3];
     positions = y.shape[2] * y.shape[3];
     Window2d win = window2d(spec);
     // For each tap and output position, the pixel it reads or -1.
+    std::vector<int64_t> taps;
     std::vector<std::vector<int64_t>> reads;
     for (int64_t i = 0; i < w.shape[2]; ++i)
       for (int64_t j = 0; j < w.shape[3]; ++j) {
@@ -257,29 +277,15 @@ public:
       for (int64_t a = 0; a < t; ++a)
         pixelOf[p * t + a] = reads[a][p];
     k = cin * t;
-    if (t < kk)
-      tapWeights.resize(static_cast<size_t>(cout * k));
+    weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
+                    w.shape[2] * w.shape[3], std::move(taps),
+                    mem.constantParams, mem.versionOf(w));
     columns.resize(static_cast<size_t>(n * positions * k));
     product.resize(static_cast<size_t>(n * positions * cout));
   }
 
   void run() override {
-    // With every tap read, the weights are the product's operand as they
-    // are ([Cout, Cin x taps]).
-    bool everyTap = t == kk;
-    if (!everyTap &&
-        (!gatheredOnce ||
-         !(constant || (version && gatheredVersion == *version)))) {
-      parallelChunks(cout, 16, [&](int64_t lo, int64_t hi) {
-        for (int64_t o = lo; o < hi; ++o)
-          for (int64_t c = 0; c < cin; ++c)
-            for (int64_t a = 0; a < t; ++a)
-              tapWeights[(o * cin + c) * t + a] =
-                  weight[(o * cin + c) * kk + taps[a]];
-      });
-      gatheredOnce = true;
-      gatheredVersion = version ? *version : 0;
-    }
+    const float *tapWeights = weights->current();
     int64_t hw = h * w_;
     // One row of patches per (image, output position).
     parallelChunks(n * positions, 1, [&](int64_t lo, int64_t hi) {
@@ -295,7 +301,7 @@ public:
       }
     });
     sgemm("conv", 'N', 'T', n * positions, cout, k, columns.data(), k,
-          everyTap ? weight : tapWeights.data(), k, 0.0f, product.data(), cout);
+          tapWeights, k, 0.0f, product.data(), cout);
     parallelChunks(n * cout, 64, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         int64_t b = r / cout, o = r % cout;
@@ -308,18 +314,15 @@ public:
   }
 
 private:
-  /// Gather the weights once, or once per version.
-  bool constant = false, gatheredOnce = false;
-  const uint64_t *version = nullptr;
-  uint64_t gatheredVersion = 0;
-  const float *input = nullptr, *weight = nullptr, *bias = nullptr;
+  const float *input = nullptr, *bias = nullptr;
   float *output = nullptr;
-  int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, kk = 0, positions = 0;
+  int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, positions = 0;
   int64_t t = 0, k = 0;
-  /// The taps (i kw + j) that read the map somewhere; for each output
+  /// The weights of the taps that read the map somewhere; for each output
   /// position and tap the pixel (y w + x) it reads, -1 for padding.
-  std::vector<int64_t> taps, pixelOf;
-  std::vector<float> tapWeights, columns, product;
+  std::optional<TapWeights> weights;
+  std::vector<int64_t> pixelOf;
+  std::vector<float> columns, product;
 };
 
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
@@ -614,6 +617,15 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     return std::make_unique<PixelOutputConvKernel>(spec, mem,
                                                    /*wrtInput=*/true);
   const TensorSlot &weight = wrtInput ? other : result;
+  // The weights' gradient on maps smaller than the kernel: the patches'
+  // product, whatever oneDNN's kernel (so none is built): its AVX-512 direct
+  // kernel computes every tap over the padding (ResNet-18 on 32x32 images,
+  // one AVX-512 core: a 512-channel 3x3 on 1x1 maps 9.3 -> 3.4 ms for both
+  // gradients, 256 channels on 2x2 maps 4.7 -> 3.3 ms; its step 127 -> 102
+  // ms). (Its gemm implementation was slower still.)
+  if (!wrtInput && !isDepthwise2d(spec, data, weight) &&
+      mapsSmallerThanKernel(gradOut, weight))
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
   ConvGeometry g = convGeometry(spec, data, weight);
   memory src = bindSlot(spec, data, mem, dnn);
   memory weights = bindSlot(spec, weight, mem, dnn, g.weightDims);
@@ -642,15 +654,6 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
   std::string impl = pd.impl_info_str();
   if (isSingleChannel2d(spec, data) && impl.find("avx512") == std::string::npos)
-    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
-  // On maps smaller than the kernel the patches' product, whatever
-  // oneDNN's kernel: its AVX-512 direct kernel computes every tap over the
-  // padding (ResNet-18 on 32x32 images, one AVX-512 core: a 512-channel
-  // 3x3 on 1x1 maps 9.3 -> 3.4 ms for both gradients, 256 channels on 2x2
-  // maps 4.7 -> 3.3 ms; its step 127 -> 102 ms). (Its gemm implementation
-  // was slower still, forward and input gradient alike.)
-  if (!isDepthwise2d(spec, data, weight) &&
-      mapsSmallerThanKernel(gradOut, weight))
     return std::make_unique<Im2colGradWeightKernel>(spec, mem);
   if (impl.find("gemm") != std::string::npos && data.shape.size() == 4) {
     if (isDepthwise2d(spec, data, weight))
