@@ -95,6 +95,7 @@ MessageKey StreamRunner::transferKey(const Instruction &instr) const {
 }
 
 void StreamRunner::runStep(const StepContext &context) {
+  Stopwatch whole(timing(breakdown_.steps));
   backwards = 0;
   lossSum_ = 0;
   restored.clear();
@@ -250,13 +251,19 @@ void StreamRunner::loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
 void StreamRunner::forward(int64_t mb, const StepContext &context) {
   char *fa = exec->arena(fwd);
   DeviceBackend &device = exec->device();
-  for (const TensorSlot *slot : dataIn)
-    exec->write(fwd, *slot,
-                bytesOf(context.batch->at(slot->name)) + mb * slot->byteSize());
-  if (!wiring.recvActivations.tensors.empty())
+  {
+    Stopwatch inputs(timing(breakdown_.dataInputs[0]));
+    for (const TensorSlot *slot : dataIn)
+      exec->write(fwd, *slot,
+                  bytesOf(context.batch->at(slot->name)) +
+                      mb * slot->byteSize());
+  }
+  if (!wiring.recvActivations.tensors.empty()) {
+    Stopwatch messages(timing(breakdown_.messages[0]));
     receive(wiring.recvActivations, *fwdSpec, fa,
             key(MessageKind::Activation, spec_.index - 1, mb, false),
             "forward");
+  }
   if (freeSlots.empty())
     throw std::runtime_error("stage " + std::to_string(spec_.index) +
                              ": more micro-batches alive than the "
@@ -274,18 +281,25 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   using From = WiringSpec::Carried::From;
   // Kept inputs before the run (the arena reuses their memory), kept
   // outputs after it.
-  for (const WiringSpec::Carried &c : wiring.carried)
-    if (c.from == From::ForwardInput) {
-      const TensorSlot &source = fwdSpec->inputs[c.index];
-      device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
-    }
+  {
+    Stopwatch stashing(timing(breakdown_.stash[0]));
+    for (const WiringSpec::Carried &c : wiring.carried)
+      if (c.from == From::ForwardInput) {
+        const TensorSlot &source = fwdSpec->inputs[c.index];
+        device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
+      }
+  }
   exec->setRandomState({context.seed, context.step, mb});
-  exec->run(fwd);
+  {
+    Stopwatch code(timing(breakdown_.phaseRuns[0]));
+    exec->run(fwd);
+  }
   if (wiring.loss >= 0) {
     float microLoss;
     exec->read(fwd, fwdSpec->outputs[wiring.loss], &microLoss);
     lossSum_ += microLoss;
   }
+  Stopwatch stashing(timing(breakdown_.stash[0]));
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardOutput) {
       const TensorSlot &source = fwdSpec->outputs[c.index];
@@ -300,21 +314,30 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
 }
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
-  if (!restored.count(mb))
+  if (!restored.count(mb)) {
+    Stopwatch stashing(timing(breakdown_.stash[1]));
     loadStash(mb, context);
+  }
   restored.erase(mb);
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
+    Stopwatch inputs(timing(breakdown_.dataInputs[1]));
     // The mean over the global batch: M micro-batches on each replica.
     float seed =
         1.0f / static_cast<float>(context.microBatches * context.replicas);
     exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
   }
-  if (!wiring.recvGradients.tensors.empty())
+  if (!wiring.recvGradients.tensors.empty()) {
+    Stopwatch messages(timing(breakdown_.messages[1]));
     receive(wiring.recvGradients, *bwdSpec, ba,
             key(MessageKind::Gradient, spec_.index + 1, mb, false), "backward");
+  }
   exec->setRandomState({context.seed, context.step, mb});
-  exec->run(bwd);
+  {
+    Stopwatch code(timing(breakdown_.phaseRuns[1]));
+    exec->run(bwd);
+  }
+  Stopwatch sums(timing(breakdown_.gradientSums));
   int slot = slotOf.at(mb);
   slotOf.erase(mb);
   freeSlots.push_back(slot);
@@ -440,32 +463,42 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
   case Instruction::Op::RecvActivation:
   case Instruction::Op::RecvGradient: {
     MessageKey k = transferKey(instr);
+    Stopwatch waiting(
+        timing(breakdown_.waits[k.kind == MessageKind::Activation ? 0 : 1]));
     receivedOf(k.kind)[mb] = transport.wait(k);
     return;
   }
   case Instruction::Op::Forward:
     forward(mb, context);
     return;
-  case Instruction::Op::SendActivation:
+  case Instruction::Op::SendActivation: {
+    Stopwatch messages(timing(breakdown_.messages[0]));
     send(wiring.sendActivations, *fwdSpec, exec->arena(fwd),
          transferKey(instr));
     return;
-  case Instruction::Op::Recompute:
+  }
+  case Instruction::Op::Recompute: {
     // The recomputation is compiled into the backward entry point; here
     // the stage input kept by the forward goes back in place (unless the
     // forward put it there).
+    Stopwatch stashing(timing(breakdown_.stash[1]));
     if (!restored.count(mb))
       loadStash(mb, context);
     return;
+  }
   case Instruction::Op::Backward:
     backward(mb, context);
     return;
-  case Instruction::Op::SendGradient:
+  case Instruction::Op::SendGradient: {
+    Stopwatch messages(timing(breakdown_.messages[1]));
     send(wiring.sendGradients, *bwdSpec, exec->arena(bwd), transferKey(instr));
     return;
-  case Instruction::Op::OptimizerStep:
+  }
+  case Instruction::Op::OptimizerStep: {
+    Stopwatch step(timing(breakdown_.optimizer));
     optimizerStep(context);
     return;
+  }
   }
 }
 

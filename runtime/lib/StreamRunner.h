@@ -89,6 +89,27 @@ public:
     int64_t bytes = 0;
     double begin, end;
   };
+  /// Where a stage's steps went besides its kernels and generated loops,
+  /// in seconds summed over the steps since setProfiling(true) (gpipe-run
+  /// --profile-ops). [0] is the forwards' part, [1] the backwards'.
+  struct Breakdown {
+    double steps = 0;          // runStep, whole
+    double phaseRuns[2] = {};  // the stage code's runs, kernels and loops in
+    double dataInputs[2] = {}; // batch inputs, the loss gradient's seed
+    double stash[2] = {};      // kept values into the stash, and back
+    double messages[2] = {};   // activations and gradients to and from
+                               // messages
+    double waits[2] = {};      // receives waiting for their message
+    double gradientSums = 0;   // the micro-batches' gradients added up
+    double optimizer = 0;      // optimizer steps, whole
+  };
+  /// Starts (restarts) summing the breakdown.
+  void setProfiling(bool on) {
+    profiling = on;
+    breakdown_ = {};
+  }
+  const Breakdown &breakdown() const { return breakdown_; }
+
   /// Records every instruction and kernel while set.
   void setTracing(bool on) { tracing = on; }
   const std::vector<TraceEvent> &trace() const { return traceEvents; }
@@ -166,6 +187,11 @@ private:
   double lossSum_ = 0;
 
   double busy = 0, optimizerBusy = 0;
+  bool profiling = false;
+  Breakdown breakdown_;
+  /// Where a timed region's seconds go: `field` while profiling, else
+  /// nowhere (a Stopwatch of null reads no clock).
+  double *timing(double &field) { return profiling ? &field : nullptr; }
   bool tracing = false;
   std::vector<TraceEvent> traceEvents;
   int64_t tracedSteps = 0;

@@ -336,6 +336,20 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
       out << ", " << predicted * 1e3 << " predicted";
     out << "), " << mib(st.allocatedBytes) << " allocated (predicted peak "
         << mib(st.predictedPeakBytes) << ")\n";
+    if (!st.profiledParts.empty()) {
+      // --profile-ops: the whole step, part by part (the same parts as the
+      // table's "(runtime)" rows beside the ops').
+      out << "    profiled step " << st.profiledStepSeconds * 1e3 << " ms:";
+      const char *sep = " ";
+      for (const auto &p : st.profiledParts) {
+        double ms = (p.forward + p.backward) * 1e3;
+        if (std::abs(ms) < 5e-4 && p.name != "unattributed")
+          continue;
+        out << sep << p.name << " " << ms;
+        sep = ", ";
+      }
+      out << "\n";
+    }
     if (st.allReduceSeconds > 0) {
       double n = static_cast<double>(s.steps);
       out << "    gradient all-reduce " << st.allReduceSeconds / n * 1e3

@@ -161,7 +161,10 @@ public:
   void enableOpProfile();
   /// Per model op (ONNX node) with kernels: mean seconds per micro-batch of
   /// its forward kernels and of its backward kernels, over the steps since
-  /// enableOpProfile(). The cost table gpipe-opt --cost-table reads.
+  /// enableOpProfile(). The cost table gpipe-opt --cost-table reads. The
+  /// rest of each stage's steps follows as rows "(runtime) stage K: part"
+  /// (StageStats::profiledParts, per micro-batch as the ops): the table
+  /// adds up to the stages' steps.
   std::map<std::string, std::pair<double, double>> opProfile() const;
 
   /// What the steps so far measured, for the end-of-run summary (of this
@@ -176,6 +179,16 @@ public:
     double allReduceSeconds = 0, allReduceWaitSeconds = 0;
     int64_t allocatedBytes = 0;
     int64_t predictedPeakBytes = 0;
+    /// Since enableOpProfile(): where the stage's steps went, part by part
+    /// (kernels, generated loops, the stage code between them, stash
+    /// copies, ..., and what none of them timed), seconds per step, the
+    /// forwards' and the backwards' share; empty when not profiled.
+    struct Part {
+      std::string name;
+      double forward = 0, backward = 0;
+    };
+    std::vector<Part> profiledParts;
+    double profiledStepSeconds = 0;
   };
   struct Stats {
     int64_t steps = 0;
