@@ -11,6 +11,7 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gpipe {
@@ -19,6 +20,10 @@ struct BufferRequest {
   int64_t size;  // bytes
   int64_t begin; // first step the buffer is live
   int64_t end;   // last step the buffer is live (inclusive)
+  /// Where the buffer must sit (an aligned offset): a value another plan
+  /// of the same arena put there (the forward's kept values, read where
+  /// the forward left them by a backward sharing its arena).
+  std::optional<int64_t> fixedOffset = std::nullopt;
 };
 
 struct MemoryPlan {
@@ -26,8 +31,9 @@ struct MemoryPlan {
   int64_t size = 0;             // bytes of the arena
 };
 
-/// Greedy placement, largest buffers first, each at the lowest aligned offset
-/// free of every placed buffer whose live range overlaps its own.
+/// Greedy placement: the fixed buffers where they must be, then the others,
+/// largest first, each at the lowest aligned offset free of every placed
+/// buffer whose live range overlaps its own.
 MemoryPlan planMemory(llvm::ArrayRef<BufferRequest> requests,
                       int64_t alignment = 64);
 

@@ -310,7 +310,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     json::Array phaseJSON;
     for (func::FuncOp f : stagePhases) {
       auto role = f->getAttrOfType<StringAttr>("gpipe.phase");
-      phaseJSON.push_back(json::Object{
+      json::Object phase{
           {"role", role ? role.getValue().str() : std::string("forward")},
           {"entry", f.getSymName()},
           {"arena_size", toJSON(f->getAttr("gpipe.arena_size"))},
@@ -319,7 +319,11 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
           {"kernels", toJSON(f->getAttr("gpipe.kernels"))},
           {"loops", f->hasAttr("gpipe.loops")
                         ? toJSON(f->getAttr("gpipe.loops"))
-                        : json::Value(json::Array{})}});
+                        : json::Value(json::Array{})}};
+      // The phase whose arena this one shares (docs/bundle.md).
+      if (auto of = f->getAttrOfType<StringAttr>("gpipe.arena_of"))
+        phase["arena_of"] = of.getValue().str();
+      phaseJSON.push_back(std::move(phase));
     }
     std::string paramsFile = "stage" + std::to_string(k) + ".params";
     json::Object stageJSON{

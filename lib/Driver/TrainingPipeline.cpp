@@ -156,15 +156,23 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       if (failed(pm.run(stage)))
         return failure();
     }
-    // Each stage holds its own parameters (and constants) in a blob.
-    int64_t arenas = 0, paramsSize = 0;
+    // Each stage holds its own parameters (and constants) in a blob; a
+    // phase that shares the forward's arena makes it as large as either.
+    int64_t arenas = 0, paramsSize = 0, forwardArena = 0, sharing = 0;
     for (auto f : stage.getOps<func::FuncOp>())
       if (auto size = f->getAttrOfType<IntegerAttr>("gpipe.arena_size")) {
-        arenas += size.getInt();
+        auto phase = f->getAttrOfType<StringAttr>("gpipe.phase");
+        if (f->hasAttr("gpipe.arena_of"))
+          sharing = std::max(sharing, size.getInt());
+        else if (phase && phase.getValue() == "forward")
+          forwardArena = size.getInt();
+        else
+          arenas += size.getInt();
         paramsSize = std::max(
             paramsSize,
             f->getAttrOfType<IntegerAttr>("gpipe.params_size").getInt());
       }
+    arenas += std::max(forwardArena, sharing);
     // A tied weight's gradient exchange (StreamRunner::sumTiedGradients):
     // the summed gradient on the host and one message to each other copy.
     int64_t tiedBytes = 0;

@@ -24,6 +24,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace gpipe {
@@ -75,6 +76,9 @@ public:
 private:
   LogicalResult placeParameters();
   LogicalResult assignBuffers();
+  /// A training stage's forward and backward in one arena: see the
+  /// definition.
+  void shareForwardArena();
   /// The parameter offset `result` can be computed in place of (an
   /// optimizer update), if any.
   std::optional<int64_t>
@@ -109,6 +113,8 @@ private:
   /// Results that must be copied into their own output buffer.
   SmallVector<std::pair<Value, int>> outputCopies;
   SmallVector<int> outputClasses;
+  /// Whether the function's plan is the lowered forward's arena's too.
+  bool arenaOfForward = false;
 
   func::FuncOp stage;
   Value arena, params, ctx;
@@ -280,8 +286,64 @@ LogicalResult StageLowering::assignBuffers() {
   // Inputs are written before the step starts: live from the beginning.
   for (BlockArgument arg : body.getArguments())
     classes[where[arg].cls].begin = -1;
+  shareForwardArena();
   plan = planMemory(classes, kAlignment);
   return success();
+}
+
+void StageLowering::shareForwardArena() {
+  // A training stage's forward and backward share one arena (the runtime
+  // reads gpipe.arena_of): what the backward reads of the forward's values
+  // stays where the forward left it, and a micro-batch whose backward runs
+  // next after its forward is never copied (StreamOp::
+  // directlyCarriedMicroBatches). The forward keeps a received input the
+  // backward reads (recompute's stage input) intact to its end; the
+  // backward plans those values and the forward's kept outputs at the
+  // forward's offsets. Data inputs are read again from the batch.
+  Block &body = forward.front();
+  auto isCarried = [](Role role) {
+    return role == Role::Activation || role == Role::Stash;
+  };
+  if (forward.getSymName() == "forward") {
+    auto backward = module.lookupSymbol<func::FuncOp>("backward");
+    if (!backward)
+      return;
+    llvm::StringSet<> read;
+    for (unsigned i = 0; i < backward.getNumArguments(); ++i)
+      read.insert(nameOf(backward.getArgAttrDict(i)));
+    for (BlockArgument arg : body.getArguments())
+      if (argRole(forward, arg.getArgNumber()) == Role::Activation &&
+          read.contains(nameOf(forward.getArgAttrDict(arg.getArgNumber()))))
+        classes[where[arg].cls].end =
+            static_cast<int64_t>(body.getOperations().size());
+    return;
+  }
+  if (forward.getSymName() != "backward")
+    return;
+  // The lowered forward: its inputs' and outputs' names and offsets.
+  llvm::StringMap<int64_t> offsets;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    auto phase = f->getAttrOfType<StringAttr>("gpipe.phase");
+    if (!phase || phase.getValue() != "forward")
+      continue;
+    for (StringRef key : {"gpipe.inputs", "gpipe.outputs"})
+      if (auto slots = f->getAttrOfType<ArrayAttr>(key))
+        for (auto slot : slots.getAsRange<DictionaryAttr>()) {
+          auto role = slot.getAs<RoleAttr>("role");
+          if (role && isCarried(role.getValue()))
+            offsets[slot.getAs<StringAttr>("name").getValue()] =
+                slot.getAs<IntegerAttr>("offset").getInt();
+        }
+  }
+  if (offsets.empty())
+    return;
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto it = offsets.find(nameOf(forward.getArgAttrDict(i)));
+    if (it != offsets.end() && isCarried(argRole(forward, i)))
+      classes[where[arg].cls].fixedOffset = it->second;
+  }
+  arenaOfForward = true;
 }
 
 /// A memref of `type`'s shape at byte `offset` of `base` (arena or params).
@@ -1007,6 +1069,8 @@ LogicalResult StageLowering::emit() {
   }
   stage->setAttr("gpipe.phase", builder.getStringAttr(forward.getSymName()));
   stage->setAttr("gpipe.arena_size", builder.getI64IntegerAttr(plan.size));
+  if (arenaOfForward)
+    stage->setAttr("gpipe.arena_of", builder.getStringAttr("forward"));
   stage->setAttr("gpipe.params_size", builder.getI64IntegerAttr(paramsSize));
   stage->setAttr("gpipe.inputs", builder.getArrayAttr(inputs));
   stage->setAttr("gpipe.outputs", builder.getArrayAttr(outputs));

@@ -21,6 +21,16 @@ MemoryPlan gpipe::planMemory(llvm::ArrayRef<BufferRequest> requests,
   std::vector<size_t> placed;
   for (size_t i : order) {
     const BufferRequest &r = requests[i];
+    if (!r.fixedOffset)
+      continue;
+    plan.offsets[i] = *r.fixedOffset;
+    plan.size = std::max(plan.size, alignUp(*r.fixedOffset + r.size));
+    placed.push_back(i);
+  }
+  for (size_t i : order) {
+    const BufferRequest &r = requests[i];
+    if (r.fixedOffset)
+      continue;
     // Memory ranges taken by placed buffers live at the same time as r.
     std::vector<std::pair<int64_t, int64_t>> taken;
     for (size_t j : placed) {

@@ -136,7 +136,8 @@ struct VerifySchedulePass
         stream.emitRemark("stage ")
             << stream.getStage() << " on " << stream.getDevice()
             << ": peak memory " << peak << " bytes, " << alive
-            << " micro-batches alive at once";
+            << " micro-batches alive at once, "
+            << stream.maxStashedMicroBatches().first << " of them in the stash";
       }
       return WalkResult::advance();
     });

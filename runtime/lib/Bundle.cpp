@@ -670,10 +670,25 @@ Bundle loadBundle(const std::string &path) {
           phase.inputs.push_back(parseSlot(io));
         for (const json &io : pj.at("outputs"))
           phase.outputs.push_back(parseSlot(io));
+        if (pj.contains("arena_of"))
+          phase.arenaOf = pj.at("arena_of").get<std::string>();
         s.phases.push_back(std::move(phase));
       }
       if (s.phases.empty())
         fail(path, "manifest.json", "a stage without phases");
+      for (const PhaseSpec &phase : s.phases) {
+        if (phase.arenaOf.empty())
+          continue;
+        auto owner = std::find_if(
+            s.phases.begin(), s.phases.end(), [&](const PhaseSpec &other) {
+              return other.role == phase.arenaOf && other.arenaOf.empty();
+            });
+        if (phase.arenaOf == phase.role || owner == s.phases.end())
+          fail(path, "manifest.json",
+               "stage " + std::to_string(s.index) + ": phase '" + phase.role +
+                   "' shares the arena of '" + phase.arenaOf +
+                   "', which is no other phase with an arena of its own");
+      }
       if (b.mode == "train")
         s.wiring = parseWiring(j.at("wiring"), s);
       b.stages.push_back(std::move(s));

@@ -22,19 +22,33 @@ StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec,
 void StageExecutor::load(const Bundle &bundle) {
   code = device_->loadCode(bundle, spec);
   phases.resize(spec.phases.size());
+  // An arena of its own for each phase that has one (as large as the
+  // phases sharing it need), then those phases point into it.
+  for (size_t i = 0; i < spec.phases.size(); ++i) {
+    const PhaseSpec &ps = spec.phases[i];
+    if (!ps.arenaOf.empty())
+      continue;
+    int64_t size = ps.arenaSize;
+    for (const PhaseSpec &other : spec.phases)
+      if (other.arenaOf == ps.role)
+        size = std::max(size, other.arenaSize);
+    phases[i].own = device_->allocate(size);
+    phases[i].arena = phases[i].own.get();
+    allocated += size;
+  }
+  for (size_t i = 0; i < spec.phases.size(); ++i)
+    if (!spec.phases[i].arenaOf.empty())
+      phases[i].arena = phases[phaseIndex(spec.phases[i].arenaOf)].arena;
   for (size_t i = 0; i < spec.phases.size(); ++i) {
     const PhaseSpec &ps = spec.phases[i];
     Phase &phase = phases[i];
-    phase.arena = device_->allocate(ps.arenaSize);
-    allocated += ps.arenaSize;
     phase.entry = code->entry(ps.entry);
     if (!phase.entry)
       throw BundleError(bundle.path + ": " + spec.library +
                         ": no entry point '" + ps.entry + "'");
     phase.context = std::make_unique<Context>(Context{this, i});
-    KernelMemory memory{
-        phase.arena.get(), params_.get(), bundle.mode == "infer",
-        &updateState,      &random,       &paramsVersion};
+    KernelMemory memory{phase.arena,  params_.get(), bundle.mode == "infer",
+                        &updateState, &random,       &paramsVersion};
     for (const KernelSpec &k : ps.kernels) {
       if (k.id != static_cast<int64_t>(phase.kernels.size()))
         throw BundleError(bundle.path + ": manifest.json: kernel ids are not "
@@ -118,8 +132,7 @@ void StageExecutor::run(size_t phase) {
     timedRuns.clear();
     device_->beginMarks();
   }
-  p.entry(p.arena.get(), params_.get(),
-          reinterpret_cast<int64_t>(p.context.get()));
+  p.entry(p.arena, params_.get(), reinterpret_cast<int64_t>(p.context.get()));
   // Forwards and backwards read the parameters; any other phase (the
   // optimizer's) may write them.
   const std::string &role = spec.phases[phase].role;
@@ -155,7 +168,7 @@ void StageExecutor::parallelFor(size_t phase, LoopBody body,
                                 int64_t extent) noexcept {
   if (!kernelError.empty() || extent <= 0)
     return;
-  char *arena = phases[phase].arena.get();
+  char *arena = phases[phase].arena;
   // The compiler outlined only loops worth splitting: one outer iteration
   // per thread at least.
   parallelChunks(extent, 1, [&](int64_t begin, int64_t end) {

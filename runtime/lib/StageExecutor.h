@@ -31,7 +31,8 @@ void gpipeParallelFor(int64_t ctx, LoopBody body, int64_t extent);
 
 /// Loads a stage of a checked bundle on its device: loads its code, moves
 /// the stage's parameters that loadBundle read into device memory of its
-/// own (the bundle's copy is released), allocates one arena per phase and
+/// own (the bundle's copy is released), allocates the phases' arenas (a
+/// phase may share another's: PhaseSpec::arenaOf) and
 /// creates every kernel. Nothing is created per run.
 class StageExecutor {
 public:
@@ -50,10 +51,8 @@ public:
   const PhaseSpec &phase(size_t index) const { return spec.phases[index]; }
 
   /// Device addresses of a phase's arena and of the parameters.
-  char *arena(size_t phase = 0) { return phases[phase].arena.get(); }
-  const char *arena(size_t phase = 0) const {
-    return phases[phase].arena.get();
-  }
+  char *arena(size_t phase = 0) { return phases[phase].arena; }
+  const char *arena(size_t phase = 0) const { return phases[phase].arena; }
   char *params() { return params_.get(); }
   const char *params() const { return params_.get(); }
   /// Copies a tensor of a phase's arena from or to host memory.
@@ -125,7 +124,8 @@ private:
     size_t phase;
   };
   struct Phase {
-    DeviceBuffer arena;
+    DeviceBuffer own; // empty when it shares another phase's arena
+    char *arena = nullptr;
     StageCode::Entry entry = nullptr;
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::unique_ptr<Context> context;

@@ -26,24 +26,41 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   for (const TensorSlot &in : fwdSpec->inputs)
     if (in.role == Role::Data)
       dataIn.push_back(&in);
-  // A forward whose micro-batch's backward (or recompute) comes next, with
-  // no gradient sent in between (a send reads the backward's arena), puts
-  // what it keeps straight into the backward's arena: one copy, not two.
-  // The compiler prices the same rule (StreamOp::directlyCarriedMicroBatches).
+  // A forward whose micro-batch's backward (or recompute) is the next
+  // compute instruction hands what it keeps straight to that backward: in
+  // the arena the two phases share it stays where the forward left it (no
+  // copy), else it goes into the backward's arena (one copy, not two).
+  // Messages are filled when their forward or backward ends, so the sends
+  // and receives in between read no arena. The compiler prices the same
+  // rule (StreamOp::directlyCarriedMicroBatches).
   int64_t pending = -1; // the last forward's micro-batch, or -1
   for (const Instruction &instr : stream.instructions) {
     using Op = Instruction::Op;
     if (instr.op == Op::Forward) {
       pending = instr.microBatch;
-    } else if (instr.op == Op::SendGradient) {
-      pending = -1;
     } else if (instr.op == Op::Backward || instr.op == Op::Recompute) {
       if (pending >= 0 && pending == instr.microBatch)
         directlyCarried.insert(instr.microBatch);
       pending = -1;
     }
   }
-  int64_t slots = std::max<int64_t>(stream.maxAlive, 1);
+  for (const Instruction &instr : stream.instructions)
+    if (instr.op == Instruction::Op::SendActivation)
+      sends.insert({MessageKind::Activation, instr.microBatch});
+    else if (instr.op == Instruction::Op::SendGradient)
+      sends.insert({MessageKind::Gradient, instr.microBatch});
+  // A stash slot for each micro-batch kept at once that is not carried
+  // directly (StreamOp::maxStashedMicroBatches).
+  int64_t slots = 0, stashed = 0;
+  for (const Instruction &instr : stream.instructions) {
+    using Op = Instruction::Op;
+    if (directlyCarried.count(instr.microBatch))
+      continue;
+    if (instr.op == Op::Forward)
+      slots = std::max(slots, ++stashed);
+    else if (instr.op == Op::Backward)
+      --stashed;
+  }
   for (int64_t i = 0; i < slots; ++i) {
     stashSlots.push_back(exec->device().allocate(wiring.stashBytes));
     freeSlots.push_back(static_cast<int>(i));
@@ -187,10 +204,12 @@ void StreamRunner::clearStep() {
   slotOf.clear();
   received.clear();
   gradReceived.clear();
+  outgoing.clear();
 }
 
-void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
-                        const char *arena, const MessageKey &k) {
+Transport::Message StreamRunner::fill(const MessageLayout &layout,
+                                      const PhaseSpec &phase, const char *arena,
+                                      const MessageKey &k) {
   Transport::Message msg =
       transport.acquire(k, static_cast<size_t>(layout.bytes));
   for (const MessageLayout::Entry &e : layout.tensors) {
@@ -198,7 +217,34 @@ void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
     exec->device().copyToHost(msg.data() + e.offset, arena + slot.offset,
                               slot.byteSize());
   }
-  transport.postSend(k, std::move(msg));
+  return msg;
+}
+
+void StreamRunner::send(const MessageLayout &layout, const PhaseSpec &phase,
+                        const char *arena, const MessageKey &k) {
+  transport.postSend(k, fill(layout, phase, arena, k));
+}
+
+void StreamRunner::fillOutgoing(MessageKind kind, int64_t mb) {
+  bool activation = kind == MessageKind::Activation;
+  const MessageLayout &layout =
+      activation ? wiring.sendActivations : wiring.sendGradients;
+  if (layout.tensors.empty() || !sends.count({kind, mb}))
+    return;
+  Stopwatch messages(timing(breakdown_.messages[activation ? 0 : 1]));
+  MessageKey k = key(kind, spec_.index + (activation ? 1 : -1), mb, true);
+  outgoing[{kind, mb}] = fill(layout, activation ? *fwdSpec : *bwdSpec,
+                              exec->arena(activation ? fwd : bwd), k);
+}
+
+void StreamRunner::postOutgoing(const Instruction &instr) {
+  MessageKey k = transferKey(instr);
+  auto it = outgoing.find({k.kind, k.microBatch});
+  if (it == outgoing.end())
+    throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                             ": sends " + k.str() + " before computing it");
+  transport.postSend(k, std::move(it->second));
+  outgoing.erase(it);
 }
 
 void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
@@ -264,19 +310,27 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
             key(MessageKind::Activation, spec_.index - 1, mb, false),
             "forward");
   }
-  if (freeSlots.empty())
-    throw std::runtime_error("stage " + std::to_string(spec_.index) +
-                             ": more micro-batches alive than the "
-                             "schedule allows");
-  int slot = freeSlots.back();
-  freeSlots.pop_back();
-  slotOf[mb] = slot;
   bool direct = directlyCarried.count(mb) > 0;
-  char *ba = exec->arena(bwd), *stash = stashSlots[slot].get();
-  // Where a kept value goes: the stash, or its backward input.
+  char *ba = exec->arena(bwd), *stash = nullptr;
+  if (!direct) {
+    if (freeSlots.empty())
+      throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                               ": more micro-batches alive than the "
+                               "schedule allows");
+    int slot = freeSlots.back();
+    freeSlots.pop_back();
+    slotOf[mb] = slot;
+    stash = stashSlots[slot].get();
+  }
+  // Where a kept value goes: the stash, or its backward input (in an arena
+  // the phases share: where it is, no copy).
   auto keep = [&](const WiringSpec::Carried &c) {
     return direct ? ba + bwdSpec->inputs[c.input].offset
                   : stash + c.stashOffset;
+  };
+  auto copy = [&](char *to, const char *from, int64_t bytes) {
+    if (to != from)
+      device.copyOnDevice(to, from, bytes);
   };
   using From = WiringSpec::Carried::From;
   // Kept inputs before the run (the arena reuses their memory), kept
@@ -286,7 +340,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::ForwardInput) {
         const TensorSlot &source = fwdSpec->inputs[c.index];
-        device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
+        copy(keep(c), fa + source.offset, source.byteSize());
       }
   }
   exec->setRandomState({context.seed, context.step, mb});
@@ -303,7 +357,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   for (const WiringSpec::Carried &c : wiring.carried)
     if (c.from == From::ForwardOutput) {
       const TensorSlot &source = fwdSpec->outputs[c.index];
-      device.copyOnDevice(keep(c), fa + source.offset, source.byteSize());
+      copy(keep(c), fa + source.offset, source.byteSize());
     }
   if (direct) {
     for (const WiringSpec::Carried &c : wiring.carried)
@@ -311,6 +365,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
         loadFromBatch(c, mb, context);
     restored.insert(mb);
   }
+  fillOutgoing(MessageKind::Activation, mb);
 }
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
@@ -337,10 +392,12 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
     Stopwatch code(timing(breakdown_.phaseRuns[1]));
     exec->run(bwd);
   }
+  if (auto slot = slotOf.find(mb); slot != slotOf.end()) {
+    freeSlots.push_back(slot->second);
+    slotOf.erase(slot);
+  }
+  fillOutgoing(MessageKind::Gradient, mb);
   Stopwatch sums(timing(breakdown_.gradientSums));
-  int slot = slotOf.at(mb);
-  slotOf.erase(mb);
-  freeSlots.push_back(slot);
   // Gradients accumulate where the optimizer phase reads them (the first
   // backward's are copied there, the others added).
   char *oa = exec->arena(opt);
@@ -473,8 +530,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     return;
   case Instruction::Op::SendActivation: {
     Stopwatch messages(timing(breakdown_.messages[0]));
-    send(wiring.sendActivations, *fwdSpec, exec->arena(fwd),
-         transferKey(instr));
+    postOutgoing(instr);
     return;
   }
   case Instruction::Op::Recompute: {
@@ -491,7 +547,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     return;
   case Instruction::Op::SendGradient: {
     Stopwatch messages(timing(breakdown_.messages[1]));
-    send(wiring.sendGradients, *bwdSpec, exec->arena(bwd), transferKey(instr));
+    postOutgoing(instr);
     return;
   }
   case Instruction::Op::OptimizerStep: {

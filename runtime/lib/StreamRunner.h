@@ -136,8 +136,17 @@ private:
   /// Copies a data input the backward reads again from the step's batch.
   void loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
                      const StepContext &context);
+  /// A message of `layout`'s tensors of `phase`'s outputs in `arena`.
+  Transport::Message fill(const MessageLayout &layout, const PhaseSpec &phase,
+                          const char *arena, const MessageKey &key);
   void send(const MessageLayout &layout, const PhaseSpec &phase,
             const char *arena, const MessageKey &key);
+  /// Fills the activations (gradients) micro-batch `mb` sends, if the
+  /// stream sends them, as its forward (backward) ends: the send posts it
+  /// later, and the instructions in between may reuse the arena.
+  void fillOutgoing(MessageKind kind, int64_t mb);
+  /// Posts the message a send instruction sends (filled before).
+  void postOutgoing(const Instruction &instr);
   void receive(const MessageLayout &layout, const PhaseSpec &phase, char *arena,
                const MessageKey &key, const char *what);
   MessageKey key(MessageKind kind, int64_t peer, int64_t mb,
@@ -180,8 +189,13 @@ private:
   /// arena directly (see the constructor).
   std::set<int64_t> directlyCarried;
 
+  /// The (kind, micro-batch) of every message the stream sends.
+  std::set<std::pair<MessageKind, int64_t>> sends;
+
   // Per step.
   std::map<int64_t, Transport::Message> received, gradReceived;
+  /// Filled messages waiting for their send instruction.
+  std::map<std::pair<MessageKind, int64_t>, Transport::Message> outgoing;
   std::set<int64_t> restored;
   int64_t backwards = 0;
   double lossSum_ = 0;

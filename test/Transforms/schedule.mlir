@@ -43,10 +43,12 @@
 // ONEF-NEXT: gpipe.send_gradient 0 peer 0
 // ONEF-NOT: recompute
 
-// The verifier's peak: static + stash x most micro-batches alive (1F1B:
-// 2 on stage 0, 1 on stage 1).
-// VERIFY: remark: stage 0 on cpu:0: peak memory 1200 bytes, 2 micro-batches alive at once
-// VERIFY: remark: stage 1 on cpu:1: peak memory 550 bytes, 1 micro-batches alive at once
+// The verifier's peak: static + stash x most micro-batches in the stash
+// at once (1F1B: 2 alive and stashed on stage 0; 1 alive on stage 1, each
+// backward next after its forward, its values left where the forward put
+// them).
+// VERIFY: remark: stage 0 on cpu:0: peak memory 1200 bytes, 2 micro-batches alive at once, 2 of them in the stash
+// VERIFY: remark: stage 1 on cpu:1: peak memory 500 bytes, 1 micro-batches alive at once, 0 of them in the stash
 // VERIFY: peak_bytes = 1200
 
 // BAD: error: schedule kind must be gpipe or 1f1b, not 'zigzag'

@@ -171,15 +171,21 @@ def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
     /// The most micro-batches whose forward has run and backward has not,
     /// and the first instruction after which that many are alive.
     std::pair<int64_t, ::mlir::Operation *> maxAliveMicroBatches();
-    /// static_bytes + stash_bytes * maxAliveMicroBatches() (absent
+    /// static_bytes + stash_bytes * maxStashedMicroBatches() (absent
     /// figures count as 0).
     int64_t peakBytes();
     /// The micro-batches whose forward hands its kept values straight to
-    /// the backward's arena instead of the stash: the next backward or
-    /// recompute after the forward is of the same micro-batch, and no
-    /// gradient is sent in between (the send reads the backward's arena).
-    /// The runtime applies the same rule (StreamRunner).
+    /// its backward (where the forward left them, in the arena the two
+    /// phases share, else copied into the backward's) instead of the stash:
+    /// the next forward, backward or recompute after the forward is that
+    /// micro-batch's backward or recompute. Sends and receives in between
+    /// touch no arena (the runtime fills a message when its forward or
+    /// backward ends). The runtime applies the same rule (StreamRunner).
     ::llvm::SmallVector<int64_t> directlyCarriedMicroBatches();
+    /// The most micro-batches kept in the stash at once (alive, and not
+    /// directly carried: the stash slots the runtime allocates), and the
+    /// first instruction after which that many are.
+    std::pair<int64_t, ::mlir::Operation *> maxStashedMicroBatches();
   }];
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$stage `on` $device attr-dict-with-keyword $body";

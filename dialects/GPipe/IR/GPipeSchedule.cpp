@@ -219,8 +219,6 @@ SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
   for (Operation &op : getBody().front()) {
     if (auto f = dyn_cast<ForwardInstr>(op)) {
       pending = f.getMicroBatch();
-    } else if (isa<SendGradientInstr>(op)) {
-      pending.reset();
     } else if (isa<BackwardInstr, RecomputeInstr>(op)) {
       int64_t mb = op.getAttrOfType<IntegerAttr>("micro_batch").getInt();
       if (pending == mb)
@@ -231,10 +229,30 @@ SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
   return direct;
 }
 
+std::pair<int64_t, Operation *> StreamOp::maxStashedMicroBatches() {
+  llvm::SmallDenseSet<int64_t> direct;
+  for (int64_t mb : directlyCarriedMicroBatches())
+    direct.insert(mb);
+  int64_t stashed = 0, most = 0;
+  Operation *at = nullptr;
+  for (Operation &op : getBody().front()) {
+    auto mb = op.getAttrOfType<IntegerAttr>("micro_batch");
+    if (!mb || direct.contains(mb.getInt()))
+      continue;
+    if (isa<ForwardInstr>(op) && ++stashed > most) {
+      most = stashed;
+      at = &op;
+    } else if (isa<BackwardInstr>(op)) {
+      --stashed;
+    }
+  }
+  return {most, at};
+}
+
 int64_t StreamOp::peakBytes() {
   return static_cast<int64_t>(getStaticBytes().value_or(0)) +
          static_cast<int64_t>(getStashBytes().value_or(0)) *
-             maxAliveMicroBatches().first;
+             maxStashedMicroBatches().first;
 }
 
 LogicalResult ScheduleOp::verifyRegions() {
@@ -262,17 +280,21 @@ LogicalResult ScheduleOp::verifyRegions() {
     std::optional<uint64_t> limit = streams[s].getMemoryLimit();
     if (!limit)
       continue;
-    auto [alive, at] = streams[s].maxAliveMicroBatches();
+    auto [stashed, at] = streams[s].maxStashedMicroBatches();
     int64_t peak = streams[s].peakBytes();
     if (peak > static_cast<int64_t>(*limit)) {
-      InFlightDiagnostic diag =
-          streams[s].emitOpError("stage ")
-          << s << " on " << streams[s].getDevice() << " needs " << peak
-          << " bytes at its peak (" << streams[s].getStaticBytes().value_or(0)
-          << " static + " << alive << " micro-batches of "
-          << streams[s].getStashBytes().value_or(0) << " bytes), "
-          << peak - static_cast<int64_t>(*limit)
-          << " more than its memory limit of " << *limit;
+      InFlightDiagnostic diag = streams[s].emitOpError("stage ")
+                                << s << " on " << streams[s].getDevice()
+                                << " needs " << peak << " bytes at its peak ("
+                                << streams[s].getStaticBytes().value_or(0)
+                                << " static";
+      if (stashed > 0)
+        diag << " + " << stashed << " micro-batches in the stash of "
+             << streams[s].getStashBytes().value_or(0) << " bytes";
+      else
+        diag << ", no micro-batch in the stash";
+      diag << "), " << peak - static_cast<int64_t>(*limit)
+           << " more than its memory limit of " << *limit;
       if (at)
         diag.attachNote(at->getLoc()) << "the peak is reached here";
       return diag;

@@ -31,9 +31,10 @@ struct StageTimes {
   /// Added to the step's first forward (backward) of the stage: the
   /// parameters its kernels convert once a step.
   double firstForward = 0, firstBackward = 0;
-  /// Taken off the backward of a micro-batch whose forward put its kept
-  /// values in the backward's arena (StreamOp::directlyCarriedMicroBatches):
-  /// the stash's load.
+  /// One copy of the stash (the forward's store, or the backward's load):
+  /// taken off the forward and the backward of a micro-batch whose kept
+  /// values stay in the arena the two share
+  /// (StreamOp::directlyCarriedMicroBatches).
   double stashLoad = 0;
 };
 

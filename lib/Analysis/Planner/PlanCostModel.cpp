@@ -23,8 +23,8 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 16.5 MiB share of the level 3 at 43). The gradients' sum, touched every
   // micro-batch, runs in cache when gradients and sum fit in the cores'
   // whole cache (the README MLP's two stages at 8 micro-batches).
-  // A forward whose backward comes next puts its stash in place: that
-  // backward does not load it (stashLoad).
+  // A forward whose backward comes next leaves its stash in place, in the
+  // arena the two share: neither stores nor loads it (stashLoad).
   double touched = std::max(2 * (f.stashBytes + f.messages), f.footprint);
   double pass = f.passBandwidth(touched, f.stashCacheBytes);
   double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / pass;

@@ -57,9 +57,14 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         };
         llvm::TypeSwitch<Operation *>(op)
             .Case([&](ForwardInstr f) {
-              duration = t.forward + (forwarded[i] ? 0 : t.firstForward);
-              forwarded[i] = true;
+              // A directly carried micro-batch's kept values stay where
+              // the forward left them, in the arena it shares with the
+              // backward: no store (as no load below).
               mb = f.getMicroBatch();
+              double store = direct[i].contains(mb) ? t.stashLoad : 0;
+              duration = std::max(0.0, t.forward - store) +
+                         (forwarded[i] ? 0 : t.firstForward);
+              forwarded[i] = true;
             })
             .Case([&](BackwardInstr f) {
               // A stage that recomputes has the forward in its backward

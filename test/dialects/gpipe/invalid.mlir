@@ -190,14 +190,16 @@ gpipe.schedule stages(1) micro_batches(1) {
 
 // -----
 
-// GPipe keeps all three micro-batches alive: 1000 + 3 x 400 = 2200 bytes,
-// over the 2000-byte device (1F1B would keep one: 1400).
+// GPipe keeps all three micro-batches alive, two of them in the stash (the
+// last one's backward comes next: its values stay where its forward left
+// them): 1000 + 2 x 400 = 1800 bytes, over the 1700-byte device (1F1B would
+// stash none: 1000).
 gpipe.schedule stages(1) micro_batches(3) {
-  // expected-error @+1 {{stage 0 on cpu:0 needs 2200 bytes at its peak (1000 static + 3 micro-batches of 400 bytes), 200 more than its memory limit of 2000}}
-  gpipe.stream 0 on "cpu:0" attributes {static_bytes = 1000 : i64, stash_bytes = 400 : i64, memory_limit = 2000 : i64} {
+  // expected-error @+1 {{stage 0 on cpu:0 needs 1800 bytes at its peak (1000 static + 2 micro-batches in the stash of 400 bytes), 100 more than its memory limit of 1700}}
+  gpipe.stream 0 on "cpu:0" attributes {static_bytes = 1000 : i64, stash_bytes = 400 : i64, memory_limit = 1700 : i64} {
     gpipe.forward 0
-    gpipe.forward 1
     // expected-note @+1 {{the peak is reached here}}
+    gpipe.forward 1
     gpipe.forward 2
     gpipe.backward 2
     gpipe.backward 1

@@ -102,6 +102,11 @@ struct PhaseSpec {
   std::string role; // "forward", "backward"
   std::string entry;
   int64_t arenaSize = 0;
+  /// The role of the phase whose arena this one shares ("": its own); the
+  /// shared arena is as large as either needs. A training stage's backward
+  /// shares its forward's: what it reads of the forward's values sits where
+  /// the forward left it.
+  std::string arenaOf;
   std::vector<TensorSlot> inputs, outputs;
   std::vector<KernelSpec> kernels;
   std::vector<LoopSpec> loops;
