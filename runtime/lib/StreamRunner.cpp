@@ -353,19 +353,23 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
     exec->read(fwd, fwdSpec->outputs[wiring.loss], &microLoss);
     lossSum_ += microLoss;
   }
-  Stopwatch stashing(timing(breakdown_.stash[0]));
-  for (const WiringSpec::Carried &c : wiring.carried)
-    if (c.from == From::ForwardOutput) {
-      const TensorSlot &source = fwdSpec->outputs[c.index];
-      copy(keep(c), fa + source.offset, source.byteSize());
-    }
+  {
+    Stopwatch stashing(timing(breakdown_.stash[0]));
+    for (const WiringSpec::Carried &c : wiring.carried)
+      if (c.from == From::ForwardOutput) {
+        const TensorSlot &source = fwdSpec->outputs[c.index];
+        copy(keep(c), fa + source.offset, source.byteSize());
+      }
+  }
+  // The message before anything of the backward's goes into the arena.
+  fillOutgoing(MessageKind::Activation, mb);
   if (direct) {
+    Stopwatch stashing(timing(breakdown_.stash[0]));
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::Batch)
         loadFromBatch(c, mb, context);
     restored.insert(mb);
   }
-  fillOutgoing(MessageKind::Activation, mb);
 }
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
