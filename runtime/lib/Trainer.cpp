@@ -342,10 +342,7 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
       out << "    profiled step " << st.profiledStepSeconds * 1e3 << " ms:";
       const char *sep = " ";
       for (const auto &p : st.profiledParts) {
-        double ms = (p.forward + p.backward) * 1e3;
-        if (std::abs(ms) < 5e-4 && p.name != "unattributed")
-          continue;
-        out << sep << p.name << " " << ms;
+        out << sep << p.name << " " << (p.forward + p.backward) * 1e3;
         sep = ", ";
       }
       out << "\n";
