@@ -17,6 +17,57 @@ using namespace gpipe;
 
 namespace {
 
+/// `a + b` when both are zero-pads of the same shape whose padded values
+/// lie side by side along one axis (the gradients of slices that cut a
+/// tensor along that axis: the q, k and v of an attention's joint
+/// projection): the two values concatenated and padded once, or just
+/// concatenated when together they fill the tensor. Null otherwise (the
+/// caller adds). Adding the pads wrote zeros over the whole tensor twice
+/// and read them back; this writes each element once.
+Value mergeAdjacentZeroPads(OpBuilder &b, Value a, Value g) {
+  auto pa = a.getDefiningOp<nn::PadOp>(), pb = g.getDefiningOp<nn::PadOp>();
+  auto zero = [](nn::PadOp p) {
+    return p && p.getMode() == "constant" && p.getValue().isZero() &&
+           llvm::all_of(p.getPads(), [](int64_t x) { return x >= 0; });
+  };
+  if (!zero(pa) || !zero(pb) || a.getType() != g.getType())
+    return Value();
+  ArrayRef<int64_t> x = pa.getPads(), y = pb.getPads();
+  int64_t rank = static_cast<int64_t>(x.size()) / 2, axis = -1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (x[i] == y[i] && x[rank + i] == y[rank + i])
+      continue;
+    if (axis >= 0)
+      return Value(); // apart along two axes
+    axis = i;
+  }
+  if (axis < 0)
+    return Value(); // the same place: a real sum
+  int64_t extent = cast<RankedTensorType>(a.getType()).getDimSize(axis);
+  // [begin, end) of each padded value along the axis.
+  int64_t aEnd = extent - x[rank + axis], gEnd = extent - y[rank + axis];
+  nn::PadOp first = pa, second = pb;
+  if (gEnd == x[axis])
+    std::swap(first, second);
+  else if (aEnd != y[axis])
+    return Value(); // not side by side
+  Location loc = g.getLoc();
+  Value joined = b.create<nn::ConcatOp>(
+      loc, ValueRange{first.getInput(), second.getInput()},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("axis", b.getI64IntegerAttr(axis))});
+  SmallVector<int64_t> pads(first.getPads());
+  pads[rank + axis] = second.getPads()[rank + axis];
+  if (llvm::all_of(pads, [](int64_t p) { return p == 0; }))
+    return joined;
+  return b.create<nn::PadOp>(
+      loc, ValueRange{joined},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("pads", b.getDenseI64ArrayAttr(pads)),
+          b.getNamedAttr("mode", b.getStringAttr("constant")),
+          b.getNamedAttr("value", b.getF64FloatAttr(0.0))});
+}
+
 struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -82,6 +133,13 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
       auto it = grads.find(v);
       if (it == grads.end()) {
         grads[v] = g;
+        return;
+      }
+      if (Value merged = mergeAdjacentZeroPads(gb, it->second, g)) {
+        for (Value dead : {it->second, g})
+          if (dead.use_empty())
+            dead.getDefiningOp()->erase();
+        it->second = merged;
         return;
       }
       it->second = gb.create<nn::AddOp>(g.getLoc(), ValueRange{it->second, g},

@@ -105,6 +105,49 @@ func.func @forward(%x: tensor<2x4xf32> {gpipe.name = "x"}, %labels: tensor<2xi64
 
 // -----
 
+// Slices that cut a tensor side by side along one axis (an attention's q,
+// k and v of its joint projection): their gradients are concatenated, not
+// zero-padded to the whole tensor and added. Two of three slices leave the
+// rest of the axis zero: one pad of the joined gradients.
+gpipe.parameter @qkv trainable = dense<0.5> : tensor<9xf32>
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[J:.*]] = nn.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x6xf32>
+// CHECK: %[[K:.*]] = nn.concat %{{.*}}, %[[J]] {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x6xf32>) -> tensor<2x9xf32>
+// CHECK-NOT: nn.pad
+// CHECK-NOT: nn.add
+// CHECK: nn.reduce_sum %[[K]]
+// CHECK-LABEL: func.func @forward_backward
+// CHECK: %[[P:.*]] = nn.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x6xf32>
+// CHECK: %[[Z:.*]] = nn.pad %[[P]] {pads = array<i64: 0, 0, 0, 3>} : (tensor<2x6xf32>) -> tensor<2x9xf32>
+// CHECK-NOT: nn.add
+// CHECK: nn.reduce_sum %[[Z]]
+func.func @forward(%x: tensor<2x9xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}) -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
+  %w = gpipe.get_parameter @qkv : tensor<9xf32>
+  %a = nn.add %x, %w : (tensor<2x9xf32>, tensor<9xf32>) -> tensor<2x9xf32>
+  %q = nn.slice %a {starts = array<i64: 0, 0>, ends = array<i64: 2, 3>, steps = array<i64: 1, 1>} : (tensor<2x9xf32>) -> tensor<2x3xf32>
+  %k = nn.slice %a {starts = array<i64: 0, 3>, ends = array<i64: 2, 6>, steps = array<i64: 1, 1>} : (tensor<2x9xf32>) -> tensor<2x3xf32>
+  %v = nn.slice %a {starts = array<i64: 0, 6>, ends = array<i64: 2, 9>, steps = array<i64: 1, 1>} : (tensor<2x9xf32>) -> tensor<2x3xf32>
+  %qk = nn.mul %q, %k : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %o = nn.mul %qk, %v : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %loss = nn.softmax_cross_entropy %o, %labels : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+gpipe.parameter @qk trainable = dense<0.5> : tensor<9xf32>
+func.func @forward(%x: tensor<2x9xf32> {gpipe.name = "x"}, %labels: tensor<2xi64> {gpipe.name = "labels", gpipe.role = #gpipe.role<data>}) -> (tensor<f32> {gpipe.name = "loss", gpipe.role = #gpipe.role<loss>}) {
+  %w = gpipe.get_parameter @qk : tensor<9xf32>
+  %a = nn.add %x, %w : (tensor<2x9xf32>, tensor<9xf32>) -> tensor<2x9xf32>
+  %q = nn.slice %a {starts = array<i64: 0, 0>, ends = array<i64: 2, 3>, steps = array<i64: 1, 1>} : (tensor<2x9xf32>) -> tensor<2x3xf32>
+  %k = nn.slice %a {starts = array<i64: 0, 3>, ends = array<i64: 2, 6>, steps = array<i64: 1, 1>} : (tensor<2x9xf32>) -> tensor<2x3xf32>
+  %qk = nn.mul %q, %k : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %loss = nn.softmax_cross_entropy %qk, %labels : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // A strided slice (PatchMerging's x[:, 1::2]): its gradient spread over the
 // step (an axis of 1 padded to 2 and merged: each element then a zero),
 // trimmed to the input's extent past the start, then zero-padded back in
