@@ -28,6 +28,18 @@ def FoldMatMulTranspose : Pass<"gpipe-fold-matmul-transpose"> {
   }];
 }
 
+def FuseGelu : Pass<"gpipe-fuse-gelu"> {
+  let summary = "GELU written out with erf as one nn.gelu";
+  let description = [{
+    `x * (1 + erf(x / sqrt(2))) * 0.5` (what torch.onnx writes for
+    nn.GELU below opset 20: Div, Erf, Add, Mul, Mul; and the Hugging Face
+    order, `x * 0.5 * (1 + erf(...))`) becomes `nn.gelu %x`: one loop in the
+    forward instead of three, and a backward that keeps x alone instead of
+    x / sqrt(2) and 1 + erf(x / sqrt(2)) besides. An intermediate value
+    with another use stays for it.
+  }];
+}
+
 def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
   let summary = "Give dropout and batch_norm their inference behaviour";
   let description = [{

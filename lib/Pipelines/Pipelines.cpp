@@ -7,6 +7,7 @@
 using namespace mlir;
 
 void gpipe::buildInferencePipeline(OpPassManager &pm) {
+  pm.addPass(createFuseGelu());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createSetInferenceMode());
   pm.addPass(createMarkBatchPlacement());
@@ -18,6 +19,7 @@ void gpipe::buildInferencePipeline(OpPassManager &pm) {
 void gpipe::buildPartitionPipeline(OpPassManager &pm,
                                    const AppendLossOptions &loss,
                                    const PartitionOptions &partition) {
+  pm.addPass(createFuseGelu());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createAppendLoss(loss));
   pm.addPass(createPartition(partition));
