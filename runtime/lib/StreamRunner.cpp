@@ -13,7 +13,30 @@ namespace {
 const char *bytesOf(const HostTensor &t) {
   return reinterpret_cast<const char *>(t.data.data());
 }
+
+// The runtime's parts as trace events: a kernel event of no op whose
+// phase is "runtime" (TrainingSession::writeTrace).
+const std::string kNoOp, kRuntime = "runtime", kStashCopies = "stash copies",
+                         kDataInputs = "data inputs", kMessages = "messages",
+                         kGradientSums = "gradient sums";
 } // namespace
+
+StreamRunner::Part::Part(StreamRunner &runner, double &field,
+                         const std::string &name)
+    : runner(runner), field(field), name(name) {
+  if (runner.profiling || runner.tracing)
+    begin = steadySeconds();
+}
+
+StreamRunner::Part::~Part() {
+  if (!runner.profiling && !runner.tracing)
+    return;
+  double end = steadySeconds();
+  if (runner.profiling)
+    field += end - begin;
+  if (runner.tracing)
+    runner.kernels.push_back({&kNoOp, &name, &kRuntime, begin, end});
+}
 
 StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
                            std::unique_ptr<StageExecutor> executor,
@@ -231,7 +254,7 @@ void StreamRunner::fillOutgoing(MessageKind kind, int64_t mb) {
       activation ? wiring.sendActivations : wiring.sendGradients;
   if (layout.tensors.empty() || !sends.count({kind, mb}))
     return;
-  Stopwatch messages(timing(breakdown_.messages[activation ? 0 : 1]));
+  Part messages(*this, breakdown_.messages[activation ? 0 : 1], kMessages);
   MessageKey k = key(kind, spec_.index + (activation ? 1 : -1), mb, true);
   outgoing[{kind, mb}] = fill(layout, activation ? *fwdSpec : *bwdSpec,
                               exec->arena(activation ? fwd : bwd), k);
@@ -298,14 +321,14 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   char *fa = exec->arena(fwd);
   DeviceBackend &device = exec->device();
   {
-    Stopwatch inputs(timing(breakdown_.dataInputs[0]));
+    Part inputs(*this, breakdown_.dataInputs[0], kDataInputs);
     for (const TensorSlot *slot : dataIn)
       exec->write(fwd, *slot,
                   bytesOf(context.batch->at(slot->name)) +
                       mb * slot->byteSize());
   }
   if (!wiring.recvActivations.tensors.empty()) {
-    Stopwatch messages(timing(breakdown_.messages[0]));
+    Part messages(*this, breakdown_.messages[0], kMessages);
     receive(wiring.recvActivations, *fwdSpec, fa,
             key(MessageKind::Activation, spec_.index - 1, mb, false),
             "forward");
@@ -336,7 +359,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   // Kept inputs before the run (the arena reuses their memory), kept
   // outputs after it.
   {
-    Stopwatch stashing(timing(breakdown_.stash[0]));
+    Part stashing(*this, breakdown_.stash[0], kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::ForwardInput) {
         const TensorSlot &source = fwdSpec->inputs[c.index];
@@ -354,7 +377,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
     lossSum_ += microLoss;
   }
   {
-    Stopwatch stashing(timing(breakdown_.stash[0]));
+    Part stashing(*this, breakdown_.stash[0], kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::ForwardOutput) {
         const TensorSlot &source = fwdSpec->outputs[c.index];
@@ -364,7 +387,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   // The message before anything of the backward's goes into the arena.
   fillOutgoing(MessageKind::Activation, mb);
   if (direct) {
-    Stopwatch stashing(timing(breakdown_.stash[0]));
+    Part stashing(*this, breakdown_.stash[0], kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::Batch)
         loadFromBatch(c, mb, context);
@@ -374,20 +397,20 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
   if (!restored.count(mb)) {
-    Stopwatch stashing(timing(breakdown_.stash[1]));
+    Part stashing(*this, breakdown_.stash[1], kStashCopies);
     loadStash(mb, context);
   }
   restored.erase(mb);
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
-    Stopwatch inputs(timing(breakdown_.dataInputs[1]));
+    Part inputs(*this, breakdown_.dataInputs[1], kDataInputs);
     // The mean over the global batch: M micro-batches on each replica.
     float seed =
         1.0f / static_cast<float>(context.microBatches * context.replicas);
     exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
   }
   if (!wiring.recvGradients.tensors.empty()) {
-    Stopwatch messages(timing(breakdown_.messages[1]));
+    Part messages(*this, breakdown_.messages[1], kMessages);
     receive(wiring.recvGradients, *bwdSpec, ba,
             key(MessageKind::Gradient, spec_.index + 1, mb, false), "backward");
   }
@@ -401,7 +424,7 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
     slotOf.erase(slot);
   }
   fillOutgoing(MessageKind::Gradient, mb);
-  Stopwatch sums(timing(breakdown_.gradientSums));
+  Part sums(*this, breakdown_.gradientSums, kGradientSums);
   // Gradients accumulate where the optimizer phase reads them (the first
   // backward's are copied there, the others added).
   char *oa = exec->arena(opt);
@@ -533,7 +556,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     forward(mb, context);
     return;
   case Instruction::Op::SendActivation: {
-    Stopwatch messages(timing(breakdown_.messages[0]));
+    Part messages(*this, breakdown_.messages[0], kMessages);
     postOutgoing(instr);
     return;
   }
@@ -541,7 +564,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     // The recomputation is compiled into the backward entry point; here
     // the stage input kept by the forward goes back in place (unless the
     // forward put it there).
-    Stopwatch stashing(timing(breakdown_.stash[1]));
+    Part stashing(*this, breakdown_.stash[1], kStashCopies);
     if (!restored.count(mb))
       loadStash(mb, context);
     return;
@@ -550,7 +573,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     backward(mb, context);
     return;
   case Instruction::Op::SendGradient: {
-    Stopwatch messages(timing(breakdown_.messages[1]));
+    Part messages(*this, breakdown_.messages[1], kMessages);
     postOutgoing(instr);
     return;
   }

@@ -206,6 +206,23 @@ private:
   /// Where a timed region's seconds go: `field` while profiling, else
   /// nowhere (a Stopwatch of null reads no clock).
   double *timing(double &field) { return profiling ? &field : nullptr; }
+  /// A part of the step the runtime does itself (stash copies, messages,
+  /// data inputs, gradient sums): its seconds into `field` while
+  /// profiling, a trace event named `name` (category "runtime") while
+  /// tracing; no clock read otherwise.
+  class Part {
+  public:
+    Part(StreamRunner &runner, double &field, const std::string &name);
+    ~Part();
+    Part(const Part &) = delete;
+    Part &operator=(const Part &) = delete;
+
+  private:
+    StreamRunner &runner;
+    double &field;
+    const std::string &name;
+    double begin = 0;
+  };
   bool tracing = false;
   std::vector<TraceEvent> traceEvents;
   int64_t tracedSteps = 0;

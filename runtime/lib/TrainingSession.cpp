@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -640,6 +641,17 @@ TrainingSession::Stats TrainingSession::stats() const {
 }
 
 namespace {
+/// The trace's event categories, by the code a rank sends them as (an
+/// unknown code reads as the last).
+constexpr const char *kCategories[] = {"instruction", "kernel", "loop",
+                                       "runtime"};
+uint8_t categoryCode(const char *category) {
+  for (size_t i = 0; i < std::size(kCategories); ++i)
+    if (std::strcmp(category, kCategories[i]) == 0)
+      return static_cast<uint8_t>(i);
+  return static_cast<uint8_t>(std::size(kCategories) - 1);
+}
+
 /// A traced instruction as a trace event: "forward 3", with its step,
 /// micro-batch and bytes; a send and its receive share a flow id.
 TraceTrack::Event instructionEvent(const StreamRunner::TraceEvent &e,
@@ -698,7 +710,9 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
       const std::string &op = *e.op, &kind = *e.kind;
       TraceTrack::Event event;
       event.name = op.empty() ? kind : op + " (" + kind + ")";
-      event.category = kind == "loop" ? "loop" : "kernel";
+      event.category = *e.phase == "runtime" ? "runtime"
+                       : kind == "loop"      ? "loop"
+                                             : "kernel";
       event.begin = e.begin - traceOrigin;
       event.end = e.end - traceOrigin;
       event.args =
@@ -718,7 +732,7 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
     mine.put<uint64_t>(t.events.size());
     for (const TraceTrack::Event &e : t.events) {
       mine.putString(e.name);
-      mine.put<uint8_t>(std::strcmp(e.category, "kernel") == 0);
+      mine.put<uint8_t>(categoryCode(e.category));
       mine.put(e.begin);
       mine.put(e.end);
       mine.putString(e.args);
@@ -741,7 +755,8 @@ std::vector<TraceTrack> TrainingSession::collectTrace() const {
       for (uint64_t i = 0; i < n; ++i) {
         TraceTrack::Event e;
         e.name = in.getString();
-        e.category = in.get<uint8_t>() ? "kernel" : "instruction";
+        e.category = kCategories[std::min<size_t>(in.get<uint8_t>(),
+                                                  std::size(kCategories) - 1)];
         e.begin = in.get<double>();
         e.end = in.get<double>();
         e.args = in.getString();

@@ -459,6 +459,11 @@ def check_failures(models, gpipe_run, work):
         if rc != 0 or forward < send:
             raise ValueError(f"forward 0 at {forward} before the send at "
                              f"{send}")
+        # Every category crosses the ranks as it is (a generated loop is
+        # no instruction, the runtime's parts are their own).
+        categories = {e["cat"] for e in events if e.get("ph") == "X"}
+        if not {"instruction", "kernel", "loop", "runtime"} <= categories:
+            raise ValueError(f"categories {sorted(categories)}")
         print(f"--trace across ranks: tracks {sorted(tracks.values())}, "
               f"stage 1's first forward {forward - send:.0f} us after stage "
               f"0's first send")
