@@ -36,7 +36,8 @@ stepParts(const StreamRunner &runner) {
                           {"messages", b.messages[0], b.messages[1]},
                           {"message waits", b.waits[0], b.waits[1]},
                           {"gradient sums", 0, b.gradientSums},
-                          {"optimizer step", b.optimizer, 0}};
+                          {"gradient exchange", b.exchange, 0},
+                          {"optimizer step", b.optimizer - b.exchange, 0}};
   double timed = 0;
   for (const Part &p : parts)
     timed += p.forward + p.backward;

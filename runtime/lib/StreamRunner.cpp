@@ -18,7 +18,8 @@ const char *bytesOf(const HostTensor &t) {
 // phase is "runtime" (TrainingSession::writeTrace).
 const std::string kNoOp, kRuntime = "runtime", kStashCopies = "stash copies",
                          kDataInputs = "data inputs", kMessages = "messages",
-                         kGradientSums = "gradient sums";
+                         kGradientSums = "gradient sums",
+                         kGradientExchange = "gradient exchange";
 } // namespace
 
 StreamRunner::Part::Part(StreamRunner &runner, double &field,
@@ -529,9 +530,12 @@ void StreamRunner::optimizerStep(const StepContext &context) {
         "stage " + std::to_string(spec_.index) + ": optimizer step after " +
         std::to_string(backwards) + " of " +
         std::to_string(context.microBatches) + " backwards");
-  if (reducer)
-    finishReplicaSums(context);
-  sumTiedGradients();
+  {
+    Part exchange(*this, breakdown_.exchange, kGradientExchange);
+    if (reducer)
+      finishReplicaSums(context);
+    sumTiedGradients();
+  }
   // The update itself is compiled into the stage (gpipe-append-optimizer);
   // the runtime sets this step's hyper-parameters.
   for (auto &[hyper, input] : wiring.hyper) {

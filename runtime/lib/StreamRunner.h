@@ -101,7 +101,10 @@ public:
                                // messages
     double waits[2] = {};      // receives waiting for their message
     double gradientSums = 0;   // the micro-batches' gradients added up
-    double optimizer = 0;      // optimizer steps, whole
+    double exchange = 0;  // of the optimizer steps: the gradients summed with
+                          // the other replicas and the stages that share a
+                          // weight (their waits included)
+    double optimizer = 0; // optimizer steps, whole
   };
   /// Starts (restarts) summing the breakdown.
   void setProfiling(bool on) {
