@@ -33,7 +33,9 @@ def FuseGelu : Pass<"gpipe-fuse-gelu"> {
   let description = [{
     `x * (1 + erf(x / sqrt(2))) * 0.5` (what torch.onnx writes for
     nn.GELU below opset 20: Div, Erf, Add, Mul, Mul; and the Hugging Face
-    order, `x * 0.5 * (1 + erf(...))`) becomes `nn.gelu %x`: one loop in the
+    order, `x * 0.5 * (1 + erf(...))`) becomes `nn.gelu %x`, and GPT-2's
+    tanh form `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
+    `nn.gelu %x {approximate = "tanh"}`: one loop in the
     forward instead of three, and a backward that keeps x alone instead of
     x / sqrt(2) and 1 + erf(x / sqrt(2)) besides. An intermediate value
     with another use stays for it.

@@ -79,3 +79,27 @@ func.func @shared_term(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
   %y = nn.mul %m, %half : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %y, %e : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// GPT-2's tanh approximation ("gelu_new"), as torch.onnx writes
+// 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
+// CHECK-LABEL: func.func @tanh_form
+// CHECK-NEXT: %[[G:.*]] = nn.gelu %arg0 {approximate = "tanh"} : tensor<4xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @tanh_form(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %half = nn.constant dense<5.000000e-01> : tensor<f32>
+  %one = nn.constant dense<1.000000e+00> : tensor<f32>
+  %three = nn.constant dense<3.000000e+00> : tensor<f32>
+  %c = nn.constant dense<4.471500e-02> : tensor<f32>
+  %k = nn.constant dense<0.797884583> : tensor<f32>
+  %h = nn.mul %half, %x : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  %p = nn.pow %x, %three : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %m = nn.mul %c, %p : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  %s = nn.add %x, %m : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %t = nn.mul %k, %s : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  %th = nn.tanh %t : tensor<4xf32>
+  %a = nn.add %one, %th : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  %y = nn.mul %h, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
