@@ -3,6 +3,7 @@
 
 #include "NN/IR/NNOps.h"
 
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
@@ -20,14 +21,10 @@ namespace {
 /// Whether `v` is a constant whose every element is `expected` (within
 /// float32 rounding).
 bool isConstant(Value v, double expected) {
-  auto constant = v.getDefiningOp<nn::ConstantOp>();
-  if (!constant)
-    return false;
-  auto dense = dyn_cast<DenseFPElementsAttr>(constant.getValue());
-  if (!dense || !dense.isSplat())
-    return false;
-  double value = dense.getSplatValue<APFloat>().convertToDouble();
-  return std::abs(value - expected) <= 1e-6 * std::abs(expected);
+  APFloat value(0.0);
+  return matchPattern(v, m_ConstantFloat(&value)) &&
+         std::abs(value.convertToDouble() - expected) <=
+             1e-6 * std::abs(expected);
 }
 
 /// The operand of a commutative binary op other than the one matching

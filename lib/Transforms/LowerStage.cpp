@@ -76,9 +76,9 @@ public:
 private:
   LogicalResult placeParameters();
   LogicalResult assignBuffers();
-  /// A training stage's forward and backward in one arena: see the
-  /// definition.
-  void shareForwardArena();
+  /// A training stage's forward and backward in one arena (see the
+  /// definition); `last` is the position of the function's return.
+  void shareForwardArena(int64_t last);
   /// The parameter offset `result` can be computed in place of (an
   /// optimizer update), if any.
   std::optional<int64_t>
@@ -286,12 +286,12 @@ LogicalResult StageLowering::assignBuffers() {
   // Inputs are written before the step starts: live from the beginning.
   for (BlockArgument arg : body.getArguments())
     classes[where[arg].cls].begin = -1;
-  shareForwardArena();
+  shareForwardArena(last);
   plan = planMemory(classes, kAlignment);
   return success();
 }
 
-void StageLowering::shareForwardArena() {
+void StageLowering::shareForwardArena(int64_t last) {
   // A training stage's forward and backward share one arena (the runtime
   // reads gpipe.arena_of): what the backward reads of the forward's values
   // stays where the forward left it, and a micro-batch whose backward runs
@@ -314,8 +314,7 @@ void StageLowering::shareForwardArena() {
     for (BlockArgument arg : body.getArguments())
       if (argRole(forward, arg.getArgNumber()) == Role::Activation &&
           read.contains(nameOf(forward.getArgAttrDict(arg.getArgNumber()))))
-        classes[where[arg].cls].end =
-            static_cast<int64_t>(body.getOperations().size());
+        classes[where[arg].cls].end = last;
     return;
   }
   if (forward.getSymName() != "backward")

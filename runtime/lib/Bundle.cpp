@@ -295,6 +295,17 @@ const PhaseSpec *StageSpec::phase(const std::string &role) const {
   return nullptr;
 }
 
+int64_t StageSpec::arenaBytes(size_t phase) const {
+  const PhaseSpec &own = phases.at(phase);
+  if (!own.arenaOf.empty())
+    return 0;
+  int64_t bytes = own.arenaSize;
+  for (const PhaseSpec &other : phases)
+    if (other.arenaOf == own.role)
+      bytes = std::max(bytes, other.arenaSize);
+  return bytes;
+}
+
 namespace {
 ScheduleSpec parseSchedule(const json &j, int64_t stages,
                            int64_t microBatches) {

@@ -13,24 +13,6 @@ inline double steadySeconds() {
       .count();
 }
 
-/// Adds the seconds of its scope to `*into` (nothing, and no clock read,
-/// when `into` is null).
-class Stopwatch {
-public:
-  explicit Stopwatch(double *into)
-      : into(into), begin(into ? steadySeconds() : 0) {}
-  ~Stopwatch() {
-    if (into)
-      *into += steadySeconds() - begin;
-  }
-  Stopwatch(const Stopwatch &) = delete;
-  Stopwatch &operator=(const Stopwatch &) = delete;
-
-private:
-  double *into;
-  double begin;
-};
-
 } // namespace gpipe::runtime
 
 #endif // GPIPE_RUNTIME_CLOCK_H

@@ -25,13 +25,9 @@ void StageExecutor::load(const Bundle &bundle) {
   // An arena of its own for each phase that has one (as large as the
   // phases sharing it need), then those phases point into it.
   for (size_t i = 0; i < spec.phases.size(); ++i) {
-    const PhaseSpec &ps = spec.phases[i];
-    if (!ps.arenaOf.empty())
+    if (!spec.phases[i].arenaOf.empty())
       continue;
-    int64_t size = ps.arenaSize;
-    for (const PhaseSpec &other : spec.phases)
-      if (other.arenaOf == ps.role)
-        size = std::max(size, other.arenaSize);
+    int64_t size = spec.arenaBytes(i);
     phases[i].own = device_->allocate(size);
     phases[i].arena = phases[i].own.get();
     allocated += size;

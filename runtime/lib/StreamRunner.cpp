@@ -23,20 +23,21 @@ const std::string kNoOp, kRuntime = "runtime", kStashCopies = "stash copies",
 } // namespace
 
 StreamRunner::Part::Part(StreamRunner &runner, double &field,
-                         const std::string &name)
-    : runner(runner), field(field), name(name) {
-  if (runner.profiling || runner.tracing)
+                         const std::string *name)
+    : runner(runner), field(field), name(name),
+      timed(runner.profiling || (runner.tracing && name)) {
+  if (timed)
     begin = steadySeconds();
 }
 
 StreamRunner::Part::~Part() {
-  if (!runner.profiling && !runner.tracing)
+  if (!timed)
     return;
   double end = steadySeconds();
   if (runner.profiling)
     field += end - begin;
-  if (runner.tracing)
-    runner.kernels.push_back({&kNoOp, &name, &kRuntime, begin, end});
+  if (runner.tracing && name)
+    runner.kernels.push_back({&kNoOp, name, &kRuntime, begin, end});
 }
 
 StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
@@ -70,9 +71,10 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   }
   for (const Instruction &instr : stream.instructions)
     if (instr.op == Instruction::Op::SendActivation)
-      sends.insert({MessageKind::Activation, instr.microBatch});
+      sendKeys[{MessageKind::Activation, instr.microBatch}] =
+          transferKey(instr);
     else if (instr.op == Instruction::Op::SendGradient)
-      sends.insert({MessageKind::Gradient, instr.microBatch});
+      sendKeys[{MessageKind::Gradient, instr.microBatch}] = transferKey(instr);
   // A stash slot for each micro-batch kept at once that is not carried
   // directly (StreamOp::maxStashedMicroBatches).
   int64_t slots = 0, stashed = 0;
@@ -136,7 +138,7 @@ MessageKey StreamRunner::transferKey(const Instruction &instr) const {
 }
 
 void StreamRunner::runStep(const StepContext &context) {
-  Stopwatch whole(timing(breakdown_.steps));
+  Part whole(*this, breakdown_.steps);
   backwards = 0;
   lossSum_ = 0;
   restored.clear();
@@ -253,12 +255,12 @@ void StreamRunner::fillOutgoing(MessageKind kind, int64_t mb) {
   bool activation = kind == MessageKind::Activation;
   const MessageLayout &layout =
       activation ? wiring.sendActivations : wiring.sendGradients;
-  if (layout.tensors.empty() || !sends.count({kind, mb}))
+  auto k = sendKeys.find({kind, mb});
+  if (layout.tensors.empty() || k == sendKeys.end())
     return;
-  Part messages(*this, breakdown_.messages[activation ? 0 : 1], kMessages);
-  MessageKey k = key(kind, spec_.index + (activation ? 1 : -1), mb, true);
+  Part messages(*this, breakdown_.messages[activation ? 0 : 1], &kMessages);
   outgoing[{kind, mb}] = fill(layout, activation ? *fwdSpec : *bwdSpec,
-                              exec->arena(activation ? fwd : bwd), k);
+                              exec->arena(activation ? fwd : bwd), k->second);
 }
 
 void StreamRunner::postOutgoing(const Instruction &instr) {
@@ -322,14 +324,14 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   char *fa = exec->arena(fwd);
   DeviceBackend &device = exec->device();
   {
-    Part inputs(*this, breakdown_.dataInputs[0], kDataInputs);
+    Part inputs(*this, breakdown_.dataInputs[0], &kDataInputs);
     for (const TensorSlot *slot : dataIn)
       exec->write(fwd, *slot,
                   bytesOf(context.batch->at(slot->name)) +
                       mb * slot->byteSize());
   }
   if (!wiring.recvActivations.tensors.empty()) {
-    Part messages(*this, breakdown_.messages[0], kMessages);
+    Part messages(*this, breakdown_.messages[0], &kMessages);
     receive(wiring.recvActivations, *fwdSpec, fa,
             key(MessageKind::Activation, spec_.index - 1, mb, false),
             "forward");
@@ -360,7 +362,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   // Kept inputs before the run (the arena reuses their memory), kept
   // outputs after it.
   {
-    Part stashing(*this, breakdown_.stash[0], kStashCopies);
+    Part stashing(*this, breakdown_.stash[0], &kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::ForwardInput) {
         const TensorSlot &source = fwdSpec->inputs[c.index];
@@ -369,7 +371,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   }
   exec->setRandomState({context.seed, context.step, mb});
   {
-    Stopwatch code(timing(breakdown_.phaseRuns[0]));
+    Part code(*this, breakdown_.phaseRuns[0]);
     exec->run(fwd);
   }
   if (wiring.loss >= 0) {
@@ -378,7 +380,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
     lossSum_ += microLoss;
   }
   {
-    Part stashing(*this, breakdown_.stash[0], kStashCopies);
+    Part stashing(*this, breakdown_.stash[0], &kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::ForwardOutput) {
         const TensorSlot &source = fwdSpec->outputs[c.index];
@@ -388,7 +390,7 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   // The message before anything of the backward's goes into the arena.
   fillOutgoing(MessageKind::Activation, mb);
   if (direct) {
-    Part stashing(*this, breakdown_.stash[0], kStashCopies);
+    Part stashing(*this, breakdown_.stash[0], &kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
       if (c.from == From::Batch)
         loadFromBatch(c, mb, context);
@@ -398,26 +400,26 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
 
 void StreamRunner::backward(int64_t mb, const StepContext &context) {
   if (!restored.count(mb)) {
-    Part stashing(*this, breakdown_.stash[1], kStashCopies);
+    Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     loadStash(mb, context);
   }
   restored.erase(mb);
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
-    Part inputs(*this, breakdown_.dataInputs[1], kDataInputs);
+    Part inputs(*this, breakdown_.dataInputs[1], &kDataInputs);
     // The mean over the global batch: M micro-batches on each replica.
     float seed =
         1.0f / static_cast<float>(context.microBatches * context.replicas);
     exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
   }
   if (!wiring.recvGradients.tensors.empty()) {
-    Part messages(*this, breakdown_.messages[1], kMessages);
+    Part messages(*this, breakdown_.messages[1], &kMessages);
     receive(wiring.recvGradients, *bwdSpec, ba,
             key(MessageKind::Gradient, spec_.index + 1, mb, false), "backward");
   }
   exec->setRandomState({context.seed, context.step, mb});
   {
-    Stopwatch code(timing(breakdown_.phaseRuns[1]));
+    Part code(*this, breakdown_.phaseRuns[1]);
     exec->run(bwd);
   }
   if (auto slot = slotOf.find(mb); slot != slotOf.end()) {
@@ -425,7 +427,7 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
     slotOf.erase(slot);
   }
   fillOutgoing(MessageKind::Gradient, mb);
-  Part sums(*this, breakdown_.gradientSums, kGradientSums);
+  Part sums(*this, breakdown_.gradientSums, &kGradientSums);
   // Gradients accumulate where the optimizer phase reads them (the first
   // backward's are copied there, the others added).
   char *oa = exec->arena(opt);
@@ -531,7 +533,7 @@ void StreamRunner::optimizerStep(const StepContext &context) {
         std::to_string(backwards) + " of " +
         std::to_string(context.microBatches) + " backwards");
   {
-    Part exchange(*this, breakdown_.exchange, kGradientExchange);
+    Part exchange(*this, breakdown_.exchange, &kGradientExchange);
     if (reducer)
       finishReplicaSums(context);
     sumTiedGradients();
@@ -551,8 +553,8 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
   case Instruction::Op::RecvActivation:
   case Instruction::Op::RecvGradient: {
     MessageKey k = transferKey(instr);
-    Stopwatch waiting(
-        timing(breakdown_.waits[k.kind == MessageKind::Activation ? 0 : 1]));
+    Part waiting(*this,
+                 breakdown_.waits[k.kind == MessageKind::Activation ? 0 : 1]);
     receivedOf(k.kind)[mb] = transport.wait(k);
     return;
   }
@@ -560,7 +562,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     forward(mb, context);
     return;
   case Instruction::Op::SendActivation: {
-    Part messages(*this, breakdown_.messages[0], kMessages);
+    Part messages(*this, breakdown_.messages[0], &kMessages);
     postOutgoing(instr);
     return;
   }
@@ -568,7 +570,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     // The recomputation is compiled into the backward entry point; here
     // the stage input kept by the forward goes back in place (unless the
     // forward put it there).
-    Part stashing(*this, breakdown_.stash[1], kStashCopies);
+    Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     if (!restored.count(mb))
       loadStash(mb, context);
     return;
@@ -577,12 +579,12 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     backward(mb, context);
     return;
   case Instruction::Op::SendGradient: {
-    Part messages(*this, breakdown_.messages[1], kMessages);
+    Part messages(*this, breakdown_.messages[1], &kMessages);
     postOutgoing(instr);
     return;
   }
   case Instruction::Op::OptimizerStep: {
-    Stopwatch step(timing(breakdown_.optimizer));
+    Part step(*this, breakdown_.optimizer);
     optimizerStep(context);
     return;
   }

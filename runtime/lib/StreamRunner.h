@@ -192,8 +192,8 @@ private:
   /// arena directly (see the constructor).
   std::set<int64_t> directlyCarried;
 
-  /// The (kind, micro-batch) of every message the stream sends.
-  std::set<std::pair<MessageKind, int64_t>> sends;
+  /// Every message the stream sends, by (kind, micro-batch).
+  std::map<std::pair<MessageKind, int64_t>, MessageKey> sendKeys;
 
   // Per step.
   std::map<int64_t, Transport::Message> received, gradReceived;
@@ -206,16 +206,14 @@ private:
   double busy = 0, optimizerBusy = 0;
   bool profiling = false;
   Breakdown breakdown_;
-  /// Where a timed region's seconds go: `field` while profiling, else
-  /// nowhere (a Stopwatch of null reads no clock).
-  double *timing(double &field) { return profiling ? &field : nullptr; }
-  /// A part of the step the runtime does itself (stash copies, messages,
-  /// data inputs, gradient sums): its seconds into `field` while
-  /// profiling, a trace event named `name` (category "runtime") while
-  /// tracing; no clock read otherwise.
+  /// A timed part of the step: its seconds into `field` while profiling
+  /// and, given a `name` (the runtime's own work: stash copies, messages,
+  /// data inputs, gradient sums), a trace event of category "runtime"
+  /// while tracing; no clock read otherwise.
   class Part {
   public:
-    Part(StreamRunner &runner, double &field, const std::string &name);
+    Part(StreamRunner &runner, double &field,
+         const std::string *name = nullptr);
     ~Part();
     Part(const Part &) = delete;
     Part &operator=(const Part &) = delete;
@@ -223,7 +221,8 @@ private:
   private:
     StreamRunner &runner;
     double &field;
-    const std::string &name;
+    const std::string *name;
+    bool timed;
     double begin = 0;
   };
   bool tracing = false;

@@ -207,6 +207,10 @@ struct StageSpec {
 
   /// The phase with this role, or null.
   const PhaseSpec *phase(const std::string &role) const;
+  /// The bytes of the arena `phase` (an index into `phases`) allocates: as
+  /// many as it and the phases sharing its arena need; 0 for a phase that
+  /// shares another's (PhaseSpec::arenaOf).
+  int64_t arenaBytes(size_t phase) const;
 };
 
 /// How a training bundle trains (manifest "training").
