@@ -17,6 +17,7 @@
 #include "gpipe/common/BundleFormat.h"
 #include "gpipe/common/Version.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -412,10 +413,10 @@ int compileOptions(StringRef input, StringRef output,
 int main(int argc, char **argv) {
   DialectRegistry registry;
   gpipe::registerONNXImportDialects(registry);
-  registry
-      .insert<arith::ArithDialect, cf::ControlFlowDialect,
-              linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
-              memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect>();
+  registry.insert<affine::AffineDialect, arith::ArithDialect,
+                  cf::ControlFlowDialect, linalg::LinalgDialect,
+                  LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect,
+                  scf::SCFDialect, tensor::TensorDialect>();
   registerLinalgPasses();
   registerTransformsPasses();
   gpipe::registerGPipePasses();

@@ -66,6 +66,7 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
   PassManager pm(module.getContext());
   pm.addPass(createCollapseElementwiseLoops());
   pm.addPass(createOutlineParallelLoops());
+  pm.addPass(createTileTransposingLoops());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createConvertSCFToCFPass());
   // LLVM's intrinsics first (fma is an instruction, not a libm call),
