@@ -11,6 +11,7 @@
 #include "KernelSpecBuilder.h"
 
 #include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <cfloat>
 #include <cmath>
@@ -92,8 +93,8 @@ struct GemmRun {
 TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
   std::mt19937 rng(5);
   const GemmCase cases[] = {
-      {1024, 45, 130, true, false}, // copied row-major first
-      {2048, 33, 128, true, true},  // copied, the right one transposed too
+      {1024, 45, 130, true, false}, // copied row-major below AVX-512
+      {2048, 33, 128, true, true},  // so, the right one transposed too
       {1000, 40, 200, true, false}, // rows of 4000 bytes: strided
       {1024, 40, 100, true, false}, // too few columns to copy: strided
       {37, 29, 80, false, true},    // a Linear layer's forward
@@ -109,6 +110,38 @@ TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
   }
   // Two copied products on one backend, the larger made after the
   // smaller: each runs on the shared buffer as it is when it runs.
+  cpu::CpuBackend cpu("cpu:0");
+  GemmRun small({1024, 20, 128, true, false}, rng),
+      large({2048, 30, 140, true, false}, rng);
+  std::unique_ptr<Kernel> first = small.create(cpu);
+  std::unique_ptr<Kernel> second = large.create(cpu);
+  first->run();
+  second->run();
+  first->run();
+  EXPECT_EQ(small.wrongElements(), 0);
+  EXPECT_EQ(large.wrongElements(), 0);
+}
+
+// The row-major copy of a transposed left operand (taken where oneDNN's
+// kernels are below AVX-512): oneDNN limited to AVX2 before its first
+// kernel, which only a fresh process can do (ctest runs each test in its
+// own).
+TEST(CpuMatmulKernels, TransposedLeftOperandCopiedBelowAvx512) {
+  if (dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) != dnnl::status::success)
+    GTEST_SKIP() << "oneDNN ran kernels in this process already: run this "
+                    "test alone (--gtest_filter) to exercise the copy";
+  std::mt19937 rng(6);
+  const GemmCase cases[] = {
+      {1024, 45, 130, true, false}, // copied row-major first
+      {2048, 33, 128, true, true},  // copied, the right one transposed too
+  };
+  for (const GemmCase &g : cases) {
+    cpu::CpuBackend cpu("cpu:0");
+    GemmRun run(g, rng);
+    run.create(cpu)->run();
+    EXPECT_EQ(run.wrongElements(), 0)
+        << g.m << "x" << g.k << "x" << g.n << " trans_b " << g.transB;
+  }
   cpu::CpuBackend cpu("cpu:0");
   GemmRun small({1024, 20, 128, true, false}, rng),
       large({2048, 30, 140, true, false}, rng);

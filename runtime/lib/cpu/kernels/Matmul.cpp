@@ -2,8 +2,6 @@
 // NumPy-style batched matmul, on oneDNN's matmul primitive.
 #include "Families.h"
 
-#include "ParallelFor.h"
-
 #include <algorithm>
 
 namespace gpipe::runtime::cpu {
@@ -57,30 +55,24 @@ std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
 /// the same set of a 32 or 48 KiB L1 cache (4 KiB a way), and the packing
 /// reads miss: a GPT's fc weight gradient, [1024, 512] x [512, 256], ran
 /// at 31 GFLOP/s on an AVX2 core where its other products ran at 65 to 75.
-/// The operand is first copied row-major in tiles (each tile's reads and
-/// writes within a few KiB), then multiplied as a plain product.
+/// The operand is first copied row-major by a oneDNN reorder (0.25 ms for
+/// that operand on one core, where a loop over 32 x 32 tiles took 1.45),
+/// then multiplied as a plain product.
 class TransposedLhsGemm : public Kernel {
 public:
-  TransposedLhsGemm(OneDnn &dnn, dnnl::matmul primitive, const float *a,
-                    int64_t m, int64_t k, memory weights, memory dst)
-      : dnn(dnn), primitive(std::move(primitive)), a(a), m(m), k(k),
-        copy(plainDesc({m, k}), dnn.engine, nullptr),
-        weights(std::move(weights)), dst(std::move(dst)) {
-    if (dnn.transposed.size() < static_cast<size_t>(m * k))
-      dnn.transposed.resize(static_cast<size_t>(m * k));
+  TransposedLhsGemm(OneDnn &dnn, dnnl::matmul primitive, memory a,
+                    memory weights, memory dst)
+      : dnn(dnn), primitive(std::move(primitive)), a(a),
+        copy(plainDesc(a.get_desc().dims()), dnn.engine, nullptr),
+        reorder(a, copy), weights(std::move(weights)), dst(std::move(dst)) {
+    size_t size = a.get_desc().get_size() / sizeof(float);
+    if (dnn.transposed.size() < size)
+      dnn.transposed.resize(size);
   }
   void run() override {
-    float *to = dnn.transposed.data();
-    constexpr int64_t tile = 32;
-    // Each thread writes whole tiles of rows of the copy.
-    parallelChunks((m + tile - 1) / tile, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t i0 = lo * tile; i0 < std::min(m, hi * tile); i0 += tile)
-        for (int64_t j0 = 0; j0 < k; j0 += tile)
-          for (int64_t j = j0; j < std::min(k, j0 + tile); ++j)
-            for (int64_t i = i0; i < std::min(m, i0 + tile); ++i)
-              to[i * k + j] = a[j * m + i];
-    });
-    copy.set_data_handle(to);
+    // The buffer is shared and grows with later kernels: bound at run.
+    copy.set_data_handle(dnn.transposed.data());
+    reorder.execute(dnn.stream, a, copy);
     primitive.execute(dnn.stream, {{DNNL_ARG_SRC, copy},
                                    {DNNL_ARG_WEIGHTS, weights},
                                    {DNNL_ARG_DST, dst}});
@@ -90,10 +82,21 @@ public:
 private:
   OneDnn &dnn;
   dnnl::matmul primitive;
-  const float *a;
-  int64_t m, k;
-  memory copy, weights, dst;
+  memory a, copy;
+  dnnl::reorder reorder;
+  memory weights, dst;
 };
+
+/// True where oneDNN's kernels are AVX-512's: there the strided product
+/// measured faster than the copy and the plain one (a 2-core Xeon, one
+/// core: [1024, 512] x [512, 256] 1.71 against 0.25 + 1.57 ms,
+/// [3072, 2048] x [2048, 768] 64.2 against 8.8 + 65.2 ms); with the same
+/// core limited to AVX2 the two were even (3.21 against 3.17 ms), on an
+/// AMD AVX2 core the copy halved the product's time.
+bool avx512Kernels() {
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
 
 std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
                                    const KernelMemory &mem, OneDnn &dnn) {
@@ -136,13 +139,14 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   // the copy costs about 24 / n of the product's time, under a fifth from
   // n = 128, against the half the product loses at such strides. (At
   // other strides the copy measured no gain or a loss: rows of 3 KiB
-  // spread over the cache's sets.)
-  if (transA && alpha == 1.0f && !c && m % 1024 == 0 && n >= 128) {
+  // spread over the cache's sets.) Not where the kernels are AVX-512's
+  // (avx512Kernels).
+  if (transA && alpha == 1.0f && !c && m % 1024 == 0 && n >= 128 &&
+      !avx512Kernels()) {
     dnnl::matmul::desc desc(plainDesc({m, k}), weightsDesc, dst.get_desc());
     dnnl::matmul::primitive_desc pd(desc, dnn.engine);
-    return std::make_unique<TransposedLhsGemm>(
-        dnn, dnnl::matmul(pd), reinterpret_cast<const float *>(mem.address(a)),
-        m, k, weights, dst);
+    return std::make_unique<TransposedLhsGemm>(dnn, dnnl::matmul(pd), src,
+                                               weights, dst);
   }
   dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
   dnnl::matmul::primitive_desc pd(desc, dnn.engine);
