@@ -14,7 +14,8 @@ def AnnotateCost : Pass<"gpipe-annotate-cost"> {
 }
 
 def FoldMatMulTranspose : Pass<"gpipe-fold-matmul-transpose"> {
-  let summary = "A MatMul by a transposed matrix as a Gemm with trans_b";
+  let summary = "A MatMul by a transposed matrix as a Gemm with trans_b, "
+                "its bias row as the Gemm's C";
   let description = [{
     `nn.matmul %x, (nn.transpose %w {perm = [1, 0]})`, %w a [N, K]
     matrix (what exporters write for a Linear layer on a sequence,
@@ -25,6 +26,12 @@ def FoldMatMulTranspose : Pass<"gpipe-fold-matmul-transpose"> {
     its backward (strided copies: a 4-layer GPT's micro-batches of one
     row spent more time in them than in its matmuls), are gone; the
     product is the same.
+
+    `nn.add` of a Gemm's result (through the rows' reshape, read by
+    nothing else) and a bias row [N] becomes the Gemm's C (beta = 1),
+    which the kernel adds in the product (oneDNN's bias): no pass of its
+    own over the output; the bias's gradient is the same sum over the
+    rows (GemmOp's VJP unbroadcasts C).
   }];
 }
 

@@ -61,11 +61,57 @@ struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
   }
 };
 
+/// add(reshape?(gemm(a, b) [R, N]), bias [N]) -> reshape?(gemm(a, b, bias,
+/// beta = 1)): a Linear layer's bias added by the product (oneDNN's bias)
+/// instead of a pass of its own over the output. The bias's gradient is
+/// the same sum over the rows (GemmOp's VJP unbroadcasts C as AddOp's
+/// does).
+struct GemmPlusBias : OpRewritePattern<nn::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(nn::AddOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int side = 0; side < 2; ++side) {
+      Value product = op->getOperand(side), bias = op->getOperand(1 - side);
+      auto reshape = product.getDefiningOp<nn::ReshapeOp>();
+      Value rows = reshape ? reshape.getInput() : product;
+      auto gemm = rows.getDefiningOp<nn::GemmOp>();
+      if (!gemm || gemm.getC() || !gemm->hasOneUse() ||
+          (reshape && !reshape->hasOneUse()) ||
+          !gemm.getAlpha().isExactlyValue(1.0))
+        continue;
+      auto out = dyn_cast<RankedTensorType>(gemm.getType());
+      auto biasType = dyn_cast<RankedTensorType>(bias.getType());
+      auto sum = dyn_cast<RankedTensorType>(op.getType());
+      if (!out || !biasType || !sum || !out.hasStaticShape() ||
+          biasType.getRank() != 1 ||
+          biasType.getDimSize(0) != out.getDimSize(1) ||
+          biasType.getElementType() != out.getElementType() ||
+          sum.getShape() !=
+              cast<RankedTensorType>(product.getType()).getShape())
+        continue; // not a row of N added to every row
+      if (reshape &&
+          (sum.getRank() < 1 || sum.getShape().back() != out.getDimSize(1)))
+        continue; // the reshape must keep the rows' last axis
+      Value fused = rewriter.create<nn::GemmOp>(
+          gemm.getLoc(), gemm.getA(), gemm.getB(), bias, gemm.getAlpha(),
+          APFloat(1.0f), gemm.getTransA(), gemm.getTransB());
+      Value result = fused;
+      if (reshape)
+        result = rewriter.create<nn::ReshapeOp>(
+            reshape.getLoc(), fused, SmallVector<int64_t>(sum.getShape()));
+      rewriter.replaceOp(op, result);
+      return success();
+    }
+    return rewriter.notifyMatchFailure(op, "not a product plus a bias row");
+  }
+};
+
 struct FoldMatMulTransposePass
     : public gpipe::impl::FoldMatMulTransposeBase<FoldMatMulTransposePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<MatMulByTransposedMatrix>(&getContext());
+    patterns.add<MatMulByTransposedMatrix, GemmPlusBias>(&getContext());
     if (failed(
             applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
