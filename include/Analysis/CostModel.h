@@ -113,7 +113,7 @@ struct DeviceProfile {
   double conversionSeconds(llvm::StringRef family, double parameterBytes,
                            bool backward) const;
 
-  /// Seconds of a generated loop of `family` ("elementwise", "copy")
+  /// Seconds of a generated loop of `family` ("elementwise", "copy", "gelu")
   /// moving `bytes`, of a forward or a `backward`: the family's fit (else
   /// "elementwise"'s; the forward's where the backward has none), a + b x
   /// bytes + c x the bytes beyond the cores' own caches

@@ -90,6 +90,17 @@ public:
       t->add_int64_data(v);
     return name;
   }
+  /// A float scalar as a Constant node (what exporters write for a
+  /// literal), not an initializer: trained, it would be no constant.
+  std::string scalar(const std::string &name, float value) {
+    onnx::NodeProto *n = node("Constant", name, {});
+    auto *a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a->mutable_t()->add_float_data(value);
+    return name;
+  }
   onnx::NodeProto *node(const std::string &type, const std::string &name,
                         std::vector<std::string> inputs) {
     auto *n = graph->add_node();
@@ -178,14 +189,37 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
 /// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, Dropout, MatMul), a
 /// residual Add, a transpose there and back, Softmax over D, and a
 /// classifier of the flattened sequence, or with `vocab` a language model's
-/// head: logits of each token over `vocab` classes.
+/// head: logits of each token over `vocab` classes, attention's two
+/// products of stacks of matrices (softmax(x x^T) x) before the MLP and its
+/// activation GELU as torch.onnx writes it (x * (1 + erf(x / sqrt 2)) * 0.5:
+/// one nn.gelu, the cost model's family "gelu").
 void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
                  int64_t vocab) {
   g.input("x", {b, t, d});
   g.node("LayerNormalization", "ln",
          {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
-  g.node("MatMul", "up", {"ln", g.init("w_up", {d, 4 * d}, 0.05f)});
-  g.node("Relu", "act", {"up"});
+  std::string mlpInput = "ln";
+  if (vocab > 0) {
+    // Attention's products of stacks of matrices (one head, the
+    // normalized sequence as queries, keys and values).
+    GraphBuilder::attr(g.node("Transpose", "keys", {"ln"}), "perm", {0, 2, 1});
+    g.node("MatMul", "scores", {"ln", "keys"});
+    GraphBuilder::attr(g.node("Softmax", "weights", {"scores"}), "axis", {-1},
+                       /*list=*/false);
+    g.node("MatMul", "context", {"weights", "ln"});
+    g.node("Add", "attended", {"ln", "context"});
+    mlpInput = "attended";
+  }
+  g.node("MatMul", "up", {mlpInput, g.init("w_up", {d, 4 * d}, 0.05f)});
+  if (vocab > 0) {
+    g.node("Div", "gelu_div", {"up", g.scalar("sqrt2", std::sqrt(2.0f))});
+    g.node("Erf", "gelu_erf", {"gelu_div"});
+    g.node("Add", "gelu_add", {"gelu_erf", g.scalar("one", 1.0f)});
+    g.node("Mul", "gelu_mul", {"up", "gelu_add"});
+    g.node("Mul", "act", {"gelu_mul", g.scalar("half", 0.5f)});
+  } else {
+    g.node("Relu", "act", {"up"});
+  }
   g.node("Dropout", "drop",
          {"act", g.init("drop_ratio", {}, 0, 0.1f),
           g.flag("drop_training", true)});
@@ -417,8 +451,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         {true, 32, 8, 28}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
-  // family ("elementwise", "copy") -> cores -> the generated loops: bytes
-  // moved, seconds; the forwards' [0] and the backwards' [1] (a gradient
+  // family ("elementwise", "copy", "gelu") -> cores -> the generated loops:
+  // bytes moved, seconds; the forwards' [0] and the backwards' [1] (a gradient
   // loop's bytes, CostOpInterface::getBackwardBytesMoved, are a rule of
   // thumb: its speed per byte is its own).
   // (bytes, seconds, the machine's pace then)
@@ -446,6 +480,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       return failure("cannot import the calibration model " + onnxPath);
     {
       mlir::PassManager pm(&context);
+      // The table of the ops as the compiler prices them: GELU fused
+      // first, as the partition pipeline does.
+      pm.addPass(createFuseGelu());
       pm.addPass(createAppendLoss(AppendLossOptions{}));
       if (mlir::failed(pm.run(*module)))
         return failure("cannot append the loss to " + onnxPath);

@@ -184,13 +184,27 @@ int64_t DropoutOp::getFlops() { return 2 * numElements(getType()); }
 
 // The kernel families of the forward ops (CostOpInterface).
 StringRef WhereOp::getKernelFamily() { return "elementwise"; }
+// A generated loop, but one that computes: calibrated on its own.
+StringRef GeluOp::getKernelFamily() { return "gelu"; }
 // Random dropout is a kernel drawing a number per element (its own fit);
 // without randomness the identity, a generated loop.
 StringRef DropoutOp::getKernelFamily() {
   return isRandom() ? "dropout" : "elementwise";
 }
 StringRef GemmOp::getKernelFamily() { return "matmul"; }
-StringRef MatMulOp::getKernelFamily() { return "matmul"; }
+// A product of stacks of matrices (attention's q k^T and its weights times
+// v: many small products in one call) is a kernel of its own: per FLOP
+// slower than a Linear layer's product of one weight matrix, and its
+// gradients multiply transposed stacks.
+StringRef MatMulOp::getKernelFamily() {
+  auto rhs = llvm::dyn_cast<RankedTensorType>(getRhs().getType());
+  if (!rhs || rhs.getRank() <= 2)
+    return "matmul";
+  int64_t stack = 1;
+  for (int64_t d : rhs.getShape().drop_back(2))
+    stack *= d;
+  return stack > 1 ? "batched_matmul" : "matmul";
+}
 // A depthwise convolution (a group per input channel) is a kernel of its
 // own: memory-bound, a hundredth of a dense convolution's FLOPs.
 // So is a 2-D convolution of few input channels, an image model's first

@@ -53,10 +53,12 @@ class NN_ForwardOp<string mnemonic, list<Trait> traits = [],
 //===----------------------------------------------------------------------===//
 
 // One input, same shape and type out. `flopsPerElement` feeds the cost model.
-class NN_UnaryOp<string mnemonic, int flopsPerElement = 1, list<Trait> traits = []>
+class NN_UnaryOp<string mnemonic, int flopsPerElement = 1, list<Trait> traits = [],
+                 list<string> costMethods = []>
     : NN_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
-        DeclareOpInterfaceMethods<NN_CostOpInterface, ["getFlops"]>,
+        DeclareOpInterfaceMethods<NN_CostOpInterface,
+                                  !listconcat(["getFlops"], costMethods)>,
         DeclareOpInterfaceMethods<NN_ElementwiseOpInterface>])> {
   let results = (outs NN_Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input)";
@@ -120,11 +122,12 @@ def NN_SqrtOp : NN_UnaryOp<"sqrt", 2,
   let arguments = (ins NN_Tensor:$input);
 }
 def NN_GeluOp : NN_UnaryOp<"gelu", 10,
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>], ["getKernelFamily"]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate` is "none" (x * Phi(x), with erf) or "tanh" (the tanh
-    approximation).
+    approximation). Its loops are the cost model's family "gelu": the
+    polynomial of erf or tanh costs more than the bytes it moves.
   }];
   let arguments = (ins NN_Tensor:$input,
                    DefaultValuedStrAttr<StrAttr, "none">:$approximate);

@@ -182,12 +182,12 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
 }
 
 bool gpipe::timedByFlops(llvm::StringRef family) {
-  return family == "matmul" || family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv";
+  return family == "matmul" || family == "batched_matmul" || family == "conv" ||
+         family == "depthwise_conv" || family == "narrow_conv";
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
-  return family == "elementwise" || family == "copy";
+  return family == "elementwise" || family == "copy" || family == "gelu";
 }
 
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
