@@ -49,24 +49,27 @@ bool innermostContiguous(MemRefType type) {
          strides.back() == 1;
 }
 
+/// The larger of `bytes` and the size of `type`'s elements.
+int64_t widerElement(int64_t bytes, MemRefType type) {
+  return std::max<int64_t>(bytes, (type.getElementTypeBitWidth() + 7) / 8);
+}
+
 /// The loop (induction variable position) that runs along the innermost,
-/// contiguous dimension of every buffer `Access` ops touch in `loop`'s
-/// body, if they agree on one; -1 if they do not, -2 if there is none.
-template <typename Access>
-int64_t innermostLoop(scf::ParallelOp loop, int64_t &elementBytes) {
+/// contiguous dimension of every buffer the stores of `loop`'s body write,
+/// if they agree on one; -1 if they do not, -2 if there is none.
+int64_t writtenLoop(scf::ParallelOp loop, int64_t &elementBytes) {
   int64_t found = -2;
-  loop.getBody()->walk([&](Access access) {
-    MemRefType type = access.getMemRefType();
+  loop.getBody()->walk([&](memref::StoreOp store) {
+    MemRefType type = store.getMemRefType();
     if (!innermostContiguous(type) || found == -1)
       return;
-    int64_t i = inductionVariableOf(loop, access.getIndices().back());
+    int64_t i = inductionVariableOf(loop, store.getIndices().back());
     if (i < 0 || (found >= 0 && found != i)) {
       found = -1;
       return;
     }
     found = i;
-    elementBytes = std::max<int64_t>(elementBytes,
-                                     (type.getElementTypeBitWidth() + 7) / 8);
+    elementBytes = widerElement(elementBytes, type);
   });
   return found;
 }
@@ -83,8 +86,7 @@ int64_t transposedRead(scf::ParallelOp loop, int64_t written,
     int64_t i = inductionVariableOf(loop, load.getIndices().back());
     if (i >= 0 && i != written) {
       found = i;
-      elementBytes = std::max<int64_t>(elementBytes,
-                                       (type.getElementTypeBitWidth() + 7) / 8);
+      elementBytes = widerElement(elementBytes, type);
     }
   });
   return found;
@@ -116,7 +118,7 @@ struct TileTransposingLoopsPass
 
   void tile(scf::ParallelOp loop) {
     int64_t elementBytes = 1;
-    int64_t written = innermostLoop<memref::StoreOp>(loop, elementBytes);
+    int64_t written = writtenLoop(loop, elementBytes);
     if (written < 0)
       return;
     int64_t read = transposedRead(loop, written, elementBytes);
