@@ -7,8 +7,10 @@
    (training mode, opset 17, dynamic batch); wall time of `gpipe-opt`,
    median over ROUNDS runs.
 2. One training step of that GPT-2-small at batch 8, sequence 256, on this
-   machine's cores: gpipe's two-stage pipeline (M = 4, `gpipe-bench
-   train`, timed in process) against PyTorch eager (the same module,
+   machine's cores: gpipe's two-stage pipeline (M = 4) and the plan
+   `--plan=auto` picks for both cores, both compiled with a profile the
+   script measures first (`gpipe-opt --calibrate`) and timed in process
+   (`gpipe-bench train`), against PyTorch eager (the same module,
    float32, one batch of 8, forward + cross-entropy + backward + SGD step,
    timed in process, as many threads as cores); medians over the steps
    after warm-up.
@@ -38,6 +40,7 @@ import torchvision
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402  (the GPT-2-style module)
+import run_plan_benchmarks as plans_bench  # noqa: E402
 from parameter_training import export  # noqa: E402
 
 BATCH, SEQ, VOCAB, MICRO = 8, 256, 50257, 4
@@ -54,14 +57,17 @@ def densenet121():
     return torchvision.models.densenet121(num_classes=1000)
 
 
-def compile_pipeline(build, onnx_path, bundle):
-    """Returns (seconds, gpipe-opt's output)."""
+def compile_pipeline(build, onnx_path, bundle, profile, best=False):
+    """Returns (seconds, gpipe-opt's output): the two-stage pipeline, or
+    with `best` the plan --plan=auto picks for both cores."""
+    plan = (["--devices=cpu:0-1"] if best else
+            [f"--micro-batches={MICRO}", "--devices=cpu:0,cpu:1"])
     start = time.perf_counter()
     proc = subprocess.run(
         [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
-         f"--batch-size={BATCH}", f"--micro-batches={MICRO}",
-         "--devices=cpu:0,cpu:1", "--optimizer=sgd", "--lr=0.01", "-o",
-         bundle], capture_output=True, text=True)
+         f"--batch-size={BATCH}", *plan, f"--device-profile={profile}",
+         "--optimizer=sgd", "--lr=0.01", "-o", bundle],
+        capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"gpipe-opt failed on {onnx_path}: {proc.stderr}")
@@ -139,6 +145,10 @@ def main():
         return torch_step_worker(args.torch_worker)
 
     work = tempfile.mkdtemp(prefix="gpipe-lm-bench-")
+    # Predictions from this machine's own profile, as users are told to.
+    profile = os.path.join(work, "profile.json")
+    subprocess.run(plans_bench.calibrate_command(args.build, profile),
+                   capture_output=True, text=True, check=True)
     models = {
         "DenseNet-121, batch 8, 224x224": (
             densenet121, torch.randn(BATCH, 3, 224, 224)),
@@ -153,18 +163,30 @@ def main():
         times = []
         for _ in range(args.rounds):
             seconds, outputs[title] = compile_pipeline(args.build, onnx_path,
-                                                       bundle)
+                                                       bundle, profile)
             times.append(seconds)
             print(f"compile {title}: {seconds:.1f} s", flush=True)
         bundles[title] = bundle
         compile_rows.append((title, statistics.median(times), min(times),
                              max(times)))
     gpt = "GPT-2-small size, batch 8, sequence 256"
+    # The pipeline first: the children's peak resident set is its.
     ours, rss = gpipe_step(args.build, bundles[gpt], args.steps)
     print(f"gpipe step {ours:.2f} s, peak RSS {rss:.0f} MiB", flush=True)
+    best_bundle = os.path.join(work, "best.gpipe")
+    _, best_output = compile_pipeline(
+        args.build, os.path.join(work, "model1.onnx"), best_bundle, profile,
+        best=True)
+    best_plan = re.search(r"^plan: (.*?) \(", best_output, re.M)
+    best, _ = gpipe_step(args.build, best_bundle, args.steps)
+    print(f"gpipe best plan step {best:.2f} s", flush=True)
     theirs = torch_step(args.steps)
     print(f"PyTorch step {theirs:.2f} s", flush=True)
     predicted = predicted_peak_mib(outputs[gpt])
+
+    def predicted_step(output):
+        return float(re.search(r"predicted step ([\d.]+) ms",
+                               output).group(1)) / 1e3
 
     lines = [
         "# Language-model benchmarks",
@@ -199,13 +221,21 @@ def main():
         "",
         f"One SGD step at batch {BATCH}, sequence {SEQ} (cross-entropy over "
         f"every position). gpipe: the two-stage pipeline above (M = "
-        f"{MICRO}), `gpipe-bench train`; PyTorch: eager, the same module, "
-        f"one batch of {BATCH}, {os.cpu_count()} threads. Medians over "
-        f"{args.steps} steps after 2 warm-up steps.",
+        f"{MICRO}) and the plan `--plan=auto` picks for both cores "
+        f"(`--devices=cpu:0-1`), each compiled with a profile measured at "
+        f"the start by `mpirun -np 2 gpipe-opt --calibrate`, `gpipe-bench "
+        f"train`; PyTorch: eager, the same module, one batch of {BATCH}, "
+        f"{os.cpu_count()} threads. Medians over {args.steps} steps after 2 "
+        f"warm-up steps.",
         "",
-        "| gpipe s | PyTorch s | PyTorch / gpipe |",
-        "| --- | --- | --- |",
-        f"| {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f}x |",
+        "| gpipe plan | gpipe s | predicted s | PyTorch s | gpipe / PyTorch |",
+        "| --- | --- | --- | --- | --- |",
+        f"| two stages, cpu:0,cpu:1, M = {MICRO} | {ours:.2f} | "
+        f"{predicted_step(outputs[gpt]):.2f} | {theirs:.2f} | "
+        f"{ours / theirs:.2f}x |",
+        f"| auto's: `{best_plan.group(1) if best_plan else '?'}` | "
+        f"{best:.2f} | {predicted_step(best_output):.2f} | {theirs:.2f} | "
+        f"{best / theirs:.2f}x |",
         "",
         "## Peak memory",
         "",
