@@ -24,6 +24,13 @@
 
 namespace gpipe {
 
+/// The rewrites of an imported nn module before its layers are priced and
+/// cut (GELU fused, MatMul by W^T and its bias as a Gemm) and the loss
+/// appended: what the partitioner, the plan search and the calibration's
+/// layer tables all see.
+void buildTrainingModelPipeline(mlir::OpPassManager &pm,
+                                const AppendLossOptions &loss);
+
 /// An imported nn module to one lowered inference stage.
 void buildInferencePipeline(mlir::OpPassManager &pm);
 

@@ -1,6 +1,8 @@
 //===- PlanSearch.cpp - The plans a set of cores can run ------------------===//
 #include "Driver/PlanSearch.h"
 
+#include "Pipelines/Pipelines.h"
+
 #include "Analysis/Planner/PlanCostModel.h"
 #include "Analysis/Planner/StagePartition.h"
 #include "NN/IR/NNOps.h"
@@ -398,8 +400,7 @@ gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,
   OwningOpRef<ModuleOp> copy(module.clone());
   PassManager pm(context);
   // What buildPartitionPipeline cuts: the same layers.
-  pm.addPass(createFoldMatMulTranspose());
-  pm.addPass(createAppendLoss(loss));
+  buildTrainingModelPipeline(pm, loss);
   if (failed(pm.run(*copy)))
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the loss could not be appended");

@@ -16,12 +16,17 @@ void gpipe::buildInferencePipeline(OpPassManager &pm) {
   pm.addPass(createLowerStage());
 }
 
-void gpipe::buildPartitionPipeline(OpPassManager &pm,
-                                   const AppendLossOptions &loss,
-                                   const PartitionOptions &partition) {
+void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
+                                       const AppendLossOptions &loss) {
   pm.addPass(createFuseGelu());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createAppendLoss(loss));
+}
+
+void gpipe::buildPartitionPipeline(OpPassManager &pm,
+                                   const AppendLossOptions &loss,
+                                   const PartitionOptions &partition) {
+  buildTrainingModelPipeline(pm, loss);
   pm.addPass(createPartition(partition));
 }
 

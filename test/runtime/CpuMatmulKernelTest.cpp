@@ -90,16 +90,9 @@ struct GemmRun {
   RandomState random{1, 0, 0};
 };
 
-TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
-  std::mt19937 rng(5);
-  const GemmCase cases[] = {
-      {1024, 45, 130, true, false}, // copied row-major below AVX-512
-      {2048, 33, 128, true, true},  // so, the right one transposed too
-      {1000, 40, 200, true, false}, // rows of 4000 bytes: strided
-      {1024, 40, 100, true, false}, // too few columns to copy: strided
-      {37, 29, 80, false, true},    // a Linear layer's forward
-      {41, 53, 72, false, false},   // its input's gradient
-  };
+/// Each product on a backend of its own, checked element by element.
+template <size_t N>
+void expectProducts(const GemmCase (&cases)[N], std::mt19937 &rng) {
   for (const GemmCase &g : cases) {
     cpu::CpuBackend cpu("cpu:0");
     GemmRun run(g, rng);
@@ -108,8 +101,11 @@ TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
         << g.m << "x" << g.k << "x" << g.n << " trans_a " << g.transA
         << " trans_b " << g.transB;
   }
-  // Two copied products on one backend, the larger made after the
-  // smaller: each runs on the shared buffer as it is when it runs.
+}
+
+/// Two copied products on one backend, the larger made after the smaller:
+/// each runs on the shared buffer as it is when it runs.
+void expectCopiesShareTheirBuffer(std::mt19937 &rng) {
   cpu::CpuBackend cpu("cpu:0");
   GemmRun small({1024, 20, 128, true, false}, rng),
       large({2048, 30, 140, true, false}, rng);
@@ -120,6 +116,20 @@ TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
   first->run();
   EXPECT_EQ(small.wrongElements(), 0);
   EXPECT_EQ(large.wrongElements(), 0);
+}
+
+TEST(CpuMatmulKernels, GemmWithTransposedOperands) {
+  std::mt19937 rng(5);
+  const GemmCase cases[] = {
+      {1024, 45, 130, true, false}, // copied row-major below AVX-512
+      {2048, 33, 128, true, true},  // so, the right one transposed too
+      {1000, 40, 200, true, false}, // rows of 4000 bytes: strided
+      {1024, 40, 100, true, false}, // too few columns to copy: strided
+      {37, 29, 80, false, true},    // a Linear layer's forward
+      {41, 53, 72, false, false},   // its input's gradient
+  };
+  expectProducts(cases, rng);
+  expectCopiesShareTheirBuffer(rng);
 }
 
 // The row-major copy of a transposed left operand (taken where oneDNN's
@@ -135,23 +145,8 @@ TEST(CpuMatmulKernels, TransposedLeftOperandCopiedBelowAvx512) {
       {1024, 45, 130, true, false}, // copied row-major first
       {2048, 33, 128, true, true},  // copied, the right one transposed too
   };
-  for (const GemmCase &g : cases) {
-    cpu::CpuBackend cpu("cpu:0");
-    GemmRun run(g, rng);
-    run.create(cpu)->run();
-    EXPECT_EQ(run.wrongElements(), 0)
-        << g.m << "x" << g.k << "x" << g.n << " trans_b " << g.transB;
-  }
-  cpu::CpuBackend cpu("cpu:0");
-  GemmRun small({1024, 20, 128, true, false}, rng),
-      large({2048, 30, 140, true, false}, rng);
-  std::unique_ptr<Kernel> first = small.create(cpu);
-  std::unique_ptr<Kernel> second = large.create(cpu);
-  first->run();
-  second->run();
-  first->run();
-  EXPECT_EQ(small.wrongElements(), 0);
-  EXPECT_EQ(large.wrongElements(), 0);
+  expectProducts(cases, rng);
+  expectCopiesShareTheirBuffer(rng);
 }
 
 } // namespace

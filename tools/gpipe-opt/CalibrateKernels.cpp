@@ -6,6 +6,7 @@
 #include "Analysis/Planner/LayerTable.h"
 #include "Driver/CompileModel.h"
 #include "Import/ONNX/ModelImporter.h"
+#include "Pipelines/Pipelines.h"
 #include "Transforms/Passes.h"
 
 #include "gpipe/runtime/RuntimeInfo.h"
@@ -480,10 +481,8 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       return failure("cannot import the calibration model " + onnxPath);
     {
       mlir::PassManager pm(&context);
-      // The table of the ops as the compiler prices them: GELU fused
-      // first, as the partition pipeline does.
-      pm.addPass(createFuseGelu());
-      pm.addPass(createAppendLoss(AppendLossOptions{}));
+      // The table of the ops as the compiler prices them.
+      buildTrainingModelPipeline(pm, AppendLossOptions{});
       if (mlir::failed(pm.run(*module)))
         return failure("cannot append the loss to " + onnxPath);
     }
