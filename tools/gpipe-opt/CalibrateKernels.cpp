@@ -303,6 +303,15 @@ std::array<double, regressors> solve(const std::vector<Point> &points,
   return c;
 }
 
+/// The points whose regressor `part` holds at least a tenth of regressor
+/// `whole` (the bytes beyond the caches of the bytes).
+int64_t pointsHoldingPart(const std::vector<Point> &points, int part,
+                          int whole) {
+  return llvm::count_if(points, [&](const Point &p) {
+    return p[part] > 0 && p[part] >= 0.1 * p[whole];
+  });
+}
+
 /// The most work per second a point reached.
 double fastestRate(const std::vector<Point> &points) {
   double fastest = 0;
@@ -330,9 +339,12 @@ double fastestRate(const std::vector<Point> &points) {
 /// timed by FLOPs (a small matmul or convolution reads its weights
 /// whatever its rows; a weight gradient writes them too), the last only
 /// for kernels that convert their weights once a step (timed as a mean
-/// run, one run of M converted them).
+/// run, one run of M converted them). `partOf` names, for a regressor that
+/// is a part of another (the bytes beyond the caches of the bytes), that
+/// other one; -1 for the rest.
 Coefficients fit(const std::vector<Point> &points,
-                 std::array<bool, regressors> use) {
+                 std::array<bool, regressors> use,
+                 std::array<int, regressors> partOf) {
   constexpr int n = regressors;
   double fastest = fastestRate(points);
   std::optional<double> work;
@@ -342,6 +354,15 @@ Coefficients fit(const std::vector<Point> &points,
   for (int i = 0; i < n; ++i)
     use[i] = use[i] &&
              llvm::any_of(points, [&](const auto &p) { return p[i] != 0; });
+  // A part is fitted only where at least three points hold a tenth of the
+  // whole in it: a slope fitted from bytes beyond the caches that are a
+  // fraction f of a point's bytes multiplies that point's noise (a few
+  // percent) by 1/f. Two cores' batch norms of 4.19 MB against a cache of
+  // 4 MiB (128 bytes beyond) priced the bytes beyond it at 0.02 GB/s, and
+  // a MobileNet step on both cores at 19x its time.
+  for (int i = 0; i < n; ++i)
+    if (use[i] && partOf[i] >= 0)
+      use[i] = pointsHoldingPart(points, i, partOf[i]) >= 3;
   for (int round = 0; round < 2 * n; ++round) {
     std::array<double, n> c = solve(points, use, work);
     bool negative = false;
@@ -667,20 +688,27 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                                        flops && cache > 0,
                                        overFeatureMaps(family),
                                        convertsParameters(family)};
-      Coefficients f = fit(fwd, use);
+      // The bytes beyond the caches are parts of the activations' and the
+      // parameters' bytes.
+      std::array<int, regressors> partOf{-1, -1, -1, -1, 2, 3, -1, -1};
+      Coefficients f = fit(fwd, use, partOf);
       auto json = [](const Coefficients &c) {
         llvm::json::Array a;
         for (double v : c)
           a.push_back(v);
         return a;
       };
-      llvm::json::Object entry{{"family", family},
-                               {"cores", cores},
-                               {"samples", static_cast<int64_t>(fwd.size())},
-                               {"forward", json(f)},
-                               {"fastest_forward", fastestRate(fwd)}};
+      llvm::json::Object entry{
+          {"family", family},
+          {"cores", cores},
+          {"samples", static_cast<int64_t>(fwd.size())},
+          {"forward", json(f)},
+          {"fastest_forward", fastestRate(fwd)},
+          {"beyond_caches_points",
+           llvm::json::Array{pointsHoldingPart(fwd, 4, 2),
+                             pointsHoldingPart(fwd, 5, 3)}}};
       if (bwd.size() >= 3) {
-        entry["backward"] = json(fit(bwd, use));
+        entry["backward"] = json(fit(bwd, use, partOf));
         entry["fastest_backward"] = fastestRate(bwd);
       }
       std::string bytesRates;
@@ -716,6 +744,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     for (const auto &[cores, samples] : byCores) {
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
       std::array<std::optional<Coefficients>, 2> c;
+      int64_t beyondPoints = 0;
       for (int phase = 0; phase < 2; ++phase) {
         if (samples[phase].size() < 3)
           continue;
@@ -724,7 +753,10 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
                             0, 0, 0, atMedianPace(seconds, pace)});
-        c[phase] = fit(points, {true, true, cache > 0});
+        c[phase] = fit(points, {true, true, cache > 0},
+                       {-1, -1, 1, -1, -1, -1, -1, -1});
+        if (phase == 0)
+          beyondPoints = pointsHoldingPart(points, 2, 1);
       }
       if (!c[0])
         continue;
@@ -735,7 +767,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           {"family", family},
           {"cores", cores},
           {"samples", static_cast<int64_t>(samples[0].size())},
-          {"forward", json(*c[0])}};
+          {"forward", json(*c[0])},
+          {"beyond_caches_points",
+           llvm::json::Array{beyondPoints, int64_t(0)}}};
       if (c[1])
         entry["backward"] = json(*c[1]);
       fits.push_back(std::move(entry));
