@@ -4,12 +4,14 @@
 // CHECK-LABEL: func @costs
 func.func @costs(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>,
                  %a: tensor<16x32xf32>, %m: tensor<64x32xf32>) -> (tensor<2x4x4x4xf32>, tensor<16x64xf32>) {
-  // 2*4*4*4 = 128 outputs over 3 channels, counting the taps that read the
-  // input, not the padding: along each axis (output o, tap t reads
-  // 2o - 1 + t) output 0 reads through 2 taps, outputs 1-3 through 3 each,
-  // 11 pairs, 121 in 2-D (all 9 taps would be 144). 2 FLOPs * 2 images *
-  // 4 * 3 channels * 121, plus 128 bias adds. Bytes: (384 + 108 + 4 + 128) * 4.
-  // CHECK: nn.conv {{.*}}gpipe.bytes = 2496 : i64, gpipe.flops = 5936 : i64
+  // 2*4*4*4 = 128 outputs over 3 channels, counting every tap that reads
+  // the input at some output position, at every position (the kernels
+  // multiply zeros where it reads padding): along each axis (output o, tap
+  // t reads 2o - 1 + t) tap 0 reads from output 1 on, taps 1 and 2 from 0:
+  // 3 taps x 4 outputs, 144 pairs in 2-D (121 read the input). 2 FLOPs * 2
+  // images * 4 * 3 channels * 144, plus 128 bias adds. Bytes: (384 + 108 +
+  // 4 + 128) * 4.
+  // CHECK: nn.conv {{.*}}gpipe.bytes = 2496 : i64, gpipe.flops = 7040 : i64
   %0 = nn.conv %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
       : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<2x4x4x4xf32>
   // One compare per element: 128 FLOPs, 2 * 128 * 4 bytes.
@@ -25,6 +27,22 @@ func.func @costs(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4x
   // CHECK: nn.matmul {{.*}}gpipe.flops = 131072 : i64
   %4 = nn.matmul %3, %2 : (tensor<64x16xf32>, tensor<16x64xf32>) -> tensor<64x64xf32>
   return %1, %2 : tensor<2x4x4x4xf32>, tensor<16x64xf32>
+}
+
+// A map of one output pixel: only the taps that read the input (a 3x3
+// kernel with padding 1 on a 1x1 map: its centre), 2 FLOPs * 2 images * 4 *
+// 3 channels, as the CPU backend's one-pixel kernel multiplies. A 2x2 map
+// multiplies all 9 taps at its 4 positions: 2 * 2 * 4 * 3 * 36.
+// CHECK-LABEL: func @conv_small_maps
+func.func @conv_small_maps(%x: tensor<2x3x1x1xf32>, %y: tensor<2x3x2x2xf32>,
+                           %w: tensor<4x3x3x3xf32>) -> (tensor<2x4x1x1xf32>, tensor<2x4x2x2xf32>) {
+  // CHECK: nn.conv {{.*}}gpipe.flops = 48 : i64
+  %0 = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
+      : (tensor<2x3x1x1xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x1x1xf32>
+  // CHECK: nn.conv {{.*}}gpipe.flops = 1728 : i64
+  %1 = nn.conv %y, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
+      : (tensor<2x3x2x2xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x2x2xf32>
+  return %0, %1 : tensor<2x4x1x1xf32>, tensor<2x4x2x2xf32>
 }
 
 // The bytes of each op's gradient: twice the forward's unless the op says
