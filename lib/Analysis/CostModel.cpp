@@ -93,6 +93,7 @@ static llvm::StringRef nearestFamily(llvm::StringRef family) {
       .Case("cross_entropy", "softmax")
       .Case("max_pool", "pooling")
       .Case("narrow_conv", "conv")
+      .Case("small_map_conv", "conv")
       .Default("");
 }
 

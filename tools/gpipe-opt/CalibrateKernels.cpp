@@ -139,7 +139,9 @@ private:
 /// [B, I, H, H] (I = 1 or 3 channels: the first convolution a narrow one,
 /// as an image model's): two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
 /// dropout, max pooling, one of 2C, a depthwise one of 2C, a pointwise
-/// (1x1) one and a strided depthwise one (MobileNet's and ResNet's shapes),
+/// (1x1) one, a strided depthwise one and a 3x3 one on what it leaves
+/// (MobileNet's and ResNet's shapes; on the smallest maps smaller than
+/// the kernel),
 /// global average pooling and a classifier.
 void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
              int64_t channels) {
@@ -178,6 +180,9 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
   block("d", 2 * c, 2 * c, 2 * c);
   block("e", 2 * c, 2 * c, 1, /*kernel=*/1);
   block("f", 2 * c, 2 * c, 2 * c, 3, /*stride=*/2);
+  // A 3x3 on the maps the strided one left: on the smallest images' 1x1
+  // and 2x2 maps the kernel of maps smaller than their kernel.
+  block("g", 2 * c, 2 * c);
   g.node("GlobalAveragePool", "gap", {x});
   g.node("Flatten", "flatten", {"gap"});
   onnx::NodeProto *fc = g.node("Gemm", "fc",

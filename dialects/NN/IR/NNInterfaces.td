@@ -44,8 +44,9 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
-                 it: "matmul", "conv", "depthwise_conv" and
-                 "narrow_conv" (timed by their FLOPs and bytes),
+                 it: "matmul", "batched_matmul", "conv",
+                 "depthwise_conv", "narrow_conv" and "small_map_conv"
+                 (timed by their FLOPs and bytes), "gelu",
                  "batch_norm", "layer_norm", "softmax", "cross_entropy",
                  "max_pool" (2-D), "pooling" (the other poolings), "copy"
                  and

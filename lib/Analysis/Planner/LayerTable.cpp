@@ -183,7 +183,8 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
 
 bool gpipe::timedByFlops(llvm::StringRef family) {
   return family == "matmul" || family == "batched_matmul" || family == "conv" ||
-         family == "depthwise_conv" || family == "narrow_conv";
+         family == "depthwise_conv" || family == "narrow_conv" ||
+         family == "small_map_conv";
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
@@ -192,13 +193,13 @@ bool gpipe::isGeneratedLoop(llvm::StringRef family) {
 
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
   return family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv" || family == "batch_norm" ||
-         family == "pooling" || family == "max_pool";
+         family == "narrow_conv" || family == "small_map_conv" ||
+         family == "batch_norm" || family == "pooling" || family == "max_pool";
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
   return family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv";
+         family == "narrow_conv" || family == "small_map_conv";
 }
 
 double LayerTable::conversionSeconds(int64_t i, const DeviceProfile &profile,
