@@ -38,8 +38,8 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 3 - 1/M passes a micro-batch on average (the README's MLP on both
   // cores at M = 1: 0.03 ms of gradients copied, priced as a sum).
   double sumPasses = 3.0 - 1.0 / static_cast<double>(plan.microBatches);
-  c.backward = f.backwardKernels + copies +
-               sumPasses * f.trainableBytes / sumBandwidth;
+  c.backward =
+      f.backwardKernels + copies + sumPasses * f.trainableBytes / sumBandwidth;
   // SGD reads parameters and gradients and writes parameters; each state
   // tensor (momentum, Adam's moments) is one more read and write.
   double passes = 3 + 2 * static_cast<double>(optimizerSlots);
