@@ -308,6 +308,13 @@ std::array<double, regressors> solve(const std::vector<Point> &points,
   return c;
 }
 
+/// Which regressor each is a part of (the bytes beyond the caches of the
+/// bytes), -1 for none: a kernel's activations' (4) and parameters' (5)
+/// bytes beyond the caches, a generated loop's (2).
+using Parts = std::array<int, regressors>;
+constexpr Parts kernelParts{-1, -1, -1, -1, 2, 3, -1, -1};
+constexpr Parts loopParts{-1, -1, 1, -1, -1, -1, -1, -1};
+
 /// The points whose regressor `part` holds at least a tenth of regressor
 /// `whole` (the bytes beyond the caches of the bytes).
 int64_t pointsHoldingPart(const std::vector<Point> &points, int part,
@@ -315,6 +322,17 @@ int64_t pointsHoldingPart(const std::vector<Point> &points, int part,
   return llvm::count_if(points, [&](const Point &p) {
     return p[part] > 0 && p[part] >= 0.1 * p[whole];
   });
+}
+
+/// pointsHoldingPart of each part `parts` names, in regressor order (the
+/// profile's `beyond_caches_points`).
+llvm::json::Array pointsHoldingParts(const std::vector<Point> &points,
+                                     const Parts &parts) {
+  llvm::json::Array counts;
+  for (int i = 0; i < regressors; ++i)
+    if (parts[i] >= 0)
+      counts.push_back(pointsHoldingPart(points, i, parts[i]));
+  return counts;
 }
 
 /// The most work per second a point reached.
@@ -348,8 +366,7 @@ double fastestRate(const std::vector<Point> &points) {
 /// is a part of another (the bytes beyond the caches of the bytes), that
 /// other one; -1 for the rest.
 Coefficients fit(const std::vector<Point> &points,
-                 std::array<bool, regressors> use,
-                 std::array<int, regressors> partOf) {
+                 std::array<bool, regressors> use, const Parts &partOf) {
   constexpr int n = regressors;
   double fastest = fastestRate(points);
   std::optional<double> work;
@@ -693,10 +710,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                                        flops && cache > 0,
                                        overFeatureMaps(family),
                                        convertsParameters(family)};
-      // The bytes beyond the caches are parts of the activations' and the
-      // parameters' bytes.
-      std::array<int, regressors> partOf{-1, -1, -1, -1, 2, 3, -1, -1};
-      Coefficients f = fit(fwd, use, partOf);
+      Coefficients f = fit(fwd, use, kernelParts);
       auto json = [](const Coefficients &c) {
         llvm::json::Array a;
         for (double v : c)
@@ -709,11 +723,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           {"samples", static_cast<int64_t>(fwd.size())},
           {"forward", json(f)},
           {"fastest_forward", fastestRate(fwd)},
-          {"beyond_caches_points",
-           llvm::json::Array{pointsHoldingPart(fwd, 4, 2),
-                             pointsHoldingPart(fwd, 5, 3)}}};
+          {"beyond_caches_points", pointsHoldingParts(fwd, kernelParts)}};
       if (bwd.size() >= 3) {
-        entry["backward"] = json(fit(bwd, use, partOf));
+        entry["backward"] = json(fit(bwd, use, kernelParts));
         entry["fastest_backward"] = fastestRate(bwd);
       }
       std::string bytesRates;
@@ -749,7 +761,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     for (const auto &[cores, samples] : byCores) {
       double cache = privateCacheMiB * double(1 << 20) * double(cores);
       std::array<std::optional<Coefficients>, 2> c;
-      int64_t beyondPoints = 0;
+      llvm::json::Array beyondPoints;
       for (int phase = 0; phase < 2; ++phase) {
         if (samples[phase].size() < 3)
           continue;
@@ -758,10 +770,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
                             0, 0, 0, atMedianPace(seconds, pace)});
-        c[phase] = fit(points, {true, true, cache > 0},
-                       {-1, -1, 1, -1, -1, -1, -1, -1});
+        c[phase] = fit(points, {true, true, cache > 0}, loopParts);
         if (phase == 0)
-          beyondPoints = pointsHoldingPart(points, 2, 1);
+          beyondPoints = pointsHoldingParts(points, loopParts);
       }
       if (!c[0])
         continue;
@@ -773,8 +784,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           {"cores", cores},
           {"samples", static_cast<int64_t>(samples[0].size())},
           {"forward", json(*c[0])},
-          {"beyond_caches_points",
-           llvm::json::Array{beyondPoints, int64_t(0)}}};
+          {"beyond_caches_points", std::move(beyondPoints)}};
       if (c[1])
         entry["backward"] = json(*c[1]);
       fits.push_back(std::move(entry));
