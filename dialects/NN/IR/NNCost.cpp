@@ -78,6 +78,12 @@ int64_t MatMulOp::getFlops() {
   return 2 * outputElements(*this) * lhs.getShape().back();
 }
 
+/// Whether an NC... shape's maps are one pixel (every spatial size 1).
+static bool isOnePixel(ArrayRef<int64_t> shape) {
+  return shape.size() > 2 &&
+         llvm::all_of(shape.drop_front(2), [](int64_t d) { return d == 1; });
+}
+
 /// The (output position, kernel tap) pairs a convolution's kernel
 /// multiplies, over every spatial axis (shapes NCHW and OIHW; -1 when a size
 /// is not known). A map of one output pixel multiplies only the taps that
@@ -99,9 +105,7 @@ static int64_t tapsMultiplied(ArrayRef<int64_t> input, ArrayRef<int64_t> output,
       strides.size() != spatial || dilations.size() != spatial ||
       pads.size() != 2 * spatial)
     return -1;
-  bool onePixel = true;
-  for (size_t a = 0; a < spatial; ++a)
-    onePixel = onePixel && output[a + 2] == 1;
+  bool onePixel = isOnePixel(output);
   int64_t pairs = 1;
   for (size_t a = 0; a < spatial; ++a) {
     int64_t in = input[a + 2], out = output[a + 2], k = weight[a + 2];
@@ -247,7 +251,7 @@ StringRef ConvOp::getKernelFamily() {
   if (getGroup() != 1 || !output.hasRank() || output.getRank() != 4 ||
       !weight.hasRank() || weight.getRank() != 4)
     return "conv";
-  bool onePixel = output.getDimSize(2) == 1 && output.getDimSize(3) == 1;
+  bool onePixel = isOnePixel(output.getShape());
   bool smallerThanKernel = llvm::any_of(llvm::seq(2, 4), [&](int a) {
     return !output.isDynamicDim(a) && !weight.isDynamicDim(a) &&
            output.getDimSize(a) < weight.getDimSize(a);
