@@ -23,9 +23,10 @@ namespace gpipe {
 
 /// The profile's "kernels" array; progress on `log`. `privateCacheMiB`:
 /// each core's own cache (level 2), where generated loops run fastest.
-/// The machine's pace (runtime::cpuSgemmGflops) is probed before each
-/// model's timed steps and every time is scaled to the median pace, which
-/// with the slowest and fastest is returned in `paceRange` (GFLOP/s).
+/// The machine's pace (runtime::cpuSgemmGflops) is probed before and
+/// after each model's timed steps (the faster kept) and every time is
+/// scaled to the median pace, which with the slowest and fastest is
+/// returned in `paceRange` (GFLOP/s).
 llvm::Expected<llvm::json::Array>
 calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                  llvm::raw_ostream &log,
