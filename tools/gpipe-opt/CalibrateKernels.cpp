@@ -341,24 +341,11 @@ llvm::json::Array pointsHoldingParts(const std::vector<Point> &points,
 /// timed fast by chance does not set the law. The single fastest set the
 /// one-core matmul's work at 174 to 220 GFLOP/s in six calibrations of one
 /// machine (one core's sgemm 166-170), and every prediction of a GPT moved
-/// with it, by up to 10%. Of a family timed by FLOPs (`byFlops`), of its
-/// points with at least the median work: its small kernels run within the
-/// caches faster per FLOP than its large ones (one core's matmuls: 181
-/// GFLOP/s the three fastest, a GPT's 512 x 256 x 1024 product 158), and a
-/// rate they alone reach prices every large product fast.
-double fastestRate(const std::vector<Point> &points, bool byFlops) {
-  std::vector<double> works;
-  for (const Point &p : points)
-    works.push_back(p[1]);
-  double least = 0;
-  if (byFlops && !works.empty()) {
-    std::nth_element(works.begin(), works.begin() + works.size() / 2,
-                     works.end());
-    least = works[works.size() / 2];
-  }
+/// with it, by up to 10%.
+double fastestRate(const std::vector<Point> &points) {
   std::vector<double> rates;
   for (const Point &p : points)
-    if (p[regressors] > 0 && p[1] > 0 && p[1] >= least)
+    if (p[regressors] > 0 && p[1] > 0)
       rates.push_back(p[1] / p[regressors]);
   if (rates.empty())
     return 0;
@@ -390,10 +377,9 @@ double fastestRate(const std::vector<Point> &points, bool byFlops) {
 /// is a part of another (the bytes beyond the caches of the bytes), that
 /// other one; -1 for the rest.
 Coefficients fit(const std::vector<Point> &points,
-                 std::array<bool, regressors> use, const Parts &partOf,
-                 bool byFlops) {
+                 std::array<bool, regressors> use, const Parts &partOf) {
   constexpr int n = regressors;
-  double fastest = fastestRate(points, byFlops);
+  double fastest = fastestRate(points);
   std::optional<double> work;
   use[1] = true;
   // A regressor zero at every point (no parameters beyond the caches) has
@@ -743,7 +729,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                                        flops && cache > 0,
                                        overFeatureMaps(family),
                                        convertsParameters(family)};
-      Coefficients f = fit(fwd, use, kernelParts, flops);
+      Coefficients f = fit(fwd, use, kernelParts);
       auto json = [](const Coefficients &c) {
         llvm::json::Array a;
         for (double v : c)
@@ -755,11 +741,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           {"cores", cores},
           {"samples", static_cast<int64_t>(fwd.size())},
           {"forward", json(f)},
-          {"fastest_forward", fastestRate(fwd, flops)},
+          {"fastest_forward", fastestRate(fwd)},
           {"beyond_caches_points", pointsHoldingParts(fwd, kernelParts)}};
       if (bwd.size() >= 3) {
-        entry["backward"] = json(fit(bwd, use, kernelParts, flops));
-        entry["fastest_backward"] = fastestRate(bwd, flops);
+        entry["backward"] = json(fit(bwd, use, kernelParts));
+        entry["fastest_backward"] = fastestRate(bwd);
       }
       std::string bytesRates;
       if (f[2] > 0)
@@ -803,8 +789,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
           points.push_back({1, bytes,
                             cache > 0 ? std::max(0.0, bytes - cache) : 0, 0, 0,
                             0, 0, 0, atMedianPace(seconds, pace)});
-        c[phase] = fit(points, {true, true, cache > 0}, loopParts,
-                       /*byFlops=*/false);
+        c[phase] = fit(points, {true, true, cache > 0}, loopParts);
         if (phase == 0)
           beyondPoints = pointsHoldingParts(points, loopParts);
       }
