@@ -1,5 +1,6 @@
 """What the benchmark scripts write their results with: the machine's CPU
 name for the header, and the Markdown page, written and printed."""
+import os
 import platform
 
 
@@ -15,9 +16,12 @@ def cpu_name():
     return platform.machine()
 
 
-def write_doc(path, lines):
-    """Writes the page's lines to `path` and prints them."""
+def write_doc(path, lines, echo=True):
+    """Writes the page's lines to `path` atomically (a page a user had is
+    never left half written) and prints them, or only its path."""
     text = "\n".join(lines)
-    with open(path, "w") as f:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
         f.write(text)
-    print(text)
+    os.replace(tmp, path)
+    print(text if echo else f"wrote {path}")

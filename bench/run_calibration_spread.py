@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 
 import run_plan_benchmarks as plan_benchmarks
-from benchdoc import cpu_name
+from benchdoc import cpu_name, write_doc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,11 +102,7 @@ def main():
         f"{max(medians):.3f}).",
         "",
     ]
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
+    write_doc(args.out, lines, echo=False)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402
 import reference_models  # noqa: E402
 import run_plan_benchmarks as plans_bench  # noqa: E402
+from benchdoc import write_doc  # noqa: E402
 
 BATCH = 32
 TARGET = 0.15
@@ -147,10 +148,7 @@ def main():
     print(lines[-2])
     if not args.out:
         return
-    with open(args.out + ".tmp", "w") as f:
-        f.write("\n".join(lines))
-    os.replace(args.out + ".tmp", args.out)
-    print(f"wrote {args.out}")
+    write_doc(args.out, lines, echo=False)
 
 
 if __name__ == "__main__":

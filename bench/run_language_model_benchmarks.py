@@ -41,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402  (the GPT-2-style module)
 import run_plan_benchmarks as plans_bench  # noqa: E402
+from benchdoc import write_doc  # noqa: E402
 from parameter_training import export  # noqa: E402
 
 BATCH, SEQ, VOCAB, MICRO = 8, 256, 50257, 4
@@ -255,11 +256,7 @@ def main():
     ]
     lines += [l for l in outputs[gpt].strip().splitlines()]
     lines += ["```", ""]
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
+    write_doc(args.out, lines, echo=False)
 
 
 if __name__ == "__main__":

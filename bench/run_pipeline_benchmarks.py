@@ -32,6 +32,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from benchdoc import write_doc
+
 STEPS, BATCH, MICRO = 30, 256, 8
 
 
@@ -199,12 +201,7 @@ def main():
         lines.append(f"| {name} | {med[name][0]:.2f} | {predicted[name]:.2f} "
                      f"| {100 * err:+.0f}% | {roofline[name]:.2f} | "
                      f"{100 * rerr:+.0f}% |")
-    text = "\n".join(lines) + "\n"
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, args.out)
-    print(text)
+    write_doc(args.out, lines + [""])
 
 
 if __name__ == "__main__":

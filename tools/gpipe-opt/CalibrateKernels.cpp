@@ -692,12 +692,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     return pace > 0 && medianPace > 0 ? seconds * pace / medianPace : seconds;
   };
   auto [slowest, fastest] = std::minmax_element(paces.begin(), paces.end());
-  log << llvm::format(
-      "calibrate: the machine's pace over the kernels' "
-      "timing (one core's sgemm around each of %zu runs, the faster): "
-      "%.1f to %.1f GFLOP/s, median %.1f; times scaled to "
-      "the median\n",
-      paces.size(), *slowest, *fastest, medianPace);
+  log << llvm::format("calibrate: the machine's pace over the kernels' timing "
+                      "(one core's sgemm around each of %zu runs, the "
+                      "faster): %.1f to %.1f GFLOP/s, median %.1f; times "
+                      "scaled to the median\n",
+                      paces.size(), *slowest, *fastest, medianPace);
   if (paceRange)
     *paceRange = {*slowest, medianPace, *fastest};
   llvm::json::Array fits;

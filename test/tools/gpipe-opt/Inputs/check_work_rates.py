@@ -3,8 +3,9 @@
 Each family's work is priced at no more than the fastest rate its
 calibration kernels reached (fastest_forward, fastest_backward: the median
 of its three fastest kernels' rates; for a matmul or a convolution about
-the cores' sgemm peak: CalibrateKernels.cpp, fit). A free fit had put a matmul's work at twice the peak (550 GFLOP/s on
-a core of 270) and the large products' time on their bytes. The bound is
+the cores' sgemm peak: CalibrateKernels.cpp, fit). A free fit had put a
+matmul's work at twice the peak (550 GFLOP/s on a core of 270) and the
+large products' time on their bytes. The bound is
 the fit's own, not a machine's: 1e-9 relative for the JSON's rounding.
 
 A term for the bytes beyond the caches (a kernel's coefficients 4 and 5,
