@@ -58,6 +58,22 @@ struct DeviceProfile {
   double copyBandwidth() const {
     return copyMemoryBandwidth > 0 ? copyMemoryBandwidth : memoryBandwidth;
   }
+  /// The last cache level as a pass over memory meets it (gpipe-opt
+  /// --calibrate's sweep of a generated loop's pass over growing
+  /// footprints; 0: not measured): the bytes of it the device's cores
+  /// hold, the rate of a pass that fits in it and of one far beyond it.
+  double lastLevelShareBytes = 0;
+  double lastLevelBandwidth = 0, beyondLastLevelBandwidth = 0;
+  /// Seconds a stage's ops moving `bytes` a micro-batch spend beyond what
+  /// the kernel and loop fits price, when the stage's plan touches
+  /// `footprint` bytes (its arenas, stash and parameters): the fits were
+  /// measured with operands in the caches, but a pass over more than the
+  /// last level holds writes and reads memory it last touched a pass
+  /// before. Of a cyclic pass over F bytes a cache of C keeps about C / F
+  /// (the sweep that measures them: 1 - C/F of the bytes at the memory's
+  /// rate fits its rates within 10%), so 1 - C/F of the bytes pay the
+  /// memory's rate over the last level's; 0 when not measured or within.
+  double beyondLastLevelSeconds(double bytes, double footprint) const;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
@@ -189,6 +205,11 @@ struct HostFigures {
   /// The runtime's copies on one core beyond the caches (a stash ring of
   /// 64 MiB), GB/s; 0: not measured.
   double copyGbpsPerCore = 0;
+  /// One core's share of the last cache level as its passes over memory
+  /// meet it (MiB), and their rate within it and far beyond it (GB/s);
+  /// 0: not measured (DeviceProfile::beyondLastLevelSeconds).
+  double lastLevelMiBPerCore = 0, lastLevelGbpsPerCore = 0,
+         beyondLastLevelGbpsPerCore = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

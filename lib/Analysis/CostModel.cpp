@@ -79,6 +79,10 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
     if (p.copyMemoryBandwidth > 0)
       p.copyMemoryBandwidth =
           c * std::min(p.copyMemoryBandwidth / c, p.hostMemoryBandwidth / busy);
+    if (p.beyondLastLevelBandwidth > 0)
+      p.beyondLastLevelBandwidth =
+          c * std::min(p.beyondLastLevelBandwidth / c,
+                       p.hostMemoryBandwidth / busy);
     p.hostCores = 0; // shared once
   }
 }
@@ -189,6 +193,16 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
   if (cacheBytes > 0 && bytes > cacheBytes && memoryBandwidth > 0)
     return std::max(*fitted, (bytes - cacheBytes) / memoryBandwidth);
   return fitted;
+}
+
+double gpipe::DeviceProfile::beyondLastLevelSeconds(double bytes,
+                                                    double footprint) const {
+  if (lastLevelShareBytes <= 0 || lastLevelBandwidth <= 0 ||
+      beyondLastLevelBandwidth <= 0 || footprint <= lastLevelShareBytes)
+    return 0;
+  double cold = 1 - lastLevelShareBytes / footprint;
+  return cold * bytes *
+         std::max(0.0, 1 / beyondLastLevelBandwidth - 1 / lastLevelBandwidth);
 }
 
 double gpipe::passBandwidth(double workingSet, double cacheBytes,
@@ -344,6 +358,13 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                    double(1ull << 20) * static_cast<double>(p.cores)},
                   {"copy_memory_gbps_per_core", &p.copyMemoryBandwidth,
                    1e9 * static_cast<double>(p.cores)},
+                  {"last_level_mib_per_core", &p.lastLevelShareBytes,
+                   double(1ull << 20) * static_cast<double>(p.cores)},
+                  {"last_level_gbps_per_core", &p.lastLevelBandwidth,
+                   1e9 * static_cast<double>(p.cores)},
+                  {"beyond_last_level_gbps_per_core",
+                   &p.beyondLastLevelBandwidth,
+                   1e9 * static_cast<double>(p.cores)},
                   {"network_gbps", &p.networkBandwidth, 1e9},
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
@@ -403,6 +424,11 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["l2_mib_per_core"] = host.privateCacheMiBPerCore;
   if (host.copyGbpsPerCore > 0)
     o["copy_memory_gbps_per_core"] = host.copyGbpsPerCore;
+  if (host.lastLevelMiBPerCore > 0) {
+    o["last_level_mib_per_core"] = host.lastLevelMiBPerCore;
+    o["last_level_gbps_per_core"] = host.lastLevelGbpsPerCore;
+    o["beyond_last_level_gbps_per_core"] = host.beyondLastLevelGbpsPerCore;
+  }
   if (host.cores > 0) {
     o["host_cores"] = host.cores;
     o["host_gflops"] = host.gflops;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -79,6 +80,70 @@ double measureCopies(llvm::raw_ostream &log) {
                       "caches (a 64 MiB stash ring) %.1f GB/s\n",
                       gbps);
   return gbps;
+}
+
+/// One core's passes over memory as a generated loop makes them (b = a + 1
+/// over floats, a and b together the pass's footprint), from twice the
+/// core's level 2 to 512 MiB: where a pass stops fitting the last cache
+/// level this core gets (on a VM, its share of the host's: this machine's
+/// sysfs said 260 MiB, its passes ran at 28 GB/s up to about 32 MiB and
+/// at 13 from 128 MiB on), the rate within it and the rate far beyond
+/// (gpipe::DeviceProfile::beyondLastLevelSeconds). A pass over F bytes
+/// keeps about C / F of them in a cache of C, so each footprint between
+/// the two rates r says C = F (1/r - 1/beyond) / (1/within - 1/beyond):
+/// the median of those. No distinct level (within less than 1.25x
+/// beyond): none.
+void measureLastLevel(double l2MiB, gpipe::HostFigures &host,
+                      llvm::raw_ostream &log) {
+  constexpr size_t kLargest = size_t(256) << 20; // each of a and b
+  size_t first = std::max<size_t>(size_t(1) << 20,
+                                  static_cast<size_t>(l2MiB * (1 << 20)));
+  std::vector<float> a(kLargest / sizeof(float), 1.0f),
+      b(kLargest / sizeof(float), 2.0f);
+  std::vector<std::pair<double, double>> points; // footprint, bytes/s
+  for (size_t half = first; half <= kLargest; half *= 2) {
+    size_t n = half / sizeof(float);
+    int passes = static_cast<int>(std::max<size_t>(1, kLargest / half));
+    double t = medianSeconds(3, [&] {
+      for (int p = 0; p < passes; ++p) {
+        float *to = b.data();
+        const float *from = a.data();
+        for (size_t i = 0; i < n; ++i)
+          to[i] = from[i] + 1.0f;
+        a[static_cast<size_t>(p) % n] = b[n - 1];
+      }
+    });
+    points.push_back({2.0 * static_cast<double>(half),
+                      2.0 * static_cast<double>(half) * passes / t});
+  }
+  if (points.size() < 4)
+    return;
+  double within = std::max(points[0].second, points[1].second);
+  double beyond = points.back().second;
+  if (within < 1.25 * beyond) {
+    log << llvm::format("calibrate: one core: passes over 2x its level 2 to "
+                        "512 MiB at %.1f to %.1f GB/s: no last cache level "
+                        "apart from memory\n",
+                        within / 1e9, beyond / 1e9);
+    return;
+  }
+  std::vector<double> shares;
+  double largestWithin = 0;
+  for (auto [footprint, rate] : points) {
+    if (rate > 1.05 * beyond && rate < 0.95 * within)
+      shares.push_back(footprint * (1 / rate - 1 / beyond) /
+                       (1 / within - 1 / beyond));
+    if (rate >= std::sqrt(within * beyond))
+      largestWithin = footprint;
+  }
+  double share = shares.empty() ? largestWithin : gpipe::median(shares);
+  host.lastLevelMiBPerCore = share / (1 << 20);
+  host.lastLevelGbpsPerCore = within / 1e9;
+  host.beyondLastLevelGbpsPerCore = beyond / 1e9;
+  log << llvm::format("calibrate: one core: a pass over memory fits the last "
+                      "cache level up to about %.0f MiB at %.1f GB/s, far "
+                      "beyond it runs at %.1f GB/s\n",
+                      host.lastLevelMiBPerCore, within / 1e9, beyond / 1e9);
 }
 
 } // namespace
@@ -281,6 +346,7 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   double memory = copyBandwidth(size_t(256) << 20, 5) / 1e9;
   double link = copyBandwidth(size_t(4) << 20, 50) / 1e9;
   host.copyGbpsPerCore = measureCopies(log);
+  measureLastLevel(host.privateCacheMiBPerCore, host, log);
   double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
   double memoryGiB =
       pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1ull << 30);

@@ -56,6 +56,8 @@ private:
   llvm::SmallVector<llvm::SmallVector<double>> forwardConversion,
       backwardConversion;
   llvm::SmallVector<double> params, activations; // prefix sums
+  /// Prefix sums of the bytes the fitted ops move, forward and backward.
+  llvm::SmallVector<double> forwardBytes, backwardBytes;
 };
 
 } // namespace gpipe

@@ -28,9 +28,20 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   }
   params.assign(n + 1, 0);
   activations.assign(n + 1, 0);
+  forwardBytes.assign(n + 1, 0);
+  backwardBytes.assign(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
     params[i + 1] = params[i] + table.paramBytes[i];
     activations[i + 1] = activations[i] + table.activationBytes[i] * s;
+    // The ops whose time goes with their bytes, as the fits price them (a
+    // measured op's time holds its memory's; the products' and
+    // convolutions' streams run as fast in a pass beyond the caches).
+    bool fitted = !table.family[i].empty() && !table.measured[i] &&
+                  !timedByFlops(table.family[i]);
+    forwardBytes[i + 1] =
+        forwardBytes[i] + (fitted ? table.bytes(i, rows) : 0.0);
+    backwardBytes[i + 1] =
+        backwardBytes[i] + (fitted ? table.backwardBytes(i, rows) : 0.0);
   }
 }
 
@@ -60,6 +71,13 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
       recomputes ? in : table.stashBytes(begin, end, rows).value_or(acts);
   c.memory = params[end] - params[begin] + plan.alive(stage) * kept +
              (recomputes ? acts : 0) + out;
+  // A micro-batch's pass over the stage touches its parameters and every
+  // result; beyond the last cache level, it comes from memory.
+  double pass = params[end] - params[begin] + acts;
+  double fb = forwardBytes[end] - forwardBytes[begin];
+  double bb = backwardBytes[end] - backwardBytes[begin] + (recomputes ? fb : 0);
+  c.forward += profiles[stage].beyondLastLevelSeconds(fb, pass);
+  c.backward += profiles[stage].beyondLastLevelSeconds(bb, pass);
   return c;
 }
 
