@@ -80,9 +80,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
       p.copyMemoryBandwidth =
           c * std::min(p.copyMemoryBandwidth / c, p.hostMemoryBandwidth / busy);
     if (p.beyondLastLevelBandwidth > 0)
-      p.beyondLastLevelBandwidth =
-          c * std::min(p.beyondLastLevelBandwidth / c,
-                       p.hostMemoryBandwidth / busy);
+      p.beyondLastLevelBandwidth = c * std::min(p.beyondLastLevelBandwidth / c,
+                                                p.hostMemoryBandwidth / busy);
     p.hostCores = 0; // shared once
   }
 }

@@ -96,8 +96,8 @@ double measureCopies(llvm::raw_ostream &log) {
 void measureLastLevel(double l2MiB, gpipe::HostFigures &host,
                       llvm::raw_ostream &log) {
   constexpr size_t kLargest = size_t(256) << 20; // each of a and b
-  size_t first = std::max<size_t>(size_t(1) << 20,
-                                  static_cast<size_t>(l2MiB * (1 << 20)));
+  size_t first =
+      std::max<size_t>(size_t(1) << 20, static_cast<size_t>(l2MiB * (1 << 20)));
   std::vector<float> a(kLargest / sizeof(float), 1.0f),
       b(kLargest / sizeof(float), 2.0f);
   std::vector<std::pair<double, double>> points; // footprint, bytes/s
