@@ -65,14 +65,15 @@ struct DeviceProfile {
   double lastLevelShareBytes = 0;
   double lastLevelBandwidth = 0, beyondLastLevelBandwidth = 0;
   /// Seconds a stage's ops moving `bytes` a micro-batch spend beyond what
-  /// the kernel and loop fits price, when the stage's plan touches
-  /// `footprint` bytes (its arenas, stash and parameters): the fits were
-  /// measured with operands in the caches, but a pass over more than the
-  /// last level holds writes and reads memory it last touched a pass
-  /// before. Of a cyclic pass over F bytes a cache of C keeps about C / F
-  /// (the sweep that measures them: 1 - C/F of the bytes at the memory's
-  /// rate fits its rates within 10%), so 1 - C/F of the bytes pay the
-  /// memory's rate over the last level's; 0 when not measured or within.
+  /// the kernel and loop fits price, when a micro-batch's pass over the
+  /// stage touches `footprint` bytes (its parameters and every result):
+  /// the fits were measured with operands in the caches, but a pass over
+  /// more than the last level holds writes and reads memory it last
+  /// touched a pass before. Of a cyclic pass over F bytes a cache of C
+  /// keeps about C / F, so 1 - C/F of the bytes pay the memory's rate over
+  /// the last level's (against the sweep that measures C, this law is
+  /// within 10% of its rates from 4x C on and 24% slow at 2x C); 0 when
+  /// not measured or within.
   double beyondLastLevelSeconds(double bytes, double footprint) const;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.

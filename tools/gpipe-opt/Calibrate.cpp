@@ -127,6 +127,8 @@ void measureLastLevel(double l2MiB, gpipe::HostFigures &host,
                         within / 1e9, beyond / 1e9);
     return;
   }
+  // A footprint within 5% of either rate is on that plateau: its share
+  // would be the noise's.
   std::vector<double> shares;
   double largestWithin = 0;
   for (auto [footprint, rate] : points) {

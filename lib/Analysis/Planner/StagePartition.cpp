@@ -33,15 +33,19 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   for (int64_t i = 0; i < n; ++i) {
     params[i + 1] = params[i] + table.paramBytes[i];
     activations[i + 1] = activations[i] + table.activationBytes[i] * s;
-    // The ops whose time goes with their bytes, as the fits price them (a
-    // measured op's time holds its memory's; the products' and
-    // convolutions' streams run as fast in a pass beyond the caches).
-    bool fitted = !table.family[i].empty() && !table.measured[i] &&
-                  !timedByFlops(table.family[i]);
-    forwardBytes[i + 1] =
-        forwardBytes[i] + (fitted ? table.bytes(i, rows) : 0.0);
-    backwardBytes[i + 1] =
-        backwardBytes[i] + (fitted ? table.backwardBytes(i, rows) : 0.0);
+    // What the fitted ops move (a measured op's time holds its memory's):
+    // every byte of those whose time goes with their bytes; of the
+    // products and convolutions, whose streams of activations run as fast
+    // in a pass beyond the caches, the parameters they read (and, in the
+    // backward, their gradients they write).
+    double fwd = 0, bwd = 0;
+    if (!table.family[i].empty() && !table.measured[i]) {
+      bool byFlops = timedByFlops(table.family[i]);
+      fwd = byFlops ? table.constantBytes[i] : table.bytes(i, rows);
+      bwd = byFlops ? 2 * table.constantBytes[i] : table.backwardBytes(i, rows);
+    }
+    forwardBytes[i + 1] = forwardBytes[i] + fwd;
+    backwardBytes[i + 1] = backwardBytes[i] + bwd;
   }
 }
 
