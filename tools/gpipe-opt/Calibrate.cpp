@@ -101,7 +101,15 @@ void measureLastLevel(double l2MiB, gpipe::HostFigures &host,
   std::vector<float> a(kLargest / sizeof(float), 1.0f),
       b(kLargest / sizeof(float), 2.0f);
   std::vector<std::pair<double, double>> points; // footprint, bytes/s
-  for (size_t half = first; half <= kLargest; half *= 2) {
+  // Footprints sqrt(2) apart: the transition between the two rates spans
+  // about two octaves here, and doubling steps left two footprints in it
+  // (two calibrations put the share at 31 and 45 MiB).
+  for (int k = 0;; ++k) {
+    size_t half = static_cast<size_t>(static_cast<double>(first) *
+                                      std::pow(2.0, k / 2.0)) &
+                  ~size_t(63);
+    if (half > kLargest)
+      break;
     size_t n = half / sizeof(float);
     int passes = static_cast<int>(std::max<size_t>(1, kLargest / half));
     double t = medianSeconds(3, [&] {
@@ -116,9 +124,10 @@ void measureLastLevel(double l2MiB, gpipe::HostFigures &host,
     points.push_back({2.0 * static_cast<double>(half),
                       2.0 * static_cast<double>(half) * passes / t});
   }
-  if (points.size() < 4)
+  if (points.size() < 6)
     return;
-  double within = std::max(points[0].second, points[1].second);
+  double within =
+      std::max({points[0].second, points[1].second, points[2].second});
   double beyond = points.back().second;
   if (within < 1.25 * beyond) {
     log << llvm::format("calibrate: one core: passes over 2x its level 2 to "
