@@ -68,6 +68,15 @@ func.func @gradient_bytes(%x: tensor<4x6xf32>, %b: tensor<6xf32>) -> tensor<6x4x
   // to the input (96 written, 48 read).
   // CHECK: nn.slice {{.*}}gpipe.backward_bytes = 144 : i64, gpipe.bytes = 96
   %5 = nn.slice %4 {starts = array<i64: 0, 0>, ends = array<i64: 2, 6>, steps = array<i64: 1, 1>} : (tensor<4x6xf32>) -> tensor<2x6xf32>
+  // Slices side by side along one axis, the only users of their input (an
+  // attention's q, k and v): autodiff joins their gradients into one
+  // concatenation, so each reads and writes its own bytes (2 x 48; alone,
+  // 96 + 48, as above).
+  // CHECK: nn.slice {{.*}}gpipe.backward_bytes = 96 : i64, gpipe.bytes = 96
+  // CHECK: nn.slice {{.*}}gpipe.backward_bytes = 96 : i64, gpipe.bytes = 96
+  %j = nn.relu %x : tensor<4x6xf32>
+  %q = nn.slice %j {starts = array<i64: 0, 0>, ends = array<i64: 4, 3>, steps = array<i64: 1, 1>} : (tensor<4x6xf32>) -> tensor<4x3xf32>
+  %k = nn.slice %j {starts = array<i64: 0, 3>, ends = array<i64: 4, 6>, steps = array<i64: 1, 1>} : (tensor<4x6xf32>) -> tensor<4x3xf32>
   // Dropout without randomness is the identity, and so is its gradient.
   // CHECK: nn.dropout {{.*}}gpipe.backward_bytes = 0 : i64, gpipe.bytes = 192
   %6 = nn.dropout %4 {ratio = 0.0 : f32, training = true} : tensor<4x6xf32>

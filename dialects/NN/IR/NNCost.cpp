@@ -304,10 +304,52 @@ int64_t ReshapeOp::getBytesMoved() { return 0; }
 int64_t ReshapeOp::getBackwardBytesMoved() { return 0; }
 // The gradient of a transpose is the inverse transpose.
 int64_t TransposeOp::getBackwardBytesMoved() { return getBytesMoved(); }
+/// Whether `slice` and the other users of its input, all unit-step slices
+/// cutting one axis, lie side by side along it: the gradients autodiff
+/// joins into one concatenation (mergeAdjacentZeroPads in
+/// Transforms/Autodiff.cpp), an attention's q, k and v.
+static bool joinsSiblingGradients(SliceOp slice) {
+  Value input = slice.getInput();
+  auto type = cast<RankedTensorType>(input.getType());
+  int64_t rank = type.getRank(), axis = -1;
+  SmallVector<SliceOp> siblings;
+  for (Operation *user : input.getUsers()) {
+    auto s = dyn_cast<SliceOp>(user);
+    if (!s || s.getInput() != input)
+      return false;
+    for (int64_t a = 0; a < rank; ++a) {
+      if (s.getSteps()[a] != 1)
+        return false;
+      if (s.getStarts()[a] == 0 && s.getEnds()[a] >= type.getDimSize(a))
+        continue; // the whole axis
+      if (axis >= 0 && axis != a)
+        return false;
+      axis = a;
+    }
+    siblings.push_back(s);
+  }
+  if (axis < 0 || siblings.size() < 2)
+    return false;
+  SmallVector<std::pair<int64_t, int64_t>> spans;
+  for (SliceOp s : siblings)
+    spans.push_back({s.getStarts()[axis],
+                     std::min(s.getEnds()[axis], type.getDimSize(axis))});
+  llvm::sort(spans);
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].first != spans[i - 1].second)
+      return false;
+  return true;
+}
+
 // A slice reads only what it copies; its gradient pads the result's
-// gradient back to the input's shape (zeros written around it).
+// gradient back to the input's shape (zeros written around it), except
+// where autodiff joins it with its siblings' into one concatenation: then
+// it reads and writes its own bytes (a ViT's q, k and v slices' gradients
+// measured 2.3x faster than priced as three padded copies).
 int64_t SliceOp::getBytesMoved() { return 2 * numBytes(getType()); }
 int64_t SliceOp::getBackwardBytesMoved() {
+  if (joinsSiblingGradients(*this))
+    return 2 * numBytes(getType());
   return numBytes(getInput().getType()) + numBytes(getType());
 }
 // The gradients of a concatenation are slices of its result's, and that
