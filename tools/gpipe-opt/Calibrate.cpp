@@ -86,8 +86,8 @@ double measureCopies(llvm::raw_ostream &log) {
 /// over floats, a and b together the pass's footprint), from twice the
 /// core's level 2 to 512 MiB: where a pass stops fitting the last cache
 /// level this core gets (on a VM, its share of the host's: this machine's
-/// sysfs said 260 MiB, its passes ran at 28 GB/s up to about 32 MiB and
-/// at 13 from 128 MiB on), the rate within it and the rate far beyond
+/// sysfs said 260 MiB, its passes ran at 28 GB/s up to about 32 MiB, 15
+/// at 128 and 13 from 256 MiB on), the rate within it and the rate far beyond
 /// (gpipe::DeviceProfile::beyondLastLevelSeconds). A pass over F bytes
 /// keeps about C / F of them in a cache of C, so each footprint between
 /// the two rates r says C = F (1/r - 1/beyond) / (1/within - 1/beyond):

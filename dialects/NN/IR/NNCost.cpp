@@ -315,7 +315,7 @@ static bool joinsSiblingGradients(SliceOp slice) {
   SmallVector<SliceOp> siblings;
   for (Operation *user : input.getUsers()) {
     auto s = dyn_cast<SliceOp>(user);
-    if (!s || s.getInput() != input)
+    if (!s)
       return false;
     for (int64_t a = 0; a < rank; ++a) {
       if (s.getSteps()[a] != 1)
