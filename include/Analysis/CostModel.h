@@ -75,6 +75,23 @@ struct DeviceProfile {
   /// within 10% of its rates from 4x C on and 24% slow at 2x C); 0 when
   /// not measured or within.
   double beyondLastLevelSeconds(double bytes, double footprint) const;
+  /// The runtime's gradient sum on one core as gpipe-opt --calibrate
+  /// measures it (runtime::cpuGradientSumBandwidth): {working set, rate}
+  /// pairs in bytes and bytes/s, working sets increasing, from within a
+  /// core's own cache to beyond it; empty: not measured. And the bytes each
+  /// thread of the runtime's sums takes at least (its parallel grain).
+  std::vector<std::pair<double, double>> gradientSumRates;
+  double parallelGrainBytes = 0;
+  /// Seconds of one pass of the runtime's gradient sum over a tensor of
+  /// `bytes` on a stage whose gradients are `stageBytes` in all (a copy
+  /// is two such passes, an addition three): the tensor split over
+  /// min(cores, bytes / grain) threads (one under twice the grain), each
+  /// at the rate measured where a core holds 2 x stageBytes / cores (the
+  /// gradients and their sum), interpolated between working sets (the
+  /// smallest's rate below them); none without a measurement or beyond the
+  /// largest working set measured (the copies' pass rate then applies).
+  std::optional<double> gradientSumSeconds(double bytes,
+                                           double stageBytes) const;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;
@@ -211,6 +228,11 @@ struct HostFigures {
   /// 0: not measured (DeviceProfile::beyondLastLevelSeconds).
   double lastLevelMiBPerCore = 0, lastLevelGbpsPerCore = 0,
          beyondLastLevelGbpsPerCore = 0;
+  /// The runtime's gradient sum on one core: {working set MiB, GB/s}
+  /// (DeviceProfile::gradientSumRates), and its threads' grain in bytes;
+  /// empty and 0: not measured.
+  std::vector<std::pair<double, double>> gradientSumRates;
+  int64_t parallelGrainBytes = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

@@ -194,6 +194,30 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
   return fitted;
 }
 
+std::optional<double>
+gpipe::DeviceProfile::gradientSumSeconds(double bytes,
+                                         double stageBytes) const {
+  if (gradientSumRates.empty() || parallelGrainBytes <= 0)
+    return std::nullopt;
+  if (bytes <= 0)
+    return 0.0;
+  double c = static_cast<double>(std::max<int64_t>(cores, 1));
+  double perCore = 2 * stageBytes / c;
+  if (perCore > gradientSumRates.back().first)
+    return std::nullopt;
+  double rate = gradientSumRates.front().second;
+  for (size_t i = 1; i < gradientSumRates.size(); ++i) {
+    auto [x0, r0] = gradientSumRates[i - 1];
+    auto [x1, r1] = gradientSumRates[i];
+    if (perCore <= x0 || perCore > x1)
+      continue;
+    double t = std::log(perCore / x0) / std::log(x1 / x0);
+    rate = r0 + t * (r1 - r0);
+  }
+  double threads = std::clamp(std::floor(bytes / parallelGrainBytes), 1.0, c);
+  return bytes / (threads * rate);
+}
+
 double gpipe::DeviceProfile::beyondLastLevelSeconds(double bytes,
                                                     double footprint) const {
   if (lastLevelShareBytes <= 0 || lastLevelBandwidth <= 0 ||
@@ -379,6 +403,30 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                     (latency ? "non-negative" : "positive") + " number");
       *f.target = *n * f.scale;
     }
+  // Optional: the runtime's gradient sum, {MiB, GB/s} per core at working
+  // sets increasing, and its threads' grain.
+  if (const llvm::json::Value *v = o->get("gradient_sum_gbps_per_core")) {
+    const llvm::json::Array *rates = v->getAsArray();
+    std::optional<int64_t> grain = o->getInteger("parallel_grain_bytes");
+    bool ok = rates && !rates->empty() && grain && *grain > 0;
+    for (size_t i = 0; ok && i < rates->size(); ++i) {
+      const llvm::json::Array *pair = (*rates)[i].getAsArray();
+      std::optional<double> mib =
+          pair && pair->size() == 2 ? (*pair)[0].getAsNumber() : std::nullopt;
+      std::optional<double> gbps =
+          pair && pair->size() == 2 ? (*pair)[1].getAsNumber() : std::nullopt;
+      ok = mib && gbps && *mib > 0 && *gbps > 0 &&
+           (i == 0 ||
+            *mib * double(1ull << 20) > p.gradientSumRates.back().first);
+      if (ok)
+        p.gradientSumRates.push_back({*mib * double(1ull << 20), *gbps * 1e9});
+    }
+    if (!ok)
+      return fail("'gradient_sum_gbps_per_core' is a list of [MiB, GB/s] "
+                  "pairs of positive numbers, MiB increasing, and goes with "
+                  "'parallel_grain_bytes' (a positive integer)");
+    p.parallelGrainBytes = static_cast<double>(*grain);
+  }
   p.source = path.str();
   return p;
 }
@@ -427,6 +475,13 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["last_level_mib_per_core"] = host.lastLevelMiBPerCore;
     o["last_level_gbps_per_core"] = host.lastLevelGbpsPerCore;
     o["beyond_last_level_gbps_per_core"] = host.beyondLastLevelGbpsPerCore;
+  }
+  if (!host.gradientSumRates.empty() && host.parallelGrainBytes > 0) {
+    llvm::json::Array rates;
+    for (auto [mib, gbps] : host.gradientSumRates)
+      rates.push_back(llvm::json::Array{mib, gbps});
+    o["gradient_sum_gbps_per_core"] = std::move(rates);
+    o["parallel_grain_bytes"] = host.parallelGrainBytes;
   }
   if (host.cores > 0) {
     o["host_cores"] = host.cores;

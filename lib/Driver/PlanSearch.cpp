@@ -108,6 +108,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.transfer = slice.transfer;
     facts.forwardConversion = slice.forwardConversion;
     facts.backwardConversion = slice.backwardConversion;
+    facts.gradientSumPass = slice.gradientSumPass;
     facts.inBytes = table.crossBytes[begin] * scale;
     facts.outBytes = table.crossBytes[end] * scale;
     facts.messages = 2 * (facts.inBytes + facts.outBytes);
@@ -226,7 +227,7 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       if (perReplica * k > std::max<int64_t>(1, table.size()))
         break;
       std::vector<StagePlacement> placement;
-      SmallVector<DeviceProfile> profiles;
+      SmallVector<DeviceProfile, 2> profiles;
       for (int64_t r = 0; r < perReplica; ++r) {
         std::vector<Device> groups = splitCores(space.rankCores[r], k);
         if (groups.empty())

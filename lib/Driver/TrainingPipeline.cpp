@@ -233,6 +233,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.copyMemoryBandwidth = copy.getValueAsDouble();
     if (auto peak = op->getAttrOfType<IntegerAttr>("gpipe.predicted_memory"))
       facts.footprint = static_cast<double>(peak.getInt());
+    if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_time"))
+      facts.gradientSumPass = sum.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

@@ -44,7 +44,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
   LayerTable table;
   std::vector<Device> devices;
   PipelinePlan plan;
-  SmallVector<DeviceProfile> profiles;
+  SmallVector<DeviceProfile, 2> profiles;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -306,6 +306,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                      b.getF64FloatAttr(profiles[s].copyBandwidth()));
       stage->setAttr("gpipe.cached_copy_bandwidth",
                      b.getF64FloatAttr(profiles[s].linkBandwidth));
+      if (c.gradientSumPass)
+        stage->setAttr("gpipe.gradient_sum_time",
+                       b.getF64FloatAttr(*c.gradientSumPass));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
       double trainable = 0;

@@ -7,11 +7,6 @@
 
 namespace gpipe::runtime {
 
-namespace {
-/// Bytes copied or summed per thread at least.
-constexpr int64_t kBytesPerThread = 256 * 1024;
-} // namespace
-
 void parallelChunks(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t)> &body) {
   if (n <= 0)
@@ -32,14 +27,14 @@ void parallelChunks(int64_t n, int64_t grain,
 void parallelCopy(void *dst, const void *src, size_t bytes) {
   char *d = static_cast<char *>(dst);
   const char *s = static_cast<const char *>(src);
-  parallelChunks(static_cast<int64_t>(bytes), kBytesPerThread,
+  parallelChunks(static_cast<int64_t>(bytes), kParallelGrainBytes,
                  [&](int64_t begin, int64_t end) {
                    std::memcpy(d + begin, s + begin, end - begin);
                  });
 }
 
 void parallelAccumulate(float *acc, const float *x, int64_t n) {
-  parallelChunks(n, kBytesPerThread / sizeof(float),
+  parallelChunks(n, kParallelGrainBytes / sizeof(float),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t i = begin; i < end; ++i)
                      acc[i] += x[i];

@@ -10,6 +10,11 @@
 
 namespace gpipe::runtime {
 
+/// Bytes copied or summed per thread at least by parallelCopy and
+/// parallelAccumulate (the compiler's cost model splits the gradients' sum
+/// the same way: DeviceProfile::gradientSumSeconds).
+constexpr int64_t kParallelGrainBytes = 256 * 1024;
+
 /// Calls body(begin, end) on [0, n) in one contiguous chunk per OpenMP
 /// thread of the calling thread, with at least `grain` iterations per
 /// thread (fewer threads, or the calling thread alone, for small n): the

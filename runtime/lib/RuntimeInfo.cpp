@@ -1,6 +1,7 @@
 #include "gpipe/runtime/RuntimeInfo.h"
 
 #include "CudaPlugin.h"
+#include "ParallelFor.h"
 
 #include <dnnl.h>
 
@@ -36,6 +37,34 @@ double cpuSgemmGflops() {
   std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
   return 2.0 * n * n * n / seconds[2] / 1e9;
 }
+
+double cpuGradientSumBandwidth(size_t workingSetBytes) {
+  size_t n = std::max<size_t>(16, workingSetBytes / 2 / sizeof(float));
+  std::vector<float> acc(n, 1.0f), x(n, 0.5f);
+  // Passes of about 2 ms (at 50 GB/s), at least one.
+  double bytes = 3.0 * sizeof(float) * static_cast<double>(n);
+  int passes = static_cast<int>(std::max(1.0, 1e8 / bytes));
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<double> seconds;
+  for (int i = 0; i < 8; ++i) {
+    auto begin = std::chrono::steady_clock::now();
+    for (int p = 0; p < passes; ++p) {
+      parallelAccumulate(acc.data(), x.data(), static_cast<int64_t>(n));
+      // Keeps the sums from growing without bound.
+      x[static_cast<size_t>(p) % n] = -x[static_cast<size_t>(p) % n];
+    }
+    if (i > 0) // the first warms the caches
+      seconds.push_back(std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - begin)
+                            .count());
+  }
+  omp_set_num_threads(threads);
+  std::nth_element(seconds.begin(), seconds.begin() + 3, seconds.end());
+  return bytes * passes / seconds[3];
+}
+
+int64_t parallelGrainBytes() { return kParallelGrainBytes; }
 
 std::string onednnVersion() {
   const dnnl_version_t *v = dnnl_version();

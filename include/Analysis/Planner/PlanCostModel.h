@@ -34,6 +34,10 @@ struct StageFacts {
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
+  /// Seconds of one pass of the runtime's gradient sum over them as
+  /// calibrated (StageSlice::gradientSumPass); none: a pass at
+  /// passBandwidth.
+  std::optional<double> gradientSumPass;
   /// Bytes the stage's plan holds at its peak (arenas, parameters, the
   /// stash of every micro-batch alive, messages; 0: not known): what
   /// passes through the caches between a stash slot's write (a forward)

@@ -27,6 +27,10 @@ struct StageSlice {
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;
+  /// Seconds of one pass of the runtime's gradient sum over the stage's
+  /// trainable parameters, layer by layer
+  /// (DeviceProfile::gradientSumSeconds); none: not measured for them.
+  std::optional<double> gradientSumPass;
   double time() const { return forward + backward + transfer; }
 };
 
@@ -48,7 +52,7 @@ public:
 private:
   const LayerTable &table;
   const PipelinePlan &plan;
-  llvm::SmallVector<DeviceProfile> profiles;
+  llvm::SmallVector<DeviceProfile, 2> profiles;
   int64_t rows;
   // [stage][layer] seconds, prefix sums: forward[s][e] is layers [0, e);
   // the conversions once a step likewise.

@@ -21,15 +21,22 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 15 MiB of stash copied at the memory's rate; the main job's CNN at M =
   // 4, a 9.3 MiB stage, at 8-13 GB/s where its copies were priced in a
   // 16.5 MiB share of the level 3 at 43). The gradients' sum, touched every
-  // micro-batch, runs in cache when gradients and sum fit in the cores'
-  // whole cache (the README MLP's two stages at 8 micro-batches).
+  // micro-batch, runs at the rate the calibration measured the runtime's
+  // sum at for the stage's gradients (StageSlice::gradientSumPass; the
+  // README's MLP on one core at 32 micro-batches: 1.47 ms of sums, priced
+  // 3.7 at a 4 MiB copy's rate: 70 GB/s against 28); without that
+  // measurement, in cache when gradients and sum fit in the cores' whole
+  // cache.
   // A forward whose backward comes next leaves its stash in place, in the
   // arena the two share: neither stores nor loads it (stashLoad).
   double touched = std::max(2 * (f.stashBytes + f.messages), f.footprint);
   double pass = f.passBandwidth(touched, f.stashCacheBytes);
   double copies = 2.0 * (f.stashBytes + f.messages / 2.0) / pass;
   c.stashLoad = 2.0 * f.stashBytes / pass;
-  double sumBandwidth = f.passBandwidth(2 * f.trainableBytes, f.cacheBytes);
+  double sumPass = f.gradientSumPass ? *f.gradientSumPass
+                                     : f.trainableBytes /
+                                           f.passBandwidth(2 * f.trainableBytes,
+                                                           f.cacheBytes);
   c.forward = f.forwardKernels + copies;
   c.forwardConversion = f.forwardConversion;
   c.backwardConversion = f.backwardConversion;
@@ -38,8 +45,7 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 3 - 1/M passes a micro-batch on average (the README's MLP on both
   // cores at M = 1: 0.03 ms of gradients copied, priced as a sum).
   double sumPasses = 3.0 - 1.0 / static_cast<double>(plan.microBatches);
-  c.backward =
-      f.backwardKernels + copies + sumPasses * f.trainableBytes / sumBandwidth;
+  c.backward = f.backwardKernels + copies + sumPasses * sumPass;
   // SGD reads parameters and gradients and writes parameters; each state
   // tensor (momentum, Adam's moments) is one more read and write.
   double passes = 3 + 2 * static_cast<double>(optimizerSlots);

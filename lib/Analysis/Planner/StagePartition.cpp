@@ -82,6 +82,17 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
   double bb = backwardBytes[end] - backwardBytes[begin] + (recomputes ? fb : 0);
   c.forward += profiles[stage].beyondLastLevelSeconds(fb, pass);
   c.backward += profiles[stage].beyondLastLevelSeconds(bb, pass);
+  // The gradients' sum, a layer's parameters taken as one tensor.
+  double trainable = 0;
+  for (int64_t i = begin; i < end; ++i)
+    trainable += table.trainableBytes[i];
+  c.gradientSumPass = 0.0;
+  for (int64_t i = begin; i < end && c.gradientSumPass; ++i)
+    if (std::optional<double> t = profiles[stage].gradientSumSeconds(
+            table.trainableBytes[i], trainable))
+      *c.gradientSumPass += *t;
+    else
+      c.gradientSumPass.reset();
   return c;
 }
 

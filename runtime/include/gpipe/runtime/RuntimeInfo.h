@@ -43,6 +43,17 @@ std::string calibrateGpu(int ordinal, std::ostream &log);
 /// 0.15 s). How fast this machine runs at the moment, beside the profile.
 double cpuSgemmGflops();
 
+/// The rate of the runtime's gradient sum (a micro-batch's gradients added
+/// where the optimizer reads them, acc += x over floats, as the CPU backend
+/// runs it) on one thread when acc and x are `workingSetBytes` together,
+/// bytes/s counting two reads and a write an element: the median of 7
+/// timings of enough passes to take about 2 ms each.
+double cpuGradientSumBandwidth(size_t workingSetBytes);
+
+/// Bytes of a tensor the runtime's copies and gradient sums give each
+/// thread at least (a tensor of fewer than twice this runs on one thread).
+int64_t parallelGrainBytes();
+
 /// A multi-line description for `gpipe-run --version`.
 std::string runtimeInfo();
 
