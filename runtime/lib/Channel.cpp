@@ -1,5 +1,8 @@
 #include "Channel.h"
 
+#include <chrono>
+#include <thread>
+
 namespace gpipe::runtime {
 
 Channel::Message Channel::acquire(size_t bytes) {
@@ -19,13 +22,37 @@ void Channel::send(int64_t microBatch, Message message) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     pending[microBatch] = std::move(message);
+    events.fetch_add(1, std::memory_order_release);
   }
   ready.notify_all();
 }
 
 Channel::Message Channel::receive(int64_t microBatch) {
   std::unique_lock<std::mutex> lock(mutex);
-  ready.wait(lock, [&] { return closed || pending.count(microBatch); });
+  auto arrived = [&] { return closed || pending.count(microBatch); };
+  if (!arrived()) {
+    // Spin a while (the message is often close), then block.
+    uint64_t seen = events.load(std::memory_order_acquire);
+    lock.unlock();
+    auto until = std::chrono::steady_clock::now() +
+                 std::chrono::duration<double>(kSpinSeconds);
+    bool got = false;
+    while (!got && std::chrono::steady_clock::now() < until) {
+      uint64_t now = events.load(std::memory_order_acquire);
+      if (now != seen) {
+        seen = now;
+        lock.lock();
+        got = arrived();
+        if (!got)
+          lock.unlock();
+        continue;
+      }
+      std::this_thread::yield();
+    }
+    if (!got)
+      lock.lock();
+  }
+  ready.wait(lock, arrived);
   if (closed)
     throw ChannelClosed("the pipeline stopped: another stage failed");
   auto it = pending.find(microBatch);
@@ -43,6 +70,7 @@ void Channel::close() {
   {
     std::lock_guard<std::mutex> lock(mutex);
     closed = true;
+    events.fetch_add(1, std::memory_order_release);
   }
   ready.notify_all();
 }
