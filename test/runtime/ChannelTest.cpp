@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -63,4 +64,37 @@ TEST(Channel, CloseWakesAWaitingReceiverWithAnError) {
   channel.reset();
   channel.send(1, channel.acquire(1));
   EXPECT_EQ(channel.receive(1).size(), 1u);
+}
+
+// A receiver spins before it blocks: other micro-batches' messages that
+// arrive meanwhile wake its spin without being taken, and every message
+// sent back to back from another thread reaches its own receive.
+TEST(Channel, SpinningReceiverTakesOnlyItsOwnMessages) {
+  Channel channel;
+  constexpr int64_t kMessages = 2000;
+  std::thread sender([&] {
+    for (int64_t mb = 0; mb < kMessages; ++mb) {
+      Channel::Message m = channel.acquire(8);
+      std::memcpy(m.data(), &mb, sizeof(mb));
+      // Odd micro-batches first: the receiver waits for the even one.
+      channel.send(mb ^ 1, std::move(m));
+    }
+  });
+  for (int64_t mb = 0; mb < kMessages; ++mb) {
+    Channel::Message got = channel.receive(mb);
+    int64_t sentAs = 0;
+    std::memcpy(&sentAs, got.data(), sizeof(sentAs));
+    EXPECT_EQ(sentAs ^ 1, mb);
+    channel.release(std::move(got));
+  }
+  sender.join();
+}
+
+TEST(Channel, CloseDuringTheSpinThrows) {
+  for (int i = 0; i < 100; ++i) {
+    Channel channel;
+    std::thread closer([&] { channel.close(); });
+    EXPECT_THROW(channel.receive(0), ChannelClosed);
+    closer.join();
+  }
 }

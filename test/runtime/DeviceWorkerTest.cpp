@@ -4,6 +4,8 @@
 
 #include <omp.h>
 #include <sched.h>
+
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 
@@ -78,4 +80,21 @@ TEST(DeviceWorker, WaitRethrowsWhatTheJobThrew) {
   worker.start([&] { ran = true; });
   worker.wait();
   EXPECT_TRUE(ran);
+}
+
+// Jobs back to back (the worker caught spinning for the next one) and with
+// pauses longer than its spin (caught blocked) all run, each once.
+TEST(DeviceWorker, RunsJobsBackToBackAndAfterPauses) {
+  DeviceWorker worker({});
+  int runs = 0;
+  for (int i = 0; i < 2000; ++i) {
+    worker.start([&] { ++runs; });
+    worker.wait();
+  }
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    worker.start([&] { ++runs; });
+    worker.wait();
+  }
+  EXPECT_EQ(runs, 2005);
 }
