@@ -82,16 +82,17 @@ struct DeviceProfile {
   /// thread of the runtime's sums takes at least (its parallel grain).
   std::vector<std::pair<double, double>> gradientSumRates;
   double parallelGrainBytes = 0;
-  /// Seconds of one pass of the runtime's gradient sum over a tensor of
-  /// `bytes` on a stage whose gradients are `stageBytes` in all (a copy
-  /// is two such passes, an addition three): the tensor split over
-  /// min(cores, bytes / grain) threads (one under twice the grain), each
-  /// at the rate measured where a core holds 2 x stageBytes / cores (the
-  /// gradients and their sum), interpolated between working sets (the
-  /// smallest's rate below them); none without a measurement or beyond the
-  /// largest working set measured (the copies' pass rate then applies).
-  std::optional<double> gradientSumSeconds(double bytes,
-                                           double stageBytes) const;
+  /// The rate of one thread of the runtime's gradient sum (bytes/s, a
+  /// copy counting two passes, an addition three) when the device's cores
+  /// hold `workingSet` bytes in all: the rate measured where a core holds
+  /// workingSet / cores, interpolated between working sets in their
+  /// logarithm (the smallest's rate below them); none without a
+  /// measurement or beyond the largest working set measured (the copies'
+  /// pass rate then applies).
+  std::optional<double> gradientSumRate(double workingSet) const;
+  /// The threads the runtime sums a tensor of `bytes` on: min(cores,
+  /// bytes / grain), at least one.
+  double gradientSumThreads(double bytes) const;
   /// Between MPI ranks (stage messages and data-parallel all-reduces):
   /// bytes/s and seconds per message.
   double networkBandwidth = 0;

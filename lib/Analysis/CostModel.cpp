@@ -195,27 +195,28 @@ std::optional<double> gpipe::DeviceProfile::loopSeconds(StringRef family,
 }
 
 std::optional<double>
-gpipe::DeviceProfile::gradientSumSeconds(double bytes,
-                                         double stageBytes) const {
+gpipe::DeviceProfile::gradientSumRate(double workingSet) const {
   if (gradientSumRates.empty() || parallelGrainBytes <= 0)
     return std::nullopt;
-  if (bytes <= 0)
-    return 0.0;
-  double c = static_cast<double>(std::max<int64_t>(cores, 1));
-  double perCore = 2 * stageBytes / c;
+  double perCore =
+      workingSet / static_cast<double>(std::max<int64_t>(cores, 1));
   if (perCore > gradientSumRates.back().first)
     return std::nullopt;
   double rate = gradientSumRates.front().second;
   for (size_t i = 1; i < gradientSumRates.size(); ++i) {
     auto [x0, r0] = gradientSumRates[i - 1];
     auto [x1, r1] = gradientSumRates[i];
-    if (perCore <= x0 || perCore > x1)
-      continue;
-    double t = std::log(perCore / x0) / std::log(x1 / x0);
-    rate = r0 + t * (r1 - r0);
+    if (perCore > x0 && perCore <= x1)
+      rate = r0 + std::log(perCore / x0) / std::log(x1 / x0) * (r1 - r0);
   }
-  double threads = std::clamp(std::floor(bytes / parallelGrainBytes), 1.0, c);
-  return bytes / (threads * rate);
+  return rate;
+}
+
+double gpipe::DeviceProfile::gradientSumThreads(double bytes) const {
+  double c = static_cast<double>(std::max<int64_t>(cores, 1));
+  if (parallelGrainBytes <= 0)
+    return 1;
+  return std::clamp(std::floor(bytes / parallelGrainBytes), 1.0, c);
 }
 
 double gpipe::DeviceProfile::beyondLastLevelSeconds(double bytes,

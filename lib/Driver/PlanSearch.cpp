@@ -113,10 +113,9 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.outBytes = table.crossBytes[end] * scale;
     facts.messages = 2 * (facts.inBytes + facts.outBytes);
     double activations = 0;
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = begin; i < end; ++i)
       activations += table.activationBytes[i] * scale;
-      facts.trainableBytes += table.trainableBytes[i];
-    }
+    facts.trainableBytes = slice.trainableBytes;
     facts.stashBytes =
         plan.recomputes(s)
             ? facts.inBytes

@@ -311,11 +311,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                        b.getF64FloatAttr(*c.gradientSumPass));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
-      double trainable = 0;
-      for (int64_t i = begin; i < end; ++i)
-        trainable += table.trainableBytes[i];
       if (std::optional<double> step = profiles[s].kernelSeconds(
-              "optimizer", trainable, trainable, /*backward=*/false))
+              "optimizer", c.trainableBytes, c.trainableBytes,
+              /*backward=*/false))
         stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(

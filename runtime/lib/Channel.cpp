@@ -1,7 +1,5 @@
 #include "Channel.h"
-
-#include <chrono>
-#include <thread>
+#include "SpinWait.h"
 
 namespace gpipe::runtime {
 
@@ -31,26 +29,17 @@ Channel::Message Channel::receive(int64_t microBatch) {
   std::unique_lock<std::mutex> lock(mutex);
   auto arrived = [&] { return closed || pending.count(microBatch); };
   if (!arrived()) {
-    // Spin a while (the message is often close), then block.
+    auto until = std::chrono::steady_clock::now() + kSpinTime;
     uint64_t seen = events.load(std::memory_order_acquire);
     lock.unlock();
-    auto until = std::chrono::steady_clock::now() +
-                 std::chrono::duration<double>(kSpinSeconds);
-    bool got = false;
-    while (!got && std::chrono::steady_clock::now() < until) {
-      uint64_t now = events.load(std::memory_order_acquire);
-      if (now != seen) {
-        seen = now;
-        lock.lock();
-        got = arrived();
-        if (!got)
-          lock.unlock();
-        continue;
-      }
-      std::this_thread::yield();
-    }
-    if (!got)
+    while (true) {
+      uint64_t now = spinWhileUnchanged(events, seen, until);
       lock.lock();
+      if (now == seen || arrived())
+        break;    // the spin's time is up, or the message came
+      seen = now; // another micro-batch's message
+      lock.unlock();
+    }
   }
   ready.wait(lock, arrived);
   if (closed)

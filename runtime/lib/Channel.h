@@ -29,14 +29,9 @@ public:
   Message acquire(size_t bytes);
   /// Delivers micro-batch `microBatch`'s message; never blocks.
   void send(int64_t microBatch, Message message);
-  /// Waits for micro-batch `microBatch`'s message: first spinning (up to
-  /// kSpinSeconds, yielding its core between looks), then blocked. A
-  /// blocked thread woken from another core starts about 25 us later on a
-  /// VM (a condition variable's round trip between two cores took 51 us,
-  /// 4.5 on one core): once per micro-batch of a 1F1B pipeline on
-  /// threads, whose stage threads otherwise idle on their own cores.
+  /// Waits for micro-batch `microBatch`'s message: spinning a while
+  /// first (SpinWait.h), then blocked.
   Message receive(int64_t microBatch);
-  static constexpr double kSpinSeconds = 200e-6;
   /// Gives a received message's buffer back for reuse.
   void release(Message message);
   /// Wakes every receiver with ChannelClosed (another stage failed).

@@ -1,10 +1,9 @@
 #include "DeviceWorker.h"
+#include "SpinWait.h"
 
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
-
-#include <chrono>
 
 namespace gpipe::runtime {
 
@@ -72,11 +71,8 @@ void DeviceWorker::loop() {
     if (!busy && !stopping) {
       uint64_t seen = events.load(std::memory_order_acquire);
       lock.unlock();
-      auto until = std::chrono::steady_clock::now() +
-                   std::chrono::duration<double>(kSpinSeconds);
-      while (events.load(std::memory_order_acquire) == seen &&
-             std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
+      spinWhileUnchanged(events, seen,
+                         std::chrono::steady_clock::now() + kSpinTime);
       lock.lock();
     }
     changed.wait(lock, [&] { return busy || stopping; });

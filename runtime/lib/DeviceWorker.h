@@ -28,8 +28,6 @@ public:
   void start(std::function<void()> job);
   /// Waits for the job; rethrows what it threw.
   void wait();
-  /// How long the worker spins for its next job before it blocks.
-  static constexpr double kSpinSeconds = 200e-6;
 
 private:
   void loop();
@@ -40,7 +38,7 @@ private:
   std::function<void()> job;
   bool busy = false, stopping = false;
   /// Counts start() and the destructor's stop: between jobs the worker
-  /// spins on it a while before it blocks (Channel::receive says why).
+  /// spins on it a while before it blocks (SpinWait.h).
   std::atomic<uint64_t> events{0};
   std::exception_ptr error;
   std::thread thread;

@@ -12,7 +12,7 @@ namespace gpipe::runtime {
 
 /// Bytes copied or summed per thread at least by parallelCopy and
 /// parallelAccumulate (the compiler's cost model splits the gradients' sum
-/// the same way: DeviceProfile::gradientSumSeconds).
+/// the same way: DeviceProfile::gradientSumThreads).
 constexpr int64_t kParallelGrainBytes = 256 * 1024;
 
 /// Calls body(begin, end) on [0, n) in one contiguous chunk per OpenMP

@@ -27,9 +27,12 @@ struct StageSlice {
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;
-  /// Seconds of one pass of the runtime's gradient sum over the stage's
-  /// trainable parameters, layer by layer
-  /// (DeviceProfile::gradientSumSeconds); none: not measured for them.
+  /// Bytes of the stage's trainable parameters, and seconds of one pass
+  /// of the runtime's gradient sum over them: each layer's bytes (its
+  /// parameters taken as one tensor) over its threads
+  /// (DeviceProfile::gradientSumThreads), at the rate for the gradients
+  /// and their sum (gradientSumRate); none: not measured for them.
+  double trainableBytes = 0;
   std::optional<double> gradientSumPass;
   double time() const { return forward + backward + transfer; }
 };
@@ -60,6 +63,10 @@ private:
   llvm::SmallVector<llvm::SmallVector<double>> forwardConversion,
       backwardConversion;
   llvm::SmallVector<double> params, activations; // prefix sums
+  /// Prefix sums of the trainable bytes, and per stage of each layer's
+  /// trainable bytes over the threads its gradients are summed on.
+  llvm::SmallVector<double> trainable;
+  llvm::SmallVector<llvm::SmallVector<double>> sumThreadBytes;
   /// Prefix sums of the bytes the fitted ops move, forward and backward.
   llvm::SmallVector<double> forwardBytes, backwardBytes;
 };

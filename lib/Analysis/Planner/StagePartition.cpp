@@ -14,24 +14,29 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   double s = table.scale(rows);
   for (const DeviceProfile &p : profiles) {
     llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0), cf(n + 1, 0),
-        cb(n + 1, 0);
+        cb(n + 1, 0), st(n + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
       f[i + 1] = f[i] + table.forwardSeconds(i, p, rows);
       b[i + 1] = b[i] + table.backwardSeconds(i, p, rows);
       cf[i + 1] = cf[i] + table.conversionSeconds(i, p, /*backward=*/false);
       cb[i + 1] = cb[i] + table.conversionSeconds(i, p, /*backward=*/true);
+      st[i + 1] = st[i] + table.trainableBytes[i] /
+                              p.gradientSumThreads(table.trainableBytes[i]);
     }
     forward.push_back(std::move(f));
     backward.push_back(std::move(b));
     forwardConversion.push_back(std::move(cf));
     backwardConversion.push_back(std::move(cb));
+    sumThreadBytes.push_back(std::move(st));
   }
   params.assign(n + 1, 0);
+  trainable.assign(n + 1, 0);
   activations.assign(n + 1, 0);
   forwardBytes.assign(n + 1, 0);
   backwardBytes.assign(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
     params[i + 1] = params[i] + table.paramBytes[i];
+    trainable[i + 1] = trainable[i] + table.trainableBytes[i];
     activations[i + 1] = activations[i] + table.activationBytes[i] * s;
     // What the fitted ops move (a measured op's time holds its memory's):
     // every byte of those whose time goes with their bytes; of the
@@ -83,16 +88,11 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
   c.forward += profiles[stage].beyondLastLevelSeconds(fb, pass);
   c.backward += profiles[stage].beyondLastLevelSeconds(bb, pass);
   // The gradients' sum, a layer's parameters taken as one tensor.
-  double trainable = 0;
-  for (int64_t i = begin; i < end; ++i)
-    trainable += table.trainableBytes[i];
-  c.gradientSumPass = 0.0;
-  for (int64_t i = begin; i < end && c.gradientSumPass; ++i)
-    if (std::optional<double> t = profiles[stage].gradientSumSeconds(
-            table.trainableBytes[i], trainable))
-      *c.gradientSumPass += *t;
-    else
-      c.gradientSumPass.reset();
+  c.trainableBytes = trainable[end] - trainable[begin];
+  if (std::optional<double> rate =
+          profiles[stage].gradientSumRate(2 * c.trainableBytes))
+    c.gradientSumPass =
+        (sumThreadBytes[stage][end] - sumThreadBytes[stage][begin]) / *rate;
   return c;
 }
 
