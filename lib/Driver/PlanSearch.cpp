@@ -108,7 +108,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.transfer = slice.transfer;
     facts.forwardConversion = slice.forwardConversion;
     facts.backwardConversion = slice.backwardConversion;
-    facts.gradientSumPass = slice.gradientSumPass;
+    facts.gradientSumPass = partitioner.gradientSumPass(s, begin, end);
     facts.inBytes = table.crossBytes[begin] * scale;
     facts.outBytes = table.crossBytes[end] * scale;
     facts.messages = 2 * (facts.inBytes + facts.outBytes);

@@ -306,9 +306,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                      b.getF64FloatAttr(profiles[s].copyBandwidth()));
       stage->setAttr("gpipe.cached_copy_bandwidth",
                      b.getF64FloatAttr(profiles[s].linkBandwidth));
-      if (c.gradientSumPass)
-        stage->setAttr("gpipe.gradient_sum_time",
-                       b.getF64FloatAttr(*c.gradientSumPass));
+      if (std::optional<double> sum =
+              partitioner.gradientSumPass(s, begin, end))
+        stage->setAttr("gpipe.gradient_sum_time", b.getF64FloatAttr(*sum));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
       if (std::optional<double> step = profiles[s].kernelSeconds(

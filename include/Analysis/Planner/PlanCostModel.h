@@ -35,7 +35,7 @@ struct StageFacts {
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
   /// Seconds of one pass of the runtime's gradient sum over them as
-  /// calibrated (StageSlice::gradientSumPass); none: a pass at
+  /// calibrated (StagePartitioner::gradientSumPass); none: a pass at
   /// passBandwidth.
   std::optional<double> gradientSumPass;
   /// Bytes the stage's plan holds at its peak (arenas, parameters, the

@@ -27,13 +27,8 @@ struct StageSlice {
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;
-  /// Bytes of the stage's trainable parameters, and seconds of one pass
-  /// of the runtime's gradient sum over them: each layer's bytes (its
-  /// parameters taken as one tensor) over its threads
-  /// (DeviceProfile::gradientSumThreads), at the rate for the gradients
-  /// and their sum (gradientSumRate); none: not measured for them.
+  /// Bytes of the stage's trainable parameters.
   double trainableBytes = 0;
-  std::optional<double> gradientSumPass;
   double time() const { return forward + backward + transfer; }
 };
 
@@ -46,6 +41,15 @@ public:
 
   /// Stage `stage` holding layers [begin, end).
   StageSlice slice(int64_t stage, int64_t begin, int64_t end) const;
+
+  /// Seconds of one pass of the runtime's gradient sum over the trainable
+  /// parameters of that stage: each layer's bytes (its parameters taken as
+  /// one tensor) over its threads (DeviceProfile::gradientSumThreads), at
+  /// the rate for the gradients and their sum (gradientSumRate); none: not
+  /// measured for them. Apart from slice(): the cuts do not depend on it,
+  /// and solve() slices every range.
+  std::optional<double> gradientSumPass(int64_t stage, int64_t begin,
+                                        int64_t end) const;
 
   /// The cuts (first layer of stages 1..K-1) that minimize the slowest
   /// stage; failure if no partition fits memory (withMemory) or the model

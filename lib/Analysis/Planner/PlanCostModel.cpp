@@ -22,7 +22,7 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // 4, a 9.3 MiB stage, at 8-13 GB/s where its copies were priced in a
   // 16.5 MiB share of the level 3 at 43). The gradients' sum, touched every
   // micro-batch, runs at the rate the calibration measured the runtime's
-  // sum at for the stage's gradients (StageSlice::gradientSumPass; the
+  // sum at for the stage's gradients (StagePartitioner::gradientSumPass; the
   // README's MLP on one core at 32 micro-batches: 1.47 ms of sums, priced
   // 3.7 at a 4 MiB copy's rate: 70 GB/s against 28); without that
   // measurement, in cache when gradients and sum fit in the cores' whole

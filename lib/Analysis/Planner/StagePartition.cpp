@@ -87,13 +87,19 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin,
   double bb = backwardBytes[end] - backwardBytes[begin] + (recomputes ? fb : 0);
   c.forward += profiles[stage].beyondLastLevelSeconds(fb, pass);
   c.backward += profiles[stage].beyondLastLevelSeconds(bb, pass);
-  // The gradients' sum, a layer's parameters taken as one tensor.
   c.trainableBytes = trainable[end] - trainable[begin];
-  if (std::optional<double> rate =
-          profiles[stage].gradientSumRate(2 * c.trainableBytes))
-    c.gradientSumPass =
-        (sumThreadBytes[stage][end] - sumThreadBytes[stage][begin]) / *rate;
   return c;
+}
+
+std::optional<double> StagePartitioner::gradientSumPass(int64_t stage,
+                                                        int64_t begin,
+                                                        int64_t end) const {
+  // A layer's parameters taken as one tensor.
+  std::optional<double> rate =
+      profiles[stage].gradientSumRate(2 * (trainable[end] - trainable[begin]));
+  if (!rate)
+    return std::nullopt;
+  return (sumThreadBytes[stage][end] - sumThreadBytes[stage][begin]) / *rate;
 }
 
 mlir::FailureOr<llvm::SmallVector<int64_t>>
