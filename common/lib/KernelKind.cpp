@@ -45,6 +45,15 @@ constexpr std::string_view kBatchNormGradOperands[] = {"grad_output", "input",
                            kBatchNormGradAttributes[] = {"epsilon", "training"};
 constexpr std::string_view kLayerNormGradOperands[] = {"grad_output", "input",
                                                        "scale"};
+constexpr std::string_view kAttentionOperands[] = {"query", "key", "value",
+                                                   "mask"},
+                           kAttentionResults[] = {"output", "logsumexp"},
+                           kAttentionAttributes[] = {"scale", "causal"},
+                           kAttentionGradOperands[] = {
+                               "grad_output", "query",  "key",  "value",
+                               "output",      "logsumexp", "mask"},
+                           kAttentionGradResults[] = {"grad_query", "grad_key",
+                                                      "grad_value"};
 constexpr std::string_view kSoftmaxGradOperands[] = {"grad_output", "output"};
 constexpr std::string_view kCrossEntropyGradOperands[] = {"grad_loss", "logits",
                                                           "labels"},
@@ -78,6 +87,8 @@ constexpr KernelKind kKinds[] = {
          kBatchNormAttributes),
     kind("softmax", kInput, 0, kOutput, kAxis),
     kind("log_softmax", kInput, 0, kOutput, kAxis),
+    kind("attention", kAttentionOperands, 1, kAttentionResults,
+         kAttentionAttributes),
     kind("layer_norm", kLayerNormOperands, 1, kOutput, kLayerNormAttributes),
     kind("softmax_cross_entropy", kCrossEntropyOperands, 0, kLoss,
          kCrossEntropyAttributes),
@@ -93,6 +104,8 @@ constexpr KernelKind kKinds[] = {
          kBatchNormGradAttributes),
     kind("layer_norm_grad", kLayerNormGradOperands, 0, kNormGradResults,
          kLayerNormAttributes),
+    kind("attention_grad", kAttentionGradOperands, 1, kAttentionGradResults,
+         kAttentionAttributes),
     kind("softmax_grad", kSoftmaxGradOperands, 0, kGradInput, kAxis),
     kind("log_softmax_grad", kSoftmaxGradOperands, 0, kGradInput, kAxis),
     kind("softmax_cross_entropy_grad", kCrossEntropyGradOperands, 0,

@@ -25,14 +25,22 @@
 namespace gpipe {
 
 /// The rewrites of an imported nn module before its layers are priced and
-/// cut (GELU fused, MatMul by W^T and its bias as a Gemm) and the loss
-/// appended: what the partitioner, the plan search and the calibration's
-/// layer tables all see.
+/// cut (GELU and, with `fuseAttention`, attention fused; MatMul by W^T and
+/// its bias as a Gemm) and the loss appended: what the partitioner, the
+/// plan search and the calibration's layer tables all see. Attention is
+/// fused for CPU devices only: the CUDA backend has no attention kernel
+/// yet and runs the unfused ops (usesCudaDevice).
 void buildTrainingModelPipeline(mlir::OpPassManager &pm,
-                                const AppendLossOptions &loss);
+                                const AppendLossOptions &loss,
+                                bool fuseAttention = true);
+
+/// Whether a --devices list names a GPU (cuda:N), whose stages run
+/// attention unfused.
+bool usesCudaDevice(llvm::StringRef devices);
 
 /// An imported nn module to one lowered inference stage.
-void buildInferencePipeline(mlir::OpPassManager &pm);
+void buildInferencePipeline(mlir::OpPassManager &pm,
+                            bool fuseAttention = true);
 
 struct PartitionPipelineOptions
     : public mlir::PassPipelineOptions<PartitionPipelineOptions> {

@@ -35,6 +35,23 @@ def FoldMatMulTranspose : Pass<"gpipe-fold-matmul-transpose"> {
   }];
 }
 
+def FuseAttention : Pass<"gpipe-fuse-attention"> {
+  let summary = "Scaled dot-product attention as one nn.attention";
+  let description = [{
+    `softmax(scale * q k^T + mask) v` as exporters write it (MatMul of the
+    queries and the transposed keys, Mul or Div by a constant, a masked
+    fill with -inf by Where or an added constant mask, Softmax over the
+    keys, MatMul by the values) becomes `nn.attention %q, %k, %v[, %mask]
+    {scale, causal}`: a kernel that never holds the Tq x Tk scores beyond a
+    tile, forward or backward, and skips the tiles a causal mask hides (a
+    constant mask that hides exactly the keys after each query becomes
+    `causal`). The keys are the transposed keys' source with one transpose
+    (the heads' transposes composed). Values read by other ops, dropout
+    that draws on the weights and masks that are not constants (or
+    Where's boolean conditions) leave the unfused ops as they are.
+  }];
+}
+
 def FuseGelu : Pass<"gpipe-fuse-gelu"> {
   let summary = "GELU written out with erf as one nn.gelu";
   let description = [{

@@ -93,6 +93,7 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
   return llvm::StringSwitch<llvm::StringRef>(family)
       .Case("batched_matmul", "matmul")
+      .Case("attention", "batched_matmul")
       .Case("cross_entropy", "softmax")
       .Case("max_pool", "pooling")
       .Case("narrow_conv", "conv")

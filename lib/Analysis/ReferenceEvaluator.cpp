@@ -242,6 +242,60 @@ double logSumExp(const double *v, int64_t size, int64_t stride) {
   return mx + std::log(sum);
 }
 
+/// An attention's problems: S stacked [Tq, D] x [Tk, D] products (the
+/// leading dimensions), and the full probabilities of problem s, P[i][j] =
+/// softmax_j(scale q_i . k_j + mask[i][j]) (keys after i masked out when
+/// causal), with each row's log-sum-exp: the direct definition the tiled
+/// kernels are checked against.
+struct ReferenceAttention {
+  const RefTensor &q, &k;
+  const RefTensor *mask;
+  double scale;
+  bool causal;
+  int64_t stack, tq, tk, d;
+
+  ReferenceAttention(const RefTensor &q, const RefTensor &k,
+                     const RefTensor *mask, double scale, bool causal)
+      : q(q), k(k), mask(mask), scale(scale), causal(causal) {
+    size_t rank = q.shape.size();
+    tq = q.shape[rank - 2];
+    d = q.shape[rank - 1];
+    tk = k.shape[rank - 2];
+    stack = q.numElements() / (tq * d);
+  }
+
+  /// The probabilities of problem s ([Tq x Tk]) and each row's log-sum-exp.
+  std::vector<double> probabilities(int64_t s, std::vector<double> &lse) const {
+    std::vector<double> p(tq * tk);
+    SmallVector<int64_t> idx(q.shape.size());
+    int64_t rest = s;
+    for (size_t a = q.shape.size() - 2; a-- > 0;) {
+      idx[a] = rest % q.shape[a];
+      rest /= q.shape[a];
+    }
+    lse.assign(tq, 0);
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t j = 0; j < tk; ++j) {
+        double x = 0;
+        for (int64_t c = 0; c < d; ++c)
+          x += q.data[(s * tq + i) * d + c] * k.data[(s * tk + j) * d + c];
+        x *= scale;
+        idx[idx.size() - 2] = i;
+        idx.back() = j;
+        if (mask)
+          x += broadcastAt(*mask, idx);
+        if (causal && j > i)
+          x = -INFINITY;
+        p[i * tk + j] = x;
+      }
+      lse[i] = logSumExp(&p[i * tk], tk, 1);
+      for (int64_t j = 0; j < tk; ++j)
+        p[i * tk + j] = std::exp(p[i * tk + j] - lse[i]);
+    }
+    return p;
+  }
+};
+
 /// Rows of a cross-entropy whose label is not `ignoreIndex`.
 int64_t countedRows(const RefTensor &labels, int64_t ignoreIndex) {
   int64_t counted = 0;
@@ -862,6 +916,77 @@ LogicalResult Evaluator::evaluate(Operation *op) {
                       : y.data[at(k)] * (g.data[at(k)] - dot);
           }
         set(o.getGradInput(), std::move(dx));
+        return success();
+      })
+      .Case([&](AttentionOp o) -> LogicalResult {
+        const RefTensor &v = in(o.getValue());
+        const RefTensor *mask = o.getMask() ? &in(o.getMask()) : nullptr;
+        ReferenceAttention att(in(o.getQuery()), in(o.getKey()), mask,
+                               o.getScale().convertToDouble(), o.getCausal());
+        int64_t dv = v.shape.back();
+        RefTensor out = RefTensor::zeros(shapeOf(o.getOutput()));
+        RefTensor lse = RefTensor::zeros(shapeOf(o.getLogsumexp()));
+        for (int64_t s = 0; s < att.stack; ++s) {
+          std::vector<double> rows;
+          std::vector<double> p = att.probabilities(s, rows);
+          for (int64_t i = 0; i < att.tq; ++i) {
+            lse.data[s * att.tq + i] = rows[i];
+            for (int64_t c = 0; c < dv; ++c) {
+              double sum = 0;
+              for (int64_t j = 0; j < att.tk; ++j)
+                sum += p[i * att.tk + j] * v.data[(s * att.tk + j) * dv + c];
+              out.data[(s * att.tq + i) * dv + c] = sum;
+            }
+          }
+        }
+        set(o.getOutput(), std::move(out));
+        set(o.getLogsumexp(), std::move(lse));
+        return success();
+      })
+      .Case([&](AttentionGradOp o) -> LogicalResult {
+        // dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale,
+        // dQ = dS K, dK = dS^T Q, from the full P.
+        const RefTensor &g = in(o.getGradOutput()), &q = in(o.getQuery()),
+                        &k = in(o.getKey()), &v = in(o.getValue());
+        const RefTensor *mask = o.getMask() ? &in(o.getMask()) : nullptr;
+        double scale = o.getScale().convertToDouble();
+        ReferenceAttention att(q, k, mask, scale, o.getCausal());
+        int64_t tq = att.tq, tk = att.tk, d = att.d, dv = v.shape.back();
+        RefTensor dq = RefTensor::zeros(q.shape), dk = RefTensor::zeros(k.shape),
+                  dvT = RefTensor::zeros(v.shape);
+        for (int64_t s = 0; s < att.stack; ++s) {
+          std::vector<double> rows;
+          std::vector<double> p = att.probabilities(s, rows);
+          std::vector<double> dp(tq * tk);
+          for (int64_t i = 0; i < tq; ++i)
+            for (int64_t j = 0; j < tk; ++j) {
+              double x = 0;
+              for (int64_t c = 0; c < dv; ++c)
+                x += g.data[(s * tq + i) * dv + c] *
+                     v.data[(s * tk + j) * dv + c];
+              dp[i * tk + j] = x;
+            }
+          for (int64_t i = 0; i < tq; ++i) {
+            double dot = 0;
+            for (int64_t j = 0; j < tk; ++j)
+              dot += p[i * tk + j] * dp[i * tk + j];
+            for (int64_t j = 0; j < tk; ++j) {
+              double ds = p[i * tk + j] * (dp[i * tk + j] - dot) * scale;
+              for (int64_t c = 0; c < d; ++c) {
+                dq.data[(s * tq + i) * d + c] +=
+                    ds * k.data[(s * tk + j) * d + c];
+                dk.data[(s * tk + j) * d + c] +=
+                    ds * q.data[(s * tq + i) * d + c];
+              }
+              for (int64_t c = 0; c < dv; ++c)
+                dvT.data[(s * tk + j) * dv + c] +=
+                    p[i * tk + j] * g.data[(s * tq + i) * dv + c];
+            }
+          }
+        }
+        set(o.getGradQuery(), std::move(dq));
+        set(o.getGradKey(), std::move(dk));
+        set(o.getGradValue(), std::move(dvT));
         return success();
       })
       .Case([&](SoftmaxCrossEntropyOp o) -> LogicalResult {

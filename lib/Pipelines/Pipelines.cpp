@@ -6,8 +6,14 @@
 
 using namespace mlir;
 
-void gpipe::buildInferencePipeline(OpPassManager &pm) {
+bool gpipe::usesCudaDevice(StringRef devices) {
+  return devices.contains("cuda");
+}
+
+void gpipe::buildInferencePipeline(OpPassManager &pm, bool fuseAttention) {
   pm.addPass(createFuseGelu());
+  if (fuseAttention)
+    pm.addPass(createFuseAttention());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createSetInferenceMode());
   pm.addPass(createMarkBatchPlacement());
@@ -17,8 +23,11 @@ void gpipe::buildInferencePipeline(OpPassManager &pm) {
 }
 
 void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
-                                       const AppendLossOptions &loss) {
+                                       const AppendLossOptions &loss,
+                                       bool fuseAttention) {
   pm.addPass(createFuseGelu());
+  if (fuseAttention)
+    pm.addPass(createFuseAttention());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createAppendLoss(loss));
 }
@@ -26,7 +35,8 @@ void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
 void gpipe::buildPartitionPipeline(OpPassManager &pm,
                                    const AppendLossOptions &loss,
                                    const PartitionOptions &partition) {
-  buildTrainingModelPipeline(pm, loss);
+  buildTrainingModelPipeline(pm, loss,
+                             !usesCudaDevice(partition.deviceList));
   pm.addPass(createPartition(partition));
 }
 
@@ -86,7 +96,7 @@ void gpipe::registerGPipePipelines() {
   PassPipelineRegistration<>(
       "gpipe-inference-pipeline",
       "An imported nn module to one lowered inference stage",
-      buildInferencePipeline);
+      [](OpPassManager &pm) { buildInferencePipeline(pm); });
   PassPipelineRegistration<PartitionPipelineOptions>(
       "gpipe-partition-pipeline",
       "Append the loss and cut the model into pipeline stages",

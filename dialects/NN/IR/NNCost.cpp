@@ -78,6 +78,19 @@ int64_t MatMulOp::getFlops() {
   return 2 * outputElements(*this) * lhs.getShape().back();
 }
 
+int64_t AttentionOp::getFlops() {
+  auto query = llvm::cast<RankedTensorType>(getQuery().getType());
+  auto value = llvm::cast<RankedTensorType>(getValue().getType());
+  int64_t tq = query.getShape().end()[-2], d = query.getShape().back();
+  int64_t tk = value.getShape().end()[-2], dv = value.getShape().back();
+  int64_t stack = numElements(query) / std::max<int64_t>(tq * d, 1);
+  // The (query, key) pairs scored: a causal kernel skips the keys after
+  // each query. Each pair: a product of D, one of Dv, and about 5 for the
+  // softmax (maximum, exponential, sum, scaling).
+  int64_t pairs = getCausal() ? tq * (tq + 1) / 2 : tq * tk;
+  return stack * pairs * (2 * d + 2 * dv + 5);
+}
+
 /// Whether an NC... shape's maps are one pixel (every spatial size 1).
 static bool isOnePixel(ArrayRef<int64_t> shape) {
   return shape.size() > 2 &&
@@ -269,6 +282,10 @@ StringRef ConvGradInputOp::getKernelFamily() {
 StringRef BatchNormOp::getKernelFamily() { return "batch_norm"; }
 StringRef LayerNormOp::getKernelFamily() { return "layer_norm"; }
 StringRef SoftmaxOp::getKernelFamily() { return "softmax"; }
+// Fused attention: tiles of products of stacks of matrices with the
+// softmax between them, timed by its FLOPs (a profile calibrated before
+// the family had its own fit prices it as batched_matmul).
+StringRef AttentionOp::getKernelFamily() { return "attention"; }
 StringRef CumSumOp::getKernelFamily() { return "elementwise"; }
 StringRef LogSoftmaxOp::getKernelFamily() { return "softmax"; }
 // 2-D max pooling is the CPU backend's own loop over plain maps (a pass

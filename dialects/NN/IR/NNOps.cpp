@@ -155,6 +155,25 @@ LogicalResult LayerNormGradOp::verify() {
   return success();
 }
 
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifySameType(*this, getGradOutput(), getOutput(),
+                            "grad_output and output")) ||
+      failed(verifySameType(*this, getQuery(), getGradQuery(),
+                            "query and grad_query")) ||
+      failed(verifySameType(*this, getKey(), getGradKey(),
+                            "key and grad_key")) ||
+      failed(verifySameType(*this, getValue(), getGradValue(),
+                            "value and grad_value")))
+    return failure();
+  auto output = cast<RankedTensorType>(getOutput().getType());
+  auto logsumexp = cast<RankedTensorType>(getLogsumexp().getType());
+  if (logsumexp.getShape() != output.getShape().drop_back())
+    return emitOpError("logsumexp must be the output's shape without its "
+                       "last dimension, got ")
+           << logsumexp;
+  return success();
+}
+
 LogicalResult SoftmaxGradOp::verify() {
   return verifySameType(*this, getGradOutput(), getOutput(),
                         "grad_output and output");

@@ -335,6 +335,30 @@ def NN_SoftmaxOp : NN_ForwardOp<"softmax",
   let results = (outs NN_Tensor:$output);
 }
 
+def NN_AttentionOp : NN_ForwardOp<"attention",
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface,
+                               ["isDifferentiableResult"]>]> {
+  let summary = "softmax(scale * query key^T + mask) value, as one kernel";
+  let description = [{
+    Scaled dot-product attention over stacks of matrices: `query` is
+    [..., Tq, D], `key` [..., Tk, D] and `value` [..., Tk, Dv] with the
+    same leading dimensions (batch and heads); `output` is [..., Tq, Dv].
+    `mask`, when present, is added to the scores and broadcasts to
+    [..., Tq, Tk] (-inf where a position is masked out); with `causal`,
+    query i sees keys j <= i only (Tq = Tk). gpipe-fuse-attention forms it
+    from what exporters write (MatMul, scale, masked fill, Softmax,
+    MatMul). The kernels never hold the Tq x Tk scores beyond a tile: the
+    forward keeps `logsumexp` ([..., Tq], the log of each row's softmax
+    denominator, with the scores' maximum; not differentiated), from which
+    the backward (attention_grad) recomputes each tile's probabilities.
+  }];
+  let arguments = (ins NN_Tensor:$query, NN_Tensor:$key, NN_Tensor:$value,
+                   Optional<NN_Tensor>:$mask,
+                   DefaultValuedAttr<F32Attr, "1.0">:$scale,
+                   DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs NN_Tensor:$output, NN_Tensor:$logsumexp);
+}
+
 def NN_CumSumOp : NN_ForwardOp<"cumsum",
     [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
   let summary = "Running sum along one axis";
@@ -596,6 +620,22 @@ def NN_SoftmaxGradOp : NN_GradOp<"softmax_grad"> {
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$output,
                    DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs NN_Tensor:$grad_input);
+}
+
+def NN_AttentionGradOp : NN_GradOp<"attention_grad"> {
+  let summary = "Gradients of attention for query, key and value";
+  let description = [{
+    From the output's gradient, the forward's operands, its `output` and
+    its `logsumexp`: each tile's probabilities are recomputed (flash
+    attention's backward), none of the Tq x Tk matrices is kept.
+  }];
+  let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$query,
+                   NN_Tensor:$key, NN_Tensor:$value, NN_Tensor:$output,
+                   NN_Tensor:$logsumexp, Optional<NN_Tensor>:$mask,
+                   DefaultValuedAttr<F32Attr, "1.0">:$scale,
+                   DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs NN_Tensor:$grad_query, NN_Tensor:$grad_key,
+                      NN_Tensor:$grad_value);
 }
 
 def NN_LogSoftmaxGradOp : NN_GradOp<"log_softmax_grad"> {

@@ -625,6 +625,36 @@ LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return softmaxVJP<LogSoftmaxGradOp>(*this, b, resultGrads, operandGrads);
 }
 
+bool AttentionOp::isDifferentiableResult(unsigned index) {
+  return index == 0; // not logsumexp
+}
+
+LogicalResult AttentionOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  // One op recomputes each tile's probabilities from logsumexp and yields
+  // the three gradients. The mask gets none: gpipe-fuse-attention forms
+  // the op only for masks that do not depend on what is trained.
+  SmallVector<Value> operands{resultGrads[0], getQuery(),  getKey(),
+                              getValue(),     getOutput(), getLogsumexp()};
+  if (getMask())
+    operands.push_back(getMask());
+  auto grad = b.create<AttentionGradOp>(
+      getLoc(),
+      TypeRange{getQuery().getType(), getKey().getType(),
+                getValue().getType()},
+      operands,
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("scale",
+                         b.getF32FloatAttr(getScale().convertToDouble())),
+          b.getNamedAttr("causal", b.getBoolAttr(getCausal()))});
+  operandGrads.push_back(grad.getGradQuery());
+  operandGrads.push_back(grad.getGradKey());
+  operandGrads.push_back(grad.getGradValue());
+  if (getMask())
+    operandGrads.push_back(Value());
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

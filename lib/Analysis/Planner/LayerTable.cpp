@@ -182,7 +182,8 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
 }
 
 bool gpipe::timedByFlops(llvm::StringRef family) {
-  return family == "matmul" || family == "batched_matmul" || family == "conv" ||
+  return family == "matmul" || family == "batched_matmul" ||
+         family == "attention" || family == "conv" ||
          family == "depthwise_conv" || family == "narrow_conv" ||
          family == "small_map_conv";
 }

@@ -16,6 +16,7 @@ std::vector<KernelFactoryEntry> convKernels();    // conv and its gradients
 std::vector<KernelFactoryEntry> poolKernels();    // pooling and gradients
 std::vector<KernelFactoryEntry> normKernels();    // batch/layer norm
 std::vector<KernelFactoryEntry> softmaxKernels(); // (log) softmax
+std::vector<KernelFactoryEntry> attentionKernels(); // attention, gradient
 std::vector<KernelFactoryEntry> dropoutKernels(); // dropout and gradient
 std::vector<KernelFactoryEntry> lossKernels();    // cross-entropy
 

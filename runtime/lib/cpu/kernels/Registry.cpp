@@ -5,7 +5,8 @@ namespace gpipe::runtime::cpu {
 
 KernelFactory findKernelFactory(const std::string &kind) {
   for (auto family : {matmulKernels, convKernels, poolKernels, normKernels,
-                      softmaxKernels, dropoutKernels, lossKernels})
+                      softmaxKernels, attentionKernels, dropoutKernels,
+                      lossKernels})
     for (const KernelFactoryEntry &entry : family())
       if (kind == entry.kind)
         return entry.create;
