@@ -45,15 +45,13 @@ constexpr std::string_view kBatchNormGradOperands[] = {"grad_output", "input",
                            kBatchNormGradAttributes[] = {"epsilon", "training"};
 constexpr std::string_view kLayerNormGradOperands[] = {"grad_output", "input",
                                                        "scale"};
-constexpr std::string_view kAttentionOperands[] = {"query", "key", "value",
-                                                   "mask"},
-                           kAttentionResults[] = {"output", "logsumexp"},
-                           kAttentionAttributes[] = {"scale", "causal"},
-                           kAttentionGradOperands[] = {
-                               "grad_output", "query",  "key",  "value",
-                               "output",      "logsumexp", "mask"},
-                           kAttentionGradResults[] = {"grad_query", "grad_key",
-                                                      "grad_value"};
+constexpr std::string_view
+    kAttentionOperands[] = {"query", "key", "value", "mask"},
+    kAttentionResults[] = {"output", "logsumexp"},
+    kAttentionAttributes[] = {"scale", "causal"},
+    kAttentionGradOperands[] = {"grad_output", "query",     "key", "value",
+                                "output",      "logsumexp", "mask"},
+    kAttentionGradResults[] = {"grad_query", "grad_key", "grad_value"};
 constexpr std::string_view kSoftmaxGradOperands[] = {"grad_output", "output"};
 constexpr std::string_view kCrossEntropyGradOperands[] = {"grad_loss", "logits",
                                                           "labels"},

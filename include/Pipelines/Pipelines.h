@@ -39,8 +39,7 @@ void buildTrainingModelPipeline(mlir::OpPassManager &pm,
 bool usesCudaDevice(llvm::StringRef devices);
 
 /// An imported nn module to one lowered inference stage.
-void buildInferencePipeline(mlir::OpPassManager &pm,
-                            bool fuseAttention = true);
+void buildInferencePipeline(mlir::OpPassManager &pm, bool fuseAttention = true);
 
 struct PartitionPipelineOptions
     : public mlir::PassPipelineOptions<PartitionPipelineOptions> {

@@ -952,7 +952,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         double scale = o.getScale().convertToDouble();
         ReferenceAttention att(q, k, mask, scale, o.getCausal());
         int64_t tq = att.tq, tk = att.tk, d = att.d, dv = v.shape.back();
-        RefTensor dq = RefTensor::zeros(q.shape), dk = RefTensor::zeros(k.shape),
+        RefTensor dq = RefTensor::zeros(q.shape),
+                  dk = RefTensor::zeros(k.shape),
                   dvT = RefTensor::zeros(v.shape);
         for (int64_t s = 0; s < att.stack; ++s) {
           std::vector<double> rows;

@@ -470,10 +470,9 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
 int compileInference(const CompileOptions &o, ModuleOp module,
                      const std::vector<std::string> &devices) {
   PassManager pm(module.getContext());
-  buildInferencePipeline(
-      pm, llvm::none_of(devices, [](const std::string &d) {
-        return usesCudaDevice(d);
-      }));
+  buildInferencePipeline(pm, llvm::none_of(devices, [](const std::string &d) {
+                           return usesCudaDevice(d);
+                         }));
   if (failed(pm.run(module)))
     return 1;
   if (o.emit == CompileOutput::Bundle) {

@@ -35,8 +35,7 @@ void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
 void gpipe::buildPartitionPipeline(OpPassManager &pm,
                                    const AppendLossOptions &loss,
                                    const PartitionOptions &partition) {
-  buildTrainingModelPipeline(pm, loss,
-                             !usesCudaDevice(partition.deviceList));
+  buildTrainingModelPipeline(pm, loss, !usesCudaDevice(partition.deviceList));
   pm.addPass(createPartition(partition));
 }
 

@@ -179,6 +179,23 @@ func.func @log_softmax(%x: tensor<3x5xf64>) -> tensor<3x5xf64> {
   %0 = nn.log_softmax %x : (tensor<3x5xf64>) -> tensor<3x5xf64>
   return %0 : tensor<3x5xf64>
 }
+// CHECK: fused_attention: ok
+func.func @fused_attention(%q: tensor<2x2x3x4xf64>, %k: tensor<2x2x5x4xf64>, %v: tensor<2x2x5x3xf64>) -> tensor<2x2x3x3xf64> {
+  %0:2 = nn.attention %q, %k, %v {scale = 0.5 : f32} : (tensor<2x2x3x4xf64>, tensor<2x2x5x4xf64>, tensor<2x2x5x3xf64>) -> (tensor<2x2x3x3xf64>, tensor<2x2x3xf64>)
+  return %0#0 : tensor<2x2x3x3xf64>
+}
+// CHECK: fused_attention_causal: ok
+func.func @fused_attention_causal(%q: tensor<2x4x3xf64>, %k: tensor<2x4x3xf64>, %v: tensor<2x4x2xf64>) -> tensor<2x4x2xf64> {
+  %0:2 = nn.attention %q, %k, %v {causal = true, scale = 0.577 : f32} : (tensor<2x4x3xf64>, tensor<2x4x3xf64>, tensor<2x4x2xf64>) -> (tensor<2x4x2xf64>, tensor<2x4xf64>)
+  return %0#0 : tensor<2x4x2xf64>
+}
+// A mask broadcast over the batch and heads, -inf where a key is hidden.
+// CHECK: fused_attention_mask: ok
+func.func @fused_attention_mask(%q: tensor<2x2x3x4xf64>, %k: tensor<2x2x4x4xf64>, %v: tensor<2x2x4x2xf64>) -> tensor<2x2x3x2xf64> {
+  %m = nn.constant dense<[[[[0.0, 0xFFF0000000000000, -0.5, 0.0], [0.0, 0.0, 0xFFF0000000000000, 1.0], [0xFFF0000000000000, 0.25, 0.0, 0.0]]]]> : tensor<1x1x3x4xf64>
+  %0:2 = nn.attention %q, %k, %v, %m : (tensor<2x2x3x4xf64>, tensor<2x2x4x4xf64>, tensor<2x2x4x2xf64>, tensor<1x1x3x4xf64>) -> (tensor<2x2x3x2xf64>, tensor<2x2x3xf64>)
+  return %0#0 : tensor<2x2x3x2xf64>
+}
 // CHECK: softmax_cross_entropy: ok
 func.func @softmax_cross_entropy(%x: tensor<4x5xf64>) -> tensor<f64> {
   %l = nn.constant dense<[3, 0, 4, 1]> : tensor<4xi64>

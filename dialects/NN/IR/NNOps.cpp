@@ -160,8 +160,8 @@ LogicalResult AttentionGradOp::verify() {
                             "grad_output and output")) ||
       failed(verifySameType(*this, getQuery(), getGradQuery(),
                             "query and grad_query")) ||
-      failed(verifySameType(*this, getKey(), getGradKey(),
-                            "key and grad_key")) ||
+      failed(
+          verifySameType(*this, getKey(), getGradKey(), "key and grad_key")) ||
       failed(verifySameType(*this, getValue(), getGradValue(),
                             "value and grad_value")))
     return failure();

@@ -383,27 +383,31 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
   RankedTensorType value = rankedType(adaptor.getValue());
   int64_t rank = query.getRank();
   if (rank < 2 || key.getRank() != rank || value.getRank() != rank)
-    return emitOptionalError(loc, "'nn.attention' query, key and value must "
-                                  "have one rank of at least 2, got ",
+    return emitOptionalError(loc,
+                             "'nn.attention' query, key and value must "
+                             "have one rank of at least 2, got ",
                              query, ", ", key, " and ", value);
   ArrayRef<int64_t> q = query.getShape(), k = key.getShape(),
                     v = value.getShape();
   if (q.drop_back(2) != k.drop_back(2) || q.drop_back(2) != v.drop_back(2))
-    return emitOptionalError(loc, "'nn.attention' query, key and value must "
-                                  "have the same leading dimensions, got ",
+    return emitOptionalError(loc,
+                             "'nn.attention' query, key and value must "
+                             "have the same leading dimensions, got ",
                              query, ", ", key, " and ", value);
   if (q.back() != k.back() || k[rank - 2] != v[rank - 2])
     return emitOptionalError(
-        loc, "'nn.attention' needs query [..., Tq, D], key [..., Tk, D] and "
-             "value [..., Tk, Dv], got ",
+        loc,
+        "'nn.attention' needs query [..., Tq, D], key [..., Tk, D] and "
+        "value [..., Tk, Dv], got ",
         query, ", ", key, " and ", value);
   if (query.getElementType() != key.getElementType() ||
       query.getElementType() != value.getElementType())
     return emitOptionalError(loc, "'nn.attention' operands of different "
                                   "element types");
   if (adaptor.getCausal() && q[rank - 2] != k[rank - 2])
-    return emitOptionalError(loc, "'nn.attention' causal needs as many "
-                                  "queries as keys, got ",
+    return emitOptionalError(loc,
+                             "'nn.attention' causal needs as many "
+                             "queries as keys, got ",
                              q[rank - 2], " and ", k[rank - 2]);
   SmallVector<int64_t> scores(q.drop_back());
   scores.push_back(k[rank - 2]);

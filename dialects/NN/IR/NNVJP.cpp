@@ -640,8 +640,7 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
     operands.push_back(getMask());
   auto grad = b.create<AttentionGradOp>(
       getLoc(),
-      TypeRange{getQuery().getType(), getKey().getType(),
-                getValue().getType()},
+      TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()},
       operands,
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("scale",

@@ -107,8 +107,8 @@ const float *input(const KernelSpec &spec, const char *name,
       bindSlot(spec, spec.operand(name), mem, dnn).get_data_handle());
 }
 
-float *output(const KernelSpec &spec, const char *name,
-              const KernelMemory &mem, OneDnn &dnn) {
+float *output(const KernelSpec &spec, const char *name, const KernelMemory &mem,
+              OneDnn &dnn) {
   return static_cast<float *>(
       bindSlot(spec, spec.result(name), mem, dnn).get_data_handle());
 }
@@ -146,8 +146,8 @@ private:
     std::fill(acc, acc + rows * g.dv, 0.0f);
     for (int64_t j0 = 0, end = g.keyEnd(i0, rows); j0 < end; j0 += kTile) {
       int64_t cols = std::min(kTile, g.tk - j0);
-      gemm('N', 'T', rows, cols, g.d, qs, g.d, ks + j0 * g.d, g.d, 0.0f,
-           scores, cols);
+      gemm('N', 'T', rows, cols, g.d, qs, g.d, ks + j0 * g.d, g.d, 0.0f, scores,
+           cols);
       for (int64_t r = 0; r < rows; ++r) {
         float *row = scores + r * cols;
         float m = maximum[r];
@@ -170,8 +170,8 @@ private:
           for (float *a = acc + r * g.dv, *e = a + g.dv; a < e; ++a)
             *a *= rescale;
       }
-      gemm('N', 'N', rows, g.dv, cols, scores, cols, vs + j0 * g.dv, g.dv,
-           1.0f, acc, g.dv);
+      gemm('N', 'N', rows, g.dv, cols, scores, cols, vs + j0 * g.dv, g.dv, 1.0f,
+           acc, g.dv);
     }
     for (int64_t r = 0; r < rows; ++r) {
       // A row with every key masked out is 0 / 0, NaN, as softmax gives.
@@ -229,8 +229,8 @@ private:
       int64_t first = g.causal ? j0 / kTile * kTile : 0;
       for (int64_t i0 = first; i0 < g.tq; i0 += kTile) {
         int64_t rows = std::min(kTile, g.tq - i0);
-        gemm('N', 'T', rows, cols, g.d, qs + i0 * g.d, g.d, ks + j0 * g.d,
-             g.d, 0.0f, p, cols);
+        gemm('N', 'T', rows, cols, g.d, qs + i0 * g.d, g.d, ks + j0 * g.d, g.d,
+             0.0f, p, cols);
         for (int64_t r = 0; r < rows; ++r) {
           float l = ls[i0 + r];
           for (int64_t c = 0; c < cols; ++c) {
@@ -242,12 +242,12 @@ private:
         gemm('T', 'N', cols, g.dv, rows, p, cols, dos + i0 * g.dv, g.dv, 1.0f,
              dvs + j0 * g.dv, g.dv);
         // dP = dO V^T, then dS = P (dP - delta) scale in its place.
-        gemm('N', 'T', rows, cols, g.dv, dos + i0 * g.dv, g.dv,
-             vs + j0 * g.dv, g.dv, 0.0f, dp, cols);
+        gemm('N', 'T', rows, cols, g.dv, dos + i0 * g.dv, g.dv, vs + j0 * g.dv,
+             g.dv, 0.0f, dp, cols);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c)
-            dp[r * cols + c] = p[r * cols + c] *
-                               (dp[r * cols + c] - delta[i0 + r]) * g.scale;
+            dp[r * cols + c] =
+                p[r * cols + c] * (dp[r * cols + c] - delta[i0 + r]) * g.scale;
         gemm('N', 'N', rows, g.d, cols, dp, cols, ks + j0 * g.d, g.d, 1.0f,
              dqs + i0 * g.d, g.d);
         gemm('T', 'N', cols, g.d, rows, dp, cols, qs + i0 * g.d, g.d, 1.0f,

@@ -11,14 +11,14 @@
 
 namespace gpipe::runtime::cpu {
 
-std::vector<KernelFactoryEntry> matmulKernels();  // gemm, matmul
-std::vector<KernelFactoryEntry> convKernels();    // conv and its gradients
-std::vector<KernelFactoryEntry> poolKernels();    // pooling and gradients
-std::vector<KernelFactoryEntry> normKernels();    // batch/layer norm
-std::vector<KernelFactoryEntry> softmaxKernels(); // (log) softmax
+std::vector<KernelFactoryEntry> matmulKernels();    // gemm, matmul
+std::vector<KernelFactoryEntry> convKernels();      // conv and its gradients
+std::vector<KernelFactoryEntry> poolKernels();      // pooling and gradients
+std::vector<KernelFactoryEntry> normKernels();      // batch/layer norm
+std::vector<KernelFactoryEntry> softmaxKernels();   // (log) softmax
 std::vector<KernelFactoryEntry> attentionKernels(); // attention, gradient
-std::vector<KernelFactoryEntry> dropoutKernels(); // dropout and gradient
-std::vector<KernelFactoryEntry> lossKernels();    // cross-entropy
+std::vector<KernelFactoryEntry> dropoutKernels();   // dropout and gradient
+std::vector<KernelFactoryEntry> lossKernels();      // cross-entropy
 
 /// The factory of `kind` on a CPU device, or null.
 KernelFactory findKernelFactory(const std::string &kind);

@@ -4,9 +4,9 @@
 namespace gpipe::runtime::cpu {
 
 KernelFactory findKernelFactory(const std::string &kind) {
-  for (auto family : {matmulKernels, convKernels, poolKernels, normKernels,
-                      softmaxKernels, attentionKernels, dropoutKernels,
-                      lossKernels})
+  for (auto family :
+       {matmulKernels, convKernels, poolKernels, normKernels, softmaxKernels,
+        attentionKernels, dropoutKernels, lossKernels})
     for (const KernelFactoryEntry &entry : family())
       if (kind == entry.kind)
         return entry.create;
