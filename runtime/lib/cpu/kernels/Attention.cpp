@@ -6,6 +6,7 @@
 #include "Families.h"
 
 #include "ParallelFor.h"
+#include "SoftmaxRows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,25 @@ void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
                              std::to_string(static_cast<int>(status)) + ")");
 }
 
+// The loop of the scores' gradient, compiled for AVX-512, AVX2 and the
+// baseline (the runtime is built for any x86-64; the loader picks the
+// clone the CPU runs).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPIPE_ROW_LOOP                                                         \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GPIPE_ROW_LOOP
+#endif
+
+/// ds[c] = p[c] (ds[c] - delta) scale: a row of the scores' gradient from
+/// the probabilities' (ds holds dP on entry).
+GPIPE_ROW_LOOP void scoreGradientRow(float *ds, const float *p, int64_t cols,
+                                     float delta, float scale) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c)
+    ds[c] = p[c] * (ds[c] - delta) * scale;
+}
+
 /// The shapes of an attention: S stacked problems (batch x heads) of Tq
 /// queries and Tk keys of D features, values of Dv; the additive mask's
 /// offset per problem and its row and column strides (0 where it
@@ -47,15 +67,19 @@ struct Geometry {
   int64_t keyEnd(int64_t i0, int64_t rows) const {
     return causal ? std::min(tk, i0 + rows) : tk;
   }
-  /// scale x + mask at (query i, key j) of problem s; -inf after i when
-  /// causal.
-  float score(int64_t s, int64_t i, int64_t j, float x) const {
-    if (causal && j > i)
-      return -std::numeric_limits<float>::infinity();
-    float y = x * scale;
-    if (mask)
-      y += mask[maskOffset[s] + i * maskRow + j * maskCol];
-    return y;
+  /// Scales the products of query i of problem s with keys [j0, j0 +
+  /// cols) in `row`, adds the mask, hides the keys after i when causal;
+  /// returns the row's maximum.
+  float scores(int64_t s, int64_t i, int64_t j0, int64_t cols,
+               float *row) const {
+    int64_t visible = causal ? std::clamp<int64_t>(i - j0 + 1, 0, cols) : cols;
+    const float *m =
+        mask ? mask + maskOffset[s] + i * maskRow + j0 * maskCol : nullptr;
+    // The mask's last axis is the keys' (step 1) or broadcast (step 0:
+    // one value for the row).
+    if (m && maskCol == 0)
+      return scaleRow(row, cols, visible, scale, *m, nullptr);
+    return scaleRow(row, cols, visible, scale, 0.0f, m);
   }
 };
 
@@ -150,21 +174,13 @@ private:
            cols);
       for (int64_t r = 0; r < rows; ++r) {
         float *row = scores + r * cols;
-        float m = maximum[r];
-        for (int64_t c = 0; c < cols; ++c) {
-          row[c] = g.score(s, i0 + r, j0 + c, row[c]);
-          m = std::max(m, row[c]);
-        }
+        float m = std::max(maximum[r], g.scores(s, i0 + r, j0, cols, row));
         if (m == -inf) { // every key so far masked out
           std::fill(row, row + cols, 0.0f);
           continue;
         }
-        float rescale = std::exp(maximum[r] - m), part = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          row[c] = std::exp(row[c] - m);
-          part += row[c];
-        }
-        sum[r] = sum[r] * rescale + part;
+        float rescale = expApprox(maximum[r] - m);
+        sum[r] = sum[r] * rescale + expShiftedRow(row, cols, m);
         maximum[r] = m;
         if (rescale != 1.0f)
           for (float *a = acc + r * g.dv, *e = a + g.dv; a < e; ++a)
@@ -232,11 +248,8 @@ private:
         gemm('N', 'T', rows, cols, g.d, qs + i0 * g.d, g.d, ks + j0 * g.d, g.d,
              0.0f, p, cols);
         for (int64_t r = 0; r < rows; ++r) {
-          float l = ls[i0 + r];
-          for (int64_t c = 0; c < cols; ++c) {
-            float x = g.score(s, i0 + r, j0 + c, p[r * cols + c]);
-            p[r * cols + c] = std::exp(x - l);
-          }
+          g.scores(s, i0 + r, j0, cols, p + r * cols);
+          expShiftedRow(p + r * cols, cols, ls[i0 + r]);
         }
         // dV[j0 : j0 + cols] += P^T dO[i0 : i0 + rows]
         gemm('T', 'N', cols, g.dv, rows, p, cols, dos + i0 * g.dv, g.dv, 1.0f,
@@ -245,9 +258,8 @@ private:
         gemm('N', 'T', rows, cols, g.dv, dos + i0 * g.dv, g.dv, vs + j0 * g.dv,
              g.dv, 0.0f, dp, cols);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            dp[r * cols + c] =
-                p[r * cols + c] * (dp[r * cols + c] - delta[i0 + r]) * g.scale;
+          scoreGradientRow(dp + r * cols, p + r * cols, cols, delta[i0 + r],
+                           g.scale);
         gemm('N', 'N', rows, g.d, cols, dp, cols, ks + j0 * g.d, g.d, 1.0f,
              dqs + i0 * g.d, g.d);
         gemm('T', 'N', cols, g.d, rows, dp, cols, qs + i0 * g.d, g.d, 1.0f,

@@ -1,0 +1,204 @@
+#include "SoftmaxRows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GPIPE_HAVE_X86_ROWS 1
+#endif
+
+namespace gpipe::runtime::cpu {
+
+namespace {
+
+// x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, Cephes' C1 and
+// C2), exp(r) = 1 + r + r^2 P(r), 2^k by the exponent's bits. Below kLow
+// the result is 0: e^-87 = 1.6e-38 is where exp(r) 2^k would become a
+// subnormal float, whose arithmetic costs a microcode assist of ~100
+// cycles (masked scores, -inf, come by here in every causal row), and
+// next to the row's maximum (exp(0) = 1) such a term changes no sum.
+constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f,
+                kLn2Lo = -2.12194440e-4f, kLow = -87.0f, kHigh = 88.7228394f;
+constexpr float kP[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                        4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+float scalarScale(float *row, int64_t n, int64_t visible, float scale,
+                  float offset, const float *mask) {
+  float m = -kInf;
+  for (int64_t c = 0; c < visible; ++c) {
+    row[c] = row[c] * scale + offset + (mask ? mask[c] : 0.0f);
+    m = m < row[c] ? row[c] : m;
+  }
+  for (int64_t c = visible; c < n; ++c)
+    row[c] = -kInf;
+  return m;
+}
+
+float scalarRow(float *row, int64_t n, float shift) {
+  float sum = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    row[c] = expApprox(row[c] - shift);
+    sum += row[c];
+  }
+  return sum;
+}
+
+#ifdef GPIPE_HAVE_X86_ROWS
+__attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
+  // max(low, x) and min(high, .) return x where it is NaN.
+  __m512 v = _mm512_min_ps(_mm512_set1_ps(kHigh),
+                           _mm512_max_ps(_mm512_set1_ps(kLow), x));
+  __m512 k = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(v, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), v);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i)
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r,
+                      _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512i bits = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+  __mmask16 below = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
+  return _mm512_mask_blend_ps(below, y, _mm512_setzero_ps());
+}
+
+__attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
+                                                   float shift) {
+  __m512 s = _mm512_set1_ps(shift), sum = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    __m512 y = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + c), s));
+    _mm512_storeu_ps(row + c, y);
+    sum = _mm512_add_ps(sum, y);
+  }
+  if (c < n) {
+    __mmask16 m = static_cast<__mmask16>((1u << (n - c)) - 1);
+    __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), s));
+    _mm512_mask_storeu_ps(row + c, m, y);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, y));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+__attribute__((target("avx512f"))) float avx512Scale(float *row, int64_t n,
+                                                     int64_t visible,
+                                                     float scale, float offset,
+                                                     const float *mask) {
+  __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset),
+         m = _mm512_set1_ps(-kInf);
+  for (int64_t c = 0; c < n; c += 16) {
+    int64_t left = std::min<int64_t>(16, visible - c), all = n - c;
+    __mmask16 seen = left <= 0    ? 0
+                     : left >= 16 ? static_cast<__mmask16>(0xffff)
+                                  : static_cast<__mmask16>((1u << left) - 1);
+    __mmask16 in = all >= 16 ? static_cast<__mmask16>(0xffff)
+                             : static_cast<__mmask16>((1u << all) - 1);
+    __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(seen, row + c), s, o);
+    if (mask)
+      x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(seen, mask + c));
+    x = _mm512_mask_blend_ps(seen, _mm512_set1_ps(-kInf), x);
+    _mm512_mask_storeu_ps(row + c, in, x);
+    m = _mm512_max_ps(m, x);
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+__attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
+  __m256 v = _mm256_min_ps(_mm256_set1_ps(kHigh),
+                           _mm256_max_ps(_mm256_set1_ps(kLow), x));
+  __m256 k = _mm256_floor_ps(
+      _mm256_fmadd_ps(v, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), v);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i)
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP[i]));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r,
+                      _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  __m256 below = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
+  return _mm256_blendv_ps(y, _mm256_setzero_ps(), below);
+}
+
+__attribute__((target("avx2,fma"))) float avx2Row(float *row, int64_t n,
+                                                  float shift) {
+  __m256 s = _mm256_set1_ps(shift), sum = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    __m256 y = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), s));
+    _mm256_storeu_ps(row + c, y);
+    sum = _mm256_add_ps(sum, y);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  float total = 0;
+  for (float l : lanes)
+    total += l;
+  return total + scalarRow(row + c, n - c, shift);
+}
+
+enum class RowIsa { Avx512, Avx2, Scalar };
+
+RowIsa rowIsa() {
+  static const RowIsa isa =
+      __builtin_cpu_supports("avx512f") ? RowIsa::Avx512
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          ? RowIsa::Avx2
+          : RowIsa::Scalar;
+  return isa;
+}
+#endif
+
+} // namespace
+
+float expApprox(float x) {
+  float v = x < kLow ? kLow : x;
+  v = v > kHigh ? kHigh : v;
+  float k = __builtin_floorf(v * kLog2e + 0.5f);
+  float r = v - k * kLn2Hi - k * kLn2Lo;
+  float p = kP[0];
+  for (int i = 1; i < 6; ++i)
+    p = p * r + kP[i];
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  if (x != x)
+    return x;
+  return x < kLow ? 0.0f : y;
+}
+
+float scaleRow(float *row, int64_t n, int64_t visible, float scale,
+               float offset, const float *mask) {
+#ifdef GPIPE_HAVE_X86_ROWS
+  if (rowIsa() == RowIsa::Avx512)
+    return avx512Scale(row, n, visible, scale, offset, mask);
+#endif
+  return scalarScale(row, n, visible, scale, offset, mask);
+}
+
+float expShiftedRow(float *row, int64_t n, float shift) {
+#ifdef GPIPE_HAVE_X86_ROWS
+  switch (rowIsa()) {
+  case RowIsa::Avx512:
+    return avx512Row(row, n, shift);
+  case RowIsa::Avx2:
+    return avx2Row(row, n, shift);
+  case RowIsa::Scalar:
+    break;
+  }
+#endif
+  return scalarRow(row, n, shift);
+}
+
+} // namespace gpipe::runtime::cpu
