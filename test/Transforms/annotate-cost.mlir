@@ -85,3 +85,18 @@ func.func @gradient_bytes(%x: tensor<4x6xf32>, %b: tensor<6xf32>) -> tensor<6x4x
   %7 = nn.transpose %6 {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
   return %7 : tensor<6x4xf32>
 }
+
+// Attention scores every (query, key) pair, each with a product of D = 8,
+// one of Dv = 8 and 5 for the softmax: 37 FLOPs. Over 2 heads of 130
+// queries and keys: 2 * 130 * 130 * 37. Causal, the kernels skip the
+// 64 x 64 tiles whose keys all come after their queries: query rows
+// [0, 64) score keys [0, 64), rows [64, 128) keys [0, 128), rows 128 and
+// 129 all 130 keys: 2 * (4096 + 8192 + 260) * 37.
+// CHECK-LABEL: func @attention_costs
+// CHECK: nn.attention {{.*}}gpipe.flops = 1250600 : i64
+// CHECK: nn.attention {{.*}}gpipe.flops = 928552 : i64
+func.func @attention_costs(%q: tensor<2x130x8xf32>) -> (tensor<2x130x8xf32>, tensor<2x130x8xf32>) {
+  %0:2 = nn.attention %q, %q, %q : (tensor<2x130x8xf32>, tensor<2x130x8xf32>, tensor<2x130x8xf32>) -> (tensor<2x130x8xf32>, tensor<2x130xf32>)
+  %1:2 = nn.attention %q, %q, %q {causal = true} : (tensor<2x130x8xf32>, tensor<2x130x8xf32>, tensor<2x130x8xf32>) -> (tensor<2x130x8xf32>, tensor<2x130xf32>)
+  return %0#0, %1#0 : tensor<2x130x8xf32>, tensor<2x130x8xf32>
+}

@@ -196,8 +196,9 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
 /// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, Dropout, MatMul), a
 /// residual Add, a transpose there and back, Softmax over D, and a
 /// classifier of the flattened sequence, or with `vocab` a language model's
-/// head: logits of each token over `vocab` classes, attention's two
-/// products of stacks of matrices (softmax(x x^T) x) before the MLP and its
+/// head: logits of each token over `vocab` classes, attention
+/// (softmax(x x^T) x, fused, and again with dropout on the weights,
+/// unfused: two products of stacks of matrices) before the MLP and its
 /// activation GELU as torch.onnx writes it (x * (1 + erf(x / sqrt 2)) * 0.5:
 /// one nn.gelu, the cost model's family "gelu").
 void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
@@ -207,15 +208,27 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
          {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
   std::string mlpInput = "ln";
   if (vocab > 0) {
-    // Attention's products of stacks of matrices (one head, the
-    // normalized sequence as queries, keys and values).
+    // Attention (one head, the normalized sequence as queries, keys and
+    // values), fused into one kernel (the family "attention"), then again
+    // with dropout on the weights, which stays the products of stacks of
+    // matrices (the family "batched_matmul") and a softmax.
     GraphBuilder::attr(g.node("Transpose", "keys", {"ln"}), "perm", {0, 2, 1});
     g.node("MatMul", "scores", {"ln", "keys"});
     GraphBuilder::attr(g.node("Softmax", "weights", {"scores"}), "axis", {-1},
                        /*list=*/false);
     g.node("MatMul", "context", {"weights", "ln"});
     g.node("Add", "attended", {"ln", "context"});
-    mlpInput = "attended";
+    GraphBuilder::attr(g.node("Transpose", "keys2", {"attended"}), "perm",
+                       {0, 2, 1});
+    g.node("MatMul", "scores2", {"attended", "keys2"});
+    GraphBuilder::attr(g.node("Softmax", "weights2", {"scores2"}), "axis", {-1},
+                       /*list=*/false);
+    g.node("Dropout", "weights2_drop",
+           {"weights2", g.init("weights2_ratio", {}, 0, 0.1f),
+            g.flag("weights2_training", true)});
+    g.node("MatMul", "context2", {"weights2_drop", "attended"});
+    g.node("Add", "attended2", {"attended", "context2"});
+    mlpInput = "attended2";
   }
   g.node("MatMul", "up", {mlpInput, g.init("w_up", {d, 4 * d}, 0.05f)});
   if (vocab > 0) {

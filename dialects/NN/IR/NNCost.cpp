@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "NN/IR/NNOps.h"
 
+#include "gpipe/common/KernelKind.h"
+
 using namespace mlir;
 using namespace gpipe::nn;
 
@@ -84,10 +86,20 @@ int64_t AttentionOp::getFlops() {
   int64_t tq = query.getShape().end()[-2], d = query.getShape().back();
   int64_t tk = value.getShape().end()[-2], dv = value.getShape().back();
   int64_t stack = numElements(query) / std::max<int64_t>(tq * d, 1);
-  // The (query, key) pairs scored: a causal kernel skips the keys after
-  // each query. Each pair: a product of D, one of Dv, and about 5 for the
-  // softmax (maximum, exponential, sum, scaling).
-  int64_t pairs = getCausal() ? tq * (tq + 1) / 2 : tq * tk;
+  // The (query, key) pairs scored: a causal kernel skips the tiles whose
+  // keys all come after their queries (tiles of kAttentionTile). Each
+  // pair: a product of D, one of Dv, and about 5 for the softmax
+  // (maximum, exponential, sum, scaling).
+  int64_t pairs = tq * tk;
+  if (getCausal()) {
+    pairs = 0;
+    for (int64_t i0 = 0; i0 < tq; i0 += kAttentionTile) {
+      int64_t rows = std::min(kAttentionTile, tq - i0);
+      int64_t keys = std::min(tk, (i0 + rows + kAttentionTile - 1) /
+                                      kAttentionTile * kAttentionTile);
+      pairs += rows * keys;
+    }
+  }
   return stack * pairs * (2 * d + 2 * dv + 5);
 }
 

@@ -8,11 +8,17 @@
 #define GPIPE_COMMON_KERNELKIND_H
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace gpipe {
+
+/// Queries and keys of the CPU attention kernels' tiles: a causal
+/// attention scores the tiles that hold a key at or before one of their
+/// queries (the compiler counts those pairs as the op's work).
+constexpr int64_t kAttentionTile = 64;
 
 struct KernelKind {
   std::string_view name; // the nn op's name without "nn.": "conv", ...

@@ -16,9 +16,10 @@ namespace gpipe::runtime::cpu {
 
 namespace {
 
-/// Queries and keys of a tile: 64 x 64 scores (16 KiB), with a head of 64
-/// the tile's queries, keys and values too, in the L1 and L2 caches.
-constexpr int64_t kTile = 64;
+/// Queries and keys of a tile (the contract's, which the compiler's cost
+/// counts): 64 x 64 scores (16 KiB), with a head of 64 the tile's queries,
+/// keys and values too, in the L1 and L2 caches.
+constexpr int64_t kTile = kAttentionTile;
 
 /// Row-major C = op(A) op(B) + beta C with oneDNN's sgemm (one thread
 /// inside the kernels' parallel loop).
