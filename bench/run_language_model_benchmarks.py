@@ -17,6 +17,13 @@
 3. Peak memory of that gpipe step (the process's maximum resident set)
    against the compiler's prediction (the sum of the stages' peak memory
    in gpipe-opt's stage table).
+4. A 6-layer GPT (d = 384, 6 heads, sequence 128, vocabulary 4096, batch
+   8): the plan `--plan=auto` picks for both cores and for one core
+   (`--devices=cpu:0`), against PyTorch eager on the same cores (both
+   cores: the faster of OpenBLAS on 2 threads and on 1 with 2 PyTorch
+   threads; one core: 1 thread, OpenBLAS on 1), and each step's model
+   FLOP/s (3 x the forward FLOPs the compiler counts) against oneDNN's
+   float32 matmul on those cores (`gpipe-bench matmul 1024 1024 1024`).
 
 usage: bench/run_language_model_benchmarks.py [--build build]
        [--out docs/language-model-benchmarks.md] [--rounds 3] [--steps 3]
@@ -53,15 +60,29 @@ def gpt2_small():
     return language_models.GPT(triu=False, dim=768, heads=12, layers=12)
 
 
+SMALL_SEQ, SMALL_VOCAB = 128, 4096
+
+
+def gpt_6x384():
+    language_models.SEQ, language_models.VOCAB = SMALL_SEQ, SMALL_VOCAB
+    torch.manual_seed(0)
+    return language_models.GPT(triu=False, dim=384, heads=6, layers=6)
+
+
+TORCH_MODELS = {"gpt2_small": (gpt2_small, SEQ, VOCAB),
+                "gpt_6x384": (gpt_6x384, SMALL_SEQ, SMALL_VOCAB)}
+
+
 def densenet121():
     torch.manual_seed(0)
     return torchvision.models.densenet121(num_classes=1000)
 
 
-def compile_pipeline(build, onnx_path, bundle, profile, best=False):
+def compile_pipeline(build, onnx_path, bundle, profile, best=False,
+                     devices="cpu:0-1"):
     """Returns (seconds, gpipe-opt's output): the two-stage pipeline, or
-    with `best` the plan --plan=auto picks for both cores."""
-    plan = (["--devices=cpu:0-1"] if best else
+    with `best` the plan --plan=auto picks for `devices`."""
+    plan = ([f"--devices={devices}"] if best else
             [f"--micro-batches={MICRO}", "--devices=cpu:0,cpu:1"])
     start = time.perf_counter()
     proc = subprocess.run(
@@ -96,18 +117,18 @@ def gpipe_step(build, bundle, steps):
         rss_kib / 1024.0
 
 
-def torch_step_worker(steps):
-    threads = os.cpu_count()
+def torch_step_worker(steps, name, threads):
     torch.set_num_threads(threads)
-    model = gpt2_small().train()
+    make, seq, vocab = TORCH_MODELS[name]
+    model = make().train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randint(0, VOCAB, (BATCH, SEQ))
-    y = torch.randint(0, VOCAB, (BATCH, SEQ))
+    x = torch.randint(0, vocab, (BATCH, seq))
+    y = torch.randint(0, vocab, (BATCH, seq))
 
     def step():
         opt.zero_grad()
         logits = model(x)
-        F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)).backward()
+        F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1)).backward()
         opt.step()
 
     for _ in range(2):
@@ -120,17 +141,50 @@ def torch_step_worker(steps):
     print(f"median_s={statistics.median(times)}")
 
 
-def torch_step(steps):
+def torch_step(steps, name="gpt2_small", threads=None, blas_threads=None):
+    """PyTorch's median step: `threads` PyTorch threads (default: every
+    core), OpenBLAS on `blas_threads` (default: as many), pinned to the
+    first `threads` cores."""
+    threads = threads or os.cpu_count()
+    blas = str(blas_threads or threads)
     env = dict(os.environ)
-    threads = str(os.cpu_count())
-    env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
-               MKL_NUM_THREADS=threads)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__),
-                           "--torch-worker", str(steps)], env=env,
-                          capture_output=True, text=True)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=blas,
+               MKL_NUM_THREADS=blas)
+    proc = subprocess.run(
+        ["taskset", "-c", f"0-{threads - 1}", sys.executable,
+         os.path.abspath(__file__), "--torch-worker", str(steps),
+         "--torch-model", name, "--torch-threads", str(threads)],
+        env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"PyTorch worker failed: {proc.stderr}")
     return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1))
+
+
+def matmul_gflops(build, cores):
+    """oneDNN's float32 matmul on `cores` cores (GFLOP/s; 1024^3, median
+    of 30): the peak a step's model FLOP/s is read against."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(cores))
+    out = subprocess.run(
+        ["taskset", "-c", f"0-{cores - 1}",
+         os.path.join(build, "bin", "gpipe-bench"), "matmul", "1024", "1024",
+         "1024", "30"], env=env, capture_output=True, text=True,
+        check=True).stdout
+    seconds = float(re.search(r"median_s=([\d.e+-]+)", out).group(1))
+    return 2 * 1024 ** 3 / seconds / 1e9
+
+
+def forward_flops(output):
+    """The forward FLOPs of one step: each stage's MFLOP per micro-batch
+    times the micro-batches (gpipe-opt's stage table)."""
+    micro = int(re.search(r"in (\d+) micro-batch", output).group(1)) \
+        if re.search(r"in (\d+) micro-batch", output) else 1
+    total = 0.0
+    for line in output.splitlines():
+        m = re.match(r"^\d+\s+(?:\d+\s+)?cpu:\S+\s+\[.*?\)\s+\d+\s+\d+\s+"
+                     r"([\d.]+)\s", line)
+        if m:
+            total += float(m.group(1)) * 1e6
+    return total * micro
 
 
 def main():
@@ -141,9 +195,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--torch-model", default="gpt2_small",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--torch-threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
-        return torch_step_worker(args.torch_worker)
+        return torch_step_worker(args.torch_worker, args.torch_model,
+                                 args.torch_threads or os.cpu_count())
 
     work = tempfile.mkdtemp(prefix="gpipe-lm-bench-")
     # Predictions from this machine's own profile, as users are told to.
@@ -188,6 +246,32 @@ def main():
     def predicted_step(output):
         return float(re.search(r"predicted step ([\d.]+) ms",
                                output).group(1)) / 1e3
+
+    peaks = {2: matmul_gflops(args.build, 2), 1: matmul_gflops(args.build, 1)}
+    gpt2_rate = 3 * forward_flops(best_output) / best / 1e9
+    # The 6-layer GPT: gpipe's best plan on both cores and on one, beside
+    # PyTorch's best on the same cores.
+    small_onnx = os.path.join(work, "gpt6.onnx")
+    export(gpt_6x384(), torch.randint(0, SMALL_VOCAB, (BATCH, SMALL_SEQ)),
+           small_onnx, dynamic=True)
+    small_rows = []
+    for devices, cores in (("cpu:0-1", 2), ("cpu:0", 1)):
+        bundle = os.path.join(work, f"gpt6-{cores}.gpipe")
+        _, out = compile_pipeline(args.build, small_onnx, bundle, profile,
+                                  best=True, devices=devices)
+        plan = re.search(r"^plan: (.*?) \(", out, re.M)
+        step, _ = gpipe_step(args.build, bundle, args.steps)
+        if cores == 2:
+            theirs_small = min(torch_step(args.steps, "gpt_6x384", 2, 2),
+                               torch_step(args.steps, "gpt_6x384", 2, 1))
+        else:
+            theirs_small = torch_step(args.steps, "gpt_6x384", 1, 1)
+        rate = 3 * forward_flops(out) / step / 1e9
+        print(f"6-layer GPT on {devices}: gpipe {step:.3f} s, PyTorch "
+              f"{theirs_small:.3f} s", flush=True)
+        small_rows.append((devices, plan.group(1) if plan else "?", step,
+                           predicted_step(out), theirs_small, rate,
+                           peaks[cores]))
 
     lines = [
         "# Language-model benchmarks",
@@ -237,6 +321,32 @@ def main():
         f"| auto's: `{best_plan.group(1) if best_plan else '?'}` | "
         f"{best:.2f} | {predicted_step(best_output):.2f} | {theirs:.2f} | "
         f"{best / theirs:.2f}x |",
+        "",
+        f"Auto's plan runs {gpt2_rate:.0f} GFLOP/s of model FLOPs (3 x the "
+        f"forward FLOPs the compiler counts), {gpt2_rate / peaks[2]:.0%} of "
+        f"oneDNN's float32 matmul on the two cores ({peaks[2]:.0f} GFLOP/s, "
+        f"`gpipe-bench matmul 1024 1024 1024`, measured in this run).",
+        "",
+        "## A 6-layer GPT on two cores and on one",
+        "",
+        f"The same GPT at 6 layers, d = 384, 6 heads, sequence {SMALL_SEQ}, "
+        f"vocabulary {SMALL_VOCAB}, batch {BATCH}: the plan `--plan=auto` "
+        f"picks for the cores, beside PyTorch eager on the same cores (both "
+        f"cores: the faster of OpenBLAS on 2 threads and on 1, with 2 "
+        f"PyTorch threads; one core: 1 thread, OpenBLAS on 1), medians "
+        f"over {args.steps} steps; model GFLOP/s against oneDNN's float32 "
+        f"matmul on those cores.",
+        "",
+        "| cores | gpipe's plan | gpipe s | predicted s | PyTorch s | "
+        "gpipe / PyTorch | model GFLOP/s | of matmul peak |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for devices, plan, step, pred, theirs_small, rate, peak in small_rows:
+        lines.append(
+            f"| {devices} | `{plan}` | {step:.3f} | {pred:.3f} | "
+            f"{theirs_small:.3f} | {step / theirs_small:.2f}x | {rate:.0f} | "
+            f"{rate / peak:.0%} |")
+    lines += [
         "",
         "## Peak memory",
         "",

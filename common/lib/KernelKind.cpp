@@ -48,7 +48,7 @@ constexpr std::string_view kLayerNormGradOperands[] = {"grad_output", "input",
 constexpr std::string_view
     kAttentionOperands[] = {"query", "key", "value", "mask"},
     kAttentionResults[] = {"output", "logsumexp"},
-    kAttentionAttributes[] = {"scale", "causal"},
+    kAttentionAttributes[] = {"scale", "causal", "dropout_ratio", "stream"},
     kAttentionGradOperands[] = {"grad_output", "query",     "key", "value",
                                 "output",      "logsumexp", "mask"},
     kAttentionGradResults[] = {"grad_query", "grad_key", "grad_value"};

@@ -46,9 +46,11 @@ def FuseAttention : Pass<"gpipe-fuse-attention"> {
     tile, forward or backward, and skips the tiles a causal mask hides (a
     constant mask that hides exactly the keys after each query becomes
     `causal`). The keys are the transposed keys' source with one transpose
-    (the heads' transposes composed). Values read by other ops, dropout
-    that draws on the weights and masks that are not constants (or
-    Where's boolean conditions) leave the unfused ops as they are.
+    (the heads' transposes composed). Dropout on the weights becomes the
+    op's `dropout_ratio` (and `stream`): the kernels draw the mask the
+    dropout would. Values read by other ops and masks that are not
+    constants (or Where's boolean conditions) leave the unfused ops as
+    they are.
   }];
 }
 

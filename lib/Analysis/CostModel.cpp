@@ -94,6 +94,7 @@ static llvm::StringRef nearestFamily(llvm::StringRef family) {
   return llvm::StringSwitch<llvm::StringRef>(family)
       .Case("batched_matmul", "matmul")
       .Case("attention", "batched_matmul")
+      .Case("attention_dropout", "attention")
       .Case("cross_entropy", "softmax")
       .Case("max_pool", "pooling")
       .Case("narrow_conv", "conv")

@@ -919,6 +919,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         return success();
       })
       .Case([&](AttentionOp o) -> LogicalResult {
+        if (o.isRandom())
+          return o.emitError("reference evaluation of attention with dropout");
         const RefTensor &v = in(o.getValue());
         const RefTensor *mask = o.getMask() ? &in(o.getMask()) : nullptr;
         ReferenceAttention att(in(o.getQuery()), in(o.getKey()), mask,
@@ -944,6 +946,8 @@ LogicalResult Evaluator::evaluate(Operation *op) {
         return success();
       })
       .Case([&](AttentionGradOp o) -> LogicalResult {
+        if (!o.getDropoutRatio().isZero())
+          return o.emitError("reference evaluation of attention with dropout");
         // dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale,
         // dQ = dS K, dK = dS^T Q, from the full P.
         const RefTensor &g = in(o.getGradOutput()), &q = in(o.getQuery()),

@@ -119,25 +119,31 @@ bool isCausal(DenseElementsAttr condition, bool maskedWhen, int64_t tq,
 /// the queries [..., Tq, D] and the transposed keys [..., D, Tk], scaled
 /// by a constant (multiplied or divided; on the product or on the
 /// queries), a masked fill with -inf (`masked_fill`/Where, by a boolean
-/// tensor) or an added constant mask, Softmax over the keys, dropout that
-/// does not draw (evaluation, ratio 0), and the product with the values
-/// [..., Tk, Dv]. Every value between is read by the next op alone (one
-/// with another use stays, and so does the unfused path). Not fused:
-/// dropout that draws on the weights (training nn.TransformerEncoder's
-/// attention), masks computed from trained values, broadcasting products,
-/// other element types than float32.
+/// tensor) or an added constant mask, Softmax over the keys, dropout on
+/// the weights (nn.TransformerEncoder's attention when training: the op's
+/// own, drawing the mask the dropout would), and the product with the
+/// values [..., Tk, Dv]. Every value between is read by the next op alone
+/// (one with another use stays, and so does the unfused path). Not fused:
+/// masks computed from trained values, broadcasting products, other
+/// element types than float32.
 struct AttentionFromParts : OpRewritePattern<nn::MatMulOp> {
   using OpRewritePattern::OpRewritePattern;
 
   LogicalResult matchAndRewrite(nn::MatMulOp op,
                                 PatternRewriter &rewriter) const override {
     Value weights = op.getLhs();
+    // Dropout on the weights: the op's own (the same stream, when the
+    // dropout has one already).
+    double dropoutRatio = 0;
+    int64_t stream = -1;
     if (auto dropout = weights.getDefiningOp<nn::DropoutOp>()) {
-      if (dropout.isRandom())
-        return rewriter.notifyMatchFailure(
-            op, "dropout draws on the attention weights");
       if (!dropout->hasOneUse())
         return failure();
+      if (dropout.isRandom()) {
+        dropoutRatio = dropout.getRatio().convertToDouble();
+        if (std::optional<int64_t> s = dropout.getStream())
+          stream = *s;
+      }
       weights = dropout.getInput();
     }
     auto softmax = weights.getDefiningOp<nn::SoftmaxOp>();
@@ -247,7 +253,11 @@ struct AttentionFromParts : OpRewritePattern<nn::MatMulOp> {
         rewriter.getFusedLoc(locs), operands,
         ArrayRef<NamedAttribute>{
             rewriter.getNamedAttr("scale", rewriter.getF32FloatAttr(scale)),
-            rewriter.getNamedAttr("causal", rewriter.getBoolAttr(causal))});
+            rewriter.getNamedAttr("causal", rewriter.getBoolAttr(causal)),
+            rewriter.getNamedAttr("dropout_ratio",
+                                  rewriter.getF32FloatAttr(dropoutRatio)),
+            rewriter.getNamedAttr("stream",
+                                  rewriter.getI64IntegerAttr(stream))});
     rewriter.replaceOp(op, attention.getOutput());
     return success();
   }

@@ -107,9 +107,13 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     // Random dropouts get model-wide stream numbers before the cuts.
     int64_t stream = 0;
     Builder b(module.getContext());
-    forward.walk([&](nn::DropoutOp d) {
-      if (d.isRandom() && !d.getStreamAttr())
+    forward.walk([&](Operation *op) {
+      if (auto d = dyn_cast<nn::DropoutOp>(op);
+          d && d.isRandom() && !d.getStreamAttr())
         d.setStreamAttr(b.getI64IntegerAttr(stream++));
+      if (auto a = dyn_cast<nn::AttentionOp>(op);
+          a && a.isRandom() && a.getStream() < 0)
+        a.setStreamAttr(b.getI64IntegerAttr(stream++));
     });
 
     table =

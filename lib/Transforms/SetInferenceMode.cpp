@@ -24,6 +24,9 @@ struct SetInferenceModePass
       }
       if (isa<gpipe::nn::DropoutOp, gpipe::nn::BatchNormOp>(op))
         op->setAttr("training", b.getBoolAttr(false));
+      // Attention's dropout on its weights is off too.
+      if (isa<gpipe::nn::AttentionOp>(op))
+        op->setAttr("dropout_ratio", b.getF32FloatAttr(0.0f));
       return WalkResult::advance();
     });
     if (result.wasInterrupted())

@@ -1,10 +1,12 @@
 // The CPU backend's tiled attention and its gradient against the direct
 // definition in double (the whole score matrix, softmax by rows): more
 // queries and keys than a tile (64) and not a multiple of it, a causal mask,
-// and an additive mask broadcast over the batch with hidden keys.
+// an additive mask broadcast over the batch with hidden keys, and dropout
+// on the weights (the reference applies the draws of Random.h).
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"
+#include "Random.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +23,12 @@ namespace {
 struct Sizes {
   int64_t batch, heads, tq, tk, d, dv;
   bool causal = false, mask = false;
+  float dropout = 0;
 };
+
+/// The random state and stream of the dropout cases.
+const RandomState kRandom{/*seed=*/9, /*step=*/4, /*microBatch=*/1};
+constexpr int64_t kStream = 3;
 
 struct AttentionCase : test::KernelSpecBuilder<AttentionCase> {
   Sizes n;
@@ -48,6 +55,8 @@ struct AttentionCase : test::KernelSpecBuilder<AttentionCase> {
           .result("logsumexp", {n.batch, n.heads, n.tq});
     number("scale", {1.0 / std::sqrt(double(n.d))});
     number("causal", {n.causal ? 1.0 : 0.0});
+    number("dropout_ratio", {n.dropout});
+    number("stream", {n.dropout > 0 ? double(kStream) : -1.0});
     arena.assign(static_cast<size_t>(arenaBytes()), 0);
   }
   float *operandData(const std::string &name) {
@@ -74,6 +83,7 @@ struct AttentionCase : test::KernelSpecBuilder<AttentionCase> {
   }
   void run() {
     KernelMemory mem{arena.data(), arena.data()};
+    mem.random = &kRandom;
     cpu::CpuBackend cpu("cpu:0");
     cpu.createKernel(spec, mem)->run();
   }
@@ -94,6 +104,15 @@ struct Reference {
     dk.assign(stack * n.tk * n.d, 0);
     dv.assign(stack * n.tk * n.dv, 0);
     double scale = 1.0 / std::sqrt(double(n.d));
+    uint64_t key = randomStreamKey(kRandom, kStream);
+    // The dropout's factor of weight (s, i, j): 0 or 1 / (1 - ratio).
+    auto dropped = [&](int64_t s, int64_t i, int64_t j) {
+      if (n.dropout == 0)
+        return 1.0;
+      return randomUniform(key, (s * n.tq + i) * n.tk + j) >= n.dropout
+                 ? 1.0 / (1.0 - double(float(n.dropout)))
+                 : 0.0;
+    };
     for (int64_t s = 0; s < stack; ++s) {
       int64_t head = s % n.heads;
       std::vector<double> p(n.tq * n.tk), dp(n.tq * n.tk);
@@ -120,8 +139,9 @@ struct Reference {
           p[i * n.tk + j] = std::exp(p[i * n.tk + j] - lse[s * n.tq + i]);
         for (int64_t c = 0; c < n.dv; ++c)
           for (int64_t j = 0; j < n.tk; ++j)
-            out[(s * n.tq + i) * n.dv + c] +=
-                p[i * n.tk + j] * v[(s * n.tk + j) * n.dv + c];
+            out[(s * n.tq + i) * n.dv + c] += p[i * n.tk + j] *
+                                              dropped(s, i, j) *
+                                              v[(s * n.tk + j) * n.dv + c];
       }
       if (!dOut)
         continue;
@@ -132,6 +152,7 @@ struct Reference {
           for (int64_t c = 0; c < n.dv; ++c)
             x += double(dOut[(s * n.tq + i) * n.dv + c]) *
                  v[(s * n.tk + j) * n.dv + c];
+          x *= dropped(s, i, j);
           dp[i * n.tk + j] = x;
           dot += p[i * n.tk + j] * x;
         }
@@ -144,7 +165,7 @@ struct Reference {
           }
           for (int64_t c = 0; c < n.dv; ++c)
             dv[(s * n.tk + j) * n.dv + c] +=
-                pij * dOut[(s * n.tq + i) * n.dv + c];
+                pij * dropped(s, i, j) * dOut[(s * n.tq + i) * n.dv + c];
         }
       }
     }
@@ -218,6 +239,13 @@ TEST(CpuAttentionKernels, OneTileMatchesDouble) { check({1, 2, 5, 7, 4, 3}); }
 TEST(CpuAttentionKernels, CausalOverSeveralTilesMatchesDouble) {
   Sizes n{2, 3, 130, 130, 32, 16};
   n.causal = true;
+  check(n);
+}
+
+TEST(CpuAttentionKernels, DropoutOnTheWeightsMatchesDouble) {
+  Sizes n{2, 2, 130, 130, 16, 8};
+  n.causal = true;
+  n.dropout = 0.25f;
   check(n);
 }
 

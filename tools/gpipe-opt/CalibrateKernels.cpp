@@ -197,8 +197,8 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
 /// residual Add, a transpose there and back, Softmax over D, and a
 /// classifier of the flattened sequence, or with `vocab` a language model's
 /// head: logits of each token over `vocab` classes, attention
-/// (softmax(x x^T) x, fused, and again with dropout on the weights,
-/// unfused: two products of stacks of matrices) before the MLP and its
+/// (softmax(x x^T) x, fused, and again with dropout on the weights, then
+/// relu(x x^T) x: two products of stacks of matrices) before the MLP and its
 /// activation GELU as torch.onnx writes it (x * (1 + erf(x / sqrt 2)) * 0.5:
 /// one nn.gelu, the cost model's family "gelu").
 void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
@@ -210,8 +210,8 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
   if (vocab > 0) {
     // Attention (one head, the normalized sequence as queries, keys and
     // values), fused into one kernel (the family "attention"), then again
-    // with dropout on the weights, which stays the products of stacks of
-    // matrices (the family "batched_matmul") and a softmax.
+    // with dropout on the weights ("attention_dropout"), then two products
+    // of stacks of matrices with no softmax between ("batched_matmul").
     GraphBuilder::attr(g.node("Transpose", "keys", {"ln"}), "perm", {0, 2, 1});
     g.node("MatMul", "scores", {"ln", "keys"});
     GraphBuilder::attr(g.node("Softmax", "weights", {"scores"}), "axis", {-1},
@@ -228,7 +228,13 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
             g.flag("weights2_training", true)});
     g.node("MatMul", "context2", {"weights2_drop", "attended"});
     g.node("Add", "attended2", {"attended", "context2"});
-    mlpInput = "attended2";
+    GraphBuilder::attr(g.node("Transpose", "keys3", {"attended2"}), "perm",
+                       {0, 2, 1});
+    g.node("MatMul", "scores3", {"attended2", "keys3"});
+    g.node("Relu", "weights3", {"scores3"});
+    g.node("MatMul", "context3", {"weights3", "attended2"});
+    g.node("Add", "attended3", {"attended2", "context3"});
+    mlpInput = "attended3";
   }
   g.node("MatMul", "up", {mlpInput, g.init("w_up", {d, 4 * d}, 0.05f)});
   if (vocab > 0) {

@@ -296,8 +296,12 @@ StringRef LayerNormOp::getKernelFamily() { return "layer_norm"; }
 StringRef SoftmaxOp::getKernelFamily() { return "softmax"; }
 // Fused attention: tiles of products of stacks of matrices with the
 // softmax between them, timed by its FLOPs (a profile calibrated before
-// the family had its own fit prices it as batched_matmul).
-StringRef AttentionOp::getKernelFamily() { return "attention"; }
+// the family had its own fit prices it as batched_matmul); with dropout
+// on its weights a family of its own (a random draw per weight, forward
+// and backward; priced as attention where the profile has no fit).
+StringRef AttentionOp::getKernelFamily() {
+  return isRandom() ? "attention_dropout" : "attention";
+}
 StringRef CumSumOp::getKernelFamily() { return "elementwise"; }
 StringRef LogSoftmaxOp::getKernelFamily() { return "softmax"; }
 // 2-D max pooling is the CPU backend's own loop over plain maps (a pass

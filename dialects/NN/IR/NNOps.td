@@ -351,12 +351,27 @@ def NN_AttentionOp : NN_ForwardOp<"attention",
     forward keeps `logsumexp` ([..., Tq], the log of each row's softmax
     denominator, with the scores' maximum; not differentiated), from which
     the backward (attention_grad) recomputes each tile's probabilities.
+
+    With `dropout_ratio` above 0 the weights are dropped out as nn.dropout
+    drops them when training (each kept with probability 1 - ratio and
+    scaled by 1 / (1 - ratio); weight (i, j) of problem s decided by
+    element (s Tq + i) Tk + j of the random stream `stream`, the mask an
+    nn.dropout of the weights draws), before they multiply the values;
+    evaluation runs without it. gpipe-autodiff numbers the streams (-1:
+    not yet numbered).
   }];
   let arguments = (ins NN_Tensor:$query, NN_Tensor:$key, NN_Tensor:$value,
                    Optional<NN_Tensor>:$mask,
                    DefaultValuedAttr<F32Attr, "1.0">:$scale,
-                   DefaultValuedAttr<BoolAttr, "false">:$causal);
+                   DefaultValuedAttr<BoolAttr, "false">:$causal,
+                   DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
+                   DefaultValuedAttr<I64Attr, "-1">:$stream);
   let results = (outs NN_Tensor:$output, NN_Tensor:$logsumexp);
+  let extraClassDeclaration = [{
+    /// Drops out its weights (training with a ratio above 0): draws
+    /// random numbers.
+    bool isRandom() { return !getDropoutRatio().isZero(); }
+  }];
 }
 
 def NN_CumSumOp : NN_ForwardOp<"cumsum",
@@ -633,7 +648,9 @@ def NN_AttentionGradOp : NN_GradOp<"attention_grad"> {
                    NN_Tensor:$key, NN_Tensor:$value, NN_Tensor:$output,
                    NN_Tensor:$logsumexp, Optional<NN_Tensor>:$mask,
                    DefaultValuedAttr<F32Attr, "1.0">:$scale,
-                   DefaultValuedAttr<BoolAttr, "false">:$causal);
+                   DefaultValuedAttr<BoolAttr, "false">:$causal,
+                   DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
+                   DefaultValuedAttr<I64Attr, "-1">:$stream);
   let results = (outs NN_Tensor:$grad_query, NN_Tensor:$grad_key,
                       NN_Tensor:$grad_value);
 }

@@ -404,6 +404,12 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
       query.getElementType() != value.getElementType())
     return emitOptionalError(loc, "'nn.attention' operands of different "
                                   "element types");
+  double ratio = adaptor.getDropoutRatio().convertToDouble();
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    return emitOptionalError(loc,
+                             "'nn.attention' dropout_ratio must be in "
+                             "[0, 1), got ",
+                             ratio);
   if (adaptor.getCausal() && q[rank - 2] != k[rank - 2])
     return emitOptionalError(loc,
                              "'nn.attention' causal needs as many "

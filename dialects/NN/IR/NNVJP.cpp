@@ -645,7 +645,11 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("scale",
                          b.getF32FloatAttr(getScale().convertToDouble())),
-          b.getNamedAttr("causal", b.getBoolAttr(getCausal()))});
+          b.getNamedAttr("causal", b.getBoolAttr(getCausal())),
+          b.getNamedAttr(
+              "dropout_ratio",
+              b.getF32FloatAttr(getDropoutRatio().convertToDouble())),
+          b.getNamedAttr("stream", b.getI64IntegerAttr(getStream()))});
   operandGrads.push_back(grad.getGradQuery());
   operandGrads.push_back(grad.getGradKey());
   operandGrads.push_back(grad.getGradValue());

@@ -5,7 +5,9 @@
 // skips the tiles after the diagonal.
 #include "Families.h"
 
+#include "DropoutRows.h"
 #include "ParallelFor.h"
+#include "Random.h"
 #include "SoftmaxRows.h"
 
 #include <algorithm>
@@ -63,6 +65,26 @@ struct Geometry {
   const float *mask = nullptr;
   std::vector<int64_t> maskOffset;
   int64_t maskRow = 0, maskCol = 0;
+  /// Dropout on the weights: its ratio (0: none), its stream, and the
+  /// stage's random state and evaluation flag (KernelMemory).
+  float dropout = 0;
+  int64_t stream = -1;
+  const RandomState *random = nullptr;
+  const bool *updateState = nullptr;
+
+  /// Whether this run drops weights out (training; evaluation runs
+  /// without), and the stream's key now.
+  bool dropping(bool backward) const {
+    return dropout > 0 && (backward || !updateState || *updateState);
+  }
+  uint64_t key() const { return randomStreamKey(*random, stream); }
+  /// Drops out `cols` weights of query i of problem s from key j0 (into
+  /// `out`, which may be `in`): element (s Tq + i) Tk + j of the stream.
+  void drop(const float *in, float *out, int64_t s, int64_t i, int64_t j0,
+            int64_t cols, uint64_t key) const {
+    dropoutRange(in, out, cols, (s * tq + i) * tk + j0, key, dropout,
+                 1.0f / (1.0f - dropout));
+  }
 
   /// The tile's first key block past every query of [i0, i0 + rows).
   int64_t keyEnd(int64_t i0, int64_t rows) const {
@@ -100,6 +122,16 @@ Geometry geometry(const KernelSpec &spec, const KernelMemory &mem,
     g.stack *= q[a];
   g.scale = static_cast<float>(spec.number("scale"));
   g.causal = spec.flag("causal");
+  g.dropout = static_cast<float>(spec.number("dropout_ratio"));
+  if (g.dropout > 0) {
+    if (!(g.dropout < 1))
+      spec.fail("dropout_ratio must be in [0, 1)");
+    if (!mem.random)
+      spec.fail("the stage has no random state");
+    g.stream = static_cast<int64_t>(spec.number("stream"));
+    g.random = mem.random;
+    g.updateState = mem.updateState;
+  }
   if (const TensorSlot *mask = spec.optionalOperand("mask")) {
     g.mask = static_cast<const float *>(
         bindSlot(spec, *mask, mem, dnn).get_data_handle());
@@ -149,17 +181,19 @@ public:
 
   void run() override {
     int64_t blocks = (g.tq + kTile - 1) / kTile;
+    bool dropping = g.dropping(/*backward=*/false);
+    uint64_t key = dropping ? g.key() : 0;
     parallelChunks(g.stack * blocks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scores(kTile * kTile), maximum(kTile), sum(kTile);
       for (int64_t task = begin; task < end; ++task)
         block(task / blocks, task % blocks * kTile, scores.data(),
-              maximum.data(), sum.data());
+              maximum.data(), sum.data(), dropping, key);
     });
   }
 
 private:
-  void block(int64_t s, int64_t i0, float *scores, float *maximum,
-             float *sum) const {
+  void block(int64_t s, int64_t i0, float *scores, float *maximum, float *sum,
+             bool dropping, uint64_t key) const {
     const float inf = std::numeric_limits<float>::infinity();
     int64_t rows = std::min(kTile, g.tq - i0);
     const float *qs = q + (s * g.tq + i0) * g.d;
@@ -181,7 +215,10 @@ private:
           continue;
         }
         float rescale = expApprox(maximum[r] - m);
+        // The sum of the weights before dropout: the softmax's.
         sum[r] = sum[r] * rescale + expShiftedRow(row, cols, m);
+        if (dropping)
+          g.drop(row, row, s, i0 + r, j0, cols, key);
         maximum[r] = m;
         if (rescale != 1.0f)
           for (float *a = acc + r * g.dv, *e = a + g.dv; a < e; ++a)
@@ -217,15 +254,24 @@ public:
         dq(dq), dk(dk), dv(dv) {}
 
   void run() override {
+    bool dropping = g.dropping(/*backward=*/true);
+    uint64_t key = dropping ? g.key() : 0;
     parallelChunks(g.stack, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> p(kTile * kTile), dp(kTile * kTile), delta(g.tq);
+      std::vector<float> p(kTile * kTile), dp(kTile * kTile), delta(g.tq),
+          kept(dropping ? kTile * kTile : 0);
       for (int64_t s = begin; s < end; ++s)
-        problem(s, p.data(), dp.data(), delta.data());
+        problem(s, p.data(), dp.data(), delta.data(),
+                dropping ? kept.data() : nullptr, key);
     });
   }
 
 private:
-  void problem(int64_t s, float *p, float *dp, float *delta) const {
+  /// `kept`: a tile for the weights after dropout (null: no dropout).
+  /// With dropout D (the mask over 1 - ratio), O = (P o D) V: dV takes
+  /// the dropped weights, dP = (dO V^T) o D, and rowsum(P dP) =
+  /// rowsum(dO O) still.
+  void problem(int64_t s, float *p, float *dp, float *delta, float *kept,
+               uint64_t key) const {
     const float *qs = q + s * g.tq * g.d, *ks = k + s * g.tk * g.d,
                 *vs = v + s * g.tk * g.dv, *dos = dOut + s * g.tq * g.dv,
                 *os = out + s * g.tq * g.dv, *ls = lse + s * g.tq;
@@ -252,12 +298,22 @@ private:
           g.scores(s, i0 + r, j0, cols, p + r * cols);
           expShiftedRow(p + r * cols, cols, ls[i0 + r]);
         }
+        const float *weights = p;
+        if (kept) {
+          for (int64_t r = 0; r < rows; ++r)
+            g.drop(p + r * cols, kept + r * cols, s, i0 + r, j0, cols, key);
+          weights = kept;
+        }
         // dV[j0 : j0 + cols] += P^T dO[i0 : i0 + rows]
-        gemm('T', 'N', cols, g.dv, rows, p, cols, dos + i0 * g.dv, g.dv, 1.0f,
-             dvs + j0 * g.dv, g.dv);
-        // dP = dO V^T, then dS = P (dP - delta) scale in its place.
+        gemm('T', 'N', cols, g.dv, rows, weights, cols, dos + i0 * g.dv, g.dv,
+             1.0f, dvs + j0 * g.dv, g.dv);
+        // dP = dO V^T (through the dropout's mask), then dS = P (dP -
+        // delta) scale in its place.
         gemm('N', 'T', rows, cols, g.dv, dos + i0 * g.dv, g.dv, vs + j0 * g.dv,
              g.dv, 0.0f, dp, cols);
+        if (kept)
+          for (int64_t r = 0; r < rows; ++r)
+            g.drop(dp + r * cols, dp + r * cols, s, i0 + r, j0, cols, key);
         for (int64_t r = 0; r < rows; ++r)
           scoreGradientRow(dp + r * cols, p + r * cols, cols, delta[i0 + r],
                            g.scale);

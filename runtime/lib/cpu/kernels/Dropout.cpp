@@ -2,7 +2,9 @@
 // numbers of Random.h, split across the device's cores.
 #include "Families.h"
 
+#include "DropoutRows.h"
 #include "ParallelFor.h"
+#include "Random.h"
 
 #include <cstring>
 
@@ -30,8 +32,8 @@ public:
     // loop gives the same mask. A draw is a hash (a few ns): threads pay
     // off from a few thousand elements each.
     parallelChunks(count, 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        out[i] = randomUniform(key, i) >= ratio ? in[i] * scale : 0.0f;
+      dropoutRange(in + begin, out + begin, end - begin, begin, key, ratio,
+                   scale);
     });
   }
 
