@@ -8,6 +8,7 @@
 #include "DropoutRows.h"
 #include "ParallelFor.h"
 #include "Random.h"
+#include "SmallGemm.h"
 #include "SoftmaxRows.h"
 
 #include <algorithm>
@@ -23,16 +24,13 @@ namespace {
 /// keys and values too, in the L1 and L2 caches.
 constexpr int64_t kTile = kAttentionTile;
 
-/// Row-major C = op(A) op(B) + beta C with oneDNN's sgemm (one thread
-/// inside the kernels' parallel loop).
+/// Row-major C = op(A) op(B) + beta C on one thread (inside the kernels'
+/// parallel loop): the AVX-512 loop for small tiles, oneDNN's sgemm for
+/// the rest.
 void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
           int64_t lda, const float *b, int64_t ldb, float beta, float *c,
           int64_t ldc) {
-  dnnl_status_t status =
-      dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success)
-    throw std::runtime_error("attention: oneDNN's sgemm failed (status " +
-                             std::to_string(static_cast<int>(status)) + ")");
+  tileGemm("attention", ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 // The loop of the scores' gradient, compiled for AVX-512, AVX2 and the
