@@ -160,6 +160,38 @@ def torch_step(steps, name="gpt2_small", threads=None, blas_threads=None):
     return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1))
 
 
+def step_breakdown(build, bundle, work, steps):
+    """Where auto's GPT-2-small step goes: gpipe-run --profile-ops over
+    `steps` steps of random tokens. Returns (measured ms, profiled ms,
+    [(category, ms)], [(op, ms a step)] of the ten slowest ops)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    npz = os.path.join(work, "tokens.npz")
+    np.savez(npz, input=rng.integers(0, VOCAB, (2 * BATCH, SEQ)),
+             labels=rng.integers(0, VOCAB, (2 * BATCH, SEQ)))
+    csv_path = os.path.join(work, "ops.csv")
+    out = subprocess.run(
+        [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
+         f"--data={npz}", f"--steps={steps}", "--no-shuffle",
+         f"--profile-ops={csv_path}"], capture_output=True, text=True,
+        check=True).stdout
+    measured = float(re.search(r"step ([\d.]+) ms measured", out).group(1))
+    m = re.search(r"profiled step ([\d.]+) ms: (.*)", out)
+    parts = [(p.rsplit(" ", 1)[0], float(p.rsplit(" ", 1)[1]))
+             for p in m.group(2).split(", ")]
+    ops = []
+    with open(csv_path) as f:
+        next(f)
+        for line in f:
+            op, fwd, bwd, rows = line.strip().rsplit(",", 3)
+            if op.startswith("(runtime)"):
+                continue
+            ops.append((op, (float(fwd) + float(bwd)) * 1e3 *
+                        (BATCH // int(rows))))
+    ops.sort(key=lambda o: -o[1])
+    return measured, float(m.group(1)), parts, ops[:10]
+
+
 def matmul_gflops(build, cores):
     """oneDNN's float32 matmul on `cores` cores (GFLOP/s; 1024^3, median
     of 30): the peak a step's model FLOP/s is read against."""
@@ -239,6 +271,7 @@ def main():
     best_plan = re.search(r"^plan: (.*?) \(", best_output, re.M)
     best, _ = gpipe_step(args.build, best_bundle, args.steps)
     print(f"gpipe best plan step {best:.2f} s", flush=True)
+    breakdown = step_breakdown(args.build, best_bundle, work, args.steps)
     theirs = torch_step(args.steps)
     print(f"PyTorch step {theirs:.2f} s", flush=True)
     predicted = predicted_peak_mib(outputs[gpt])
@@ -326,6 +359,28 @@ def main():
         f"forward FLOPs the compiler counts), {gpt2_rate / peaks[2]:.0%} of "
         f"oneDNN's float32 matmul on the two cores ({peaks[2]:.0f} GFLOP/s, "
         f"`gpipe-bench matmul 1024 1024 1024`, measured in this run).",
+        "",
+        "### Where auto's step goes",
+        "",
+        f"`gpipe-run --profile-ops` over {args.steps} steps of random tokens "
+        f"(each kernel timed, so a step takes longer than above: "
+        f"{breakdown[1]:.0f} ms profiled, {breakdown[0]:.0f} ms measured "
+        f"in the same run); the categories sum to the profiled step.",
+        "",
+        "| part of the step | ms |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {name} | {ms:.1f} |" for name, ms in breakdown[2]]
+    lines += [
+        "",
+        "The ten slowest ops (ONNX node names; forward and backward of a "
+        "step; a fused attention is named by its Softmax):",
+        "",
+        "| op | ms a step |",
+        "| --- | --- |",
+    ]
+    lines += [f"| `{op}` | {ms:.1f} |" for op, ms in breakdown[3]]
+    lines += [
         "",
         "## A 6-layer GPT on two cores and on one",
         "",

@@ -20,19 +20,20 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
+#include <optional>
 #include <string>
 
 namespace gpipe {
 
 /// The rewrites of an imported nn module before its layers are priced and
-/// cut (GELU and, with `fuseAttention`, attention fused; MatMul by W^T and
+/// cut (GELU and, with `attention`, attention fused; MatMul by W^T and
 /// its bias as a Gemm) and the loss appended: what the partitioner, the
 /// plan search and the calibration's layer tables all see. Attention is
-/// fused for CPU devices only: the CUDA backend has no attention kernel
-/// yet and runs the unfused ops (usesCudaDevice).
-void buildTrainingModelPipeline(mlir::OpPassManager &pm,
-                                const AppendLossOptions &loss,
-                                bool fuseAttention = true);
+/// fused for CPU devices only (none: the CUDA backend has no attention
+/// kernel yet and runs the unfused ops; usesCudaDevice).
+void buildTrainingModelPipeline(
+    mlir::OpPassManager &pm, const AppendLossOptions &loss,
+    std::optional<FuseAttentionOptions> attention = FuseAttentionOptions{});
 
 /// Whether a --devices list names a GPU (cuda:N), whose stages run
 /// attention unfused.

@@ -50,8 +50,16 @@ def FuseAttention : Pass<"gpipe-fuse-attention"> {
     op's `dropout_ratio` (and `stream`): the kernels draw the mask the
     dropout would. Values read by other ops and masks that are not
     constants (or Where's boolean conditions) leave the unfused ops as
-    they are.
+    they are, and so do sequences of fewer than `min-keys` keys: there
+    one batched product over every head in one library call runs faster
+    than a tile per head (ViT's 65 tokens, D = 32, one core: 0.33 ms a
+    layer unfused against 0.69 fused; at 64 keys the two tie, at 256 the
+    fused kernels take 9.5 ms against 15.5).
   }];
+  let options = [
+    Option<"minKeys", "min-keys", "int64_t", "128",
+           "The fewest keys an attention is fused for">,
+  ];
 }
 
 def FuseGelu : Pass<"gpipe-fuse-gelu"> {

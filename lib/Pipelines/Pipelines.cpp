@@ -22,12 +22,12 @@ void gpipe::buildInferencePipeline(OpPassManager &pm, bool fuseAttention) {
   pm.addPass(createLowerStage());
 }
 
-void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
-                                       const AppendLossOptions &loss,
-                                       bool fuseAttention) {
+void gpipe::buildTrainingModelPipeline(
+    OpPassManager &pm, const AppendLossOptions &loss,
+    std::optional<FuseAttentionOptions> attention) {
   pm.addPass(createFuseGelu());
-  if (fuseAttention)
-    pm.addPass(createFuseAttention());
+  if (attention)
+    pm.addPass(createFuseAttention(*attention));
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createAppendLoss(loss));
 }
@@ -35,7 +35,10 @@ void gpipe::buildTrainingModelPipeline(OpPassManager &pm,
 void gpipe::buildPartitionPipeline(OpPassManager &pm,
                                    const AppendLossOptions &loss,
                                    const PartitionOptions &partition) {
-  buildTrainingModelPipeline(pm, loss, !usesCudaDevice(partition.deviceList));
+  std::optional<FuseAttentionOptions> attention;
+  if (!usesCudaDevice(partition.deviceList))
+    attention = FuseAttentionOptions{};
+  buildTrainingModelPipeline(pm, loss, attention);
   pm.addPass(createPartition(partition));
 }
 

@@ -127,7 +127,9 @@ bool isCausal(DenseElementsAttr condition, bool maskedWhen, int64_t tq,
 /// masks computed from trained values, broadcasting products, other
 /// element types than float32.
 struct AttentionFromParts : OpRewritePattern<nn::MatMulOp> {
-  using OpRewritePattern::OpRewritePattern;
+  AttentionFromParts(MLIRContext *context, int64_t minKeys)
+      : OpRewritePattern(context), minKeys(minKeys) {}
+  int64_t minKeys;
 
   LogicalResult matchAndRewrite(nn::MatMulOp op,
                                 PatternRewriter &rewriter) const override {
@@ -160,6 +162,8 @@ struct AttentionFromParts : OpRewritePattern<nn::MatMulOp> {
       return rewriter.notifyMatchFailure(op, "broadcasting product");
     int64_t tq = scoresType.getShape()[rank - 2],
             tk = scoresType.getShape()[rank - 1];
+    if (tk < minKeys)
+      return rewriter.notifyMatchFailure(op, "a short sequence");
 
     // The mask: a masked fill with -inf or an added constant.
     Value scores = softmax.getInput();
@@ -264,9 +268,10 @@ struct AttentionFromParts : OpRewritePattern<nn::MatMulOp> {
 };
 
 struct FuseAttention : gpipe::impl::FuseAttentionBase<FuseAttention> {
+  using FuseAttentionBase::FuseAttentionBase;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<AttentionFromParts>(&getContext());
+    patterns.add<AttentionFromParts>(&getContext(), minKeys);
     if (failed(
             applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();

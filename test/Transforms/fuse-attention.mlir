@@ -1,4 +1,8 @@
-// RUN: gpipe-opt %s --split-input-file --gpipe-fuse-attention | FileCheck %s
+// RUN: gpipe-opt %s --split-input-file --gpipe-fuse-attention=min-keys=1 | FileCheck %s
+// RUN: gpipe-opt %s --split-input-file --gpipe-fuse-attention | FileCheck %s --check-prefix=SHORT
+
+// Below 128 keys (the default min-keys) nothing is fused.
+// SHORT-NOT: nn.attention
 
 // A GPT block's attention as torch.onnx writes it: the heads' transposes,
 // q k^T by a constant, masked_fill(tril == 0, -inf) from a constant

@@ -246,6 +246,40 @@ def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     return errors + loss_errors(tag, got, want)
 
 
+def check_long_sequence(triu, gpipe_opt, gpipe_run, work):
+    """A GPT over 130 tokens, which gpipe-opt fuses into one attention
+    kernel per layer (sequences of 128 keys and more; 130 in 3 blocks of
+    44 with the causal tiles skipped), trains as PyTorch does: the mask
+    from a tril buffer or from torch.triu, two stages."""
+    global SEQ
+    saved, SEQ = SEQ, 130
+    try:
+        tag = f"gpt_long{'_triu' if triu else ''}"
+        torch.manual_seed(0)
+        model = GPT(triu)
+        onnx_path = os.path.join(work, tag + ".onnx")
+        export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), onnx_path, True)
+        rc, out = run([gpipe_opt, onnx_path, "--mode=train",
+                       f"--batch-size={BATCH}", "--devices=cpu:0,cpu:1",
+                       "--micro-batches=4", "--emit=stages"])
+        fused = out.count("nn.attention")
+        if rc != 0 or fused != 2 or "causal = true" not in out:
+            return [f"expected 2 fused causal attentions, found {fused}"]
+        x, y = next_tokens(5, -100)
+        data = os.path.join(work, tag + ".npz")
+        np.savez(data, input=x, labels=y)
+        got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
+                         "cpu:0,cpu:1", "adamw", work)
+        if err:
+            return [err]
+        want, _ = pytorch_training.torch_run(
+            model, torch.from_numpy(x), torch.from_numpy(y), 4, "adamw",
+            steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
+        return loss_errors(tag, got, want)
+    finally:
+        SEQ = saved
+
+
 def check_own_loss(kind, dynamic, gpipe_opt, gpipe_run, work):
     """A model that computes its loss (SoftmaxCrossEntropyLoss or
     NegativeLogLikelihoodLoss in the export) trains with
@@ -405,6 +439,12 @@ def main():
         errors = check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work)
         for e in errors:
             print(f"FAIL gpt triu={triu} dynamic={dynamic} {optimizer}: {e}")
+        failed += bool(errors)
+    for triu in (False, True):
+        total += 1
+        errors = check_long_sequence(triu, gpipe_opt, gpipe_run, work)
+        for e in errors:
+            print(f"FAIL long sequence triu={triu}: {e}")
         failed += bool(errors)
     for kind, dynamic in (("nanogpt", False), ("nanogpt", True),
                           ("transposed", False), ("nll", False),

@@ -555,7 +555,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     {
       mlir::PassManager pm(&context);
       // The table of the ops as the compiler prices them.
-      buildTrainingModelPipeline(pm, AppendLossOptions{});
+      // Attention fused at any length: the calibration's sequences are
+      // short (the attention families' fits are for the long ones).
+      FuseAttentionOptions attention;
+      attention.minKeys = 1;
+      buildTrainingModelPipeline(pm, AppendLossOptions{}, attention);
       if (mlir::failed(pm.run(*module)))
         return failure("cannot append the loss to " + onnxPath);
     }

@@ -87,16 +87,17 @@ int64_t AttentionOp::getFlops() {
   int64_t tk = value.getShape().end()[-2], dv = value.getShape().back();
   int64_t stack = numElements(query) / std::max<int64_t>(tq * d, 1);
   // The (query, key) pairs scored: a causal kernel skips the tiles whose
-  // keys all come after their queries (tiles of kAttentionTile). Each
+  // keys all come after their queries (tiles of attentionBlock). Each
   // pair: a product of D, one of Dv, and about 5 for the softmax
   // (maximum, exponential, sum, scaling).
   int64_t pairs = tq * tk;
   if (getCausal()) {
     pairs = 0;
-    for (int64_t i0 = 0; i0 < tq; i0 += kAttentionTile) {
-      int64_t rows = std::min(kAttentionTile, tq - i0);
-      int64_t keys = std::min(tk, (i0 + rows + kAttentionTile - 1) /
-                                      kAttentionTile * kAttentionTile);
+    int64_t bq = std::max<int64_t>(attentionBlock(tq), 1),
+            bk = std::max<int64_t>(attentionBlock(tk), 1);
+    for (int64_t i0 = 0; i0 < tq; i0 += bq) {
+      int64_t rows = std::min(bq, tq - i0);
+      int64_t keys = std::min(tk, (i0 + rows + bk - 1) / bk * bk);
       pairs += rows * keys;
     }
   }

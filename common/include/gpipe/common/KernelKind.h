@@ -15,10 +15,17 @@
 
 namespace gpipe {
 
-/// Queries and keys of the CPU attention kernels' tiles: a causal
-/// attention scores the tiles that hold a key at or before one of their
-/// queries (the compiler counts those pairs as the op's work).
+/// Queries and keys of the CPU attention kernels' tiles: at most 64, and
+/// a sequence of `length` is cut into ceil(length / 64) blocks of equal
+/// size (the last smaller), ceil(length / blocks) each: no sliver of one
+/// token (ViT's 65) as a tile of its own. A causal attention scores the
+/// tiles that hold a key at or before one of their queries (the compiler
+/// counts those pairs as the op's work).
 constexpr int64_t kAttentionTile = 64;
+constexpr int64_t attentionBlock(int64_t length) {
+  int64_t blocks = (length + kAttentionTile - 1) / kAttentionTile;
+  return blocks <= 1 ? length : (length + blocks - 1) / blocks;
+}
 
 struct KernelKind {
   std::string_view name; // the nn op's name without "nn.": "conv", ...

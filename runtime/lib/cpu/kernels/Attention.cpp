@@ -19,9 +19,10 @@ namespace gpipe::runtime::cpu {
 
 namespace {
 
-/// Queries and keys of a tile (the contract's, which the compiler's cost
-/// counts): 64 x 64 scores (16 KiB), with a head of 64 the tile's queries,
-/// keys and values too, in the L1 and L2 caches.
+/// Queries and keys of a tile: at most 64 x 64 scores (16 KiB), with a
+/// head of 64 the tile's queries, keys and values too, in the L1 and L2
+/// caches; a sequence cut into blocks of equal size (attentionBlock, the
+/// contract's, which the compiler's cost counts).
 constexpr int64_t kTile = kAttentionTile;
 
 /// Row-major C = op(A) op(B) + beta C on one thread (inside the kernels'
@@ -58,6 +59,8 @@ GPIPE_ROW_LOOP void scoreGradientRow(float *ds, const float *p, int64_t cols,
 /// broadcasts).
 struct Geometry {
   int64_t stack = 1, tq = 0, tk = 0, d = 0, dv = 0;
+  /// The blocks of queries and of keys (attentionBlock).
+  int64_t bq = 1, bk = 1;
   float scale = 1;
   bool causal = false;
   const float *mask = nullptr;
@@ -116,6 +119,8 @@ Geometry geometry(const KernelSpec &spec, const KernelMemory &mem,
   g.d = q[rank - 1];
   g.tk = v[rank - 2];
   g.dv = v[rank - 1];
+  g.bq = std::max<int64_t>(attentionBlock(g.tq), 1);
+  g.bk = std::max<int64_t>(attentionBlock(g.tk), 1);
   for (size_t a = 0; a + 2 < rank; ++a)
     g.stack *= q[a];
   g.scale = static_cast<float>(spec.number("scale"));
@@ -178,13 +183,13 @@ public:
       : g(std::move(g)), q(q), k(k), v(v), out(out), lse(lse) {}
 
   void run() override {
-    int64_t blocks = (g.tq + kTile - 1) / kTile;
+    int64_t blocks = (g.tq + g.bq - 1) / g.bq;
     bool dropping = g.dropping(/*backward=*/false);
     uint64_t key = dropping ? g.key() : 0;
     parallelChunks(g.stack * blocks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> scores(kTile * kTile), maximum(kTile), sum(kTile);
       for (int64_t task = begin; task < end; ++task)
-        block(task / blocks, task % blocks * kTile, scores.data(),
+        block(task / blocks, task % blocks * g.bq, scores.data(),
               maximum.data(), sum.data(), dropping, key);
     });
   }
@@ -193,7 +198,7 @@ private:
   void block(int64_t s, int64_t i0, float *scores, float *maximum, float *sum,
              bool dropping, uint64_t key) const {
     const float inf = std::numeric_limits<float>::infinity();
-    int64_t rows = std::min(kTile, g.tq - i0);
+    int64_t rows = std::min(g.bq, g.tq - i0);
     const float *qs = q + (s * g.tq + i0) * g.d;
     const float *ks = k + s * g.tk * g.d;
     const float *vs = v + s * g.tk * g.dv;
@@ -201,8 +206,8 @@ private:
     std::fill(maximum, maximum + rows, -inf);
     std::fill(sum, sum + rows, 0.0f);
     std::fill(acc, acc + rows * g.dv, 0.0f);
-    for (int64_t j0 = 0, end = g.keyEnd(i0, rows); j0 < end; j0 += kTile) {
-      int64_t cols = std::min(kTile, g.tk - j0);
+    for (int64_t j0 = 0, end = g.keyEnd(i0, rows); j0 < end; j0 += g.bk) {
+      int64_t cols = std::min(g.bk, g.tk - j0);
       gemm('N', 'T', rows, cols, g.d, qs, g.d, ks + j0 * g.d, g.d, 0.0f, scores,
            cols);
       for (int64_t r = 0; r < rows; ++r) {
@@ -284,12 +289,13 @@ private:
     std::fill(dqs, dqs + g.tq * g.d, 0.0f);
     std::fill(dks, dks + g.tk * g.d, 0.0f);
     std::fill(dvs, dvs + g.tk * g.dv, 0.0f);
-    for (int64_t j0 = 0; j0 < g.tk; j0 += kTile) {
-      int64_t cols = std::min(kTile, g.tk - j0);
-      // Causal: the first query block that sees key j0.
-      int64_t first = g.causal ? j0 / kTile * kTile : 0;
-      for (int64_t i0 = first; i0 < g.tq; i0 += kTile) {
-        int64_t rows = std::min(kTile, g.tq - i0);
+    for (int64_t j0 = 0; j0 < g.tk; j0 += g.bk) {
+      int64_t cols = std::min(g.bk, g.tk - j0);
+      // Causal: the first query block that sees key j0 (Tq = Tk, so the
+      // query blocks are the key blocks).
+      int64_t first = g.causal ? j0 / g.bq * g.bq : 0;
+      for (int64_t i0 = first; i0 < g.tq; i0 += g.bq) {
+        int64_t rows = std::min(g.bq, g.tq - i0);
         gemm('N', 'T', rows, cols, g.d, qs + i0 * g.d, g.d, ks + j0 * g.d, g.d,
              0.0f, p, cols);
         for (int64_t r = 0; r < rows; ++r) {
