@@ -208,8 +208,8 @@ def matmul_gflops(build, cores):
 def forward_flops(output):
     """The forward FLOPs of one step: each stage's MFLOP per micro-batch
     times the micro-batches (gpipe-opt's stage table)."""
-    micro = int(re.search(r"in (\d+) micro-batch", output).group(1)) \
-        if re.search(r"in (\d+) micro-batch", output) else 1
+    m = re.search(r"in (\d+) micro-batch", output)
+    micro = int(m.group(1)) if m else 1
     total = 0.0
     for line in output.splitlines():
         m = re.match(r"^\d+\s+(?:\d+\s+)?cpu:\S+\s+\[.*?\)\s+\d+\s+\d+\s+"

@@ -1,13 +1,21 @@
 //===- Pipelines.cpp - gpipe's pass pipelines -----------------------------===//
 #include "Pipelines/Pipelines.h"
 
+#include "Analysis/CostModel.h"
+
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
 
 bool gpipe::usesCudaDevice(StringRef devices) {
-  return devices.contains("cuda");
+  llvm::Expected<std::vector<Device>> parsed = parseDevices(devices);
+  if (!parsed) { // the partition reports a malformed list
+    llvm::consumeError(parsed.takeError());
+    return false;
+  }
+  return llvm::any_of(
+      *parsed, [](const Device &d) { return d.kind == DeviceKind::Cuda; });
 }
 
 void gpipe::buildInferencePipeline(OpPassManager &pm, bool fuseAttention) {

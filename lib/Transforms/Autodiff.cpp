@@ -155,14 +155,8 @@ struct AutodiffPass : public gpipe::impl::AutodiffBase<AutodiffPass> {
     // that both draw the same mask (gpipe-partition numbers them across
     // the whole model first).
     int64_t stream = 0;
-    for (Operation *op : ops) {
-      if (auto dropout = dyn_cast<nn::DropoutOp>(op);
-          dropout && dropout.isRandom() && !dropout.getStreamAttr())
-        dropout.setStreamAttr(gb.getI64IntegerAttr(stream++));
-      if (auto attention = dyn_cast<nn::AttentionOp>(op);
-          attention && attention.isRandom() && attention.getStream() < 0)
-        attention.setStreamAttr(gb.getI64IntegerAttr(stream++));
-    }
+    for (Operation *op : ops)
+      nn::numberRandomStream(op, stream, gb);
     llvm::StringMap<Value> paramGrads;
     for (Operation *op : llvm::reverse(ops)) {
       SmallVector<Value> resultGrads;

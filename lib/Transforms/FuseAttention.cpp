@@ -9,6 +9,7 @@
 
 #include "NN/IR/NNOps.h"
 
+#include "mlir/Dialect/Traits.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -83,16 +84,13 @@ bool sameLeadingDims(RankedTensorType a, RankedTensorType b) {
 /// Whether `mask` (of the scores' element type, or i1) broadcasts to
 /// `scores` without growing it.
 bool broadcastsTo(RankedTensorType mask, RankedTensorType scores) {
-  if (mask.getRank() > scores.getRank() ||
-      !(mask.getElementType() == scores.getElementType() ||
+  if (!(mask.getElementType() == scores.getElementType() ||
         mask.getElementType().isInteger(1)))
     return false;
-  ArrayRef<int64_t> m = mask.getShape(),
-                    s = scores.getShape().take_back(mask.getRank());
-  for (auto [a, b] : llvm::zip(m, s))
-    if (a != 1 && a != b)
-      return false;
-  return true;
+  SmallVector<int64_t> shape;
+  return OpTrait::util::getBroadcastedShape(scores.getShape(), mask.getShape(),
+                                            shape) &&
+         ArrayRef<int64_t>(shape) == scores.getShape();
 }
 
 /// A boolean constant `where` masks out where it is `maskedWhen`: whether

@@ -107,14 +107,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     // Random dropouts get model-wide stream numbers before the cuts.
     int64_t stream = 0;
     Builder b(module.getContext());
-    forward.walk([&](Operation *op) {
-      if (auto d = dyn_cast<nn::DropoutOp>(op);
-          d && d.isRandom() && !d.getStreamAttr())
-        d.setStreamAttr(b.getI64IntegerAttr(stream++));
-      if (auto a = dyn_cast<nn::AttentionOp>(op);
-          a && a.isRandom() && a.getStream() < 0)
-        a.setStreamAttr(b.getI64IntegerAttr(stream++));
-    });
+    forward.walk([&](Operation *op) { nn::numberRandomStream(op, stream, b); });
 
     table =
         LayerTable::build(forward, optimizerSlots, costs ? &*costs : nullptr);

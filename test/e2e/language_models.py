@@ -233,17 +233,25 @@ def check_gpt(triu, dynamic, optimizer, gpipe_opt, gpipe_run, work):
     if rc != 0 or not m or (int(m.group(1)), int(m.group(2))) != expected:
         errors.append(f"summary {m.group(0) if m else out!r}, PyTorch "
                       f"{expected[0]} trainable tensors ({expected[1]} values)")
-    x, y = next_tokens(3, -100)
+    return errors + train_like_pytorch(model, onnx_path, tag, 3, optimizer,
+                                       gpipe_opt, gpipe_run, work)
+
+
+def train_like_pytorch(model, onnx_path, tag, seed, optimizer, gpipe_opt,
+                       gpipe_run, work):
+    """Trains the export in two stages (M = 4) on next_tokens(seed) and
+    returns its losses' errors against PyTorch's run of `model`."""
+    x, y = next_tokens(seed, -100)
     data = os.path.join(work, tag + ".npz")
     np.savez(data, input=x, labels=y)
     got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
                      "cpu:0,cpu:1", optimizer, work)
     if err:
-        return errors + [err]
+        return [err]
     want, _ = pytorch_training.torch_run(
         model, torch.from_numpy(x), torch.from_numpy(y), 4, optimizer,
         steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
-    return errors + loss_errors(tag, got, want)
+    return loss_errors(tag, got, want)
 
 
 def check_long_sequence(triu, gpipe_opt, gpipe_run, work):
@@ -265,17 +273,8 @@ def check_long_sequence(triu, gpipe_opt, gpipe_run, work):
         fused = out.count("nn.attention")
         if rc != 0 or fused != 2 or "causal = true" not in out:
             return [f"expected 2 fused causal attentions, found {fused}"]
-        x, y = next_tokens(5, -100)
-        data = os.path.join(work, tag + ".npz")
-        np.savez(data, input=x, labels=y)
-        got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
-                         "cpu:0,cpu:1", "adamw", work)
-        if err:
-            return [err]
-        want, _ = pytorch_training.torch_run(
-            model, torch.from_numpy(x), torch.from_numpy(y), 4, "adamw",
-            steps=STEPS, batch=BATCH, samples=SAMPLES, optimizers=OPTIMIZERS)
-        return loss_errors(tag, got, want)
+        return train_like_pytorch(model, onnx_path, tag, 5, "adamw",
+                                  gpipe_opt, gpipe_run, work)
     finally:
         SEQ = saved
 

@@ -226,3 +226,13 @@ LogicalResult SoftmaxCrossEntropyGradOp::verify() {
 
 #define GET_OP_CLASSES
 #include "NN/IR/NNOps.cpp.inc"
+
+void gpipe::nn::numberRandomStream(Operation *op, int64_t &next,
+                                   Builder &builder) {
+  if (auto dropout = dyn_cast<DropoutOp>(op);
+      dropout && dropout.isRandom() && !dropout.getStreamAttr())
+    dropout.setStreamAttr(builder.getI64IntegerAttr(next++));
+  if (auto attention = dyn_cast<AttentionOp>(op);
+      attention && attention.isRandom() && attention.getStream() < 0)
+    attention.setStreamAttr(builder.getI64IntegerAttr(next++));
+}

@@ -15,4 +15,14 @@
 #define GET_OP_CLASSES
 #include "NN/IR/NNOps.h.inc"
 
+namespace gpipe::nn {
+
+/// Gives `op` the random stream `next` (and counts it) when it draws
+/// random numbers and has none yet: dropout when training, attention with
+/// dropout on its weights. Its backward draws from the same stream.
+void numberRandomStream(mlir::Operation *op, int64_t &next,
+                        mlir::Builder &builder);
+
+} // namespace gpipe::nn
+
 #endif // GPIPE_NN_IR_NNOPS_H

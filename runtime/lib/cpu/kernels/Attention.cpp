@@ -19,12 +19,6 @@ namespace gpipe::runtime::cpu {
 
 namespace {
 
-/// Queries and keys of a tile: at most 64 x 64 scores (16 KiB), with a
-/// head of 64 the tile's queries, keys and values too, in the L1 and L2
-/// caches; a sequence cut into blocks of equal size (attentionBlock, the
-/// contract's, which the compiler's cost counts).
-constexpr int64_t kTile = kAttentionTile;
-
 /// Row-major C = op(A) op(B) + beta C on one thread (inside the kernels'
 /// parallel loop): the AVX-512 loop for small tiles, oneDNN's sgemm for
 /// the rest.
@@ -59,7 +53,10 @@ GPIPE_ROW_LOOP void scoreGradientRow(float *ds, const float *p, int64_t cols,
 /// broadcasts).
 struct Geometry {
   int64_t stack = 1, tq = 0, tk = 0, d = 0, dv = 0;
-  /// The blocks of queries and of keys (attentionBlock).
+  /// The blocks of queries and of keys (attentionBlock, the contract's,
+  /// which the compiler's cost counts): tiles of at most 64 x 64 scores
+  /// (16 KiB), with a head of 64 the tile's queries, keys and values too
+  /// in the L1 and L2 caches.
   int64_t bq = 1, bk = 1;
   float scale = 1;
   bool causal = false;
@@ -187,7 +184,7 @@ public:
     bool dropping = g.dropping(/*backward=*/false);
     uint64_t key = dropping ? g.key() : 0;
     parallelChunks(g.stack * blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(kTile * kTile), maximum(kTile), sum(kTile);
+      std::vector<float> scores(g.bq * g.bk), maximum(g.bq), sum(g.bq);
       for (int64_t task = begin; task < end; ++task)
         block(task / blocks, task % blocks * g.bq, scores.data(),
               maximum.data(), sum.data(), dropping, key);
@@ -260,8 +257,8 @@ public:
     bool dropping = g.dropping(/*backward=*/true);
     uint64_t key = dropping ? g.key() : 0;
     parallelChunks(g.stack, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> p(kTile * kTile), dp(kTile * kTile), delta(g.tq),
-          kept(dropping ? kTile * kTile : 0);
+      std::vector<float> p(g.bq * g.bk), dp(g.bq * g.bk), delta(g.tq),
+          kept(dropping ? g.bq * g.bk : 0);
       for (int64_t s = begin; s < end; ++s)
         problem(s, p.data(), dp.data(), delta.data(),
                 dropping ? kept.data() : nullptr, key);

@@ -52,19 +52,6 @@ ConvGeometry convGeometry(const KernelSpec &spec, const TensorSlot &data,
   return g;
 }
 
-/// Row-major C = A B (op(A), op(B) by `ta`, `tb`) with oneDNN's sgemm;
-/// `kind` names the kernel in the error.
-void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
-           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-           float *c, int64_t ldc) {
-  dnnl_status_t status =
-      dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success)
-    throw std::runtime_error(std::string(kind) +
-                             ": oneDNN's sgemm failed (status " +
-                             std::to_string(static_cast<int>(status)) + ")");
-}
-
 /// The weights of the taps a convolution of one group reads, [Cout, Cin x
 /// taps], from its [Cout, Cin, kh, kw] weights: gathered as oneDNN's
 /// kernels convert theirs (ReorderedKernel::bind), constant weights once

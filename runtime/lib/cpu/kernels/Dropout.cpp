@@ -29,8 +29,10 @@ public:
     float scale = 1.0f / (1.0f - ratio);
     uint64_t key = randomStreamKey(*random, stream);
     // Each element's draw depends on its index only: any split of the
-    // loop gives the same mask. A draw is a hash (a few ns): threads pay
-    // off from a few thousand elements each.
+    // loop gives the same mask. A draw is a hash: a few ns in scalar
+    // code, about 0.5 ns in the AVX-512 loop (8192 floats in 4.2 us on one
+    // core); the grain of 4096 elements a thread was chosen for the
+    // scalar cost and has not been measured again.
     parallelChunks(count, 4096, [&](int64_t begin, int64_t end) {
       dropoutRange(in + begin, out + begin, end - begin, begin, key, ratio,
                    scale);

@@ -1,6 +1,8 @@
 #include "OneDnn.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace gpipe::runtime::cpu {
 
@@ -97,6 +99,17 @@ void ReorderedKernel::run() {
   for (auto &[from, to] : after)
     dnnl::reorder(from, to).execute(dnn.stream, from, to);
   dnn.stream.wait();
+}
+
+void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
+           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+           float *c, int64_t ldc) {
+  dnnl_status_t status =
+      dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error(std::string(kind) +
+                             ": oneDNN's sgemm failed (status " +
+                             std::to_string(static_cast<int>(status)) + ")");
 }
 
 } // namespace gpipe::runtime::cpu

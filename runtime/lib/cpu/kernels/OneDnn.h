@@ -36,6 +36,11 @@ memory::desc plainDesc(const dims &shape);
 /// element types.
 memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
                 const KernelMemory &mem, OneDnn &dnn, const dims &shape = {});
+/// Row-major C = op(A) op(B) + beta C (op by `ta`, `tb`: 'N' or 'T') with
+/// oneDNN's sgemm; `kind` names the kernel in the error.
+void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
+           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+           float *c, int64_t ldc);
 /// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones).
 memory::desc anyLayout(const memory &m);
 /// Zeros in the layout of a normalization's scale/shift: the shift changes

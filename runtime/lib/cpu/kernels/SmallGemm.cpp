@@ -1,9 +1,6 @@
 #include "SmallGemm.h"
 
-#include <oneapi/dnnl/dnnl.h>
-
-#include <stdexcept>
-#include <string>
+#include "OneDnn.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -22,17 +19,6 @@ constexpr int64_t kSmallWork = 32 * 32 * 32;
 /// B's rows (k) and columns (n) the loop holds: a transposed B is copied
 /// into a k x n block of this size first.
 constexpr int64_t kSmallSide = 64;
-
-void libraryGemm(const char *kind, char ta, char tb, int64_t m, int64_t n,
-                 int64_t k, const float *a, int64_t lda, const float *b,
-                 int64_t ldb, float beta, float *c, int64_t ldc) {
-  dnnl_status_t status =
-      dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-  if (status != dnnl_success)
-    throw std::runtime_error(std::string(kind) +
-                             ": oneDNN's sgemm failed (status " +
-                             std::to_string(static_cast<int>(status)) + ")");
-}
 
 #ifdef GPIPE_HAVE_X86_GEMM
 /// C rows [i, i + R) x columns [j, j + 16) (`cols` of them valid) =
@@ -103,7 +89,7 @@ void tileGemm(const char *kind, char ta, char tb, int64_t m, int64_t n,
       hasAvx512())
     return smallGemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 #endif
-  libraryGemm(kind, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  sgemm(kind, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 } // namespace gpipe::runtime::cpu
