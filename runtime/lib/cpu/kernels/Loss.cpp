@@ -1,11 +1,16 @@
-// Softmax cross-entropy over integer labels and its gradient: oneDNN's
-// (log-)softmax over the classes, then a pass over the rows for the labels
-// (for a language model's vocabulary the loss is as large as a layer).
+// Softmax cross-entropy over integer labels and its gradient, row by row
+// in vector code on the stage's cores: a row's log-sum-exp from its
+// maximum and a sum of exponentials, never a [rows, classes] buffer of
+// probabilities (a language model's logits are as large as a layer: GPT-2's
+// 50257 classes over 2048 positions are 412 MB).
 #include "Families.h"
 
 #include "KernelShapes.h"
+#include "ParallelFor.h"
+#include "SoftmaxRows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace gpipe::runtime::cpu {
@@ -15,39 +20,26 @@ namespace {
 class CrossEntropyKernel : public Kernel {
 public:
   CrossEntropyKernel(const KernelSpec &spec, const KernelMemory &mem,
-                     OneDnn &dnn, bool gradient)
-      : dnn(dnn), gradient(gradient) {
+                     bool gradient)
+      : gradient(gradient) {
     CrossEntropyShape shape = crossEntropyShape(spec, gradient);
     rows = shape.rows;
     classes = shape.classes;
     ignoreIndex = shape.ignoreIndex;
     labels =
         reinterpret_cast<const int64_t *>(mem.address(spec.operand("labels")));
-    if (gradient)
+    logits =
+        reinterpret_cast<const float *>(mem.address(spec.operand("logits")));
+    if (gradient) {
       seed = reinterpret_cast<const float *>(
           mem.address(spec.operand("grad_loss")));
-    memory logits =
-        bindSlot(spec, spec.operand("logits"), mem, dnn, {rows, classes});
-    // The forward's log-probabilities in a buffer of the kernel's own; the
-    // gradient's probabilities straight into the gradient, scaled after.
-    memory probabilities = gradient
-                               ? bindSlot(spec, spec.result("grad_logits"), mem,
-                                          dnn, {rows, classes})
-                               : memory(plainDesc({rows, classes}), dnn.engine);
-    out =
-        reinterpret_cast<float *>(gradient ? probabilities.get_data_handle()
-                                           : mem.address(spec.result("loss")));
-    logProbabilities =
-        gradient ? nullptr
-                 : static_cast<float *>(probabilities.get_data_handle());
-    dnnl::softmax_v2_forward::desc desc(
-        dnnl::prop_kind::forward_inference,
-        gradient ? dnnl::algorithm::softmax_accurate
-                 : dnnl::algorithm::softmax_log,
-        logits.get_desc(), probabilities.get_desc(), /*axis=*/1);
-    softmax = dnnl::softmax_v2_forward(
-        dnnl::softmax_v2_forward::primitive_desc(desc, dnn.engine));
-    args = {{DNNL_ARG_SRC, logits}, {DNNL_ARG_DST, probabilities}};
+      out = reinterpret_cast<float *>(mem.address(spec.result("grad_logits")));
+    } else {
+      out = reinterpret_cast<float *>(mem.address(spec.result("loss")));
+      rowLoss.resize(static_cast<size_t>(rows));
+    }
+    // A chunk of rows a thread: at least 32K exponentials.
+    grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, classes));
   }
 
   void run() override {
@@ -63,55 +55,67 @@ public:
                                  std::to_string(classes) + ")");
       ++counted;
     }
-    softmax.execute(dnn.stream, args);
-    dnn.stream.wait();
     if (!gradient) {
+      parallelChunks(rows, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          rowLoss[i] = labels[i] == ignoreIndex
+                           ? 0.0
+                           : logSumExp(i) - logits[i * classes + labels[i]];
+      });
+      // Summed in row order: the same loss on any number of threads. No
+      // row counts: 0 / 0, NaN, as PyTorch.
       double total = 0;
-      for (int64_t i = 0; i < rows; ++i)
-        if (labels[i] != ignoreIndex)
-          total -= logProbabilities[i * classes + labels[i]];
-      // No row counts: 0 / 0, NaN, as PyTorch.
+      for (double l : rowLoss)
+        total += l;
       *out = static_cast<float>(total / static_cast<double>(counted));
       return;
     }
     // d loss / d logits = seed / counted x (softmax - one-hot label).
     float scale = *seed / static_cast<float>(counted);
-    for (int64_t i = 0; i < rows; ++i) {
-      float *g = out + i * classes;
-      int64_t label = labels[i];
-      if (label == ignoreIndex) {
-        std::fill(g, g + classes, 0.0f);
-        continue;
+    parallelChunks(rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float *g = out + i * classes;
+        int64_t label = labels[i];
+        if (label == ignoreIndex) {
+          std::fill(g, g + classes, 0.0f);
+          continue;
+        }
+        // exp(x - max) / sum, as a softmax: x - max is exact or nearly
+        // (a float lse would round the shift by up to 4e-6 at logits of 80).
+        const float *row = logits + i * classes;
+        float max = maxOfRow(row, classes);
+        double sum = expSumOfRow(row, classes, max);
+        expScaledRow(row, g, classes, max, static_cast<float>(scale / sum));
+        g[label] -= scale;
       }
-      for (int64_t c = 0; c < classes; ++c)
-        g[c] *= scale;
-      g[label] -= scale;
-    }
+    });
   }
 
 private:
-  OneDnn &dnn;
+  /// log sum_c exp(logits[i, c]), the maximum taken off first.
+  double logSumExp(int64_t i) const {
+    const float *row = logits + i * classes;
+    float max = maxOfRow(row, classes);
+    return max + std::log(expSumOfRow(row, classes, max));
+  }
+
   bool gradient;
-  int64_t rows = 0, classes = 0, ignoreIndex = -100;
-  const float *seed = nullptr, *logProbabilities = nullptr;
+  int64_t rows = 0, classes = 0, ignoreIndex = -100, grain = 1;
+  const float *seed = nullptr, *logits = nullptr;
   const int64_t *labels = nullptr;
   float *out = nullptr;
-  dnnl::primitive softmax;
-  std::unordered_map<int, memory> args;
+  std::vector<double> rowLoss;
 };
 
 std::unique_ptr<Kernel> createCrossEntropy(const KernelSpec &spec,
-                                           const KernelMemory &mem,
-                                           OneDnn &dnn) {
-  return std::make_unique<CrossEntropyKernel>(spec, mem, dnn,
-                                              /*gradient=*/false);
+                                           const KernelMemory &mem, OneDnn &) {
+  return std::make_unique<CrossEntropyKernel>(spec, mem, /*gradient=*/false);
 }
 
 std::unique_ptr<Kernel> createCrossEntropyGrad(const KernelSpec &spec,
                                                const KernelMemory &mem,
-                                               OneDnn &dnn) {
-  return std::make_unique<CrossEntropyKernel>(spec, mem, dnn,
-                                              /*gradient=*/true);
+                                               OneDnn &) {
+  return std::make_unique<CrossEntropyKernel>(spec, mem, /*gradient=*/true);
 }
 
 } // namespace

@@ -47,6 +47,33 @@ float scalarRow(float *row, int64_t n, float shift) {
   return sum;
 }
 
+/// Columns summed in float before the sum moves to double.
+constexpr int64_t kSumBlock = 1024;
+
+float scalarMax(const float *row, int64_t n) {
+  float m = -kInf;
+  for (int64_t c = 0; c < n; ++c)
+    m = m < row[c] ? row[c] : m;
+  return m;
+}
+
+double scalarExpSum(const float *row, int64_t n, float shift) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    float sum = 0;
+    for (int64_t c = b; c < std::min(n, b + kSumBlock); ++c)
+      sum += expApprox(row[c] - shift);
+    total += sum;
+  }
+  return total;
+}
+
+void scalarExpScaled(const float *row, float *out, int64_t n, float shift,
+                     float scale) {
+  for (int64_t c = 0; c < n; ++c)
+    out[c] = scale * expApprox(row[c] - shift);
+}
+
 #ifdef GPIPE_HAVE_X86_ROWS
 __attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
   // max(low, x) and min(high, .) return x where it is NaN.
@@ -85,6 +112,48 @@ __attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, y));
   }
   return _mm512_reduce_add_ps(sum);
+}
+
+__mmask16 tailMask16(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff)
+                    : static_cast<__mmask16>((1u << left) - 1);
+}
+
+__attribute__((target("avx512f"))) float avx512Max(const float *row,
+                                                   int64_t n) {
+  __m512 m = _mm512_set1_ps(-kInf);
+  for (int64_t c = 0; c < n; c += 16)
+    m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-kInf),
+                                              tailMask16(n - c), row + c));
+  return _mm512_reduce_max_ps(m);
+}
+
+__attribute__((target("avx512f"))) double avx512ExpSum(const float *row,
+                                                       int64_t n, float shift) {
+  __m512 s = _mm512_set1_ps(shift);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t c = b, e = std::min(n, b + kSumBlock); c < e; c += 16) {
+      __mmask16 m = tailMask16(e - c);
+      __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), s));
+      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, y));
+    }
+    total += _mm512_reduce_add_ps(sum);
+  }
+  return total;
+}
+
+__attribute__((target("avx512f"))) void avx512ExpScaled(const float *row,
+                                                        float *out, int64_t n,
+                                                        float shift,
+                                                        float scale) {
+  __m512 s = _mm512_set1_ps(shift), k = _mm512_set1_ps(scale);
+  for (int64_t c = 0; c < n; c += 16) {
+    __mmask16 m = tailMask16(n - c);
+    __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), s));
+    _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(k, y));
+  }
 }
 
 __attribute__((target("avx512f"))) float avx512Scale(float *row, int64_t n,
@@ -146,6 +215,39 @@ __attribute__((target("avx2,fma"))) float avx2Row(float *row, int64_t n,
   return total + scalarRow(row + c, n - c, shift);
 }
 
+__attribute__((target("avx2,fma"))) double avx2ExpSum(const float *row,
+                                                      int64_t n, float shift) {
+  __m256 s = _mm256_set1_ps(shift);
+  double total = 0;
+  int64_t c = 0;
+  for (int64_t b = 0; b + 8 <= n; b += kSumBlock) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t e = std::min(n, b + kSumBlock); c + 8 <= e; c += 8)
+      sum =
+          _mm256_add_ps(sum, exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), s)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, sum);
+    float block = 0;
+    for (float l : lanes)
+      block += l;
+    total += block;
+  }
+  return total + scalarExpSum(row + c, n - c, shift);
+}
+
+__attribute__((target("avx2,fma"))) void avx2ExpScaled(const float *row,
+                                                       float *out, int64_t n,
+                                                       float shift,
+                                                       float scale) {
+  __m256 s = _mm256_set1_ps(shift), k = _mm256_set1_ps(scale);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(
+        out + c,
+        _mm256_mul_ps(k, exp8(_mm256_sub_ps(_mm256_loadu_ps(row + c), s))));
+  scalarExpScaled(row + c, out + c, n - c, shift, scale);
+}
+
 enum class RowIsa { Avx512, Avx2, Scalar };
 
 RowIsa rowIsa() {
@@ -199,6 +301,43 @@ float expShiftedRow(float *row, int64_t n, float shift) {
   }
 #endif
   return scalarRow(row, n, shift);
+}
+
+float maxOfRow(const float *row, int64_t n) {
+#ifdef GPIPE_HAVE_X86_ROWS
+  if (rowIsa() == RowIsa::Avx512)
+    return avx512Max(row, n);
+#endif
+  return scalarMax(row, n);
+}
+
+double expSumOfRow(const float *row, int64_t n, float shift) {
+#ifdef GPIPE_HAVE_X86_ROWS
+  switch (rowIsa()) {
+  case RowIsa::Avx512:
+    return avx512ExpSum(row, n, shift);
+  case RowIsa::Avx2:
+    return avx2ExpSum(row, n, shift);
+  case RowIsa::Scalar:
+    break;
+  }
+#endif
+  return scalarExpSum(row, n, shift);
+}
+
+void expScaledRow(const float *row, float *out, int64_t n, float shift,
+                  float scale) {
+#ifdef GPIPE_HAVE_X86_ROWS
+  switch (rowIsa()) {
+  case RowIsa::Avx512:
+    return avx512ExpScaled(row, out, n, shift, scale);
+  case RowIsa::Avx2:
+    return avx2ExpScaled(row, out, n, shift, scale);
+  case RowIsa::Scalar:
+    break;
+  }
+#endif
+  scalarExpScaled(row, out, n, shift, scale);
 }
 
 } // namespace gpipe::runtime::cpu

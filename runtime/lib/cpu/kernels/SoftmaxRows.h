@@ -26,6 +26,19 @@ float scaleRow(float *row, int64_t n, int64_t visible, float scale,
 /// the results.
 float expShiftedRow(float *row, int64_t n, float shift);
 
+/// The maximum of row[0, n) (-inf for n = 0; with NaN entries it may skip
+/// them, and the sums below carry them).
+float maxOfRow(const float *row, int64_t n);
+
+/// The sum of exp(row[c] - shift) for c < n, without storing them: floats
+/// in blocks of 1024 columns, the blocks added in double (a vocabulary's
+/// 50257 classes in float would lose digits to the sum's length).
+double expSumOfRow(const float *row, int64_t n, float shift);
+
+/// out[c] = scale exp(row[c] - shift) for c < n (out may be row).
+void expScaledRow(const float *row, float *out, int64_t n, float shift,
+                  float scale);
+
 } // namespace gpipe::runtime::cpu
 
 #endif // GPIPE_RUNTIME_CPU_KERNELS_SOFTMAXROWS_H
