@@ -25,15 +25,21 @@
    FLOP/s (3 x the forward FLOPs the compiler counts) against oneDNN's
    float32 matmul on those cores (`gpipe-bench matmul 1024 1024 1024`).
 
+5. With `--before-build DIR` (a build of an earlier commit: `git worktree
+   add ../before COMMIT`, then its gpipe-opt, gpipe-run and gpipe-bench):
+   auto's GPT-2-small plan compiled by both builds with the same flags,
+   each step timed and broken down by part of the model (`--profile-ops`),
+   with each process's peak resident set, side by side.
+
 usage: bench/run_language_model_benchmarks.py [--build build]
        [--out docs/language-model-benchmarks.md] [--rounds 3] [--steps 3]
+       [--before-build DIR]
 """
 import argparse
 import datetime
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -107,12 +113,16 @@ def predicted_peak_mib(table):
 
 
 def gpipe_step(build, bundle, steps):
-    """Median step seconds and the child's peak resident set (MiB)."""
-    proc = subprocess.run([os.path.join(build, "bin", "gpipe-bench"), "train",
+    """Median step seconds and the gpipe-bench process's peak resident set
+    (MiB, by /usr/bin/time: getrusage's RUSAGE_CHILDREN would give the
+    largest of every child so far, gpipe-opt's and the calibration's
+    included)."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M",
+                           os.path.join(build, "bin", "gpipe-bench"), "train",
                            bundle, str(steps)], capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"gpipe-bench failed: {proc.stderr}")
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    rss_kib = int(proc.stderr.strip().splitlines()[-1])
     return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1)), \
         rss_kib / 1024.0
 
@@ -192,6 +202,77 @@ def step_breakdown(build, bundle, work, steps):
     return measured, float(m.group(1)), parts, ops[:10]
 
 
+def model_parts(csv_path, runtime_parts):
+    """A --profile-ops table summed by part of the GPT (ms a step): its
+    ops by ONNX node name, then the runtime's own categories."""
+    parts = {}
+    with open(csv_path) as f:
+        next(f)
+        for line in f:
+            op, fwd, bwd, rows = line.strip().rsplit(",", 3)
+            if op.startswith("(runtime)"):
+                continue
+            if "lm_head" in op:
+                part = "the LM head's product"
+            elif re.search(r"/(qkv|proj|fc|out)/MatMul$", op):
+                part = "the layers' linear products (qkv, proj, fc, out)"
+            elif re.search(r"blocks\.\d+/(MatMul|MatMul_1|Mul|Softmax|Where)$",
+                           op):
+                part = "attention (q k^T, scale, mask, softmax, weights v)"
+            elif op == "(loss)":
+                part = "the cross-entropy loss"
+            elif "LayerNorm" in op:
+                part = "layer norms"
+            elif "Gather" in op:
+                part = "embeddings"
+            else:
+                part = "other generated loops (GELU, residuals, split, " \
+                       "transposes)"
+            parts[part] = parts.get(part, 0.0) + \
+                (float(fwd) + float(bwd)) * 1e3 * (BATCH // int(rows))
+    for name in ("gradient sums", "optimizer step", "stage code between them",
+                 "unattributed"):
+        parts[name] = dict(runtime_parts).get(name, 0.0)
+    return parts
+
+
+def source_commit(build):
+    """The commit a CMake build directory was configured from."""
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        source = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", f.read(),
+                           re.M).group(1)
+    return subprocess.run(["git", "-C", source, "rev-parse", "--short",
+                           "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def before_after(args, onnx_path, plan_flags, profile, work):
+    """Auto's GPT-2-small plan compiled and run by --before-build and by
+    --build: per build (commit, step s, peak MiB, profiled ms, measured
+    ms, parts)."""
+    rows = []
+    for tag, build in (("before", args.before_build), ("after", args.build)):
+        bundle = os.path.join(work, f"gpt2-{tag}.gpipe")
+        proc = subprocess.run(
+            [os.path.join(build, "bin", "gpipe-opt"), onnx_path,
+             "--mode=train", f"--batch-size={BATCH}", *plan_flags.split(),
+             f"--device-profile={profile}", "--optimizer=sgd", "--lr=0.01",
+             "-o", bundle], capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"gpipe-opt of {build} failed: {proc.stderr}")
+        tag_work = os.path.join(work, tag)
+        os.makedirs(tag_work, exist_ok=True)
+        measured, profiled, categories, _ = step_breakdown(
+            build, bundle, tag_work, args.steps)
+        step, peak = gpipe_step(build, bundle, args.steps)
+        rows.append((source_commit(build), step, peak, profiled, measured,
+                     model_parts(os.path.join(tag_work, "ops.csv"),
+                                 categories)))
+        print(f"{tag} ({rows[-1][0]}): step {step:.2f} s, peak "
+              f"{rows[-1][2]:.0f} MiB", flush=True)
+    return rows
+
+
 def matmul_gflops(build, cores):
     """oneDNN's float32 matmul on `cores` cores (GFLOP/s; 1024^3, median
     of 30): the peak a step's model FLOP/s is read against."""
@@ -226,6 +307,9 @@ def main():
         ROOT, "docs", "language-model-benchmarks.md"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--before-build",
+                        help="a build of an earlier commit to compare "
+                        "auto's GPT-2-small step with, part by part")
     parser.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--torch-model", default="gpt2_small",
                         help=argparse.SUPPRESS)
@@ -272,6 +356,9 @@ def main():
     best, _ = gpipe_step(args.build, best_bundle, args.steps)
     print(f"gpipe best plan step {best:.2f} s", flush=True)
     breakdown = step_breakdown(args.build, best_bundle, work, args.steps)
+    compared = before_after(
+        args, os.path.join(work, "model1.onnx"), best_plan.group(1), profile,
+        work) if args.before_build and best_plan else None
     theirs = torch_step(args.steps)
     print(f"PyTorch step {theirs:.2f} s", flush=True)
     predicted = predicted_peak_mib(outputs[gpt])
@@ -380,6 +467,28 @@ def main():
         "| --- | --- |",
     ]
     lines += [f"| `{op}` | {ms:.1f} |" for op, ms in breakdown[3]]
+    if compared:
+        (c0, s0, m0, p0, x0, parts0), (c1, s1, m1, p1, x1, parts1) = compared
+        lines += [
+            "",
+            f"### Before and after: {c0} against {c1}",
+            "",
+            f"Auto's plan above compiled by the build of commit {c0} and "
+            f"by this one ({c1}) with the same flags and profile, each run "
+            f"as above (step: `gpipe-bench train`, median of {args.steps}; "
+            f"peak: the process's maximum resident set; parts: "
+            f"`--profile-ops`, ms a step).",
+            "",
+            f"| | {c0} | {c1} |",
+            "| --- | --- | --- |",
+            f"| step s | {s0:.2f} | {s1:.2f} |",
+            f"| peak MiB | {m0:.0f} | {m1:.0f} |",
+            f"| profiled step ms (measured in that run) | {p0:.0f} ({x0:.0f}) "
+            f"| {p1:.0f} ({x1:.0f}) |",
+        ]
+        lines += [f"| {name} | {ms:.1f} | {parts1.get(name, 0.0):.1f} |"
+                  for name, ms in sorted(parts0.items(),
+                                         key=lambda p: -p[1])]
     lines += [
         "",
         "## A 6-layer GPT on two cores and on one",
