@@ -189,47 +189,46 @@ def step_breakdown(build, bundle, work, steps):
     m = re.search(r"profiled step ([\d.]+) ms: (.*)", out)
     parts = [(p.rsplit(" ", 1)[0], float(p.rsplit(" ", 1)[1]))
              for p in m.group(2).split(", ")]
+    ops = sorted(op_times(csv_path), key=lambda o: -o[1])
+    return measured, float(m.group(1)), parts, ops[:10]
+
+
+def op_times(csv_path):
+    """[(ONNX node, ms a step, forward and backward)] of a --profile-ops
+    table, the runtime's own rows left out."""
     ops = []
     with open(csv_path) as f:
         next(f)
         for line in f:
             op, fwd, bwd, rows = line.strip().rsplit(",", 3)
-            if op.startswith("(runtime)"):
-                continue
-            ops.append((op, (float(fwd) + float(bwd)) * 1e3 *
-                        (BATCH // int(rows))))
-    ops.sort(key=lambda o: -o[1])
-    return measured, float(m.group(1)), parts, ops[:10]
+            if not op.startswith("(runtime)"):
+                ops.append((op, (float(fwd) + float(bwd)) * 1e3 *
+                            (BATCH // int(rows))))
+    return ops
 
 
 def model_parts(csv_path, runtime_parts):
     """A --profile-ops table summed by part of the GPT (ms a step): its
     ops by ONNX node name, then the runtime's own categories."""
     parts = {}
-    with open(csv_path) as f:
-        next(f)
-        for line in f:
-            op, fwd, bwd, rows = line.strip().rsplit(",", 3)
-            if op.startswith("(runtime)"):
-                continue
-            if "lm_head" in op:
-                part = "the LM head's product"
-            elif re.search(r"/(qkv|proj|fc|out)/MatMul$", op):
-                part = "the layers' linear products (qkv, proj, fc, out)"
-            elif re.search(r"blocks\.\d+/(MatMul|MatMul_1|Mul|Softmax|Where)$",
-                           op):
-                part = "attention (q k^T, scale, mask, softmax, weights v)"
-            elif op == "(loss)":
-                part = "the cross-entropy loss"
-            elif "LayerNorm" in op:
-                part = "layer norms"
-            elif "Gather" in op:
-                part = "embeddings"
-            else:
-                part = "other generated loops (GELU, residuals, split, " \
-                       "transposes)"
-            parts[part] = parts.get(part, 0.0) + \
-                (float(fwd) + float(bwd)) * 1e3 * (BATCH // int(rows))
+    for op, ms in op_times(csv_path):
+        if "lm_head" in op:
+            part = "the LM head's product"
+        elif re.search(r"/(qkv|proj|fc|out)/MatMul$", op):
+            part = "the layers' linear products (qkv, proj, fc, out)"
+        elif re.search(r"blocks\.\d+/(MatMul|MatMul_1|Mul|Softmax|Where)$",
+                       op):
+            part = "attention (q k^T, scale, mask, softmax, weights v)"
+        elif op == "(loss)":
+            part = "the cross-entropy loss"
+        elif "LayerNorm" in op:
+            part = "layer norms"
+        elif "Gather" in op:
+            part = "embeddings"
+        else:
+            part = "other generated loops (GELU, residuals, split, " \
+                   "transposes)"
+        parts[part] = parts.get(part, 0.0) + ms
     for name in ("gradient sums", "optimizer step", "stage code between them",
                  "unattributed"):
         parts[name] = dict(runtime_parts).get(name, 0.0)

@@ -58,9 +58,10 @@ public:
     if (!gradient) {
       parallelChunks(rows, grain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
-          rowLoss[i] = labels[i] == ignoreIndex
-                           ? 0.0
-                           : logSumExp(i) - logits[i * classes + labels[i]];
+          rowLoss[i] =
+              labels[i] == ignoreIndex
+                  ? 0.0
+                  : logSumExp(rowStats(i)) - logits[i * classes + labels[i]];
       });
       // Summed in row order: the same loss on any number of threads. No
       // row counts: 0 / 0, NaN, as PyTorch.
@@ -82,22 +83,26 @@ public:
         }
         // exp(x - max) / sum, as a softmax: x - max is exact or nearly
         // (a float lse would round the shift by up to 4e-6 at logits of 80).
-        const float *row = logits + i * classes;
-        float max = maxOfRow(row, classes);
-        double sum = expSumOfRow(row, classes, max);
-        expScaledRow(row, g, classes, max, static_cast<float>(scale / sum));
+        RowStats r = rowStats(i);
+        expScaledRow(logits + i * classes, g, classes, r.max,
+                     static_cast<float>(scale / r.sum));
         g[label] -= scale;
       }
     });
   }
 
 private:
-  /// log sum_c exp(logits[i, c]), the maximum taken off first.
-  double logSumExp(int64_t i) const {
+  /// Row i's maximum and sum_c exp(logits[i, c] - max).
+  struct RowStats {
+    float max;
+    double sum;
+  };
+  RowStats rowStats(int64_t i) const {
     const float *row = logits + i * classes;
     float max = maxOfRow(row, classes);
-    return max + std::log(expSumOfRow(row, classes, max));
+    return {max, expSumOfRow(row, classes, max)};
   }
+  static double logSumExp(RowStats r) { return r.max + std::log(r.sum); }
 
   bool gradient;
   int64_t rows = 0, classes = 0, ignoreIndex = -100, grain = 1;

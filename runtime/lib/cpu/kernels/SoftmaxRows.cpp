@@ -96,6 +96,14 @@ __attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
   return _mm512_mask_blend_ps(below, y, _mm512_setzero_ps());
 }
 
+/// The lanes of a 16-float vector that hold the `left` elements still to
+/// come: all for 16 or more, none for 0 or fewer.
+__mmask16 tailMask16(int64_t left) {
+  return left <= 0    ? static_cast<__mmask16>(0)
+         : left >= 16 ? static_cast<__mmask16>(0xffff)
+                      : static_cast<__mmask16>((1u << left) - 1);
+}
+
 __attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
                                                    float shift) {
   __m512 s = _mm512_set1_ps(shift), sum = _mm512_setzero_ps();
@@ -106,17 +114,12 @@ __attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
     sum = _mm512_add_ps(sum, y);
   }
   if (c < n) {
-    __mmask16 m = static_cast<__mmask16>((1u << (n - c)) - 1);
+    __mmask16 m = tailMask16(n - c);
     __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + c), s));
     _mm512_mask_storeu_ps(row + c, m, y);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, y));
   }
   return _mm512_reduce_add_ps(sum);
-}
-
-__mmask16 tailMask16(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << left) - 1);
 }
 
 __attribute__((target("avx512f"))) float avx512Max(const float *row,
@@ -163,12 +166,7 @@ __attribute__((target("avx512f"))) float avx512Scale(float *row, int64_t n,
   __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset),
          m = _mm512_set1_ps(-kInf);
   for (int64_t c = 0; c < n; c += 16) {
-    int64_t left = std::min<int64_t>(16, visible - c), all = n - c;
-    __mmask16 seen = left <= 0    ? 0
-                     : left >= 16 ? static_cast<__mmask16>(0xffff)
-                                  : static_cast<__mmask16>((1u << left) - 1);
-    __mmask16 in = all >= 16 ? static_cast<__mmask16>(0xffff)
-                             : static_cast<__mmask16>((1u << all) - 1);
+    __mmask16 seen = tailMask16(visible - c), in = tailMask16(n - c);
     __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(seen, row + c), s, o);
     if (mask)
       x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(seen, mask + c));
