@@ -137,7 +137,7 @@ run() {
     else
       result FAIL "runtime GoogleTests (gpu-check/gtest.log)"
     fi
-    "$bin/gpipe-run" --version | grep -i cuda || true
+    "$bin/gpipe-run" --list-devices | grep -i cuda || true
     if "$bin/gpipe-run" --calibrate=cuda:0 --output="$work/gpu-profile.json" \
          2>"$work/calibrate.log"; then
       result PASS "GPU profile: $(grep -o 'cuda:0 .*' "$work/calibrate.log" | head -1)"

@@ -27,6 +27,8 @@ config.substitutions.append(
      "protoc --encode=onnx.ModelProto -I/usr/include onnx/onnx.proto"))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%gpipe_src", config.gpipe_src_root))
+config.substitutions.append(("%gpipe_lib",
+                             os.path.join(config.gpipe_obj_root, "lib")))
 # ptxas (CUDA toolkit) checks the PTX of CUDA stages.
 import shutil
 if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):

@@ -1,6 +1,7 @@
 #include "CudaPlugin.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <mutex>
 
@@ -59,6 +60,22 @@ Loaded load() {
 }
 
 } // namespace
+
+std::string cudaPluginSummary() {
+#ifndef GPIPE_HAVE_CUDA
+  return "this runtime was built without CUDA support";
+#else
+  std::string path = pluginPath();
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    return "the CUDA backend " + path +
+           " is not installed: bundles with GPU stages cannot run here";
+  return "backend " + path +
+         " (built with CUDA " GPIPE_CUDA_BUILD_VERSION
+         "; loaded by bundles with GPU stages; --list-devices probes the "
+         "GPUs)";
+#endif
+}
 
 const CudaPluginApi *cudaPlugin(std::string *reason) {
   static std::once_flag once;

@@ -1,6 +1,8 @@
 // The CUDA backend is a plugin: libgpipe_runtime_cuda.so, next to
 // libgpipe_runtime.so, loaded the first time a process asks for a GPU
-// (a cuda:N stage, --calibrate=cuda:N, the device count of --version).
+// (a cuda:N stage, --calibrate=cuda:N, --list-devices). `--version` and
+// CPU bundles never load it: a CPU run maps no CUDA library, and runs where
+// the plugin or the CUDA libraries are absent.
 // Linking cuBLAS into the runtime cost every process ~140 ms of cuBLASLt's
 // initialization at start, `gpipe-run --help` and every gpipe-opt
 // included, whether it used a GPU or not.
@@ -35,6 +37,10 @@ struct CudaPluginApi {
 /// built without CUDA or the library cannot be loaded (`reason` says
 /// which, naming the file and the loader's error).
 const CudaPluginApi *cudaPlugin(std::string *reason);
+
+/// One line on the plugin without loading it: its file and the CUDA it was
+/// built with, or why there is none.
+std::string cudaPluginSummary();
 
 } // namespace gpipe::runtime
 

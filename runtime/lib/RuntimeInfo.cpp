@@ -106,12 +106,14 @@ std::string deviceMissing(const Device &device) {
   return "";
 }
 
-std::string runtimeInfo() {
+std::string runtimeInfo(bool probeGpus) {
   std::string info = "oneDNN " + onednnVersion() + " (CPU kernels), " +
                      std::to_string(std::thread::hardware_concurrency()) +
                      " CPU cores\n";
   std::string reason;
-  if (const CudaPluginApi *cuda = cudaPlugin(&reason)) {
+  if (!probeGpus) {
+    info += "CUDA: " + cudaPluginSummary() + "\n";
+  } else if (const CudaPluginApi *cuda = cudaPlugin(&reason)) {
     int gpus = cuda->deviceCount(&reason);
     info += "CUDA: " + cuda->version() + "; " +
             (gpus > 0 ? std::to_string(gpus) + " device(s)" : reason) + "\n";

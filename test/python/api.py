@@ -169,8 +169,18 @@ check("eval_data may be a DataLoader; its accuracy and loss are returned",
 seen = []
 
 
+cuda_mapped = []
+
+
 def callback(info):
     seen.append((info.step, info.lr))
+    # A CPU run maps no CUDA library: the backend is a plugin loaded for
+    # GPU stages only.
+    with open("/proc/self/maps") as maps:
+        cuda_mapped.extend(line.split()[-1] for line in maps
+                           if any(n in line for n in
+                                  ("libcuda", "libcublas", "libcudnn",
+                                   "libgpipe_runtime_cuda")))
     if info.step == 2:
         info.lr = 1e-4
     if info.step == 4:
@@ -185,6 +195,8 @@ check("a callback changes the learning rate and stops the training",
       np.allclose([r for _, r in seen], [2e-3, 2e-3, 1e-4, 1e-4],
                   rtol=1e-6) and
       bundle3.steps_taken == taken + 4, "%s %r" % (seen, result5))
+check("a CPU training run maps no CUDA library", seen and not cuda_mapped,
+      "mapped: %s" % sorted(set(cuda_mapped)))
 
 # Inference with the trained parameters equals PyTorch in eval mode.
 reference = cnn()

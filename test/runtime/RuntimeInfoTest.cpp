@@ -7,7 +7,8 @@ using namespace gpipe::runtime;
 TEST(RuntimeInfo, ReportsOneDnn) {
   std::string version = onednnVersion();
   EXPECT_FALSE(version.empty());
-  EXPECT_NE(runtimeInfo().find("oneDNN " + version), std::string::npos);
+  EXPECT_NE(runtimeInfo(false).find("oneDNN " + version), std::string::npos);
+  EXPECT_NE(runtimeInfo(true).find("oneDNN " + version), std::string::npos);
 }
 
 TEST(RuntimeInfo, CudaDevicesOrReason) {

@@ -210,10 +210,10 @@ int main(int argc, char **argv) {
                "--output DIR\n"
                "  gpipe-run lm.gpipe --infer --generate=N --prompt=TEXT\n",
                "gpipe-run"};
-  // Computed when asked: the device count loads the CUDA backend.
+  // Describes the CUDA backend without loading it (--list-devices does).
   app.set_version_flag("--version", [] {
     return std::string("gpipe-run ") + gpipe::kVersion + "\n" +
-           gpipe::runtime::runtimeInfo();
+           gpipe::runtime::runtimeInfo(/*probeGpus=*/false);
   });
   std::string bundle;
   app.add_option("bundle", bundle, "The bundle written by gpipe-opt -o")
@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (listDevices) {
-    std::cout << gpipe::runtime::runtimeInfo();
+    std::cout << gpipe::runtime::runtimeInfo(/*probeGpus=*/true);
     return 0;
   }
   if (!calibrate.empty()) {

@@ -54,8 +54,10 @@ double cpuGradientSumBandwidth(size_t workingSetBytes);
 /// thread at least (a tensor of fewer than twice this runs on one thread).
 int64_t parallelGrainBytes();
 
-/// A multi-line description for `gpipe-run --version`.
-std::string runtimeInfo();
+/// A multi-line description for `gpipe-run --version` (`probeGpus` false:
+/// the CUDA backend described, not loaded) and `--list-devices` (true: the
+/// backend loaded and the GPUs counted).
+std::string runtimeInfo(bool probeGpus);
 
 } // namespace gpipe::runtime
 
