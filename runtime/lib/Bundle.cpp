@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -133,6 +134,42 @@ namespace {
                        const std::string &reason) {
   throw BundleError(bundle + ": " + part + ": " + reason);
 }
+
+} // namespace
+
+void readParameters(const Bundle &b, const ParameterBlob &blob,
+                    const std::function<void(int64_t, const char *, int64_t)>
+                        &consume) {
+  std::string path = b.partPath(blob.file);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in)
+    fail(b.path, blob.file, "missing or unreadable (" + path + ")");
+  int64_t size = static_cast<int64_t>(in.tellg());
+  if (size < 0)
+    fail(b.path, blob.file, "missing or unreadable (" + path + ")");
+  if (size != blob.size)
+    fail(b.path, blob.file,
+         "holds " + std::to_string(size) + " bytes, the manifest says " +
+             std::to_string(blob.size));
+  in.seekg(0);
+  std::vector<char> piece(
+      static_cast<size_t>(std::min<int64_t>(size, int64_t(1) << 20)));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int64_t offset = 0; offset < size;) {
+    int64_t n = std::min<int64_t>(size - offset,
+                                  static_cast<int64_t>(piece.size()));
+    if (!in.read(piece.data(), n))
+      fail(b.path, blob.file, "unreadable (" + path + ")");
+    crc = crc32(crc, reinterpret_cast<const Bytef *>(piece.data()),
+                static_cast<uInt>(n));
+    consume(offset, piece.data(), n);
+    offset += n;
+  }
+  if (static_cast<uint32_t>(crc) != blob.crc32)
+    fail(b.path, blob.file, "checksum mismatch (the file is corrupt)");
+}
+
+namespace {
 
 /// An integer of the manifest. get<T>() would also convert a number with a
 /// fraction or an exponent, with undefined behaviour where it is out of T's
@@ -767,14 +804,7 @@ Bundle loadBundle(const std::string &path) {
 
   for (StageSpec &s : b.stages) {
     ParameterBlob &blob = s.parameters;
-    std::string params = readFile(path, blob.file, b.partPath(blob.file));
-    if (static_cast<int64_t>(params.size()) != blob.size)
-      fail(path, blob.file,
-           "holds " + std::to_string(params.size()) +
-               " bytes, the manifest says " + std::to_string(blob.size));
-    if (crc32Of(params.data(), params.size()) != blob.crc32)
-      fail(path, blob.file, "checksum mismatch (the file is corrupt)");
-    blob.data = std::move(params);
+    readParameters(b, blob, [](int64_t, const char *, int64_t) {});
     for (const TensorSlot &t : blob.tensors)
       checkFits(path, t, 0, blob.size);
     std::string lib = readFile(path, s.library, b.partPath(s.library));

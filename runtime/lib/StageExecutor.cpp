@@ -8,13 +8,14 @@ namespace gpipe::runtime {
 StageExecutor::StageExecutor(const Bundle &bundle, StageSpec &spec,
                              std::unique_ptr<DeviceBackend> device)
     : spec(spec), device_(std::move(device)) {
-  ParameterBlob &blob = spec.parameters;
-  if (static_cast<int64_t>(blob.data.size()) != blob.size)
-    throw BundleError(bundle.path + ": " + blob.file +
-                      ": the parameters were not loaded");
+  const ParameterBlob &blob = spec.parameters;
   params_ = device_->allocate(blob.size);
-  device_->copyToDevice(params_.get(), blob.data.data(), blob.size);
-  std::string().swap(blob.data);
+  // Piece by piece from the file (checked again: it may have changed
+  // since loadBundle read it).
+  readParameters(bundle, blob,
+                 [&](int64_t offset, const char *bytes, int64_t size) {
+                   device_->copyToDevice(params_.get() + offset, bytes, size);
+                 });
   allocated = blob.size;
   load(bundle);
 }

@@ -10,6 +10,7 @@
 #include "gpipe/runtime/Tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -169,9 +170,6 @@ struct ParameterBlob {
   int64_t size = 0;
   uint32_t crc32 = 0;
   std::vector<TensorSlot> tensors;
-  /// The file's bytes, read and checked by loadBundle; the stage executor
-  /// takes them over.
-  std::string data;
 };
 
 struct StageSpec {
@@ -291,6 +289,16 @@ void checkHostHasDevices(const Bundle &b,
 
 /// CRC-32 (zlib polynomial) of a byte range.
 uint32_t crc32Of(const void *data, size_t size);
+
+/// Reads a stage's parameter file in pieces of at most 16 MiB, in order,
+/// handing each to `consume(offset, bytes, size)`; BundleError naming the
+/// file if it is missing, unreadable, of another size than the manifest
+/// says, or fails its checksum (after the last piece). loadBundle checks
+/// every stage's file so, keeping nothing; a stage executor reads its own
+/// into its device: a process holds only its stages' parameters, once.
+void readParameters(const Bundle &b, const ParameterBlob &blob,
+                    const std::function<void(int64_t offset, const char *bytes,
+                                             int64_t size)> &consume);
 
 } // namespace gpipe::runtime
 

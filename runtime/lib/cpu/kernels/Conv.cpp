@@ -69,6 +69,10 @@ public:
   /// The taps read (i kw + j), in the order of the gathered columns.
   const std::vector<int64_t> &read() const { return taps; }
   int64_t size() const { return static_cast<int64_t>(taps.size()); }
+  /// Bytes of the gathered copy (0 when every tap reads).
+  int64_t keptBytes() const {
+    return static_cast<int64_t>(gathered.size() * sizeof(float));
+  }
   /// The [Cout, Cin x taps] weights for this run.
   const float *current() {
     if (gathered.empty())
@@ -125,8 +129,8 @@ public:
   }
 
   PixelOutputConvKernel(const KernelSpec &spec, const KernelMemory &mem,
-                        bool wrtInput)
-      : wrtInput(wrtInput) {
+                        OneDnn &dnn, bool wrtInput)
+      : dnn(dnn), wrtInput(wrtInput) {
     const TensorSlot &w = spec.operand("weight");
     const TensorSlot &data =
         wrtInput ? spec.result("grad_input") : spec.operand("input");
@@ -163,15 +167,19 @@ public:
     weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
                     kh * kw, std::move(taps), !wrtInput && mem.constantParams,
                     mem.versionOf(w));
-    columns.resize(static_cast<size_t>(n * k));
+    dnn.keptBytes += weights->keptBytes();
+    columnsAt = buffers.add(static_cast<size_t>(n * k) * sizeof(float));
+    dnn.workspace.reserve(buffers.bytes());
   }
 
   void run() override {
     int64_t t = weights->size(), hw = h * w_;
     const float *tapWeights = weights->current();
+    float *columns =
+        reinterpret_cast<float *>(buffers.bind(dnn.workspace) + columnsAt);
     if (wrtInput) {
       sgemm("conv_grad_input", 'N', 'N', n, k, cout, gradOutput, cout,
-            tapWeights, k, 0.0f, columns.data(), k);
+            tapWeights, k, 0.0f, columns, k);
       parallelChunks(n * cin, 64, [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           float *plane = gradInput + r * hw;
@@ -190,11 +198,12 @@ public:
     if (bias)
       for (int64_t b = 0; b < n; ++b)
         std::copy_n(bias, cout, output + b * cout);
-    sgemm("conv", 'N', 'T', n, cout, k, columns.data(), k, tapWeights, k,
+    sgemm("conv", 'N', 'T', n, cout, k, columns, k, tapWeights, k,
           bias ? 1.0f : 0.0f, output, cout);
   }
 
 private:
+  OneDnn &dnn;
   bool wrtInput;
   const float *input = nullptr, *bias = nullptr, *gradOutput = nullptr;
   float *output = nullptr, *gradInput = nullptr;
@@ -203,7 +212,9 @@ private:
   /// those taps read, in the same order.
   std::optional<TapWeights> weights;
   std::vector<int64_t> pixels;
-  std::vector<float> columns;
+  /// The patches (in the device's workspace).
+  ScratchLayout buffers;
+  size_t columnsAt = 0;
 };
 
 /// A forward convolution of one group whose output maps are smaller than
@@ -224,7 +235,9 @@ public:
            out.shape[2] * out.shape[3] > 1;
   }
 
-  SmallMapConvKernel(const KernelSpec &spec, const KernelMemory &mem) {
+  SmallMapConvKernel(const KernelSpec &spec, const KernelMemory &mem,
+                     OneDnn &dnn)
+      : dnn(dnn) {
     const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
     const TensorSlot &y = spec.result("output");
     input = reinterpret_cast<const float *>(mem.address(x));
@@ -267,19 +280,26 @@ public:
     weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
                     w.shape[2] * w.shape[3], std::move(taps),
                     mem.constantParams, mem.versionOf(w));
-    columns.resize(static_cast<size_t>(n * positions * k));
-    product.resize(static_cast<size_t>(n * positions * cout));
+    dnn.keptBytes += weights->keptBytes();
+    columnsAt =
+        buffers.add(static_cast<size_t>(n * positions * k) * sizeof(float));
+    productAt =
+        buffers.add(static_cast<size_t>(n * positions * cout) * sizeof(float));
+    dnn.workspace.reserve(buffers.bytes());
   }
 
   void run() override {
     const float *tapWeights = weights->current();
+    char *base = buffers.bind(dnn.workspace);
+    float *columns = reinterpret_cast<float *>(base + columnsAt);
+    float *product = reinterpret_cast<float *>(base + productAt);
     int64_t hw = h * w_;
     // One row of patches per (image, output position).
     parallelChunks(n * positions, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         int64_t b = r / positions, p = r % positions;
         const int64_t *pixels = pixelOf.data() + p * t;
-        float *row = columns.data() + r * k;
+        float *row = columns + r * k;
         for (int64_t c = 0; c < cin; ++c) {
           const float *plane = input + (b * cin + c) * hw;
           for (int64_t a = 0; a < t; ++a)
@@ -287,8 +307,8 @@ public:
         }
       }
     });
-    sgemm("conv", 'N', 'T', n * positions, cout, k, columns.data(), k,
-          tapWeights, k, 0.0f, product.data(), cout);
+    sgemm("conv", 'N', 'T', n * positions, cout, k, columns, k, tapWeights,
+          k, 0.0f, product, cout);
     parallelChunks(n * cout, 64, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         int64_t b = r / cout, o = r % cout;
@@ -301,6 +321,7 @@ public:
   }
 
 private:
+  OneDnn &dnn;
   const float *input = nullptr, *bias = nullptr;
   float *output = nullptr;
   int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, positions = 0;
@@ -309,7 +330,9 @@ private:
   /// position and tap the pixel (y w + x) it reads, -1 for padding.
   std::optional<TapWeights> weights;
   std::vector<int64_t> pixelOf;
-  std::vector<float> columns, product;
+  /// The patches and their product (in the device's workspace).
+  ScratchLayout buffers;
+  size_t columnsAt = 0, productAt = 0;
 };
 
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
@@ -318,10 +341,10 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   const TensorSlot *b = spec.optionalOperand("bias");
   checkConv(spec, x, w, spec.result("output"));
   if (PixelOutputConvKernel::applies(spec, x, spec.result("output")))
-    return std::make_unique<PixelOutputConvKernel>(spec, mem,
+    return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/false);
   if (SmallMapConvKernel::applies(spec, x, spec.result("output"), w))
-    return std::make_unique<SmallMapConvKernel>(spec, mem);
+    return std::make_unique<SmallMapConvKernel>(spec, mem, dnn);
   ConvGeometry g = convGeometry(spec, x, w);
   memory src = bindSlot(spec, x, mem, dnn);
   memory weights = bindSlot(spec, w, mem, dnn, g.weightDims);
@@ -453,8 +476,9 @@ class Im2colGradWeightKernel : public GradWeight2dKernel {
 public:
   static constexpr int64_t kChunkFloats = int64_t(1) << 20;
 
-  Im2colGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem)
-      : GradWeight2dKernel(spec, mem) {
+  Im2colGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem,
+                         OneDnn &dnn)
+      : GradWeight2dKernel(spec, mem), dnn(dnn) {
     // The taps that read the map at some output position.
     auto reads = [](int64_t tap, int64_t out, int64_t stride, int64_t pad,
                     int64_t dilation, int64_t size) {
@@ -474,18 +498,28 @@ public:
     patch = (c / groups) * taps;
     images = std::clamp<int64_t>(
         kChunkFloats / std::max<int64_t>(1, patch * oh * ow), 1, n);
-    columns.resize(static_cast<size_t>(images * oh * ow * patch));
-    rows.resize(static_cast<size_t>((cout / groups) * images * oh * ow));
-    if (taps < kh * kw)
-      compact.resize(static_cast<size_t>((cout / groups) * patch));
+    auto floats = [](int64_t count) {
+      return static_cast<size_t>(count) * sizeof(float);
+    };
+    columnsAt = buffers.add(floats(images * oh * ow * patch));
+    rowsAt = buffers.add(floats((cout / groups) * images * oh * ow));
+    compacted = taps < kh * kw;
+    if (compacted)
+      compactAt = buffers.add(floats((cout / groups) * patch));
+    dnn.workspace.reserve(buffers.bytes());
   }
 
   void run() override {
     int64_t cg = c / groups, og = cout / groups, positions = oh * ow;
     int64_t taps = kh * kw;
+    char *base = buffers.bind(dnn.workspace);
+    float *columns = reinterpret_cast<float *>(base + columnsAt);
+    float *rows = reinterpret_cast<float *>(base + rowsAt);
+    float *compact =
+        compacted ? reinterpret_cast<float *>(base + compactAt) : nullptr;
     for (int64_t g = 0; g < groups; ++g) {
       float *full = gradWeight + g * og * cg * taps;
-      float *target = compact.empty() ? full : compact.data();
+      float *target = compacted ? compact : full;
       for (int64_t first = 0; first < n; first += images) {
         int64_t count = std::min(images, n - first);
         int64_t r = count * positions;
@@ -495,7 +529,7 @@ public:
             for (int64_t b = 0; b < count; ++b)
               std::copy_n(gradOutput +
                               ((first + b) * cout + g * og + o) * positions,
-                          positions, rows.data() + o * r + b * positions);
+                          positions, rows + o * r + b * positions);
         });
         // The patches, one row per output position, a line of outputs
         // (y) at a time: each tap's column over the line is the input row
@@ -503,7 +537,7 @@ public:
         parallelChunks(count * oh, 1, [&](int64_t lo, int64_t hi) {
           for (int64_t line = lo; line < hi; ++line) {
             int64_t b = first + line / oh, y = line % oh;
-            float *out = columns.data() + line * ow * patch;
+            float *out = columns + line * ow * patch;
             for (int64_t k = 0; k < cg; ++k) {
               const float *plane = input + (b * c + g * cg + k) * h * w;
               for (int64_t i : tapsY) {
@@ -533,10 +567,10 @@ public:
             }
           }
         });
-        sgemm("conv_grad_weight", 'N', 'N', og, patch, r, rows.data(), r,
-              columns.data(), patch, first == 0 ? 0.0f : 1.0f, target, patch);
+        sgemm("conv_grad_weight", 'N', 'N', og, patch, r, rows, r, columns,
+              patch, first == 0 ? 0.0f : 1.0f, target, patch);
       }
-      if (compact.empty())
+      if (!compacted)
         continue;
       // The taps that read nothing have no gradient: one pass over the
       // group's gradient, a row of taps at a time.
@@ -546,7 +580,7 @@ public:
         for (int64_t row = lo; row < hi; ++row) {
           float *out = full + row * taps;
           std::fill_n(out, taps, 0.0f);
-          const float *in = compact.data() + row * perRow;
+          const float *in = compact + row * perRow;
           for (size_t a = 0; a < tapsY.size(); ++a)
             for (int64_t e = 0; e < used; ++e)
               out[tapsY[a] * kw + tapsX[e]] =
@@ -557,10 +591,15 @@ public:
   }
 
 private:
+  OneDnn &dnn;
   std::vector<int64_t> tapsY, tapsX;
   int64_t patch = 0;  // columns of a group's product: Cin_g x used taps
   int64_t images = 1; // per chunk
-  std::vector<float> columns, rows, compact;
+  /// The patches, the output gradient's rows and the gradient of the taps
+  /// that read (in the device's workspace).
+  ScratchLayout buffers;
+  size_t columnsAt = 0, rowsAt = 0, compactAt = 0;
+  bool compacted = false;
 };
 
 /// Whether a weight gradient is of a depthwise 2-D convolution.
@@ -601,7 +640,7 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   checkConv(spec, gradOut, other, result);
   const TensorSlot &data = wrtInput ? result : other;
   if (wrtInput && PixelOutputConvKernel::applies(spec, data, gradOut))
-    return std::make_unique<PixelOutputConvKernel>(spec, mem,
+    return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/true);
   const TensorSlot &weight = wrtInput ? other : result;
   // The weights' gradient on maps smaller than the kernel: the patches'
@@ -612,7 +651,7 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   // ms). (Its gemm implementation was slower still.)
   if (!wrtInput && !isDepthwise2d(spec, data, weight) &&
       mapsSmallerThanKernel(gradOut, weight))
-    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);
   ConvGeometry g = convGeometry(spec, data, weight);
   memory src = bindSlot(spec, data, mem, dnn);
   memory weights = bindSlot(spec, weight, mem, dnn, g.weightDims);
@@ -641,11 +680,11 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
   std::string impl = pd.impl_info_str();
   if (isSingleChannel2d(spec, data) && impl.find("avx512") == std::string::npos)
-    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);
   if (impl.find("gemm") != std::string::npos && data.shape.size() == 4) {
     if (isDepthwise2d(spec, data, weight))
       return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
-    return std::make_unique<Im2colGradWeightKernel>(spec, mem);
+    return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);
   }
   auto kernel = std::make_unique<ReorderedKernel>(
       dnn, dnnl::convolution_backward_weights(pd));

@@ -63,15 +63,13 @@ public:
   TransposedLhsGemm(OneDnn &dnn, dnnl::matmul primitive, memory a,
                     memory weights, memory dst)
       : dnn(dnn), primitive(std::move(primitive)), a(a),
-        copy(plainDesc(a.get_desc().dims()), dnn.engine, nullptr),
+        copy(buffers.addMemory(plainDesc(a.get_desc().dims()), dnn.engine)),
         reorder(a, copy), weights(std::move(weights)), dst(std::move(dst)) {
-    size_t size = a.get_desc().get_size() / sizeof(float);
-    if (dnn.transposed.size() < size)
-      dnn.transposed.resize(size);
+    dnn.workspace.reserve(buffers.bytes());
   }
   void run() override {
-    // The buffer is shared and grows with later kernels: bound at run.
-    copy.set_data_handle(dnn.transposed.data());
+    // In the device's workspace, which may have grown: bound at run.
+    buffers.bind(dnn.workspace);
     reorder.execute(dnn.stream, a, copy);
     primitive.execute(dnn.stream, {{DNNL_ARG_SRC, copy},
                                    {DNNL_ARG_WEIGHTS, weights},
@@ -82,6 +80,7 @@ public:
 private:
   OneDnn &dnn;
   dnnl::matmul primitive;
+  ScratchLayout buffers;
   memory a, copy;
   dnnl::reorder reorder;
   memory weights, dst;

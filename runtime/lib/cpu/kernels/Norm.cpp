@@ -201,17 +201,23 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
 }
 
 /// A backward primitive that needs statistics no op saved: a
-/// forward-training primitive runs first to produce them.
+/// forward-training primitive runs first to produce them (its output and
+/// statistics in the device's workspace).
 class StatisticsBackwardKernel : public Kernel {
 public:
-  StatisticsBackwardKernel(OneDnn &dnn, dnnl::primitive statistics,
+  StatisticsBackwardKernel(OneDnn &dnn, ScratchLayout scratch,
+                           dnnl::primitive statistics,
                            std::unordered_map<int, memory> statisticsArgs,
                            dnnl::primitive backward,
                            std::unordered_map<int, memory> backwardArgs)
-      : dnn(dnn), statistics(std::move(statistics)),
+      : dnn(dnn), scratch(std::move(scratch)),
+        statistics(std::move(statistics)),
         statisticsArgs(std::move(statisticsArgs)),
-        backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {}
+        backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {
+    dnn.workspace.reserve(this->scratch.bytes());
+  }
   void run() override {
+    scratch.bind(dnn.workspace);
     statistics.execute(dnn.stream, statisticsArgs);
     backward.execute(dnn.stream, backwardArgs);
     dnn.stream.wait();
@@ -219,6 +225,7 @@ public:
 
 private:
   OneDnn &dnn;
+  ScratchLayout scratch;
   dnnl::primitive statistics;
   std::unordered_map<int, memory> statisticsArgs;
   dnnl::primitive backward;
@@ -256,18 +263,20 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
                                                src.get_desc(), epsilon, flags);
   dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, dnn.engine,
                                                            fwdPd);
-  memory mean(fwdPd.mean_desc(), dnn.engine),
-      var(fwdPd.variance_desc(), dnn.engine);
+  ScratchLayout scratch;
+  memory mean = scratch.addMemory(fwdPd.mean_desc(), dnn.engine);
+  memory var = scratch.addMemory(fwdPd.variance_desc(), dnn.engine);
+  memory statisticsDst = scratch.addMemory(fwdPd.dst_desc(), dnn.engine);
   memory shift = zeroShift(fwdPd.weights_desc(), dnn);
   return std::make_unique<StatisticsBackwardKernel>(
-      dnn, dnnl::layer_normalization_forward(fwdPd),
+      dnn, std::move(scratch), dnnl::layer_normalization_forward(fwdPd),
       std::unordered_map<int, memory>{
           {DNNL_ARG_SRC, src},
           {DNNL_ARG_SCALE, scale},
           {DNNL_ARG_SHIFT, shift},
           {DNNL_ARG_MEAN, mean},
           {DNNL_ARG_VARIANCE, var},
-          {DNNL_ARG_DST, memory(fwdPd.dst_desc(), dnn.engine)}},
+          {DNNL_ARG_DST, statisticsDst}},
       dnnl::layer_normalization_backward(bwdPd),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                       {DNNL_ARG_MEAN, mean},

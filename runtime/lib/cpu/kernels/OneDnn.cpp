@@ -15,6 +15,64 @@ dims rowMajorStrides(const dims &shape) {
 }
 } // namespace
 
+char *Workspace::data() {
+  if (allocated < reserved) {
+    size_t bytes = (reserved + 63) / 64 * 64;
+    buffer.reset(static_cast<char *>(std::aligned_alloc(64, bytes)));
+    if (!buffer)
+      throw std::runtime_error("cannot allocate the kernels' workspace of " +
+                               std::to_string(bytes) + " bytes");
+    allocated = reserved;
+  }
+  return buffer.get();
+}
+
+size_t ScratchLayout::add(size_t bytes) {
+  size_t at = bytes_;
+  bytes_ += (bytes + 63) / 64 * 64;
+  return at;
+}
+
+memory ScratchLayout::addMemory(const memory::desc &desc,
+                                const dnnl::engine &engine) {
+  memory m(desc, engine, nullptr);
+  memories.emplace_back(m, add(desc.get_size()));
+  return m;
+}
+
+char *ScratchLayout::bind(Workspace &workspace) {
+  char *base = workspace.data();
+  for (auto &[m, at] : memories)
+    m.set_data_handle(base + at);
+  return base;
+}
+
+void ConvertedParam::refresh(dnnl::stream &stream) {
+  if (valid && (constant || !version || converted == *version))
+    return;
+  dnnl::reorder(from, to).execute(stream, from, to);
+  converted = version ? *version : 0;
+  valid = true;
+}
+
+std::shared_ptr<ConvertedParam>
+OneDnn::convertedParam(const memory &from, const memory::desc &to,
+                       bool constant, const uint64_t *version) {
+  for (const auto &c : converted)
+    if (c->from.get_data_handle() == from.get_data_handle() &&
+        c->from.get_desc() == from.get_desc() && c->to.get_desc() == to &&
+        c->constant == constant && c->version == version)
+      return c;
+  auto c = std::make_shared<ConvertedParam>();
+  c->from = from;
+  c->to = memory(to, engine);
+  c->constant = constant;
+  c->version = version;
+  keptBytes += static_cast<int64_t>(to.get_size());
+  converted.push_back(c);
+  return c;
+}
+
 memory::desc plainDesc(const dims &shape) {
   return memory::desc(shape, memory::data_type::f32, rowMajorStrides(shape));
 }
@@ -35,6 +93,7 @@ memory::desc anyLayout(const memory &m) {
 
 memory zeroShift(const memory::desc &desc, OneDnn &dnn) {
   memory shift(desc, dnn.engine);
+  dnn.keptBytes += static_cast<int64_t>(desc.get_size());
   std::memset(shift.get_data_handle(), 0, desc.get_size());
   return shift;
 }
@@ -71,30 +130,26 @@ void ReorderedKernel::bind(int arg, const memory &plain,
     args[arg] = plain;
     return;
   }
-  memory inner(chosen, dnn.engine);
+  if (!output && (constant || version)) {
+    params.push_back(dnn.convertedParam(plain, chosen, constant, version));
+    args[arg] = params.back()->to;
+    return;
+  }
+  memory inner = scratch.addMemory(chosen, dnn.engine);
+  dnn.workspace.reserve(scratch.bytes());
   args[arg] = inner;
   if (output)
     after.push_back({inner, plain});
-  else if (constant)
-    once.push_back({plain, inner});
-  else if (version)
-    versioned.push_back({plain, inner, version});
   else
     before.push_back({plain, inner});
 }
 
 void ReorderedKernel::run() {
-  for (auto &[from, to] : once)
-    dnnl::reorder(from, to).execute(dnn.stream, from, to);
-  once.clear();
+  scratch.bind(dnn.workspace);
+  for (auto &param : params)
+    param->refresh(dnn.stream);
   for (auto &[from, to] : before)
     dnnl::reorder(from, to).execute(dnn.stream, from, to);
-  for (Versioned &v : versioned)
-    if (!v.valid || v.converted != *v.version) {
-      dnnl::reorder(v.from, v.to).execute(dnn.stream, v.from, v.to);
-      v.converted = *v.version;
-      v.valid = true;
-    }
   primitive.execute(dnn.stream, args);
   for (auto &[from, to] : after)
     dnnl::reorder(from, to).execute(dnn.stream, from, to);

@@ -8,7 +8,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -18,15 +20,79 @@ namespace gpipe::runtime::cpu {
 using dnnl::memory;
 using dims = memory::dims;
 
+/// Memory that a device's kernels need only while they run (arena
+/// tensors in oneDNN's layouts, patches of convolutions, row-major copies
+/// of transposed operands): a stage's kernels run one at a time on its
+/// thread, so they share one buffer, as large as the largest kernel asks.
+/// Kernels reserve their part when they are created; the buffer is
+/// allocated at its final size on first use. It had been a buffer per
+/// kernel and per phase: a recompute phase's convolutions added their own,
+/// so recomputing raised the process's memory while it lowered the plan.
+class Workspace {
+public:
+  void reserve(size_t bytes) { reserved = std::max(reserved, bytes); }
+  /// The buffer (64-byte aligned), grown to the largest reservation.
+  char *data();
+  size_t size() const { return reserved; }
+
+private:
+  size_t reserved = 0, allocated = 0;
+  std::unique_ptr<char, void (*)(void *)> buffer{nullptr, std::free};
+};
+
+/// A kernel's part of its device's Workspace, laid out when the kernel is
+/// created: buffers at 64-byte aligned offsets from the part's start, and
+/// oneDNN memories pointed at theirs before each run.
+class ScratchLayout {
+public:
+  /// Room for `bytes`; its offset from the part's start.
+  size_t add(size_t bytes);
+  /// A oneDNN memory of `desc` in the part (its handle set by bind()).
+  memory addMemory(const memory::desc &desc, const dnnl::engine &engine);
+  size_t bytes() const { return bytes_; }
+  /// The part's start in `workspace`, its memories pointed into it; to be
+  /// called before each run (the buffer may have grown since the last).
+  char *bind(Workspace &workspace);
+
+private:
+  size_t bytes_ = 0;
+  std::vector<std::pair<memory, size_t>> memories;
+};
+
+/// A parameter converted to a kernel's layout (oneDNN's blocked weights),
+/// shared by the kernels of the device that read it in that layout (a
+/// convolution of the forward phase and of the recompute phase); converted
+/// again when the parameter's version changes, or once if it is constant
+/// (inference).
+struct ConvertedParam {
+  memory from, to;
+  bool constant = false;
+  const uint64_t *version = nullptr;
+  uint64_t converted = 0;
+  bool valid = false;
+  /// Converts `from` into `to` if `to` is stale (queued on `stream`).
+  void refresh(dnnl::stream &stream);
+};
+
 /// A CPU device's oneDNN objects: kernels are created on the engine and
-/// run on the stream.
+/// run on the stream; the memory they hold beyond the stage's arenas and
+/// parameters is the workspace and the kept bytes.
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  /// The row-major copies of products' transposed left operands
-  /// (TransposedLhsGemm): a stage's kernels run one at a time on its
-  /// thread, so they share one buffer, as large as the largest copy.
-  std::vector<float> transposed;
+  Workspace workspace;
+  /// Bytes kernels keep between runs: converted parameters, gathered
+  /// weights, saved statistics.
+  int64_t keptBytes = 0;
+  /// `from` in layout `to`: the device's copy if a kernel made one, else a
+  /// new one (counted in keptBytes).
+  std::shared_ptr<ConvertedParam> convertedParam(const memory &from,
+                                                 const memory::desc &to,
+                                                 bool constant,
+                                                 const uint64_t *version);
+
+private:
+  std::vector<std::shared_ptr<ConvertedParam>> converted;
 };
 
 /// Row-major float32 memory descriptor.
@@ -86,28 +152,23 @@ public:
   ReorderedKernel(OneDnn &dnn, dnnl::primitive primitive)
       : dnn(dnn), primitive(std::move(primitive)) {}
   /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
-  /// differs; `output` arguments are copied back to `plain` after a run. A
-  /// `constant` input (inference weights) is reordered on the first run
-  /// only; one with a `version` (training weights) on the first run after
-  /// the version changed.
+  /// differs (in the device's workspace); `output` arguments are copied
+  /// back to `plain` after a run. A `constant` input (inference weights)
+  /// is converted on the first run only, one with a `version` (training
+  /// weights) on the first run after the version changed, in a copy the
+  /// device's kernels share (OneDnn::convertedParam).
   void bind(int arg, const memory &plain, const memory::desc &chosen,
             bool output, bool constant = false,
             const uint64_t *version = nullptr);
   void run() override;
 
 private:
-  /// An input converted again only when its version changes.
-  struct Versioned {
-    memory from, to;
-    const uint64_t *version;
-    uint64_t converted = 0;
-    bool valid = false;
-  };
   OneDnn &dnn;
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
-  std::vector<std::pair<memory, memory>> once, before, after;
-  std::vector<Versioned> versioned;
+  ScratchLayout scratch;
+  std::vector<std::pair<memory, memory>> before, after;
+  std::vector<std::shared_ptr<ConvertedParam>> params;
 };
 
 /// How a kernel kind is created on a CPU device.

@@ -397,13 +397,16 @@ public:
         src(inner(src, fwd.src_desc(), false)),
         gradOut(inner(gradOut, bwd.diff_dst_desc(), false)),
         gradIn(inner(gradIn, bwd.diff_src_desc(), true)),
-        scratch(fwd.dst_desc(), dnn.engine),
-        workspace(fwd.workspace_desc(), dnn.engine) {}
+        forwardDst(buffers.addMemory(fwd.dst_desc(), dnn.engine)),
+        workspace(buffers.addMemory(fwd.workspace_desc(), dnn.engine)) {
+    dnn.workspace.reserve(buffers.bytes());
+  }
   void run() override {
+    buffers.bind(dnn.workspace);
     for (auto &[from, to] : before)
       dnnl::reorder(from, to).execute(dnn.stream, from, to);
     forward.execute(dnn.stream, {{DNNL_ARG_SRC, src},
-                                 {DNNL_ARG_DST, scratch},
+                                 {DNNL_ARG_DST, forwardDst},
                                  {DNNL_ARG_WORKSPACE, workspace}});
     backward.execute(dnn.stream, {{DNNL_ARG_DIFF_DST, gradOut},
                                   {DNNL_ARG_WORKSPACE, workspace},
@@ -414,12 +417,12 @@ public:
   }
 
 private:
-  /// `plain` itself, or a buffer of layout `chosen` that runs reorder
-  /// into (an input) or out of (an output).
+  /// `plain` itself, or a buffer of layout `chosen` (in the device's
+  /// workspace) that runs reorder into (an input) or out of (an output).
   memory inner(const memory &plain, const memory::desc &chosen, bool output) {
     if (plain.get_desc() == chosen)
       return plain;
-    memory m(chosen, dnn.engine);
+    memory m = buffers.addMemory(chosen, dnn.engine);
     (output ? after : before)
         .push_back(output ? std::make_pair(m, plain)
                           : std::make_pair(plain, m));
@@ -429,8 +432,10 @@ private:
   OneDnn &dnn;
   dnnl::pooling_v2_forward forward;
   dnnl::pooling_v2_backward backward;
+  // Declared before the memories that the constructor places in it.
+  ScratchLayout buffers;
   std::vector<std::pair<memory, memory>> before, after;
-  memory src, gradOut, gradIn, scratch, workspace;
+  memory src, gradOut, gradIn, forwardDst, workspace;
 };
 
 std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
