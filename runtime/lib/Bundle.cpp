@@ -137,9 +137,9 @@ namespace {
 
 } // namespace
 
-void readParameters(const Bundle &b, const ParameterBlob &blob,
-                    const std::function<void(int64_t, const char *, int64_t)>
-                        &consume) {
+void readParameters(
+    const Bundle &b, const ParameterBlob &blob,
+    const std::function<void(int64_t, const char *, int64_t)> &consume) {
   std::string path = b.partPath(blob.file);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in)
@@ -156,8 +156,8 @@ void readParameters(const Bundle &b, const ParameterBlob &blob,
       static_cast<size_t>(std::min<int64_t>(size, int64_t(1) << 20)));
   uLong crc = crc32(0L, Z_NULL, 0);
   for (int64_t offset = 0; offset < size;) {
-    int64_t n = std::min<int64_t>(size - offset,
-                                  static_cast<int64_t>(piece.size()));
+    int64_t n =
+        std::min<int64_t>(size - offset, static_cast<int64_t>(piece.size()));
     if (!in.read(piece.data(), n))
       fail(b.path, blob.file, "unreadable (" + path + ")");
     crc = crc32(crc, reinterpret_cast<const Bytef *>(piece.data()),

@@ -307,8 +307,8 @@ public:
         }
       }
     });
-    sgemm("conv", 'N', 'T', n * positions, cout, k, columns, k, tapWeights,
-          k, 0.0f, product, cout);
+    sgemm("conv", 'N', 'T', n * positions, cout, k, columns, k, tapWeights, k,
+          0.0f, product, cout);
     parallelChunks(n * cout, 64, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         int64_t b = r / cout, o = r % cout;
