@@ -128,6 +128,10 @@ public:
                                                const KernelMemory &memory) = 0;
   /// Waits until the work queued on the device is done.
   virtual void synchronize() = 0;
+  /// Bytes the device's kernels hold beyond the stages' arenas and
+  /// parameters (parameters converted to a kernel's layout, the buffers
+  /// kernels use while they run), as far as the backend knows them.
+  virtual int64_t kernelBytes() const { return 0; }
 
   /// Timing of queued work (traces, --profile-ops): beginMarks() starts a
   /// set of marks (the queue is empty); mark() records a point of the

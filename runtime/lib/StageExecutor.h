@@ -45,6 +45,7 @@ public:
   StageExecutor &operator=(const StageExecutor &) = delete;
 
   DeviceBackend &device() { return *device_; }
+  const DeviceBackend &device() const { return *device_; }
   /// The phase index of `role` ("forward", "backward"); throws BundleError
   /// if the stage has no such phase.
   size_t phaseIndex(const std::string &role) const;

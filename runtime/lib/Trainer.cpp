@@ -142,6 +142,14 @@ void keepLocalArrays(TrainingSession &session,
   }
 }
 
+/// Bytes of the arrays of a data set.
+int64_t arrayBytes(const TrainingData &set) {
+  int64_t bytes = 0;
+  for (const auto &entry : set.arrays)
+    bytes += static_cast<int64_t>(entry.second.data.size());
+  return bytes;
+}
+
 /// Checks the arrays this rank's stages read against the model's inputs
 /// and returns how many samples they hold, the same on every rank (rank 0
 /// holds the first stage's inputs; a rank whose arrays disagree fails).
@@ -303,8 +311,9 @@ double predictedBusySeconds(const ScheduleSpec &schedule, int64_t stage) {
 }
 
 /// The pipeline's measured step, bubble and memory against the compiler's
-/// prediction.
-void printSummary(const TrainingSession &session, std::ostream &out) {
+/// prediction; `dataBytes`: the data sets the run holds.
+void printSummary(const TrainingSession &session, int64_t dataBytes,
+                  std::ostream &out) {
   TrainingSession::Stats s = session.stats();
   if (s.steps == 0)
     return;
@@ -355,6 +364,20 @@ void printSummary(const TrainingSession &session, std::ostream &out) {
           << 100.0 * (1 - st.allReduceWaitSeconds / st.allReduceSeconds)
           << "% overlapped)\n";
     }
+  }
+  // The process's memory, part by part (every rank's on rank 0).
+  for (const TrainingSession::MemoryAccount &m :
+       session.memoryAccounts(dataBytes)) {
+    if (m.peak <= 0)
+      continue; // no /proc here
+    out << "  memory";
+    if (ranks > 1)
+      out << " of rank " << m.rank;
+    out << ": process peak " << mib(m.peak) << " = stages' plan "
+        << mib(m.plan) << " + kernels' buffers " << mib(m.kernels)
+        << " + data " << mib(m.data) << " + the process before loading "
+        << mib(m.start) << " + other " << mib(m.other())
+        << " (threads, libraries' caches, messages)\n";
   }
   out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
       << s.medianSteps << " steps; mean " << step * 1e3 << "), "
@@ -562,6 +585,7 @@ public:
   }
   std::string describe() const override { return data.source; }
   bool checked() const override { return true; } // all of it, at load
+  int64_t heldBytes() const override { return arrayBytes(data); }
   int64_t stepsPerEpoch() const override {
     return std::max<int64_t>(1, samples / batchRows);
   }
@@ -793,7 +817,9 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
     // What measures the run's steps: none when it had none to take.
     std::ostringstream summary;
     if (!finished)
-      printSummary(session, summary);
+      printSummary(session,
+                   train.heldBytes() + (eval ? arrayBytes(*eval) : 0),
+                   summary);
     out << summary.str();
     if (!o.report.empty() && !finished) {
       session.writeReport(

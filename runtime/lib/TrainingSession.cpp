@@ -3,6 +3,7 @@
 #include "ByteStream.h"
 #include "Checkpoint.h"
 #include "Clock.h"
+#include "ProcessMemory.h"
 #include "InProcessTransport.h"
 #include "Reducer.h"
 #include "StepProfile.h"
@@ -58,6 +59,7 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
       transport(std::move(transport_)) {
   if (!backends)
     backends = createBackend;
+  startResident = residentBytes();
   auto fail = [&](const std::string &why) {
     return BundleError(bundlePath + ": manifest.json: " + why);
   };
@@ -638,6 +640,39 @@ TrainingSession::Stats TrainingSession::stats() const {
     out.stages.push_back(s);
   }
   return out;
+}
+
+std::vector<TrainingSession::MemoryAccount>
+TrainingSession::memoryAccounts(int64_t dataBytes) const {
+  MemoryAccount mine;
+  mine.rank = worldRank;
+  mine.peak = peakResidentBytes();
+  mine.start = startResident;
+  mine.data = dataBytes;
+  for (const auto &st : stages) {
+    const StreamRunner &runner = *st->runner;
+    mine.plan += runner.executor().allocatedBytes() + runner.stashAllocated();
+    mine.kernels += runner.executor().device().kernelBytes();
+  }
+  if (!acrossRanks())
+    return {mine};
+  ByteWriter out;
+  for (int64_t v : {mine.rank, mine.peak, mine.plan, mine.kernels, mine.data,
+                    mine.start})
+    out.put<int64_t>(v);
+  std::vector<std::string> all = group->gather(out.str(), 0);
+  if (worldRank != 0)
+    return {mine};
+  std::vector<MemoryAccount> accounts;
+  for (const std::string &bytes : all) {
+    ByteReader in(bytes, "a rank's memory account");
+    MemoryAccount a;
+    for (int64_t *v : {&a.rank, &a.peak, &a.plan, &a.kernels, &a.data,
+                       &a.start})
+      *v = in.get<int64_t>();
+    accounts.push_back(a);
+  }
+  return accounts;
 }
 
 namespace {

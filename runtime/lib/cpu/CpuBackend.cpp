@@ -71,4 +71,8 @@ std::unique_ptr<Kernel> CpuBackend::createKernel(const KernelSpec &spec,
 
 void CpuBackend::synchronize() { dnn->stream.wait(); }
 
+int64_t CpuBackend::kernelBytes() const {
+  return dnn->keptBytes + static_cast<int64_t>(dnn->workspace.size());
+}
+
 } // namespace gpipe::runtime::cpu

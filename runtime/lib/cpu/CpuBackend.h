@@ -28,6 +28,7 @@ public:
   std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
                                        const KernelMemory &memory) override;
   void synchronize() override;
+  int64_t kernelBytes() const override;
 
 private:
   std::string name_;

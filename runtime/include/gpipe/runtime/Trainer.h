@@ -100,6 +100,9 @@ public:
   /// Whether its batches are this rank's arrays, widened and with checked
   /// labels already (else the trainer does both for every batch).
   virtual bool checked() const { return false; }
+  /// Bytes of data it holds in memory (a data set loaded whole), for the
+  /// summary's account of the process's memory.
+  virtual int64_t heldBytes() const { return 0; }
 };
 
 /// The learning rate of `step` (0-based) of `steps` from `base`: linear

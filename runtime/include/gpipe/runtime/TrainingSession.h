@@ -205,6 +205,21 @@ public:
   };
   Stats stats() const;
 
+  /// A process's memory part by part: its peak resident bytes so far; what
+  /// its stages allocated (their memory plan: arenas, parameters, stash);
+  /// what their devices' kernels hold beside it; the data it holds; and
+  /// what it held before loading the stages.
+  struct MemoryAccount {
+    int64_t rank = 0, peak = 0, plan = 0, kernels = 0, data = 0, start = 0;
+    /// What none of the parts names (threads, libraries' caches,
+    /// messages).
+    int64_t other() const { return peak - plan - kernels - data - start; }
+  };
+  /// This process's account (`dataBytes`: the data it holds); in a job of
+  /// several ranks, a collective that every rank calls: rank 0 gets every
+  /// rank's, in rank order, the others their own.
+  std::vector<MemoryAccount> memoryAccounts(int64_t dataBytes) const;
+
   ~TrainingSession();
 
 private:
@@ -231,6 +246,8 @@ private:
   std::map<std::string, HostTensor> localParameters() const;
 
   Bundle bundle_;
+  /// The process's resident bytes before the stages were loaded.
+  int64_t startResident = 0;
   ProcessGroup *group = nullptr;
   /// This process's rank in the job, its replica and its rank within the
   /// replica (the stages' "rank").

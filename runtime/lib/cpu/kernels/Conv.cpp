@@ -102,6 +102,29 @@ private:
   std::vector<float> gathered;
 };
 
+/// The device's TapWeights of `weight` over `taps`: one copy for every
+/// kernel that reads those taps (a forward and its recompute, a
+/// convolution and its input gradient), counted in the kept bytes.
+std::shared_ptr<TapWeights> tapWeights(OneDnn &dnn, const float *weight,
+                                       int64_t cout, int64_t cin,
+                                       int64_t kernelTaps,
+                                       std::vector<int64_t> taps, bool constant,
+                                       const uint64_t *version) {
+  std::string key = "taps " +
+                    std::to_string(reinterpret_cast<uintptr_t>(weight)) + " " +
+                    std::to_string(cout) + "x" + std::to_string(cin) + "x" +
+                    std::to_string(kernelTaps) + (constant ? " const" : "") +
+                    " v" + std::to_string(reinterpret_cast<uintptr_t>(version));
+  for (int64_t t : taps)
+    key += " " + std::to_string(t);
+  return dnn.sharedCopy<TapWeights>(key, [&] {
+    auto made = std::make_shared<TapWeights>(weight, cout, cin, kernelTaps,
+                                             std::move(taps), constant, version);
+    dnn.keptBytes += made->keptBytes();
+    return made;
+  });
+}
+
 /// Whether a convolution's output maps are smaller than its kernel (a
 /// 3x3 on the 2x2 or 1x1 maps of ResNet's last blocks on small images).
 bool mapsSmallerThanKernel(const TensorSlot &out, const TensorSlot &weight) {
@@ -164,10 +187,9 @@ public:
         }
       }
     k = cin * static_cast<int64_t>(taps.size());
-    weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
-                    kh * kw, std::move(taps), !wrtInput && mem.constantParams,
-                    mem.versionOf(w));
-    dnn.keptBytes += weights->keptBytes();
+    weights = tapWeights(dnn, reinterpret_cast<const float *>(mem.address(w)),
+                         cout, cin, kh * kw, std::move(taps),
+                         !wrtInput && mem.constantParams, mem.versionOf(w));
     columnsAt = buffers.add(static_cast<size_t>(n * k) * sizeof(float));
     dnn.workspace.reserve(buffers.bytes());
   }
@@ -210,7 +232,7 @@ private:
   int64_t n = 0, cin = 0, h = 0, w_ = 0, cout = 0, kh = 0, kw = 0, k = 0;
   /// The weights of the taps that read the map, and the pixels (y w + x)
   /// those taps read, in the same order.
-  std::optional<TapWeights> weights;
+  std::shared_ptr<TapWeights> weights;
   std::vector<int64_t> pixels;
   /// The patches (in the device's workspace).
   ScratchLayout buffers;
@@ -277,10 +299,9 @@ public:
       for (int64_t a = 0; a < t; ++a)
         pixelOf[p * t + a] = reads[a][p];
     k = cin * t;
-    weights.emplace(reinterpret_cast<const float *>(mem.address(w)), cout, cin,
-                    w.shape[2] * w.shape[3], std::move(taps),
-                    mem.constantParams, mem.versionOf(w));
-    dnn.keptBytes += weights->keptBytes();
+    weights = tapWeights(dnn, reinterpret_cast<const float *>(mem.address(w)),
+                         cout, cin, w.shape[2] * w.shape[3], std::move(taps),
+                         mem.constantParams, mem.versionOf(w));
     columnsAt =
         buffers.add(static_cast<size_t>(n * positions * k) * sizeof(float));
     productAt =
@@ -328,7 +349,7 @@ private:
   int64_t t = 0, k = 0;
   /// The weights of the taps that read the map somewhere; for each output
   /// position and tap the pixel (y w + x) it reads, -1 for padding.
-  std::optional<TapWeights> weights;
+  std::shared_ptr<TapWeights> weights;
   std::vector<int64_t> pixelOf;
   /// The patches and their product (in the device's workspace).
   ScratchLayout buffers;

@@ -10,7 +10,9 @@
 
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -90,9 +92,20 @@ struct OneDnn {
                                                  const memory::desc &to,
                                                  bool constant,
                                                  const uint64_t *version);
+  /// A copy of a parameter that a kernel family makes its own way (a
+  /// convolution's weights of the taps that read), shared by the kernels
+  /// that ask with the same `key`: the existing one, else `make()`'s.
+  template <class T, class Make>
+  std::shared_ptr<T> sharedCopy(const std::string &key, Make make) {
+    std::shared_ptr<void> &slot = copies[key];
+    if (!slot)
+      slot = make();
+    return std::static_pointer_cast<T>(slot);
+  }
 
 private:
   std::vector<std::shared_ptr<ConvertedParam>> converted;
+  std::map<std::string, std::shared_ptr<void>> copies;
 };
 
 /// Row-major float32 memory descriptor.

@@ -1,0 +1,207 @@
+"""The process's memory against the memory plan, on the benchmark models.
+
+Each model (the plan benchmarks' eight, the language-model benchmarks'
+6-layer GPT and GPT-2-small) is compiled as a two-stage pipeline on the
+two cores (cpu:0,cpu:1; 8 micro-batches, 4 where the batch is 8) with
+--recompute=never and =always and trained a few steps; gpipe-run's summary
+gives each process's peak resident memory (VmHWM) part by part: the stages'
+plan (what they allocated: arenas, parameters, stash), the kernels' buffers
+(converted parameters, their workspace), the data, the process before
+loading the stages, and "other" (what none of those names). Some models run
+again over two MPI ranks (r0:cpu:0,r1:cpu:1), each rank's account printed
+by rank 0. The table sets the peak against its parts (docs/memory.md: within
+the larger of 32 MiB and 10%) and recompute's measured saving against the
+plan's (at least 80%); /usr/bin/time's maximum resident set of gpipe-run
+(one process) checks the summary's peak.
+
+usage: bench/run_memory_benchmarks.py [--build build]
+       [--out docs/memory-benchmarks.md] [--only NAME] [--steps N]
+"""
+import argparse
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+import run_language_model_benchmarks as lm_bench  # noqa: E402
+import run_plan_benchmarks as plans_bench  # noqa: E402
+from benchdoc import cpu_name, write_doc  # noqa: E402
+
+ACCOUNT = re.compile(
+    r"memory(?: of rank (\d+))?: process peak ([\d.]+) MiB = stages' plan "
+    r"([\d.]+) MiB \+ kernels' buffers ([\d.]+) MiB \+ data ([\d.]+) MiB "
+    r"\+ the process before loading ([\d.]+) MiB \+ other (-?[\d.]+) MiB")
+PARTS = ("peak", "plan", "kernels", "data", "start", "other")
+# Models also run over two MPI ranks.
+ON_RANKS = ("ResNet-18 32x32", "GPT 4x256, seq 64", "GPT 6x384, seq 128")
+
+
+def gpt_6x384():
+    model = lm_bench.gpt_6x384()
+    return model, (8, lm_bench.SMALL_SEQ)
+
+
+def gpt2_small():
+    model = lm_bench.gpt2_small()
+    return model, (lm_bench.BATCH, lm_bench.SEQ)
+
+
+MODELS = dict(plans_bench.MODELS)
+MODELS["GPT 6x384, seq 128"] = gpt_6x384
+MODELS["GPT-2-small, seq 256"] = gpt2_small
+
+
+def export(name, make, work):
+    """The ONNX file, its training data and its batch (training mode)."""
+    torch.manual_seed(0)
+    model, shape = make()
+    model.train()
+    tokens = len(shape) == 2
+    vocab = lm_bench.language_models.VOCAB  # the GPTs' makers set it
+    x = torch.randint(0, vocab, shape) if tokens else torch.randn(shape)
+    path = os.path.join(work, re.sub(r"\W+", "_", name) + ".onnx")
+    torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
+                      output_names=["output"], do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING)
+    rng = np.random.RandomState(0)
+    rows = 2 * shape[0]
+    if tokens:
+        data = {"input": rng.randint(0, vocab, (rows,) + shape[1:]),
+                "labels": rng.randint(0, vocab, (rows,) + shape[1:])}
+    else:
+        data = {"input": rng.randn(rows, *shape[1:]).astype(np.float32),
+                "labels": rng.randint(0, 10, rows)}
+    npz = path[:-5] + ".npz"
+    np.savez(npz, **data)
+    return path, npz, shape[0]
+
+
+def run(build, onnx, npz, batch, recompute, ranks, steps, work):
+    """{rank: account} and /usr/bin/time's peak (MiB; one process only)."""
+    micro = 8 if batch % 8 == 0 and batch > 8 else 4
+    devices = "r0:cpu:0,r1:cpu:1" if ranks > 1 else "cpu:0,cpu:1"
+    bundle = os.path.join(work, "m.gpipe")
+    subprocess.run([os.path.join(build, "bin", "gpipe-opt"), onnx,
+                    "--mode=train", f"--devices={devices}",
+                    f"--micro-batches={micro}", f"--recompute={recompute}",
+                    "-o", bundle], check=True, capture_output=True)
+    cmd = [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
+           f"--data={npz}", f"--steps={steps}"]
+    if ranks > 1:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+               str(ranks)] + cmd
+    else:
+        cmd = ["/usr/bin/time", "-f", "MAXRSS %M"] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(" ".join(cmd) + " failed:\n" + out.stderr[-3000:])
+    found = {}
+    for m in ACCOUNT.finditer(out.stdout):
+        found[int(m.group(1) or 0)] = dict(
+            zip(PARTS, (float(v) for v in m.groups()[1:])))
+    rss = re.search(r"MAXRSS (\d+)", out.stderr)
+    return found, (int(rss.group(1)) / 1024 if rss else None), micro
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out", default=os.path.join(
+        ROOT, "docs", "memory-benchmarks.md"))
+    parser.add_argument("--only", help="models whose name contains this")
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="gpipe-memory-bench-")
+    rows, savings, worst = [], [], 0.0
+    for name, make in MODELS.items():
+        if args.only and args.only not in name:
+            continue
+        onnx, npz, batch = export(name, make, work)
+        ranks_list = [1] + ([2] if name in ON_RANKS and shutil.which(
+            "mpirun") else [])
+        for ranks in ranks_list:
+            peaks = {}
+            for recompute in ("never", "always"):
+                found, rss, micro = run(args.build, onnx, npz, batch,
+                                        recompute, ranks, args.steps, work)
+                for rank, a in sorted(found.items()):
+                    parts = a["peak"] - a["other"]
+                    bound = max(32.0, 0.1 * a["peak"])
+                    worst = max(worst, abs(a["other"]) / bound)
+                    where = (f"rank {rank} of 2" if ranks > 1 else
+                             "one process")
+                    rows.append(
+                        f"| {name} | {where} | M={micro}, {recompute} | "
+                        f"{a['plan']:.1f} | {a['kernels']:.1f} | "
+                        f"{a['data']:.1f} | {a['start']:.1f} | "
+                        f"{a['other']:.1f} | **{a['peak']:.1f}** | "
+                        f"{a['peak'] / parts:.3f} | "
+                        + ("yes" if abs(a["other"]) <= bound else "**no**")
+                        + (f" | {rss:.1f}" if rss and ranks == 1 else " | ")
+                        + " |")
+                    peaks[(rank, recompute)] = a
+                    print(rows[-1], flush=True)
+            for rank in sorted({r for r, _ in peaks}):
+                never, always = peaks.get((rank, "never")), peaks.get(
+                    (rank, "always"))
+                if not never or not always:
+                    continue
+                planned = never["plan"] - always["plan"]
+                measured = never["peak"] - always["peak"]
+                where = f"rank {rank} of 2" if ranks > 1 else "one process"
+                share = measured / planned if planned > 0 else float("nan")
+                savings.append(
+                    f"| {name} | {where} | {planned:.1f} | {measured:.1f} | "
+                    f"{share:.2f} | "
+                    + ("yes" if planned <= 0 or share >= 0.8 else "**no**")
+                    + " |")
+                print(savings[-1], flush=True)
+    lines = [
+        "# Memory benchmarks: the process against the plan",
+        "",
+        f"Generated by `bench/run_memory_benchmarks.py` on "
+        f"{datetime.date.today()} ({cpu_name()}, {os.cpu_count()} cores); "
+        f"{args.steps} training steps a run. How to read it: "
+        "[memory.md](memory.md).",
+        "",
+        "Each run's account as gpipe-run's summary prints it (MiB): the "
+        "stages' plan (what they allocated: arenas, parameters, stash), the "
+        "kernels' buffers (parameters in oneDNN's layouts, the workspace "
+        "their kernels share), the data set held, the process before it "
+        "loaded the stages, and other (the rest of the peak: threads' "
+        "stacks, libraries' caches and code, messages). \"Within\": other "
+        "is at most the larger of 32 MiB and 10% of the peak. The last "
+        "column is /usr/bin/time's maximum resident set of the same run "
+        "(one process), which the summary's peak should equal.",
+        "",
+        "| model | process | plan | stages' plan | kernels' buffers | data "
+        "| before loading | other | peak | peak / parts | within | "
+        "/usr/bin/time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Worst |other| against its bound: {worst:.2f} of it.",
+        "",
+        "Recompute's saving: the plan's (never - always) against the "
+        "measured peaks' (at least 80% of it asked).",
+        "",
+        "| model | process | planned saving MiB | measured MiB | share | "
+        "at least 0.8 |",
+        "|---|---|---|---|---|---|",
+        *savings,
+        "",
+    ]
+    write_doc(args.out, lines)
+
+
+if __name__ == "__main__":
+    main()
