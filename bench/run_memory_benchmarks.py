@@ -5,7 +5,8 @@ Each model (the plan benchmarks' eight, the language-model benchmarks'
 two cores (cpu:0,cpu:1; 8 micro-batches, 4 where the batch is 8) with
 --recompute=never and =always and trained a few steps; gpipe-run's summary
 gives each process's peak resident memory (VmHWM) part by part: the stages'
-plan (what they allocated: arenas, parameters, stash), the kernels' buffers
+plan (the compiler's predicted peaks: arenas, parameters, stash, messages,
+tied gradients' host copies), the kernels' buffers
 (converted parameters, their workspace), the data, the process before
 loading the stages, and "other" (what none of those names). Some models run
 again over two MPI ranks (r0:cpu:0,r1:cpu:1), each rank's account printed
@@ -41,6 +42,11 @@ ACCOUNT = re.compile(
     r"([\d.]+) MiB \+ kernels' buffers ([\d.]+) MiB \+ data ([\d.]+) MiB "
     r"\+ the process before loading ([\d.]+) MiB \+ other (-?[\d.]+) MiB")
 PARTS = ("peak", "plan", "kernels", "data", "start", "other")
+# Recompute's saving is judged where the plan saves at least this much: the
+# other parts of a model's peak move by up to 1.3 MiB between its two runs
+# (MobileNet V2's "other" 19.9 and 21.2 MiB in one run of this script), so
+# a smaller saving is within their noise.
+JUDGED_MIB = 4.0
 # Models also run over two MPI ranks.
 ON_RANKS = ("ResNet-18 32x32", "GPT 4x256, seq 64", "GPT 6x384, seq 128")
 
@@ -159,11 +165,11 @@ def main():
                 measured = never["peak"] - always["peak"]
                 where = f"rank {rank} of 2" if ranks > 1 else "one process"
                 share = measured / planned if planned > 0 else float("nan")
+                judged = ("n/a (under 4 MiB)" if planned < JUDGED_MIB else
+                          "yes" if share >= 0.8 else "**no**")
                 savings.append(
                     f"| {name} | {where} | {planned:.1f} | {measured:.1f} | "
-                    f"{share:.2f} | "
-                    + ("yes" if planned <= 0 or share >= 0.8 else "**no**")
-                    + " |")
+                    f"{share:.2f} | {judged} |")
                 print(savings[-1], flush=True)
     lines = [
         "# Memory benchmarks: the process against the plan",
@@ -174,11 +180,13 @@ def main():
         "[memory.md](memory.md).",
         "",
         "Each run's account as gpipe-run's summary prints it (MiB): the "
-        "stages' plan (what they allocated: arenas, parameters, stash), the "
+        "stages' plan (the compiler's predicted peaks: arenas, parameters, "
+        "stash, messages, tied gradients' host copies), the "
         "kernels' buffers (parameters in oneDNN's layouts, the workspace "
         "their kernels share), the data set held, the process before it "
         "loaded the stages, and other (the rest of the peak: threads' "
-        "stacks, libraries' caches and code, messages). \"Within\": other "
+        "stacks, libraries' code and caches, the allocator's free lists). "
+        "\"Within\": other "
         "is at most the larger of 32 MiB and 10% of the peak. The last "
         "column is /usr/bin/time's maximum resident set of the same run "
         "(one process), which the summary's peak should equal.",
@@ -192,7 +200,9 @@ def main():
         f"Worst |other| against its bound: {worst:.2f} of it.",
         "",
         "Recompute's saving: the plan's (never - always) against the "
-        "measured peaks' (at least 80% of it asked).",
+        "measured peaks' (at least 80% of it asked), judged where the plan "
+        f"saves at least {JUDGED_MIB:.0f} MiB (the other parts of a model's "
+        "peak move by up to about 1.3 MiB between two runs).",
         "",
         "| model | process | planned saving MiB | measured MiB | share | "
         "at least 0.8 |",

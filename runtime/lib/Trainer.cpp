@@ -377,7 +377,7 @@ void printSummary(const TrainingSession &session, int64_t dataBytes,
         << mib(m.plan) << " + kernels' buffers " << mib(m.kernels)
         << " + data " << mib(m.data) << " + the process before loading "
         << mib(m.start) << " + other " << mib(m.other())
-        << " (threads, libraries' caches, messages)\n";
+        << " (threads, libraries' code and caches)\n";
   }
   out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
       << s.medianSteps << " steps; mean " << step * 1e3 << "), "

@@ -651,7 +651,10 @@ TrainingSession::memoryAccounts(int64_t dataBytes) const {
   mine.data = dataBytes;
   for (const auto &st : stages) {
     const StreamRunner &runner = *st->runner;
-    mine.plan += runner.executor().allocatedBytes() + runner.stashAllocated();
+    // The compiler's plan of the stage: arenas, parameters, stash, and
+    // the messages and tied gradients' host copies the stage runner holds.
+    mine.plan +=
+        bundle_.schedule.streams[runner.spec().index].predictedPeakBytes;
     mine.kernels += runner.executor().device().kernelBytes();
   }
   if (!acrossRanks())

@@ -1,7 +1,8 @@
 """The process's memory against the memory plan: gpipe-run's summary puts
-each process's peak (VmHWM) beside the stages' plan, the kernels' buffers,
+each process's peak (VmHWM) beside the stages' plan (the compiler's
+predicted peaks), the kernels' buffers,
 the data and what the process held before loading the stages; what none of
-those names ("other": threads, libraries' caches, messages) stays within
+those names ("other": threads, libraries' code and caches) stays within
 the larger of 32 MiB and 10% of the peak, and recomputing lowers the peak
 by at least 80% of what it lowers the plan by (the memory issue's bounds:
 docs/memory.md argues them). Two-stage pipelines of torchvision's

@@ -205,14 +205,15 @@ public:
   };
   Stats stats() const;
 
-  /// A process's memory part by part: its peak resident bytes so far; what
-  /// its stages allocated (their memory plan: arenas, parameters, stash);
+  /// A process's memory part by part: its peak resident bytes so far; its
+  /// stages' memory plan (the compiler's predicted peaks: arenas,
+  /// parameters, stash, messages, tied gradients' host copies);
   /// what their devices' kernels hold beside it; the data it holds; and
   /// what it held before loading the stages.
   struct MemoryAccount {
     int64_t rank = 0, peak = 0, plan = 0, kernels = 0, data = 0, start = 0;
-    /// What none of the parts names (threads, libraries' caches,
-    /// messages).
+    /// What none of the parts names (threads' stacks, libraries' code and
+    /// caches, the allocator's free lists).
     int64_t other() const { return peak - plan - kernels - data - start; }
   };
   /// This process's account (`dataBytes`: the data it holds); in a job of
