@@ -37,8 +37,13 @@ struct DeviceProfile {
   std::string name;           // the device it describes ("cpu", "cuda")
   double peakFlops = 0;       // FLOP/s of the whole device
   double memoryBandwidth = 0; // bytes/s
-  double memoryCapacity = 0;  // bytes
-  double linkBandwidth = 0;   // bytes/s to a neighbouring stage
+  /// Bytes a stage's memory plan may take on the device (what
+  /// setDeviceMemory leaves of the device's memory).
+  double memoryCapacity = 0;
+  /// Bytes of the device's memory kept for the process around the plan
+  /// (setDeviceMemory); 0 for a profile's own capacity.
+  double runtimeReserve = 0;
+  double linkBandwidth = 0; // bytes/s to a neighbouring stage
   /// Bytes of cache of the device's cores (0: not measured), and the
   /// rate of a pass over data that fits in them: see passBandwidth.
   double cacheBytes = 0;
@@ -183,6 +188,22 @@ double passBandwidth(double workingSet, double cacheBytes,
 /// are.
 void shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
                int64_t busyCores);
+
+/// What a process holds beside its stages' memory plan: the runtime's
+/// code and libraries before it loads a bundle (14 to 22 MiB measured),
+/// the kernels' buffers (parameters in oneDNN's layouts and the kernels'
+/// workspace: up to 17 MiB), and the rest (threads' stacks, libraries'
+/// caches: up to 40 MiB for GPT-2-small); docs/memory.md.
+constexpr int64_t kRuntimeReserveBytes = int64_t(64) << 20;
+
+/// Gives `profile` a device of `bytes` (--memory-per-device): the stage's
+/// plan may take what is left after kRuntimeReserveBytes.
+void setDeviceMemory(DeviceProfile &profile, int64_t bytes);
+
+/// "512MiB", "4GiB", "1.5G", "800M", "123456" (bytes): a memory size for
+/// --memory-per-device (K, M, G, T: powers of 1024, with or without "iB"
+/// or "B"); none for anything else.
+std::optional<int64_t> parseMemorySize(llvm::StringRef text);
 
 /// The built-in profile of `device`: per-core figures times its cores for
 /// a CPU (docs/pipeline.md gives the numbers).

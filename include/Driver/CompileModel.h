@@ -66,6 +66,8 @@ struct CompileOptions {
   /// devices and no other part of a plan).
   bool autoPlanWherePossible = false;
   std::string deviceProfile, costTable;
+  /// --memory-per-device in bytes (0: the profiles' memory).
+  int64_t memoryPerDevice = 0;
   /// The GPU architecture of CUDA stages.
   std::string cudaArch = "sm_80";
   /// Training: also write the HTML report here.

@@ -36,10 +36,13 @@ struct PlanCandidate {
   double bubble = 0;        // predicted idle share
   double memory = 0;        // the largest stage's bytes (the partitioner's)
   bool fits = true;         // every stage within its device's memory
+  /// --memory-per-device it was weighed for (0: the profiles').
+  int64_t memoryPerDevice = 0;
 
   /// The gpipe-opt flags that compile it ("--devices=cpu:0-1
   /// --micro-batches=1 --schedule=gpipe --recompute=never"; with replicas
-  /// also --data-parallel=D and the replica's --batch-size).
+  /// also --data-parallel=D and the replica's --batch-size; with a memory
+  /// per device, --memory-per-device).
   std::string flags() const;
   /// Whether `other` runs the same devices and ranks, replicas,
   /// micro-batches, schedule and recompute.
@@ -54,6 +57,8 @@ struct PlanSearchSpace {
   int64_t maxMicroBatches = 32;
   std::string profiles; // --device-profile (empty: built-in)
   int64_t optimizerSlots = 0;
+  /// --memory-per-device in bytes (0: the profiles' memory).
+  int64_t memoryPerDevice = 0;
 };
 
 /// The cores of a CPU-only device list ("cpu:0,cpu:1", "cpu:0-3"), each

@@ -59,9 +59,9 @@ struct PartitionPipelineOptions
   Option<std::string> schedule{*this, "schedule",
                                llvm::cl::desc("gpipe or 1f1b"),
                                llvm::cl::init("gpipe")};
-  Option<std::string> recompute{*this, "recompute",
-                                llvm::cl::desc("never, always, except-last"),
-                                llvm::cl::init("never")};
+  Option<std::string> recompute{
+      *this, "recompute", llvm::cl::desc("never, always, except-last, auto"),
+      llvm::cl::init("never")};
   Option<int64_t> optimizerSlots{
       *this, "optimizer-slots",
       llvm::cl::desc("Optimizer state tensors per parameter"),
@@ -72,6 +72,10 @@ struct PartitionPipelineOptions
   Option<std::string> costTable{*this, "cost-table",
                                 llvm::cl::desc("Measured per-op costs (CSV)"),
                                 llvm::cl::init("")};
+  Option<int64_t> memoryPerDevice{
+      *this, "memory-per-device",
+      llvm::cl::desc("Bytes of memory of each device (0: the profile's)"),
+      llvm::cl::init(0)};
 };
 
 /// The model with its loss, cut into gpipe.stage ops (one per device).
@@ -80,9 +84,9 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 
 struct TrainStagePipelineOptions
     : public mlir::PassPipelineOptions<TrainStagePipelineOptions> {
-  Option<std::string> recompute{*this, "recompute",
-                                llvm::cl::desc("never, always, except-last"),
-                                llvm::cl::init("never")};
+  Option<std::string> recompute{
+      *this, "recompute", llvm::cl::desc("never, always, except-last, auto"),
+      llvm::cl::init("never")};
   Option<bool> lastStage{*this, "last-stage",
                          llvm::cl::desc("The stage computes the loss"),
                          llvm::cl::init(true)};

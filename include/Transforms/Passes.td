@@ -274,7 +274,8 @@ def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
     Option<"schedule", "schedule", "std::string", "\"gpipe\"",
            "gpipe or 1f1b (activations alive per stage)">,
     Option<"recompute", "recompute", "std::string", "\"never\"",
-           "never, always or except-last">,
+           "never, always, except-last or auto (a stage recomputes only "
+           "if keeping its activations does not fit its device)">,
     Option<"optimizerSlots", "optimizer-slots", "int64_t", "0",
            "Optimizer state tensors per parameter (1 for momentum, 2 for "
            "Adam)">,
@@ -282,6 +283,9 @@ def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
            "JSON device profile (gpipe-opt --calibrate) for CPU devices">,
     Option<"costTable", "cost-table", "std::string", "\"\"",
            "CSV of measured per-op forward times (op,seconds)">,
+    Option<"memoryPerDevice", "memory-per-device", "int64_t", "0",
+           "Bytes of memory of each device (0: the profile's); a stage's "
+           "plan may take what is left after the runtime's reserve">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::gpipe::GPipeDialect"];
 }
@@ -305,7 +309,8 @@ def Schedule : Pass<"gpipe-schedule", "::mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step">,
     Option<"recompute", "recompute", "std::string", "\"never\"",
-           "never, always or except-last">,
+           "never, always, except-last or auto (each stage's "
+           "gpipe.recomputes, as the partitioner chose)">,
   ];
 }
 

@@ -2,7 +2,10 @@
 #ifndef GPIPE_TRANSFORMS_SPLITFORWARDBACKWARD_H
 #define GPIPE_TRANSFORMS_SPLITFORWARDBACKWARD_H
 
+#include "Analysis/Planner/LayerTable.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -21,6 +24,13 @@ llvm::DenseSet<mlir::Operation *> forwardOps(mlir::func::FuncOp fb);
 llvm::SmallVector<mlir::Value>
 stashedValues(mlir::func::FuncOp fb,
               const llvm::DenseSet<mlir::Operation *> &forward);
+
+/// What the backward of `module` (its loss appended; the layers of
+/// `table`) reads from the forward, by layer: the stash of a one-stage
+/// plan, as gpipe-split-forward-backward keeps it (empty when the model
+/// cannot be differentiated: the compile says why).
+std::vector<LayerTable::StashedValue> stashByLayer(mlir::ModuleOp module,
+                                                   const LayerTable &table);
 
 } // namespace gpipe
 

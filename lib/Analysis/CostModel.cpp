@@ -39,6 +39,39 @@ llvm::Expected<std::vector<gpipe::Device>> gpipe::parseDevices(StringRef text) {
   return devices;
 }
 
+void gpipe::setDeviceMemory(DeviceProfile &profile, int64_t bytes) {
+  profile.runtimeReserve = static_cast<double>(kRuntimeReserveBytes);
+  profile.memoryCapacity =
+      std::max(0.0, static_cast<double>(bytes) - profile.runtimeReserve);
+}
+
+std::optional<int64_t> gpipe::parseMemorySize(StringRef text) {
+  StringRef rest = text.trim();
+  size_t digits = 0;
+  while (digits < rest.size() &&
+         (llvm::isDigit(rest[digits]) || rest[digits] == '.'))
+    ++digits;
+  double value;
+  if (digits == 0 || rest.take_front(digits).getAsDouble(value))
+    return std::nullopt;
+  std::string unit = rest.drop_front(digits).trim().lower();
+  // K, M, G, T with an optional "B" or "iB": powers of 1024 either way.
+  int power = -1;
+  if (unit.empty() || unit == "b")
+    power = 0;
+  else if (size_t at = StringRef("kmgt").find(unit[0]);
+           at != StringRef::npos &&
+           (unit.size() == 1 || unit.substr(1) == "b" ||
+            unit.substr(1) == "ib"))
+    power = static_cast<int>(at) + 1;
+  if (power < 0)
+    return std::nullopt;
+  double bytes = value * std::pow(1024.0, power);
+  if (!(bytes >= 1) || bytes > 9.0e18)
+    return std::nullopt;
+  return static_cast<int64_t>(bytes);
+}
+
 gpipe::DeviceProfile gpipe::defaultProfile(const Device &device) {
   DeviceProfile p;
   p.source = "built-in";

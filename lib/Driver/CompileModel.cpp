@@ -135,8 +135,8 @@ std::vector<std::string> validate(const CompileOptions &o) {
     return problems;
   if (o.train && !parseRecomputePolicy(o.recompute))
     problems.push_back("--recompute=" + o.recompute +
-                       " is not a recompute mode: use never, always or "
-                       "except-last");
+                       " is not a recompute mode: use never, always, "
+                       "except-last or auto");
   if (o.train && !parseScheduleKind(o.schedule))
     problems.push_back("--schedule=" + o.schedule +
                        " is not a schedule: use gpipe or 1f1b");
@@ -356,6 +356,7 @@ planSearchSpace(const CompileOptions &o,
                                  cores[r % perReplica].end());
   space.batch = *o.batchSize * replicas;
   space.profiles = o.deviceProfile;
+  space.memoryPerDevice = o.memoryPerDevice;
   const std::string &opt = o.training.optimizer;
   space.optimizerSlots =
       opt == "sgd" ? (o.training.momentum != 0.0 ? 1 : 0) : 2;
@@ -393,6 +394,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   t.partition.recompute = o.recompute;
   t.partition.profile = o.deviceProfile;
   t.partition.costTable = o.costTable;
+  t.partition.memoryPerDevice = o.memoryPerDevice;
   t.optimizer.optimizer = o.training.optimizer;
   t.optimizer.momentum = o.training.momentum != 0.0;
   t.optimizer.nesterov = o.training.nesterov;

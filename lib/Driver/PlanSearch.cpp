@@ -25,9 +25,15 @@ std::string PlanCandidate::flags() const {
   if (plan.replicas > 1)
     f += " --data-parallel=" + std::to_string(plan.replicas) +
          " --batch-size=" + std::to_string(replicaBatch);
-  return f + " --micro-batches=" + std::to_string(plan.microBatches) +
-         " --schedule=" + toString(plan.schedule).str() +
-         " --recompute=" + toString(plan.recompute).str();
+  f += " --micro-batches=" + std::to_string(plan.microBatches) +
+       " --schedule=" + toString(plan.schedule).str() +
+       " --recompute=" + toString(plan.recompute).str();
+  if (memoryPerDevice > 0)
+    f += " --memory-per-device=" +
+         (memoryPerDevice % (1 << 20) == 0
+              ? std::to_string(memoryPerDevice >> 20) + "MiB"
+              : std::to_string(memoryPerDevice));
+  return f;
 }
 
 bool PlanCandidate::sameAs(const PipelinePlan &other) const {
@@ -88,6 +94,8 @@ void predict(PlanCandidate &c, const LayerTable &table,
     cuts = partitioner.solve(false);
   }
   plan.cuts = *cuts;
+  if (plan.recompute == RecomputePolicy::Auto)
+    plan.autoRecompute = partitioner.recomputeChoices(plan.cuts);
   int64_t k = plan.numStages(), n = table.size();
   SmallVector<int64_t> bounds{0};
   llvm::append_range(bounds, plan.cuts);
@@ -172,11 +180,13 @@ void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
         continue; // one stage: the schedules are the same
       // Recompute is for memory: weighed where keeping the activations
       // does not fit (its copies saved never repay the forward run again
-      // in measurements, docs/pipeline-benchmarks.md).
+      // in measurements, docs/pipeline-benchmarks.md), and then only on the
+      // stages that need it (auto: as fast as always or faster, and it
+      // fits wherever always does).
       bool neverFits = true;
       for (RecomputePolicy recompute :
-           {RecomputePolicy::Never, RecomputePolicy::Always}) {
-        if (recompute == RecomputePolicy::Always && neverFits)
+           {RecomputePolicy::Never, RecomputePolicy::Auto}) {
+        if (recompute == RecomputePolicy::Auto && neverFits)
           continue;
         PlanCandidate c;
         c.plan.stages.assign(placement.begin(), placement.end());
@@ -185,6 +195,7 @@ void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
         c.plan.schedule = kind;
         c.plan.recompute = recompute;
         c.replicaBatch = replicaBatch;
+        c.memoryPerDevice = space.memoryPerDevice;
         predict(c, table, profiles, network, space.optimizerSlots,
                 replicaBatch / m, context);
         neverFits = c.fits;
@@ -235,6 +246,8 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
           llvm::Expected<DeviceProfile> p = profileFor(space.profiles, g);
           if (!p)
             return p.takeError();
+          if (space.memoryPerDevice > 0)
+            setDeviceMemory(*p, space.memoryPerDevice);
           profiles.push_back(*p);
           placement.push_back({g.str(), r});
         }
@@ -343,55 +356,6 @@ void gpipe::printPlanComparison(const PipelinePlan &compiled, double step,
      << ratio(best.step) << " (--plan=auto compiles it; --emit=plans lists "
      << "the " << plans.size() << " plans weighed)\n";
 }
-
-namespace {
-/// What the backward of `module` (its loss appended; the layers of
-/// `table`) reads from the forward, by layer: the stash of a one-stage
-/// plan, as gpipe-split-forward-backward keeps it (empty when the model
-/// cannot be differentiated: the compile says why).
-std::vector<LayerTable::StashedValue> stashByLayer(ModuleOp module,
-                                                   const LayerTable &table) {
-  MLIRContext *context = module.getContext();
-  StringRef tag = "gpipe.layer";
-  for (auto [i, op] : llvm::enumerate(table.layers))
-    op->setAttr(tag, IntegerAttr::get(IntegerType::get(context, 64), i));
-  OwningOpRef<ModuleOp> differentiated(module.clone());
-  for (Operation *op : table.layers)
-    op->removeAttr(tag);
-  {
-    ScopedDiagnosticHandler quiet(context,
-                                  [](Diagnostic &) { return success(); });
-    PassManager pm(context);
-    pm.addPass(createAutodiff());
-    if (failed(pm.run(*differentiated)))
-      return {};
-  }
-  auto fb = differentiated->lookupSymbol<func::FuncOp>("forward_backward");
-  if (!fb)
-    return {};
-  auto layerOf = [&](Operation *op) -> std::optional<int64_t> {
-    if (auto index = op->getAttrOfType<IntegerAttr>(tag))
-      return index.getInt();
-    return std::nullopt;
-  };
-  llvm::DenseSet<Operation *> forward = forwardOps(fb);
-  std::vector<LayerTable::StashedValue> stashed;
-  for (Value v : gpipe::stashedValues(fb, forward)) {
-    LayerTable::StashedValue s{
-        -1, -1, static_cast<double>(nn::detail::numBytes(v.getType()))};
-    if (Operation *def = v.getDefiningOp())
-      s.layer = layerOf(def).value_or(-1);
-    for (Operation *user : v.getUsers()) {
-      if (isa<func::ReturnOp>(user))
-        s.lastUse = std::max(s.lastUse, table.size());
-      else if (forward.contains(user))
-        s.lastUse = std::max(s.lastUse, layerOf(user).value_or(-1));
-    }
-    stashed.push_back(s);
-  }
-  return stashed;
-}
-} // namespace
 
 llvm::Expected<std::vector<PlanCandidate>>
 gpipe::weighPlans(ModuleOp module, const AppendLossOptions &loss,

@@ -116,6 +116,12 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   plan.schedule = parseScheduleKind(p.schedule).value_or(ScheduleKind::GPipe);
   plan.recompute =
       parseRecomputePolicy(p.recompute).value_or(RecomputePolicy::Never);
+  // Auto: what the partitioner chose for each stage.
+  if (plan.recompute == RecomputePolicy::Auto)
+    for (StageOp op : stageOps) {
+      auto chosen = op->getAttrOfType<BoolAttr>("gpipe.recomputes");
+      plan.autoRecompute.push_back(chosen && chosen.getValue());
+    }
   PlanCostModel costModel(plan, network, optimizerSlots);
   ScheduleRequest request;
   request.kind = p.schedule;
@@ -127,7 +133,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     {
       PassManager pm(context);
       SplitForwardBackwardOptions split;
-      split.recompute = p.recompute;
+      split.recompute = recompute ? "always" : "never";
       split.lastStage = last;
       buildTrainStagePipeline(pm, split, o.optimizer);
       if (failed(pm.run(stage)))
@@ -324,6 +330,22 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        static_cast<double>(s.flops) / 1e6, s.cost.forward * 1e3,
                        s.cost.backward * 1e3,
                        formatBytes(static_cast<double>(s.peakBytes)).c_str());
+  }
+  if (r.plan.recompute == RecomputePolicy::Auto) {
+    // Which stages auto made recompute.
+    std::string recomputing, keeping;
+    for (const StageReport &s : r.report)
+      (s.recompute ? recomputing : keeping) +=
+          (s.recompute ? (recomputing.empty() ? "" : ", ")
+                       : (keeping.empty() ? "" : ", ")) +
+          std::to_string(s.index);
+    os << "recompute auto: "
+       << (recomputing.empty() ? "no stage recomputes"
+                               : "stage(s) " + recomputing + " recompute")
+       << " (keeping their activations would not fit the device's memory)";
+    if (!keeping.empty())
+      os << "; stage(s) " << keeping << " keep their activations";
+    os << "\n";
   }
   if (r.plan.replicas > 1) {
     int64_t perReplica = 1;

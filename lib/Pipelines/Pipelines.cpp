@@ -63,6 +63,7 @@ void gpipe::buildPartitionPipeline(OpPassManager &pm,
   partition.optimizerSlots = o.optimizerSlots;
   partition.profile = o.profile;
   partition.costTable = o.costTable;
+  partition.memoryPerDevice = o.memoryPerDevice;
   buildPartitionPipeline(pm, loss, partition);
 }
 

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Transforms/Passes.h"
+#include "Transforms/SplitForwardBackward.h"
 
 #include "Analysis/CostModel.h"
 #include "Analysis/Planner/LayerTable.h"
@@ -31,10 +32,16 @@ using namespace gpipe;
 
 namespace {
 
+/// "12.5 MiB", "57.7 KiB" below a MiB, "96 bytes" below a KiB.
 std::string mib(double bytes) {
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << llvm::format("%.1f MiB", bytes / (1 << 20));
+  if (bytes >= (1 << 20))
+    os << llvm::format("%.1f MiB", bytes / (1 << 20));
+  else if (bytes >= 1024)
+    os << llvm::format("%.1f KiB", bytes / 1024);
+  else
+    os << llvm::format("%.0f bytes", bytes);
   return s;
 }
 
@@ -73,8 +80,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     plan.schedule = *kind;
     std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
     if (!policy)
-      return module.emitError("recompute must be never, always or "
-                              "except-last, not '")
+      return module.emitError("recompute must be never, always, "
+                              "except-last or auto, not '")
              << recompute << "'";
     plan.recompute = *policy;
     if (microBatches < 1)
@@ -85,6 +92,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       llvm::Expected<DeviceProfile> p = profileFor(profile, d);
       if (!p)
         return module.emitError(llvm::toString(p.takeError()));
+      if (memoryPerDevice > 0)
+        setDeviceMemory(*p, memoryPerDevice);
       profiles.push_back(*p);
     }
     // The stages run at once: the cores they keep busy share the host.
@@ -143,11 +152,26 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (stages != "auto")
       return forward.emitError("--stages must be auto or manual:i,j,..., not '")
              << stages << "'";
-    StagePartitioner partitioner(table, plan, profiles, table.rows);
+    // Where memory decides (auto recompute, a device's memory given, or a
+    // plan that does not fit), the stash as the backward will keep it:
+    // without it a stage is taken to keep every result of its layers
+    // (GPT 4x256: 64 MiB where the plan had 37).
+    auto module = forward->getParentOfType<ModuleOp>();
+    bool memoryDecides =
+        plan.recompute == RecomputePolicy::Auto || memoryPerDevice > 0;
+    if (memoryDecides)
+      table.setStash(stashByLayer(module, table));
     FailureOr<SmallVector<int64_t>> best =
-        partitioner.solve(/*withMemory=*/true);
+        StagePartitioner(table, plan, profiles, table.rows)
+            .solve(/*withMemory=*/true);
+    if (failed(best) && !memoryDecides) {
+      table.setStash(stashByLayer(module, table));
+      best = StagePartitioner(table, plan, profiles, table.rows)
+                 .solve(/*withMemory=*/true);
+    }
     if (succeeded(best))
       return best;
+    StagePartitioner partitioner(table, plan, profiles, table.rows);
     // Report what the best partition without the memory bound needs.
     SmallVector<int64_t> cuts = *partitioner.solve(/*withMemory=*/false);
     InFlightDiagnostic diag =
@@ -158,12 +182,56 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     for (int64_t s = 0; s < k; ++s) {
       StageSlice c = partitioner.slice(s, bounds[s], bounds[s + 1]);
       double capacity = profiles[s].memoryCapacity;
-      if (c.memory > capacity)
+      if (c.memory > capacity) {
         diag << "; stage " << s << " on " << devices[s].str() << " needs "
              << mib(c.memory) << ", " << mib(c.memory - capacity)
              << " more than its " << mib(capacity);
+        if (profiles[s].runtimeReserve > 0)
+          diag << " (--memory-per-device less the runtime's "
+               << mib(profiles[s].runtimeReserve) << ")";
+      }
     }
+    diag << "; " << whatFits();
     return failure();
+  }
+
+  /// What would fit when the plan does not: recomputing (auto) on these
+  /// devices, else the fewest devices like the last one, each recomputing
+  /// where it must; else that no number of devices does.
+  std::string whatFits() const {
+    int64_t k = devices.size(), n = table.size();
+    auto fits = [&](int64_t stages, RecomputePolicy policy) {
+      PipelinePlan p = plan;
+      p.recompute = policy;
+      SmallVector<DeviceProfile, 2> ps(profiles.begin(), profiles.end());
+      while (static_cast<int64_t>(p.stages.size()) < stages) {
+        p.stages.push_back(p.stages.back());
+        ps.push_back(profiles.back());
+      }
+      return succeeded(StagePartitioner(table, p, ps, table.rows).solve(true));
+    };
+    bool recomputing = plan.recompute == RecomputePolicy::Always ||
+                       plan.recompute == RecomputePolicy::Auto;
+    if (!recomputing && fits(k, RecomputePolicy::Auto))
+      return "--recompute=auto fits it on these devices (the stages that "
+             "need it run their forward again)";
+    // More devices of the last one's memory: the fewest that fit (the
+    // memory a stage needs falls with its share of the layers).
+    std::string with = recomputing ? "" : " with --recompute=auto";
+    RecomputePolicy policy = plan.recompute == RecomputePolicy::Always
+                                 ? plan.recompute
+                                 : RecomputePolicy::Auto;
+    if (n <= k || !fits(n, policy))
+      return "no number of devices of " + mib(profiles.back().memoryCapacity) +
+             " fits it (a layer alone needs more; more memory per device, "
+             "fewer micro-batches or a smaller batch would)";
+    int64_t lo = k, hi = n; // lo does not fit, hi does
+    while (hi - lo > 1) {
+      int64_t mid = lo + (hi - lo) / 2;
+      (fits(mid, policy) ? hi : lo) = mid;
+    }
+    return "it fits on " + std::to_string(hi) + " devices like " +
+           devices.back().str() + with;
   }
 
   LogicalResult rewrite(func::FuncOp forward, ArrayRef<int64_t> cuts) {
@@ -284,6 +352,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.output_roles", b.getArrayAttr(outRoles));
       stage->setAttr("gpipe.layers", b.getDenseI64ArrayAttr({begin, end}));
       stage->setAttr("gpipe.flops", b.getI64IntegerAttr(stageFlops));
+      // Whether the stage recomputes (the policy's, or auto's choice).
+      stage->setAttr("gpipe.recomputes", b.getBoolAttr(c.recomputes));
       stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));
       stage->setAttr("gpipe.backward_time", b.getF64FloatAttr(c.backward));
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));

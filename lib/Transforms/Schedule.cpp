@@ -96,7 +96,8 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
     }
     std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
     if (!policy) {
-      module.emitError("recompute must be never, always or except-last");
+      module.emitError("recompute must be never, always, except-last or "
+                       "auto");
       return signalPassFailure();
     }
     ScheduleRequest r;
@@ -105,7 +106,11 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
     int64_t k = stages.size();
     for (auto [s, stage] : llvm::enumerate(stages)) {
       r.devices.push_back(stage.getDevice().str());
-      r.recompute.push_back(recomputesStage(*policy, s, k));
+      // Auto: what the partitioner chose for the stage.
+      auto chosen = stage->getAttrOfType<BoolAttr>("gpipe.recomputes");
+      r.recompute.push_back(*policy == RecomputePolicy::Auto
+                                ? chosen && chosen.getValue()
+                                : recomputesStage(*policy, s, k));
       auto get = [&](StringRef name) -> std::optional<int64_t> {
         if (auto a = stage->getAttrOfType<IntegerAttr>(name))
           return a.getInt();

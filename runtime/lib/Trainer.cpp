@@ -373,11 +373,10 @@ void printSummary(const TrainingSession &session, int64_t dataBytes,
     out << "  memory";
     if (ranks > 1)
       out << " of rank " << m.rank;
-    out << ": process peak " << mib(m.peak) << " = stages' plan "
-        << mib(m.plan) << " + kernels' buffers " << mib(m.kernels)
-        << " + data " << mib(m.data) << " + the process before loading "
-        << mib(m.start) << " + other " << mib(m.other())
-        << " (threads, libraries' code and caches)\n";
+    out << ": process peak " << mib(m.peak) << " = stages' plan " << mib(m.plan)
+        << " + kernels' buffers " << mib(m.kernels) << " + data " << mib(m.data)
+        << " + the process before loading " << mib(m.start) << " + other "
+        << mib(m.other()) << " (threads, libraries' code and caches)\n";
   }
   out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
       << s.medianSteps << " steps; mean " << step * 1e3 << "), "
@@ -817,8 +816,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
     // What measures the run's steps: none when it had none to take.
     std::ostringstream summary;
     if (!finished)
-      printSummary(session,
-                   train.heldBytes() + (eval ? arrayBytes(*eval) : 0),
+      printSummary(session, train.heldBytes() + (eval ? arrayBytes(*eval) : 0),
                    summary);
     out << summary.str();
     if (!o.report.empty() && !finished) {

@@ -3,8 +3,8 @@
 #include "ByteStream.h"
 #include "Checkpoint.h"
 #include "Clock.h"
-#include "ProcessMemory.h"
 #include "InProcessTransport.h"
+#include "ProcessMemory.h"
 #include "Reducer.h"
 #include "StepProfile.h"
 #include "StreamRunner.h"
@@ -660,8 +660,8 @@ TrainingSession::memoryAccounts(int64_t dataBytes) const {
   if (!acrossRanks())
     return {mine};
   ByteWriter out;
-  for (int64_t v : {mine.rank, mine.peak, mine.plan, mine.kernels, mine.data,
-                    mine.start})
+  for (int64_t v :
+       {mine.rank, mine.peak, mine.plan, mine.kernels, mine.data, mine.start})
     out.put<int64_t>(v);
   std::vector<std::string> all = group->gather(out.str(), 0);
   if (worldRank != 0)
@@ -670,8 +670,8 @@ TrainingSession::memoryAccounts(int64_t dataBytes) const {
   for (const std::string &bytes : all) {
     ByteReader in(bytes, "a rank's memory account");
     MemoryAccount a;
-    for (int64_t *v : {&a.rank, &a.peak, &a.plan, &a.kernels, &a.data,
-                       &a.start})
+    for (int64_t *v :
+         {&a.rank, &a.peak, &a.plan, &a.kernels, &a.data, &a.start})
       *v = in.get<int64_t>();
     accounts.push_back(a);
   }

@@ -8,6 +8,7 @@
 // lib/Driver), MLIR input to MlirOptMain.
 //
 //===----------------------------------------------------------------------===//
+#include "Analysis/CostModel.h"
 #include "Calibrate.h"
 #include "Driver/CompileModel.h"
 #include "Import/ONNX/ModelImporter.h"
@@ -142,9 +143,21 @@ cl::opt<std::string> recomputeOption(
              "never (the activations; fastest, most memory), always (only the "
              "stage input; the backward runs the forward again) or "
              "except-last (always, but never on the last stage, whose "
-             "backward follows its forward at once; on one stage: never). "
+             "backward follows its forward at once; on one stage: never) or "
+             "auto (each stage recomputes only if keeping its activations "
+             "does not fit its device's memory, --memory-per-device). "
              "Default never"),
     cl::init("never"), cl::cat(pipelineCategory));
+
+cl::opt<std::string> memoryPerDeviceOption(
+    "memory-per-device",
+    cl::desc("The memory of each device, e.g. 512MiB, 4GiB (K, M, G, T: "
+             "powers of 1024): every stage's memory plan, with 64 MiB kept "
+             "for the runtime around it, must fit; the partitioner, the plan "
+             "search and --recompute=auto respect it (--mode=train). "
+             "Default: the device profile's (16 GiB for a CPU device "
+             "without one)"),
+    cl::value_desc("SIZE"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> devicesOption(
     "devices",
@@ -299,14 +312,28 @@ int compileOptions(StringRef input, StringRef output,
   // What only training uses implies --mode=train; with --mode=infer given,
   // each such flag is named in one error.
   std::vector<std::string> trainingFlags;
-  for (cl::Option *flag : std::initializer_list<cl::Option *>{
-           &lossOption,         &ignoreIndexOption,  &classAxisOption,
-           &microBatchesOption, &dataParallelOption, &recomputeOption,
-           &optimizerOption,    &lrOption,           &momentumOption,
-           &nesterovOption,     &weightDecayOption,  &beta1Option,
-           &beta2Option,        &epsOption,          &scheduleOption,
-           &stagesOption,       &planOption,         &deviceProfileOption,
-           &costTableOption,    &reportOption})
+  for (cl::Option *flag :
+       std::initializer_list<cl::Option *>{&lossOption,
+                                           &ignoreIndexOption,
+                                           &classAxisOption,
+                                           &microBatchesOption,
+                                           &dataParallelOption,
+                                           &recomputeOption,
+                                           &memoryPerDeviceOption,
+                                           &optimizerOption,
+                                           &lrOption,
+                                           &momentumOption,
+                                           &nesterovOption,
+                                           &weightDecayOption,
+                                           &beta1Option,
+                                           &beta2Option,
+                                           &epsOption,
+                                           &scheduleOption,
+                                           &stagesOption,
+                                           &planOption,
+                                           &deviceProfileOption,
+                                           &costTableOption,
+                                           &reportOption})
     if (flag->getNumOccurrences())
       trainingFlags.push_back("--" + flag->ArgStr.str());
   if (devicesOption.getNumOccurrences() &&
@@ -401,6 +428,25 @@ int compileOptions(StringRef input, StringRef output,
     o.autoPlanWherePossible = true;
   o.schedule = scheduleOption;
   o.recompute = recomputeOption;
+  if (memoryPerDeviceOption.getNumOccurrences()) {
+    std::optional<int64_t> bytes =
+        gpipe::parseMemorySize(memoryPerDeviceOption);
+    if (!bytes) {
+      llvm::errs() << "gpipe-opt: error: --memory-per-device="
+                   << memoryPerDeviceOption
+                   << " is not a memory size (write e.g. 512MiB or 4GiB)\n";
+      return 1;
+    }
+    if (*bytes <= gpipe::kRuntimeReserveBytes) {
+      llvm::errs() << "gpipe-opt: error: --memory-per-device="
+                   << memoryPerDeviceOption
+                   << " leaves nothing for a stage: the runtime keeps "
+                   << (gpipe::kRuntimeReserveBytes >> 20)
+                   << " MiB of each device's memory\n";
+      return 1;
+    }
+    o.memoryPerDevice = *bytes;
+  }
   o.deviceProfile = deviceProfileOption;
   o.costTable = costTableOption;
   o.cudaArch = cudaArchOption;

@@ -21,19 +21,22 @@ namespace gpipe {
 
 /// The order of a stage's forwards and backwards over the micro-batches.
 enum class ScheduleKind { GPipe, OneFOneB };
-/// What a stage's forward keeps for its backward.
-enum class RecomputePolicy { Never, Always, ExceptLast };
+/// What a stage's forward keeps for its backward. Auto: each stage
+/// recomputes only if keeping its activations does not fit its device's
+/// memory (the partitioner decides, PipelinePlan::autoRecompute).
+enum class RecomputePolicy { Never, Always, ExceptLast, Auto };
 
 /// "gpipe" or "1f1b"; none for anything else.
 std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef text);
-/// "never", "always" or "except-last"; none for anything else.
+/// "never", "always", "except-last" or "auto"; none for anything else.
 std::optional<RecomputePolicy> parseRecomputePolicy(llvm::StringRef text);
 llvm::StringRef toString(ScheduleKind kind);
 llvm::StringRef toString(RecomputePolicy policy);
 
 /// Whether stage `stage` of `numStages` runs its forward again before its
 /// backward (except-last: every stage but the last, whose backward follows
-/// its forward at once).
+/// its forward at once; auto: not known without the partitioner's choice,
+/// false).
 bool recomputesStage(RecomputePolicy policy, int64_t stage, int64_t numStages);
 
 /// Micro-batches whose activations stage `stage` of `numStages` keeps at
@@ -55,12 +58,18 @@ struct PipelinePlan {
   int64_t replicas = 1, microBatches = 1;
   ScheduleKind schedule = ScheduleKind::GPipe;
   RecomputePolicy recompute = RecomputePolicy::Never;
+  /// Under RecomputePolicy::Auto, the stages that recompute (as the
+  /// partitioner chose them for their memory); empty until it has.
+  llvm::SmallVector<bool> autoRecompute;
 
   int64_t numStages() const { return static_cast<int64_t>(stages.size()); }
   /// The stages' devices as --devices lists them ("cpu:0,cpu:1"; with
   /// rank prefixes when a stage is not on rank 0: "r0:cpu:0,r1:cpu:0").
   std::string deviceList() const;
   bool recomputes(int64_t stage) const {
+    if (recompute == RecomputePolicy::Auto)
+      return stage < static_cast<int64_t>(autoRecompute.size()) &&
+             autoRecompute[stage];
     return recomputesStage(recompute, stage, numStages());
   }
   int64_t alive(int64_t stage) const {

@@ -29,6 +29,10 @@ struct StageSlice {
   double forwardConversion = 0, backwardConversion = 0;
   /// Bytes of the stage's trainable parameters.
   double trainableBytes = 0;
+  /// Whether the stage runs its forward again before its backward (under
+  /// RecomputePolicy::Auto: only where keeping its activations would not
+  /// fit the device's memory).
+  bool recomputes = false;
   double time() const { return forward + backward + transfer; }
 };
 
@@ -39,8 +43,15 @@ public:
   StagePartitioner(const LayerTable &table, const PipelinePlan &plan,
                    llvm::ArrayRef<DeviceProfile> profiles, int64_t rows);
 
-  /// Stage `stage` holding layers [begin, end).
+  /// Stage `stage` holding layers [begin, end), recomputing as the plan
+  /// says (auto: if keeping the activations does not fit its device).
   StageSlice slice(int64_t stage, int64_t begin, int64_t end) const;
+  /// The same with recompute given.
+  StageSlice slice(int64_t stage, int64_t begin, int64_t end,
+                   bool recomputes) const;
+  /// What each stage recomputes with cuts `cuts` (the plan's policy, or
+  /// auto's choice).
+  llvm::SmallVector<bool> recomputeChoices(llvm::ArrayRef<int64_t> cuts) const;
 
   /// Seconds of one pass of the runtime's gradient sum over the trainable
   /// parameters of that stage: each layer's bytes (its parameters taken as

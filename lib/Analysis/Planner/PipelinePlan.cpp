@@ -21,6 +21,7 @@ gpipe::parseRecomputePolicy(llvm::StringRef text) {
       .Case("never", RecomputePolicy::Never)
       .Case("always", RecomputePolicy::Always)
       .Case("except-last", RecomputePolicy::ExceptLast)
+      .Case("auto", RecomputePolicy::Auto)
       .Default(std::nullopt);
 }
 
@@ -36,6 +37,8 @@ llvm::StringRef gpipe::toString(RecomputePolicy policy) {
     return "always";
   case RecomputePolicy::ExceptLast:
     return "except-last";
+  case RecomputePolicy::Auto:
+    return "auto";
   }
   return "never";
 }

@@ -118,8 +118,8 @@ std::shared_ptr<TapWeights> tapWeights(OneDnn &dnn, const float *weight,
   for (int64_t t : taps)
     key += " " + std::to_string(t);
   return dnn.sharedCopy<TapWeights>(key, [&] {
-    auto made = std::make_shared<TapWeights>(weight, cout, cin, kernelTaps,
-                                             std::move(taps), constant, version);
+    auto made = std::make_shared<TapWeights>(
+        weight, cout, cin, kernelTaps, std::move(taps), constant, version);
     dnn.keptBytes += made->keptBytes();
     return made;
   });
