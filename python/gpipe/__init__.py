@@ -48,14 +48,14 @@ _COMPILE_FLAGS = {
     "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
     "plan", "device_profile", "cost_table", "report", "const_input",
-    "freeze", "trainable", "batch_axis",
+    "freeze", "trainable", "batch_axis", "memory_per_device",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
 _TRAINING_FLAGS = {
     "micro_batches", "loss", "ignore_index", "class_axis", "optimizer", "lr",
     "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "schedule",
-    "recompute", "stages", "data_parallel", "plan",
+    "recompute", "stages", "data_parallel", "plan", "memory_per_device",
 }
 
 
