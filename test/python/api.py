@@ -261,6 +261,12 @@ raises("compiler errors raise CompileError", gpipe.CompileError,
        "--devices", lambda: gpipe.compile(cnn(), torch.randn(32, 1, 14, 14),
                                           devices="gpu:0,cpu:1",
                                           quiet=True))
+raises("a device's memory too small for the plan", gpipe.CompileError,
+       "does not fit the devices' memory",
+       lambda: gpipe.compile(cnn(), torch.randn(32, 1, 14, 14),
+                             devices="cpu:0,cpu:1", micro_batches=4,
+                             memory_per_device=str(64 * 2**20 + 1000),
+                             quiet=True))
 raises("arrays of the wrong shape", gpipe.InputError,
        "array 'input' is float32[192, 1, 12, 12], expected float32[N, 1, 14, 14]",
        lambda: bundle.train((x[:, :, :12, :12], y), steps=1, quiet=True))
