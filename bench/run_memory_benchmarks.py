@@ -191,9 +191,9 @@ def main():
         "column is /usr/bin/time's maximum resident set of the same run "
         "(one process), which the summary's peak should equal.",
         "",
-        "| model | process | plan | stages' plan | kernels' buffers | data "
-        "| before loading | other | peak | peak / parts | within | "
-        "/usr/bin/time |",
+        "| model | process | micro-batches, recompute | stages' plan | "
+        "kernels' buffers | data | before loading | other | peak | "
+        "peak / parts | within | /usr/bin/time |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",

@@ -189,15 +189,18 @@ double passBandwidth(double workingSet, double cacheBytes,
 void shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
                int64_t busyCores);
 
-/// What a process holds beside its stages' memory plan: the runtime's
-/// code and libraries before it loads a bundle (14 to 22 MiB measured),
-/// the kernels' buffers (parameters in oneDNN's layouts and the kernels'
-/// workspace: up to 17 MiB), and the rest (threads' stacks, libraries'
-/// caches: up to 40 MiB for GPT-2-small); docs/memory.md.
-constexpr int64_t kRuntimeReserveBytes = int64_t(64) << 20;
+/// What a process holds beside its stages' memory plan, kept from a
+/// device of `bytes`: 64 MiB for the runtime's code and libraries before
+/// it loads a bundle (12 to 21 MiB measured), the kernels' buffers
+/// (parameters in oneDNN's layouts, the kernels' workspace: up to 21 MiB)
+/// and the rest (threads' stacks, libraries' code and caches: up to 27
+/// MiB), plus 1/32 of the device for the part of the rest that grows with
+/// the model (GPT-2-small: 47 MiB beside a plan of 2.6 GiB);
+/// docs/memory.md.
+double runtimeReserveBytes(int64_t bytes);
 
 /// Gives `profile` a device of `bytes` (--memory-per-device): the stage's
-/// plan may take what is left after kRuntimeReserveBytes.
+/// plan may take what is left after runtimeReserveBytes.
 void setDeviceMemory(DeviceProfile &profile, int64_t bytes);
 
 /// "512MiB", "4GiB", "1.5G", "800M", "123456" (bytes): a memory size for

@@ -39,8 +39,13 @@ llvm::Expected<std::vector<gpipe::Device>> gpipe::parseDevices(StringRef text) {
   return devices;
 }
 
+double gpipe::runtimeReserveBytes(int64_t bytes) {
+  return static_cast<double>(int64_t(64) << 20) +
+         static_cast<double>(bytes) / 32;
+}
+
 void gpipe::setDeviceMemory(DeviceProfile &profile, int64_t bytes) {
-  profile.runtimeReserve = static_cast<double>(kRuntimeReserveBytes);
+  profile.runtimeReserve = runtimeReserveBytes(bytes);
   profile.memoryCapacity =
       std::max(0.0, static_cast<double>(bytes) - profile.runtimeReserve);
 }

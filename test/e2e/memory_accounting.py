@@ -9,7 +9,11 @@ docs/memory.md argues them). Two-stage pipelines of torchvision's
 ResNet-18 (convolutions: weights converted to oneDNN's layouts, patches
 in the kernels' workspace) and a GPT (attention, layer norms), each with
 --recompute=never and =always; the GPT's pipeline again over two MPI
-ranks, where rank 0 prints both ranks' accounts.
+ranks, where rank 0 prints both ranks' accounts; and, where a memory cgroup
+can be made (as root), that pipeline compiled for a device memory per rank
+(--memory-per-device, --recompute=auto) trains with each rank under a
+cgroup of that limit, equal to the uncapped run to the last bit, while a
+limit too small is refused at compile time.
 
     memory_accounting.py GPIPE_OPT GPIPE_RUN WORK_DIR
 """
@@ -68,12 +72,7 @@ def accounts(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(" ".join(cmd) + " failed:\n" + out.stderr[-2000:])
-    found = {}
-    for m in ACCOUNT.finditer(out.stdout):
-        values = [float(v) for v in m.groups()[1:]]
-        found[int(m.group(1) or 0)] = dict(zip(
-            ("peak", "plan", "kernels", "data", "start", "other"), values))
-    return found
+    return accounts_of(out.stdout)
 
 
 def train(onnx, npz, devices, micro, recompute, tag, mpi_ranks=0):
@@ -118,6 +117,72 @@ def check_model(name, onnx, npz, micro):
               f"never {never}, always {always}")
 
 
+CGROUP = "/sys/fs/cgroup/memory"  # cgroup v1's memory controller
+
+
+def check_capped(onnx, npz):
+    """Two ranks, each under a memory cgroup of the limit it was compiled
+    for: trains (nobody killed) as the uncapped run does; a limit too
+    small is a compile-time error naming what would fit."""
+    probe = os.path.join(CGROUP, "gpipe-test-probe")
+    try:
+        os.makedirs(probe, exist_ok=True)
+        os.rmdir(probe)
+    except OSError:
+        print("SKIP: no writable memory cgroup (the capped ranks)")
+        return
+    limit = 128  # MiB: 60 for a stage's plan; the GPT's plan about 37 each
+    bundle = os.path.join(work, "capped.gpipe")
+    out = subprocess.run(
+        [gpipe_opt, onnx, "--mode=train", "--devices=r0:cpu:0,r1:cpu:1",
+         "--micro-batches=4", "--recompute=auto",
+         f"--memory-per-device={limit}MiB", "-o", bundle],
+        capture_output=True, text=True)
+    check("a GPT compiled for 128 MiB per rank", out.returncode == 0,
+          out.stderr[-800:])
+    if out.returncode != 0:
+        return
+    run = f"{gpipe_run} {bundle} --train --data={npz} --steps=3 --no-shuffle"
+    setup = (f"d={CGROUP}/gpipe-test-$OMPI_COMM_WORLD_RANK; mkdir -p $d; "
+             f"echo {limit << 20} > $d/memory.limit_in_bytes; "
+             f"echo $$ > $d/cgroup.procs; exec {run}")
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+    capped = subprocess.run(mpirun + ["bash", "-c", setup],
+                            capture_output=True, text=True)
+    for r in range(2):
+        try:
+            os.rmdir(os.path.join(CGROUP, f"gpipe-test-{r}"))
+        except OSError:
+            pass
+    free = subprocess.run(mpirun + run.split(), capture_output=True,
+                          text=True)
+    losses = re.compile(r"^step \d+/3 .*?loss ([\d.e+-]+)", re.M)
+    check("each rank under a 128 MiB cgroup trains as uncapped, bit for bit",
+          capped.returncode == 0 and len(losses.findall(free.stdout)) == 3
+          and losses.findall(capped.stdout) == losses.findall(free.stdout),
+          f"rc {capped.returncode}: {capped.stderr[-600:]}")
+    peaks = [a["peak"] for a in accounts_of(capped.stdout).values()]
+    check(f"every rank's peak under the limit ({peaks} MiB)",
+          len(peaks) == 2 and max(peaks) < limit, str(peaks))
+    small = subprocess.run(
+        [gpipe_opt, onnx, "--mode=train", "--devices=r0:cpu:0,r1:cpu:1",
+         "--micro-batches=4", "--recompute=auto", "--memory-per-device=80MiB",
+         "-o", os.path.join(work, "small.gpipe")], capture_output=True,
+        text=True)
+    check("80 MiB per rank is refused at compile time, naming what fits",
+          small.returncode == 1 and "does not fit the devices' memory" in
+          small.stderr and "it fits on" in small.stderr, small.stderr[-600:])
+
+
+def accounts_of(text):
+    found = {}
+    for m in ACCOUNT.finditer(text):
+        values = [float(v) for v in m.groups()[1:]]
+        found[int(m.group(1) or 0)] = dict(zip(
+            ("peak", "plan", "kernels", "data", "start", "other"), values))
+    return found
+
+
 def main():
     torch.manual_seed(0)
     resnet, resnet_path = torchvision.models.resnet18(num_classes=10), None
@@ -136,6 +201,7 @@ def main():
         found = train(gpt_path, gpt_npz, "r0:cpu:0,r1:cpu:1", 4, "never",
                       "gpt-ranks", mpi_ranks=2)
         check_other("GPT on two MPI ranks", found, 2)
+        check_capped(gpt_path, gpt_npz)
     else:
         print("SKIP: no mpirun (the accounts of two ranks)")
 

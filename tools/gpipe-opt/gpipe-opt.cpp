@@ -152,8 +152,8 @@ cl::opt<std::string> recomputeOption(
 cl::opt<std::string> memoryPerDeviceOption(
     "memory-per-device",
     cl::desc("The memory of each device, e.g. 512MiB, 4GiB (K, M, G, T: "
-             "powers of 1024): every stage's memory plan, with 64 MiB kept "
-             "for the runtime around it, must fit; the partitioner, the plan "
+             "powers of 1024): every stage's memory plan, with 64 MiB and "
+             "1/32 of the device kept for the runtime around it, must fit; the partitioner, the plan "
              "search and --recompute=auto respect it (--mode=train). "
              "Default: the device profile's (16 GiB for a CPU device "
              "without one)"),
@@ -437,12 +437,11 @@ int compileOptions(StringRef input, StringRef output,
                    << " is not a memory size (write e.g. 512MiB or 4GiB)\n";
       return 1;
     }
-    if (*bytes <= gpipe::kRuntimeReserveBytes) {
+    if (static_cast<double>(*bytes) <= gpipe::runtimeReserveBytes(*bytes)) {
       llvm::errs() << "gpipe-opt: error: --memory-per-device="
                    << memoryPerDeviceOption
-                   << " leaves nothing for a stage: the runtime keeps "
-                   << (gpipe::kRuntimeReserveBytes >> 20)
-                   << " MiB of each device's memory\n";
+                   << " leaves nothing for a stage: the runtime keeps 64 MiB "
+                      "and 1/32 of each device's memory\n";
       return 1;
     }
     o.memoryPerDevice = *bytes;
