@@ -153,7 +153,8 @@ cl::opt<std::string> memoryPerDeviceOption(
     "memory-per-device",
     cl::desc("The memory of each device, e.g. 512MiB, 4GiB (K, M, G, T: "
              "powers of 1024): every stage's memory plan, with 64 MiB and "
-             "1/32 of the device kept for the runtime around it, must fit; the partitioner, the plan "
+             "1/32 of the device kept for the runtime around it, must fit; the "
+             "partitioner, the plan "
              "search and --recompute=auto respect it (--mode=train). "
              "Default: the device profile's (16 GiB for a CPU device "
              "without one)"),
