@@ -137,36 +137,55 @@ namespace {
 
 } // namespace
 
-void readParameters(
-    const Bundle &b, const ParameterBlob &blob,
-    const std::function<void(int64_t, const char *, int64_t)> &consume) {
-  std::string path = b.partPath(blob.file);
+namespace {
+
+/// Reads part `file` of `b` in pieces of at most 1 MiB, in order, handing
+/// each to `consume`; checks its size (`size` >= 0) and its checksum after
+/// the last piece. A part is never held whole: a source model or a stage's
+/// parameters can be a large share of a process's memory.
+void readPart(const Bundle &b, const std::string &file, int64_t size,
+              uint32_t crc32Wanted,
+              const std::function<void(int64_t, const char *, int64_t)>
+                  &consume) {
+  std::string path = b.partPath(file);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in)
-    fail(b.path, blob.file, "missing or unreadable (" + path + ")");
-  int64_t size = static_cast<int64_t>(in.tellg());
-  if (size < 0)
-    fail(b.path, blob.file, "missing or unreadable (" + path + ")");
-  if (size != blob.size)
-    fail(b.path, blob.file,
-         "holds " + std::to_string(size) + " bytes, the manifest says " +
-             std::to_string(blob.size));
+  int64_t actual = in ? static_cast<int64_t>(in.tellg()) : -1;
+  if (actual < 0)
+    fail(b.path, file, "missing or unreadable (" + path + ")");
+  if (size >= 0 && actual != size)
+    fail(b.path, file,
+         "holds " + std::to_string(actual) + " bytes, the manifest says " +
+             std::to_string(size));
   in.seekg(0);
   std::vector<char> piece(
-      static_cast<size_t>(std::min<int64_t>(size, int64_t(1) << 20)));
+      static_cast<size_t>(std::min<int64_t>(actual, int64_t(1) << 20)));
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (int64_t offset = 0; offset < size;) {
+  for (int64_t offset = 0; offset < actual;) {
     int64_t n =
-        std::min<int64_t>(size - offset, static_cast<int64_t>(piece.size()));
+        std::min<int64_t>(actual - offset, static_cast<int64_t>(piece.size()));
     if (!in.read(piece.data(), n))
-      fail(b.path, blob.file, "unreadable (" + path + ")");
+      fail(b.path, file, "unreadable (" + path + ")");
     crc = crc32(crc, reinterpret_cast<const Bytef *>(piece.data()),
                 static_cast<uInt>(n));
     consume(offset, piece.data(), n);
     offset += n;
   }
-  if (static_cast<uint32_t>(crc) != blob.crc32)
-    fail(b.path, blob.file, "checksum mismatch (the file is corrupt)");
+  if (static_cast<uint32_t>(crc) != crc32Wanted)
+    fail(b.path, file, "checksum mismatch (the file is corrupt)");
+}
+
+/// Checks part `file`'s size (when >= 0) and checksum, keeping nothing.
+void checkPart(const Bundle &b, const std::string &file, int64_t size,
+               uint32_t crc32Wanted) {
+  readPart(b, file, size, crc32Wanted, [](int64_t, const char *, int64_t) {});
+}
+
+} // namespace
+
+void readParameters(
+    const Bundle &b, const ParameterBlob &blob,
+    const std::function<void(int64_t, const char *, int64_t)> &consume) {
+  readPart(b, blob.file, blob.size, blob.crc32, consume);
 }
 
 namespace {
@@ -804,21 +823,14 @@ Bundle loadBundle(const std::string &path) {
 
   for (StageSpec &s : b.stages) {
     ParameterBlob &blob = s.parameters;
-    readParameters(b, blob, [](int64_t, const char *, int64_t) {});
+    checkPart(b, blob.file, blob.size, blob.crc32);
     for (const TensorSlot &t : blob.tensors)
       checkFits(path, t, 0, blob.size);
-    std::string lib = readFile(path, s.library, b.partPath(s.library));
-    if (crc32Of(lib.data(), lib.size()) != s.crc32)
-      fail(path, s.library, "checksum mismatch (the file is corrupt)");
+    checkPart(b, s.library, -1, s.crc32);
     if (s.deviceCode)
-      for (const auto &part : {s.deviceCode->ptx, s.deviceCode->cubin}) {
-        if (!part)
-          continue;
-        std::string bytes = readFile(path, part->file, b.partPath(part->file));
-        if (static_cast<int64_t>(bytes.size()) != part->size ||
-            crc32Of(bytes.data(), bytes.size()) != part->crc32)
-          fail(path, part->file, "checksum mismatch (the file is corrupt)");
-      }
+      for (const auto &part : {s.deviceCode->ptx, s.deviceCode->cubin})
+        if (part)
+          checkPart(b, part->file, part->size, part->crc32);
     for (const PhaseSpec &phase : s.phases) {
       int64_t arena = phase.arenaSize;
       for (const TensorSlot &t : phase.inputs)
@@ -838,9 +850,7 @@ Bundle loadBundle(const std::string &path) {
     std::string file = src.value("file", "");
     if (file.empty() || file.find('/') != std::string::npos)
       fail(path, "manifest.json", "invalid source model name");
-    std::string bytes = readFile(path, file, b.partPath(file));
-    if (crc32Of(bytes.data(), bytes.size()) != integer(src, "crc32", 0u))
-      fail(path, file, "checksum mismatch (the file is corrupt)");
+    checkPart(b, file, -1, integer(src, "crc32", 0u));
     b.sourceModel = file;
   }
   checkDeviceSyntax(b);
