@@ -143,10 +143,10 @@ namespace {
 /// each to `consume`; checks its size (`size` >= 0) and its checksum after
 /// the last piece. A part is never held whole: a source model or a stage's
 /// parameters can be a large share of a process's memory.
-void readPart(const Bundle &b, const std::string &file, int64_t size,
-              uint32_t crc32Wanted,
-              const std::function<void(int64_t, const char *, int64_t)>
-                  &consume) {
+void readPart(
+    const Bundle &b, const std::string &file, int64_t size,
+    uint32_t crc32Wanted,
+    const std::function<void(int64_t, const char *, int64_t)> &consume) {
   std::string path = b.partPath(file);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   int64_t actual = in ? static_cast<int64_t>(in.tellg()) : -1;
