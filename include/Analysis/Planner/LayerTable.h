@@ -53,6 +53,21 @@ struct LayerTable {
   /// Per layer: bytes of the parameters it reads first (trainable ones
   /// with their gradient and optimizer state), and of those trainable.
   llvm::SmallVector<double> paramBytes, trainableBytes;
+  /// A parameter that several layers read (a GPT's tied embedding and LM
+  /// head): a stage holding a later reader but not the first holds a copy
+  /// of its own (SharedParameter::bytesIn).
+  struct SharedParameter {
+    llvm::SmallVector<int64_t> readers; // layers, increasing
+    double bytes = 0;                   // as paramBytes counts it
+    double trainableBytes = 0;          // 0 for a frozen one
+    /// What a stage of layers [begin, end) holds beyond paramBytes'
+    /// prefix sums: the copy where its first reader is before `begin`, and
+    /// where a copy is trained on several stages, the runtime's host copy
+    /// of its gradient and a message to each other copy (about two copies
+    /// of the parameter). Adds the copy's trainable bytes to `trainable`.
+    double bytesIn(int64_t begin, int64_t end, double &trainable) const;
+  };
+  llvm::SmallVector<SharedParameter> shared;
   /// Per cut position c in [0, n], at `rows`: bytes of the tensors
   /// crossing it.
   llvm::SmallVector<double> crossBytes;

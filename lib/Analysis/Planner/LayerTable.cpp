@@ -6,6 +6,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -69,6 +70,10 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   // differentiates only them (the rest is dead code after autodiff).
   llvm::DenseSet<Value> varying;
   llvm::StringSet<> counted;
+  // Per parameter: the layers reading it, and its bytes as paramBytes
+  // counts them (and trainable).
+  llvm::StringMap<SmallVector<int64_t>> readersOf;
+  llvm::StringMap<std::pair<double, double>> sharedBytes;
   // A cost table's row is every kernel and loop timed under its name
   // (gpipe-run --profile-ops): of the ops sharing a name (an ONNX node
   // imported as several ops, the appended loss's reshapes), the last
@@ -143,9 +148,17 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       double bytes = nn::detail::numBytes(operand.getType());
       t.constantBytes[i] += bytes;
       auto get = dyn_cast<GetParameterOp>(def);
-      if (!get || !counted.insert(get.getName()).second)
+      if (!get)
         continue;
       bool trained = trainableNames.contains(get.getName());
+      SmallVector<int64_t> &readers = readersOf[get.getName()];
+      if (readers.empty() || readers.back() != i)
+        readers.push_back(i);
+      sharedBytes[get.getName()] = {trained ? bytes * (2 + optimizerSlots)
+                                            : bytes,
+                                    trained ? bytes : 0.0};
+      if (!counted.insert(get.getName()).second)
+        continue;
       t.paramBytes[i] += trained ? bytes * (2 + optimizerSlots) : bytes;
       if (trained)
         t.trainableBytes[i] += bytes;
@@ -153,6 +166,11 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
     // An op reads each parameter at most once per execution.
     t.constantBytes[i] = std::min(t.constantBytes[i], t.bytesMoved[i]);
   }
+  for (auto &entry : readersOf)
+    if (entry.second.size() > 1) {
+      auto [bytes, trainableBytes] = sharedBytes.lookup(entry.getKey());
+      t.shared.push_back({entry.second, bytes, trainableBytes});
+    }
   // Code generation fuses an element-wise op into the element-wise op
   // that is its result's only user (linalg's element-wise fusion, same
   // shape): one loop, which never writes nor reads the result in between.
@@ -246,6 +264,23 @@ double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,
           /*backward=*/false, constantBytes[i], planesAt(i, r)))
     return *fitted;
   return rooflineSeconds(flops[i] * s, bytes(i, r), profile);
+}
+
+double LayerTable::SharedParameter::bytesIn(int64_t begin, int64_t end,
+                                            double &trainable) const {
+  bool inside = false, outside = false;
+  for (int64_t r : readers)
+    (r >= begin && r < end ? inside : outside) = true;
+  if (!inside)
+    return 0;
+  double held = 0;
+  if (readers.front() < begin) { // a copy of its own
+    held += bytes;
+    trainable += trainableBytes;
+  }
+  if (outside) // the tied gradient's host copy and its message(s)
+    held += 2 * trainableBytes;
+  return held;
 }
 
 void LayerTable::setStash(llvm::ArrayRef<StashedValue> values) {

@@ -110,11 +110,17 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   std::optional<double> stash = table.stashBytes(begin, end, rows);
   double kept = recomputes ? in : stash.value_or(acts);
   double grads = trainable[end] - trainable[begin];
+  // Parameters read by several layers: a later reader's stage holds a copy
+  // (a GPT's LM head tied to its embedding), and the copies exchange their
+  // gradients.
+  double sharedBytes = 0;
+  for (const LayerTable::SharedParameter &p : table.shared)
+    sharedBytes += p.bytesIn(begin, end, grads);
   double working = recomputes ? acts + grads
                    : stash    ? std::max(acts, grads)
                               : 0;
-  c.memory =
-      params[end] - params[begin] + plan.alive(stage) * kept + working + out;
+  c.memory = params[end] - params[begin] + sharedBytes +
+             plan.alive(stage) * kept + working + out;
   // A micro-batch's pass over the stage touches its parameters and every
   // result; beyond the last cache level, it comes from memory.
   double pass = params[end] - params[begin] + acts;
