@@ -339,13 +339,17 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
           (s.recompute ? (recomputing.empty() ? "" : ", ")
                        : (keeping.empty() ? "" : ", ")) +
           std::to_string(s.index);
-    os << "recompute auto: "
-       << (recomputing.empty() ? "no stage recomputes"
-                               : "stage(s) " + recomputing + " recompute")
-       << " (keeping their activations would not fit the device's memory)";
-    if (!keeping.empty())
-      os << "; stage(s) " << keeping << " keep their activations";
-    os << "\n";
+    if (recomputing.empty()) {
+      os << "recompute auto: no stage recomputes (every stage's "
+            "activations fit its device's memory)\n";
+    } else {
+      os << "recompute auto: stage(s) " << recomputing
+         << " recompute (keeping their activations would not fit the "
+            "device's memory)";
+      if (!keeping.empty())
+        os << "; stage(s) " << keeping << " keep their activations";
+      os << "\n";
+    }
   }
   if (r.plan.replicas > 1) {
     int64_t perReplica = 1;
