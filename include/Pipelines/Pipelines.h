@@ -85,7 +85,7 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 struct TrainStagePipelineOptions
     : public mlir::PassPipelineOptions<TrainStagePipelineOptions> {
   Option<std::string> recompute{
-      *this, "recompute", llvm::cl::desc("never, always, except-last, auto"),
+      *this, "recompute", llvm::cl::desc("never, always, except-last"),
       llvm::cl::init("never")};
   Option<bool> lastStage{*this, "last-stage",
                          llvm::cl::desc("The stage computes the loss"),

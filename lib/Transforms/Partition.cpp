@@ -120,12 +120,29 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
 
     table =
         LayerTable::build(forward, optimizerSlots, costs ? &*costs : nullptr);
+    // Where memory decides (auto recompute, a device's memory given), the
+    // stash as the backward will keep it, for every cut (manual ones
+    // too): without it a stage is taken to keep every result of its
+    // layers (GPT 4x256: 64 MiB where the plan had 37).
+    if (plan.recompute == RecomputePolicy::Auto || memoryPerDevice > 0)
+      setStash(module);
     if (table.size() < static_cast<int64_t>(this->devices.size()))
       return forward.emitError("the model has ")
              << table.size() << " layers, fewer than the "
              << this->devices.size() << " devices to cut it across";
     return success();
   }
+
+  /// Records in the table what the backward reads from the forward, by
+  /// layer (nothing when the model cannot be differentiated: the compile
+  /// says why later).
+  void setStash(ModuleOp module) {
+    std::vector<LayerTable::StashedValue> stash = stashByLayer(module, table);
+    if (!stash.empty())
+      table.setStash(stash);
+    stashKnown = true;
+  }
+  bool stashKnown = false;
 
   /// The cut positions: the first layer of stages 1..K-1.
   FailureOr<SmallVector<int64_t>> choose(func::FuncOp forward) {
@@ -152,20 +169,13 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (stages != "auto")
       return forward.emitError("--stages must be auto or manual:i,j,..., not '")
              << stages << "'";
-    // Where memory decides (auto recompute, a device's memory given, or a
-    // plan that does not fit), the stash as the backward will keep it:
-    // without it a stage is taken to keep every result of its layers
-    // (GPT 4x256: 64 MiB where the plan had 37).
-    auto module = forward->getParentOfType<ModuleOp>();
-    bool memoryDecides =
-        plan.recompute == RecomputePolicy::Auto || memoryPerDevice > 0;
-    if (memoryDecides)
-      table.setStash(stashByLayer(module, table));
+    // A plan that does not fit on the every-result estimate: again with
+    // the stash (setUp took it where memory decides).
     FailureOr<SmallVector<int64_t>> best =
         StagePartitioner(table, plan, profiles, table.rows)
             .solve(/*withMemory=*/true);
-    if (failed(best) && !memoryDecides) {
-      table.setStash(stashByLayer(module, table));
+    if (failed(best) && !stashKnown) {
+      setStash(forward->getParentOfType<ModuleOp>());
       best = StagePartitioner(table, plan, profiles, table.rows)
                  .solve(/*withMemory=*/true);
     }
@@ -221,10 +231,18 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     RecomputePolicy policy = plan.recompute == RecomputePolicy::Always
                                  ? plan.recompute
                                  : RecomputePolicy::Auto;
+    // The search probes up to 256 devices (each probe cuts the model once).
+    if (n > 256 && !fits(256, policy))
+      return "not even 256 devices of " + mib(profiles.back().memoryCapacity) +
+             " fit it";
+    n = std::min<int64_t>(n, 256);
     if (n <= k || !fits(n, policy))
       return "no number of devices of " + mib(profiles.back().memoryCapacity) +
              " fits it (a layer alone needs more; more memory per device, "
              "fewer micro-batches or a smaller batch would)";
+    // (Under 1F1B a stage keeps fewer micro-batches with fewer stages after
+    // it, so fitting is not strictly monotone: this is a number that fits,
+    // the fewest where it is.)
     int64_t lo = k, hi = n; // lo does not fit, hi does
     while (hi - lo > 1) {
       int64_t mid = lo + (hi - lo) / 2;

@@ -45,6 +45,12 @@ struct KernelMemory {
   const uint64_t *versionOf(const TensorSlot &slot) const {
     return slot.space == "params" ? paramsVersion : nullptr;
   }
+  /// Whether `slot` never changes: a parameter of an inference bundle (a
+  /// weight the graph computes lives in the arena, where other tensors
+  /// take its place between runs: converted on every run).
+  bool constantOf(const TensorSlot &slot) const {
+    return constantParams && slot.space == "params";
+  }
 };
 
 /// One heavy op of a stage (a kernel table entry), bound to its tensors at

@@ -172,15 +172,23 @@ seen = []
 cuda_mapped = []
 
 
+def cuda_libraries():
+    """The CUDA libraries this process maps."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps
+                if any(n in line for n in ("libcuda", "libcublas", "libcudnn",
+                                           "libgpipe_runtime_cuda"))}
+
+
+# A PyTorch built for CUDA maps its own: only what the run adds counts.
+cuda_before = cuda_libraries()
+
+
 def callback(info):
     seen.append((info.step, info.lr))
     # A CPU run maps no CUDA library: the backend is a plugin loaded for
     # GPU stages only.
-    with open("/proc/self/maps") as maps:
-        cuda_mapped.extend(line.split()[-1] for line in maps
-                           if any(n in line for n in
-                                  ("libcuda", "libcublas", "libcudnn",
-                                   "libgpipe_runtime_cuda")))
+    cuda_mapped.extend(cuda_libraries() - cuda_before)
     if info.step == 2:
         info.lr = 1e-4
     if info.step == 4:

@@ -290,7 +290,7 @@ void checkHostHasDevices(const Bundle &b,
 /// CRC-32 (zlib polynomial) of a byte range.
 uint32_t crc32Of(const void *data, size_t size);
 
-/// Reads a stage's parameter file in pieces of at most 16 MiB, in order,
+/// Reads a stage's parameter file in pieces of at most 1 MiB, in order,
 /// handing each to `consume(offset, bytes, size)`; BundleError naming the
 /// file if it is missing, unreadable, of another size than the manifest
 /// says, or fails its checksum (after the last piece). loadBundle checks

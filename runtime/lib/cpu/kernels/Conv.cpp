@@ -189,7 +189,7 @@ public:
     k = cin * static_cast<int64_t>(taps.size());
     weights = tapWeights(dnn, reinterpret_cast<const float *>(mem.address(w)),
                          cout, cin, kh * kw, std::move(taps),
-                         !wrtInput && mem.constantParams, mem.versionOf(w));
+                         !wrtInput && mem.constantOf(w), mem.versionOf(w));
     columnsAt = buffers.add(static_cast<size_t>(n * k) * sizeof(float));
     dnn.workspace.reserve(buffers.bytes());
   }
@@ -301,7 +301,7 @@ public:
     k = cin * t;
     weights = tapWeights(dnn, reinterpret_cast<const float *>(mem.address(w)),
                          cout, cin, w.shape[2] * w.shape[3], std::move(taps),
-                         mem.constantParams, mem.versionOf(w));
+                         mem.constantOf(w), mem.versionOf(w));
     columnsAt =
         buffers.add(static_cast<size_t>(n * positions * k) * sizeof(float));
     productAt =
@@ -390,7 +390,7 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   // Weights never change in inference, and only between steps in training
   // (every micro-batch of a step reads the same converted copy).
   kernel->bind(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false,
-               mem.constantParams, mem.versionOf(w));
+               mem.constantOf(w), mem.versionOf(w));
   if (bias)
     kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
   kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
