@@ -84,9 +84,9 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 
 struct TrainStagePipelineOptions
     : public mlir::PassPipelineOptions<TrainStagePipelineOptions> {
-  Option<std::string> recompute{
-      *this, "recompute", llvm::cl::desc("never, always, except-last"),
-      llvm::cl::init("never")};
+  Option<std::string> recompute{*this, "recompute",
+                                llvm::cl::desc("never, always, except-last"),
+                                llvm::cl::init("never")};
   Option<bool> lastStage{*this, "last-stage",
                          llvm::cl::desc("The stage computes the loss"),
                          llvm::cl::init(true)};
