@@ -1,7 +1,8 @@
 """The process's memory against the memory plan, on the benchmark models.
 
 Each model (the plan benchmarks' eight, the language-model benchmarks'
-6-layer GPT and GPT-2-small) is compiled as a two-stage pipeline on the
+6-layer GPT and GPT-2-small, the end-to-end model zoo's single-input models
+at its batch of 8) is compiled as a two-stage pipeline on the
 two cores (cpu:0,cpu:1; 8 micro-batches, 4 where the batch is 8) with
 --recompute=never and =always and trained a few steps; gpipe-run's summary
 gives each process's peak resident memory (VmHWM) part by part: the stages'
@@ -33,8 +34,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+import model_zoo  # noqa: E402
 import run_language_model_benchmarks as lm_bench  # noqa: E402
 import run_plan_benchmarks as plans_bench  # noqa: E402
+from parameter_training import export as zoo_export  # noqa: E402
 from benchdoc import cpu_name, write_doc  # noqa: E402
 
 ACCOUNT = re.compile(
@@ -91,6 +94,21 @@ def export(name, make, work):
     return path, npz, shape[0]
 
 
+def export_zoo(name, work):
+    """A model of the end-to-end model zoo (test/e2e/model_zoo.py), exported
+    as that suite exports it (static batch), with the suite's data."""
+    build, draw, _, _ = model_zoo.MODELS[name]
+    torch.manual_seed(0)
+    model = build()
+    x, y = draw(np.random.RandomState(0))
+    path = os.path.join(work, "zoo_" + name + ".onnx")
+    zoo_export(model, torch.from_numpy(x[:model_zoo.BATCH]), path,
+               dynamic=False)
+    npz = path[:-5] + ".npz"
+    np.savez(npz, input=x, labels=y)
+    return path, npz, model_zoo.BATCH
+
+
 def run(build, onnx, npz, batch, recompute, ranks, steps, work):
     """{rank: account} and /usr/bin/time's peak (MiB; one process only)."""
     micro = 8 if batch % 8 == 0 and batch > 8 else 4
@@ -125,13 +143,22 @@ def main():
         ROOT, "docs", "memory-benchmarks.md"))
     parser.add_argument("--only", help="models whose name contains this")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--no-zoo", action="store_true",
+                        help="leave out the end-to-end model zoo's models")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="gpipe-memory-bench-")
     rows, savings, worst = [], [], 0.0
-    for name, make in MODELS.items():
+    runs = [(name, lambda n=name, m=make: export(n, m, work))
+            for name, make in MODELS.items()]
+    if not args.no_zoo:
+        runs += [(f"zoo: {name}", lambda n=name: export_zoo(n, work))
+                 for name in model_zoo.MODELS
+                 if not isinstance(model_zoo.MODELS[name][1](
+                     np.random.RandomState(0))[0], (tuple, dict))]
+    for name, exported in runs:
         if args.only and args.only not in name:
             continue
-        onnx, npz, batch = export(name, make, work)
+        onnx, npz, batch = exported()
         ranks_list = [1] + ([2] if name in ON_RANKS and shutil.which(
             "mpirun") else [])
         for ranks in ranks_list:
