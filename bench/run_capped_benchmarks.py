@@ -15,7 +15,7 @@ uncapped ones to the last bit, and every rank's peak (gpipe-run's account)
 must stay under the limit.
 
 usage: bench/run_capped_benchmarks.py [--build build]
-       [--out docs/capped-benchmarks.md] [--limit-mib 512] [--ranks 1,2,4,8]
+       [--out docs/capped-benchmarks.md] [--limit-mib 256] [--ranks 1,2,4,8]
 """
 import argparse
 import datetime
@@ -26,13 +26,12 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402
+import run_plan_benchmarks as plans_bench  # noqa: E402
 from benchdoc import cpu_name, write_doc  # noqa: E402
 
 DIM, HEADS, SEQ, VOCAB, BATCH, MICRO = 512, 8, 64, 4096, 8, 4
@@ -54,18 +53,19 @@ def cgroup_root():
 
 
 def export(layers, work):
-    language_models.SEQ, language_models.VOCAB = SEQ, VOCAB
-    torch.manual_seed(0)
-    model = language_models.GPT(triu=False, dim=DIM, heads=HEADS,
-                                layers=layers)
-    model.train()
-    path = os.path.join(work, f"gpt{layers}.onnx")
-    torch.onnx.export(model, torch.randint(0, VOCAB, (BATCH, SEQ)), path,
-                      opset_version=17, input_names=["input"],
-                      output_names=["output"], do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING)
-    params = sum(p.numel() for p in model.parameters())
-    return path, params
+    """The GPT of `layers` layers (ONNX, training mode), its data (two
+    batches) and its parameter count."""
+    count = {}
+
+    def make():
+        language_models.SEQ, language_models.VOCAB = SEQ, VOCAB
+        model = language_models.GPT(triu=False, dim=DIM, heads=HEADS,
+                                    layers=layers)
+        count["params"] = sum(p.numel() for p in model.parameters())
+        return model, (BATCH, SEQ)
+
+    path, npz, _ = plans_bench.export(f"gpt{layers}", make, work, batches=2)
+    return path, npz, count["params"]
 
 
 def compile_plan(build, onnx, ranks, limit_mib, recompute, bundle):
@@ -121,17 +121,13 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--out", default=os.path.join(
         ROOT, "docs", "capped-benchmarks.md"))
-    parser.add_argument("--limit-mib", type=int, default=512)
+    parser.add_argument("--limit-mib", type=int, default=256)
     parser.add_argument("--ranks", default="1,2,4,8")
     args = parser.parse_args()
     root = cgroup_root()
     if not root or not shutil.which("mpirun"):
         sys.exit("needs mpirun and a writable memory cgroup (run as root)")
     work = tempfile.mkdtemp(prefix="gpipe-capped-")
-    rng = np.random.RandomState(0)
-    npz = os.path.join(work, "data.npz")
-    np.savez(npz, input=rng.randint(0, VOCAB, (2 * BATCH, SEQ)),
-             labels=rng.randint(0, VOCAB, (2 * BATCH, SEQ)))
     exported = {}
 
     def model(layers):
@@ -179,6 +175,7 @@ def main():
                                                  re.M)]
             recomputing = re.search(r"recompute auto: (.*)", table)
             cleanup(root, k)
+            npz = model(n)[1]
             rc, capped = run(args.build, bundle, npz, k, args.limit_mib,
                              True, root)
             cleanup(root, k)
@@ -187,7 +184,7 @@ def main():
             peaks = [float(m.group(2)) for m in ACCOUNT.finditer(capped)]
             same = (rc == 0 and LOSS.findall(capped) == LOSS.findall(free)
                     and len(LOSS.findall(free)) == 2)
-            params = model(n)[1]
+            params = model(n)[2]
             base = base or params
             rows.append(
                 f"| {k} | {recompute} | {n} | {params / 1e6:.1f} | "

@@ -69,31 +69,6 @@ MODELS["GPT 6x384, seq 128"] = gpt_6x384
 MODELS["GPT-2-small, seq 256"] = gpt2_small
 
 
-def export(name, make, work):
-    """The ONNX file, its training data and its batch (training mode)."""
-    torch.manual_seed(0)
-    model, shape = make()
-    model.train()
-    tokens = len(shape) == 2
-    vocab = lm_bench.language_models.VOCAB  # the GPTs' makers set it
-    x = torch.randint(0, vocab, shape) if tokens else torch.randn(shape)
-    path = os.path.join(work, re.sub(r"\W+", "_", name) + ".onnx")
-    torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
-                      output_names=["output"], do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING)
-    rng = np.random.RandomState(0)
-    rows = 2 * shape[0]
-    if tokens:
-        data = {"input": rng.randint(0, vocab, (rows,) + shape[1:]),
-                "labels": rng.randint(0, vocab, (rows,) + shape[1:])}
-    else:
-        data = {"input": rng.randn(rows, *shape[1:]).astype(np.float32),
-                "labels": rng.randint(0, 10, rows)}
-    npz = path[:-5] + ".npz"
-    np.savez(npz, **data)
-    return path, npz, shape[0]
-
-
 def export_zoo(name, work):
     """A model of the end-to-end model zoo (test/e2e/model_zoo.py), exported
     as that suite exports it (static batch), with the suite's data."""
@@ -148,7 +123,7 @@ def main():
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="gpipe-memory-bench-")
     rows, savings, worst = [], [], 0.0
-    runs = [(name, lambda n=name, m=make: export(n, m, work))
+    runs = [(name, lambda n=name, m=make: plans_bench.export(n, m, work, batches=2))
             for name, make in MODELS.items()]
     if not args.no_zoo:
         runs += [(f"zoo: {name}", lambda n=name: export_zoo(n, work))

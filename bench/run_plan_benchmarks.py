@@ -114,23 +114,27 @@ MODELS = {
 }
 
 
-def export(name, make, work):
-    """The ONNX file and training data of a model (training mode)."""
+def export(name, make, work, batches=4):
+    """The ONNX file and training data (`batches` batches) of a model
+    (training mode); `make` returns the module and its input shape (a
+    language model's [batch, sequence] of tokens below
+    language_models.VOCAB, which its maker sets)."""
     torch.manual_seed(0)
     model, shape = make()
     model.train()
     tokens = len(shape) == 2
-    x = (torch.randint(0, 512, shape) if tokens else torch.randn(shape))
+    vocab = language_models.VOCAB
+    x = (torch.randint(0, vocab, shape) if tokens else torch.randn(shape))
     path = os.path.join(work, re.sub(r"\W+", "_", name) + ".onnx")
     torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
                       output_names=["output"], do_constant_folding=False,
                       training=torch.onnx.TrainingMode.TRAINING)
     rng = np.random.RandomState(0)
-    rows = 4 * shape[0]
-    data = {"input": (rng.randint(0, 512, (rows,) + shape[1:])
+    rows = batches * shape[0]
+    data = {"input": (rng.randint(0, vocab, (rows,) + shape[1:])
                       if tokens else
                       rng.randn(rows, *shape[1:]).astype(np.float32))}
-    data["labels"] = (rng.randint(0, 512, (rows,) + shape[1:]) if tokens
+    data["labels"] = (rng.randint(0, vocab, (rows,) + shape[1:]) if tokens
                       else rng.randint(0, 10, rows))
     npz = path[:-5] + ".npz"
     np.savez(npz, **data)

@@ -139,14 +139,11 @@ namespace {
 
 namespace {
 
-/// Reads part `file` of `b` in pieces of at most 1 MiB, in order, handing
-/// each to `consume`; checks its size (`size` >= 0) and its checksum after
-/// the last piece. A part is never held whole: a source model or a stage's
-/// parameters can be a large share of a process's memory.
-void readPart(
-    const Bundle &b, const std::string &file, int64_t size,
-    uint32_t crc32Wanted,
-    const std::function<void(int64_t, const char *, int64_t)> &consume) {
+/// Part `file` of `b` opened at its start, and its size; BundleError if
+/// it is missing or not of `size` bytes (when `size` >= 0).
+std::pair<std::ifstream, int64_t> openPart(const Bundle &b,
+                                           const std::string &file,
+                                           int64_t size) {
   std::string path = b.partPath(file);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   int64_t actual = in ? static_cast<int64_t>(in.tellg()) : -1;
@@ -157,6 +154,18 @@ void readPart(
          "holds " + std::to_string(actual) + " bytes, the manifest says " +
              std::to_string(size));
   in.seekg(0);
+  return {std::move(in), actual};
+}
+
+/// Reads part `file` of `b` in pieces of at most 1 MiB, in order, handing
+/// each to `consume`; checks its size (`size` >= 0) and its checksum after
+/// the last piece. A part is never held whole: a source model or a stage's
+/// parameters can be a large share of a process's memory.
+void readPart(
+    const Bundle &b, const std::string &file, int64_t size,
+    uint32_t crc32Wanted,
+    const std::function<void(int64_t, const char *, int64_t)> &consume) {
+  auto [in, actual] = openPart(b, file, size);
   std::vector<char> piece(
       static_cast<size_t>(std::min<int64_t>(actual, int64_t(1) << 20)));
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -164,7 +173,7 @@ void readPart(
     int64_t n =
         std::min<int64_t>(actual - offset, static_cast<int64_t>(piece.size()));
     if (!in.read(piece.data(), n))
-      fail(b.path, file, "unreadable (" + path + ")");
+      fail(b.path, file, "unreadable (" + b.partPath(file) + ")");
     crc = crc32(crc, reinterpret_cast<const Bytef *>(piece.data()),
                 static_cast<uInt>(n));
     consume(offset, piece.data(), n);
@@ -823,7 +832,9 @@ Bundle loadBundle(const std::string &path) {
 
   for (StageSpec &s : b.stages) {
     ParameterBlob &blob = s.parameters;
-    checkPart(b, blob.file, blob.size, blob.crc32);
+    // Its checksum is checked as its stage reads it (readParameters): once,
+    // and only by the process that runs the stage.
+    openPart(b, blob.file, blob.size);
     for (const TensorSlot &t : blob.tensors)
       checkFits(path, t, 0, blob.size);
     checkPart(b, s.library, -1, s.crc32);

@@ -294,8 +294,9 @@ uint32_t crc32Of(const void *data, size_t size);
 /// handing each to `consume(offset, bytes, size)`; BundleError naming the
 /// file if it is missing, unreadable, of another size than the manifest
 /// says, or fails its checksum (after the last piece). loadBundle checks
-/// every stage's file so, keeping nothing; a stage executor reads its own
-/// into its device: a process holds only its stages' parameters, once.
+/// every stage's file is there at its size; a stage executor reads its own
+/// into its device, checking its checksum: a process reads and holds only
+/// its stages' parameters, once.
 void readParameters(const Bundle &b, const ParameterBlob &blob,
                     const std::function<void(int64_t offset, const char *bytes,
                                              int64_t size)> &consume);
