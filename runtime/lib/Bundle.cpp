@@ -141,9 +141,8 @@ namespace {
 
 /// Part `file` of `b` opened at its start, and its size; BundleError if
 /// it is missing or not of `size` bytes (when `size` >= 0).
-std::pair<std::ifstream, int64_t> openPart(const Bundle &b,
-                                           const std::string &file,
-                                           int64_t size) {
+std::pair<std::ifstream, int64_t>
+openPart(const Bundle &b, const std::string &file, int64_t size) {
   std::string path = b.partPath(file);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   int64_t actual = in ? static_cast<int64_t>(in.tellg()) : -1;
