@@ -25,3 +25,20 @@ def write_doc(path, lines, echo=True):
         f.write(text)
     os.replace(tmp, path)
     print(text if echo else f"wrote {path}")
+
+
+def work_dir(prefix):
+    """A fresh directory for a benchmark's models, bundles and logs
+    (often gigabytes), removed when the script exits, however it exits
+    short of being killed; GPIPE_BENCH_KEEP=1 keeps it (its path is
+    printed) for a look at what a run left."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+    path = tempfile.mkdtemp(prefix=prefix)
+    if os.environ.get("GPIPE_BENCH_KEEP") == "1":
+        print(f"work directory kept: {path}", file=sys.stderr)
+    else:
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

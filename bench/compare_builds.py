@@ -21,13 +21,13 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import run_benchmarks as rb  # noqa: E402
 import run_pipeline_benchmarks as rp  # noqa: E402
 import reference_models  # noqa: E402  (test/e2e, on rb's path)
+from benchdoc import work_dir  # noqa: E402
 import torch  # noqa: E402
 
 
@@ -57,7 +57,7 @@ def main():
               "after": os.path.abspath(args.after)}
     threads = [int(t) for t in args.threads.split(",")]
     n = args.iterations
-    work = tempfile.mkdtemp(prefix="gpipe-compare-builds-")
+    work = work_dir("gpipe-compare-builds-")
 
     # figure name -> {side: function measuring it once (seconds)}
     figures = {}

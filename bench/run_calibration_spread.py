@@ -18,10 +18,9 @@ import datetime
 import os
 import statistics
 import subprocess
-import tempfile
 
 import run_plan_benchmarks as plan_benchmarks
-from benchdoc import cpu_name, write_doc
+from benchdoc import cpu_name, write_doc, work_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +34,7 @@ def main():
     args = parser.parse_args()
     if args.calibrations < 2:
         parser.error("--calibrations: at least 2 to compare")
-    work = tempfile.mkdtemp(prefix="gpipe-spread-")
+    work = work_dir("gpipe-spread-")
     profiles, paces = [], []
     for i in range(args.calibrations):
         profile = os.path.join(work, f"profile{i}.json")

@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402
 import run_plan_benchmarks as plans_bench  # noqa: E402
-from benchdoc import cpu_name, write_doc  # noqa: E402
+from benchdoc import cpu_name, write_doc, work_dir  # noqa: E402
 
 DIM, HEADS, SEQ, VOCAB, BATCH, MICRO = 512, 8, 64, 4096, 8, 4
 ACCOUNT = re.compile(r"memory(?: of rank (\d+))?: process peak ([\d.]+) MiB "
@@ -127,7 +126,7 @@ def main():
     root = cgroup_root()
     if not root or not shutil.which("mpirun"):
         sys.exit("needs mpirun and a writable memory cgroup (run as root)")
-    work = tempfile.mkdtemp(prefix="gpipe-capped-")
+    work = work_dir("gpipe-capped-")
     exported = {}
 
     def model(layers):

@@ -23,7 +23,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -33,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402
 import reference_models  # noqa: E402
 import run_plan_benchmarks as plans_bench  # noqa: E402
-from benchdoc import write_doc  # noqa: E402
+from benchdoc import write_doc, work_dir  # noqa: E402
 
 BATCH = 32
 TARGET = 0.15
@@ -70,7 +69,7 @@ def main():
     args = parser.parse_args()
     if args.out is None and not args.only:
         args.out = os.path.join(ROOT, "docs", "e2e-predictions.md")
-    work = tempfile.mkdtemp(prefix="gpipe-e2e-predictions-")
+    work = work_dir("gpipe-e2e-predictions-")
     profile = args.profile or os.path.join(work, "profile.json")
     if not args.profile:
         subprocess.run(plans_bench.calibrate_command(args.build, profile),

@@ -43,7 +43,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -54,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402  (the GPT-2-style module)
 import run_plan_benchmarks as plans_bench  # noqa: E402
-from benchdoc import write_doc  # noqa: E402
+from benchdoc import write_doc, work_dir  # noqa: E402
 from parameter_training import export  # noqa: E402
 
 BATCH, SEQ, VOCAB, MICRO = 8, 256, 50257, 4
@@ -318,7 +317,7 @@ def main():
         return torch_step_worker(args.torch_worker, args.torch_model,
                                  args.torch_threads or os.cpu_count())
 
-    work = tempfile.mkdtemp(prefix="gpipe-lm-bench-")
+    work = work_dir("gpipe-lm-bench-")
     # Predictions from this machine's own profile, as users are told to.
     profile = os.path.join(work, "profile.json")
     subprocess.run(plans_bench.calibrate_command(args.build, profile),

@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -38,7 +37,7 @@ import model_zoo  # noqa: E402
 import run_language_model_benchmarks as lm_bench  # noqa: E402
 import run_plan_benchmarks as plans_bench  # noqa: E402
 from parameter_training import export as zoo_export  # noqa: E402
-from benchdoc import cpu_name, write_doc  # noqa: E402
+from benchdoc import cpu_name, write_doc, work_dir  # noqa: E402
 
 ACCOUNT = re.compile(
     r"memory(?: of rank (\d+))?: process peak ([\d.]+) MiB = stages' plan "
@@ -121,7 +120,7 @@ def main():
     parser.add_argument("--no-zoo", action="store_true",
                         help="leave out the end-to-end model zoo's models")
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="gpipe-memory-bench-")
+    work = work_dir("gpipe-memory-bench-")
     rows, savings, worst = [], [], 0.0
     runs = [(name, lambda n=name, m=make: plans_bench.export(n, m, work, batches=2))
             for name, make in MODELS.items()]

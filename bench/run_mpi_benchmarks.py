@@ -34,11 +34,13 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import work_dir  # noqa: E402
 
 STEPS, BATCH, MICRO, WIDTH = 30, 256, 8, 512
 MPIRUN = ["mpirun", "--allow-run-as-root", "--bind-to", "core",
@@ -73,7 +75,7 @@ def main():
     args = parser.parse_args()
     opt = os.path.join(args.build, "bin", "gpipe-opt")
     grun = os.path.join(args.build, "bin", "gpipe-run")
-    work = tempfile.mkdtemp(prefix="gpipe-mpi-bench-")
+    work = work_dir("gpipe-mpi-bench-")
     onnx = os.path.join(work, "mlp.onnx")
     torch.onnx.export(deep_mlp(), torch.randn(32, WIDTH), onnx,
                       input_names=["input"], output_names=["logits"])

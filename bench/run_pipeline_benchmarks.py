@@ -26,13 +26,12 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from benchdoc import write_doc
+from benchdoc import write_doc, work_dir
 
 STEPS, BATCH, MICRO = 30, 256, 8
 
@@ -99,7 +98,7 @@ def main():
                                              "pipeline-benchmarks.md"))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="gpipe-pipeline-bench-")
+    work = work_dir("gpipe-pipeline-bench-")
     profile = os.path.join(work, "profile.json")
     cal = subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
                           "--calibrate", "-o", profile],

@@ -33,7 +33,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -44,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import language_models  # noqa: E402
+from benchdoc import work_dir  # noqa: E402
 
 STEPS = 20
 # A run takes at least this long: a step of less than a millisecond (the
@@ -272,7 +272,7 @@ def main():
                         "is the median of its rounds")
     parser.add_argument("--max-plans", type=int, default=1000)
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="gpipe-plans-")
+    work = work_dir("gpipe-plans-")
     profile = os.path.join(work, "profile.json")
     calibrate = subprocess.run(
         calibrate_command(args.build, profile), capture_output=True,

@@ -11,7 +11,8 @@ for side in before after; do
   bin="${!side}/bin"
   for suite in pipeline_equivalence pytorch_training; do
     mkdir -p "$work/$side"
-    /usr/bin/python3 "$root/test/e2e/$suite.py" "$bin/gpipe-opt" \
+    GPIPE_KEEP_OUTPUTS=1 /usr/bin/python3 "$root/test/e2e/$suite.py" \
+      "$bin/gpipe-opt" \
       "$bin/gpipe-run" "$work/$side/$suite" 2>"$work/$side/$suite.stderr" |
       tail -n 1 | sed "s/^/$side $suite: /"
   done

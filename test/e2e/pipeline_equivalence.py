@@ -33,6 +33,7 @@ usage: pipeline_equivalence.py GPIPE_OPT GPIPE_RUN WORK_DIR [ONLY]
 import csv
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 
@@ -131,6 +132,13 @@ class Runner:
             losses = [float(r["loss"]) for r in csv.DictReader(f)]
         values = {n[:-4]: np.load(os.path.join(params, n))
                   for n in os.listdir(params)}
+        # Read: the bundle and the parameters go (a ResNet-18 bundle is
+        # 130 MB, and the suite trains 40 of them) unless
+        # GPIPE_KEEP_OUTPUTS=1 (scripts/compare-training-runs.sh compares
+        # two builds' parameters); a failed run's stay.
+        if os.environ.get("GPIPE_KEEP_OUTPUTS") != "1":
+            shutil.rmtree(bundle)
+            shutil.rmtree(params)
         return (losses, values), ""
 
 

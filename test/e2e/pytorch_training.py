@@ -24,6 +24,7 @@ those on a machine that has the device but no compiler (GPIPE_OPT unused).
 """
 import csv
 import os
+import shutil
 import subprocess
 import sys
 
@@ -38,6 +39,9 @@ import reference_models  # noqa: E402
 STEPS, BATCH, SAMPLES = 20, 32, 96
 DEVICES = os.environ.get("GPIPE_DEVICES", "")
 SPLIT = os.environ.get("GPIPE_SPLIT", "")  # "", "compile" or "run"
+# GPIPE_KEEP_OUTPUTS=1: a passed case's bundles and parameters stay
+# (scripts/compare-training-runs.sh compares two builds' parameters).
+KEEP_OUTPUTS = os.environ.get("GPIPE_KEEP_OUTPUTS") == "1"
 # AdamW runs at lr 3e-4 (a usual Adam rate): at several times that, these
 # tiny models overfit 96 samples within 20 steps and float32 rounding
 # differences between any two implementations grow by an order of magnitude
@@ -320,6 +324,16 @@ def check(name, micro, optimizer, loss, gpipe_opt, gpipe_run, work):
             n for n, _ in model.named_buffers() if "running" in n]:
         if not np.array_equal(inits.get(pname), np.load(os.path.join(params, pname + ".npy"))):
             errors.append(f"--save-onnx: initializer {pname} is not the trained value")
+    if not errors and not SPLIT and not KEEP_OUTPUTS:
+        # What a passed case wrote that is large (ResNet-18's bundles are
+        # 130-170 MB each) goes; a failed case's stays to be looked at, and
+        # a split run's bundles stay for the run on the other machine.
+        for path in (bundle, bundle + "-rc", params, params + "_rc",
+                     params_at_horizon, trained_onnx):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
     print(f"{tag}: {STEPS} steps, loss {got[0]:.4f} -> {got[-1]:.4f}; over "
           f"{horizon} steps worst loss error {worst:.2e}, worst parameter "
           f"error {worst_param:.2e}")

@@ -4,6 +4,8 @@ Each builder returns (module, example input, op expectations), where the
 expectations map an nn op name to the number of PyTorch modules it must come
 from.
 """
+import sys
+import traceback
 import warnings
 
 import torch
@@ -189,7 +191,13 @@ def run_checks(cases, check):
     failure and a summary; returns the process exit status."""
     failed = []
     for label, case in cases:
-        errors = check(case)
+        try:
+            errors = check(case)
+        except Exception as e:  # noqa: BLE001 (reported, and the next runs)
+            # A case that raises (a full disk, a file gpipe-run did not
+            # write) fails alone, named, and the summary is still printed.
+            traceback.print_exc(file=sys.stdout)
+            errors = [f"{type(e).__name__}: {e}"]
         for e in errors:
             print(f"FAIL {label}: {e}", flush=True)
         failed += [f"FAIL {label}: {e}" for e in errors[:1]]
