@@ -375,7 +375,9 @@ class Bundle:
             lr_schedule, warmup_steps, lr_step_size, lr_gamma, momentum,
             weight_decay, beta1, beta2, eps, loss_log, metrics,
             checkpoint_dir, checkpoint_every, resume, save_onnx,
-            save_onnx_training, save_params, trace, report, profile_ops.
+            save_onnx_training, save_params, trace, report, profile_ops,
+            stream_data ("auto", "always" or "never": an .npz path's large
+            stored arrays read a batch at a time, docs/training.md).
         """
         session = self._training("train")
         if epochs is not None and steps is not None:

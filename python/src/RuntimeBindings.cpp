@@ -202,7 +202,8 @@ py::dict train(TrainingSession &session, TrainerOptions options,
       result = runTrainer(session, options, out, batches, std::move(eval));
     } else {
       if (!data)
-        data = loadTrainingData(options.data, "train", session);
+        data = loadTrainingData(options.data, "train", session,
+                                options.streamDataAbove);
       result =
           runTrainer(session, options, out, std::move(*data), std::move(eval));
     }
@@ -247,6 +248,10 @@ TrainerOptions trainerOptions(const py::dict &given) {
       {"shuffle",
        [](TrainerOptions &o, py::handle v) { o.noShuffle = !v.cast<bool>(); }},
       {"seed", member(&TrainerOptions::seed)},
+      {"stream_data",
+       [](TrainerOptions &o, py::handle v) {
+         o.streamDataAbove = streamDataThreshold(v.cast<std::string>());
+       }},
       {"lr", member(&TrainerOptions::lr)},
       {"terminal", member(&TrainerOptions::terminal)},
       {"columns", member(&TrainerOptions::columns)},

@@ -79,7 +79,7 @@ std::vector<int64_t> parseShape(const std::string &text,
 
 } // namespace
 
-HostTensor parseNpy(std::string_view bytes, const std::string &name) {
+NpyHeader parseNpyHeader(std::string_view bytes, const std::string &name) {
   if (bytes.size() < kMagicSize + 4 ||
       std::memcmp(bytes.data(), kMagic, kMagicSize) != 0)
     fail(name, "not a .npy file (bad magic)");
@@ -101,17 +101,17 @@ HostTensor parseNpy(std::string_view bytes, const std::string &name) {
   if (bytes.size() < offset + headerLen)
     fail(name, "truncated .npy header");
   std::string header(bytes.substr(offset, headerLen));
-  offset += headerLen;
+  NpyHeader parsed;
+  parsed.dataOffset = offset + headerLen;
 
   std::string descr = headerValue(header, "descr", name);
   if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"'))
     fail(name, "the .npy descr is malformed");
   descr = descr.substr(1, descr.size() - 2);
-  HostTensor tensor;
   bool known = false;
   for (const DescrEntry &e : kDescrs)
     if (descr == e.descr) {
-      tensor.dtype = e.dtype;
+      parsed.dtype = e.dtype;
       known = true;
     }
   if (!known)
@@ -120,21 +120,32 @@ HostTensor parseNpy(std::string_view bytes, const std::string &name) {
   if (headerValue(header, "fortran_order", name) != "False")
     fail(name, "Fortran-ordered arrays are not supported (save with "
                "numpy.ascontiguousarray)");
-  tensor.shape = parseShape(headerValue(header, "shape", name), name);
+  parsed.shape = parseShape(headerValue(header, "shape", name), name);
 
   int64_t count = 1;
-  for (int64_t d : tensor.shape) {
+  for (int64_t d : parsed.shape) {
     if (d != 0 && count > (int64_t(1) << 40) / d)
       fail(name, "the array is too large");
     count *= d;
   }
-  size_t expected = static_cast<size_t>(count) * dtypeSize(tensor.dtype);
-  if (bytes.size() - offset != expected)
-    fail(name, "the .npy data holds " + std::to_string(bytes.size() - offset) +
+  parsed.dataBytes = static_cast<uint64_t>(count) * dtypeSize(parsed.dtype);
+  return parsed;
+}
+
+HostTensor parseNpy(std::string_view bytes, const std::string &name) {
+  NpyHeader header = parseNpyHeader(bytes, name);
+  HostTensor tensor;
+  tensor.dtype = header.dtype;
+  tensor.shape = header.shape;
+  size_t expected = header.dataBytes;
+  if (bytes.size() - header.dataOffset != expected)
+    fail(name, "the .npy data holds " +
+                   std::to_string(bytes.size() - header.dataOffset) +
                    " bytes but " + tensor.describe() + " needs " +
                    std::to_string(expected));
   // assign, not memcpy: a zero-size array's data() may be null.
-  const auto *data = reinterpret_cast<const std::byte *>(bytes.data() + offset);
+  const auto *data =
+      reinterpret_cast<const std::byte *>(bytes.data() + header.dataOffset);
   tensor.data.assign(data, data + expected);
   return tensor;
 }

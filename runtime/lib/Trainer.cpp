@@ -22,8 +22,11 @@
 #include <limits>
 #include <numeric>
 #include <random>
+
+#include <fcntl.h>
 #include <set>
 #include <sstream>
+#include <unistd.h>
 
 namespace gpipe::runtime {
 
@@ -42,6 +45,87 @@ HostTensor gatherRows(const HostTensor &all, int64_t rows, RowOf rowOf) {
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(t.data.data() + r * row, all.data.data() + rowOf(r) * row, row);
   return t;
+}
+
+/// An array's file, open for reading parts of it (ArrayInFile).
+class RowFile {
+public:
+  explicit RowFile(const std::string &path)
+      : path(path), fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd < 0)
+      throw InputError(path + ": cannot open: " + std::strerror(errno));
+  }
+  RowFile(const RowFile &) = delete;
+  RowFile &operator=(const RowFile &) = delete;
+  ~RowFile() { ::close(fd); }
+  /// `n` bytes at `at` into `to`.
+  void read(uint64_t at, size_t n, std::byte *to) const {
+    while (n > 0) {
+      ssize_t got = ::pread(fd, to, n, static_cast<off_t>(at));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        throw InputError(path + ": cannot read the data (" +
+                         (got < 0 ? std::strerror(errno)
+                                  : "the file is shorter than its arrays") +
+                         ")");
+      n -= static_cast<size_t>(got);
+      at += static_cast<uint64_t>(got);
+      to += got;
+    }
+  }
+
+private:
+  std::string path;
+  int fd;
+};
+
+/// Bytes of one sample (one row along the first axis) of `a`.
+size_t rowBytes(const ArrayInFile &a) {
+  size_t row = dtypeSize(a.dtype);
+  for (size_t i = 1; i < a.shape.size(); ++i)
+    row *= static_cast<size_t>(a.shape[i]);
+  return row;
+}
+
+/// int32 values widened to int64, `n` of them, in place: `data` holds n
+/// int32 values at its start and room for n int64.
+void widenInPlace(std::byte *data, int64_t n) {
+  const auto *from = reinterpret_cast<const int32_t *>(data);
+  auto *to = reinterpret_cast<int64_t *>(data);
+  for (int64_t i = n; i-- > 0;)
+    to[i] = from[i];
+}
+
+/// `rows` rows of the array in `file`, row r read from row rowOf(r) (runs
+/// of consecutive rows in one read), as `dtype` (int32 widened to int64).
+template <typename RowOf>
+HostTensor gatherFileRows(const ArrayInFile &a, const RowFile &file,
+                          DType dtype, int64_t rows, RowOf rowOf) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = a.shape;
+  t.shape[0] = rows;
+  size_t row = rowBytes(a), wide = row / dtypeSize(a.dtype) * dtypeSize(dtype);
+  t.data.resize(wide * rows);
+  for (int64_t r = 0; r < rows;) {
+    int64_t run = 1;
+    while (r + run < rows && rowOf(r + run) == rowOf(r) + run)
+      ++run;
+    file.read(a.offset + static_cast<uint64_t>(rowOf(r)) * row, row * run,
+              t.data.data() + r * wide);
+    if (wide != row) // the run's values, read packed, widened in place
+      widenInPlace(t.data.data() + r * wide,
+                   run * static_cast<int64_t>(row / dtypeSize(a.dtype)));
+    r += run;
+  }
+  return t;
+}
+
+/// The type a model input of `slot` takes `stored` as (int32 labels and
+/// token ids widened to int64, keepLocalArrays).
+DType takenAs(const TensorSlot &slot, DType stored) {
+  return slot.dtype == DType::I64 && stored == DType::I32 ? DType::I64 : stored;
 }
 
 /// Plain text as byte-level language-modelling data: sequences as long as
@@ -90,7 +174,7 @@ std::set<std::string> localNames(const TrainingSession &session) {
 /// torch.onnx.export names the input after its first node
 /// ("onnx::Gemm_0"), which nobody names their arrays after.
 void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
-                       std::map<std::string, HostTensor> &data) {
+                       TrainingData &set, int64_t streamAbove) {
   const TensorSlot *input = nullptr;
   for (const TensorSlot *slot : session.dataInputs())
     if (slot->name != "labels") {
@@ -100,8 +184,9 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
     }
   bool local = false;
   for (const TensorSlot *slot : session.localDataInputs())
-    local |= slot->name == input->name;
-  if (!input || !local || data.count(input->name))
+    local |= input && slot->name == input->name;
+  if (!input || !local || set.arrays.count(input->name) ||
+      set.inFile.count(input->name))
     return;
   std::vector<std::string> others;
   for (const std::string &name : npzArrayNames(path))
@@ -110,8 +195,19 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
   if (others.size() != 1)
     return;
   std::set<std::string> one = {others[0]};
+  if (streamAbove >= 0 && input->dataBatchAxis == 0) {
+    auto located = locateNpzArrays(path, one);
+    auto it = located.find(others[0]);
+    if (it != located.end() &&
+        static_cast<int64_t>(rowBytes(it->second)) *
+                (it->second.shape.empty() ? 0 : it->second.shape[0]) >
+            streamAbove) {
+      set.inFile[input->name] = it->second;
+      return;
+    }
+  }
   std::map<std::string, HostTensor> read = readNpz(path, &one);
-  data[input->name] = std::move(read.at(others[0]));
+  set.arrays[input->name] = std::move(read.at(others[0]));
 }
 
 /// Keeps the arrays this rank's stages read (across ranks the first
@@ -142,6 +238,14 @@ void keepLocalArrays(TrainingSession &session,
   }
 }
 
+/// The same for a data set, its arrays in the file too.
+void keepLocalArrays(TrainingSession &session, TrainingData &set) {
+  keepLocalArrays(session, set.arrays);
+  std::set<std::string> wanted = localNames(session);
+  for (auto it = set.inFile.begin(); it != set.inFile.end();)
+    it = wanted.count(it->first) ? std::next(it) : set.inFile.erase(it);
+}
+
 /// Bytes of the arrays of a data set.
 int64_t arrayBytes(const TrainingData &set) {
   int64_t bytes = 0;
@@ -159,7 +263,15 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
   int64_t samples = -1;
   for (const TensorSlot *slot : session.localDataInputs()) {
     auto it = data.find(slot->name);
+    HostTensor view; // an array in the file: its type and shape
     if (it == data.end()) {
+      auto f = set.inFile.find(slot->name);
+      if (f != set.inFile.end()) {
+        view.dtype = takenAs(*slot, f->second.dtype);
+        view.shape = f->second.shape;
+      }
+    }
+    if (it == data.end() && view.shape.empty()) {
       std::string has;
       for (const std::string &name : set.names)
         has += (has.empty() ? "" : ", ") + ("'" + name + "'");
@@ -168,7 +280,7 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
                        "input, and 'labels')" +
                        (has.empty() ? std::string() : "; the data has " + has));
     }
-    const HostTensor &t = it->second;
+    const HostTensor &t = it != data.end() ? it->second : view;
     if (t.shape.empty() || t.shape[0] == 0 ||
         (samples >= 0 && t.shape[0] != samples) ||
         !session.holdsSamples(*slot, t, t.shape[0])) {
@@ -207,24 +319,62 @@ int64_t sampleCount(TrainingSession &session, const TrainingData &set) {
 }
 
 /// Class labels must index the logits: checked before training starts.
-void checkLabels(TrainingSession &session,
-                 const std::map<std::string, HostTensor> &data,
-                 const std::string &source) {
-  auto it = data.find("labels");
+/// Checks `n` labels, the first of them labels[first].
+void checkLabelValues(const TrainingSession &session, const int64_t *l,
+                      int64_t n, int64_t first, const std::string &source) {
   int64_t classes = session.classCount();
-  if (it == data.end() || it->second.dtype != DType::I64 || classes <= 0 ||
-      session.bundle().training.loss != "cross-entropy")
-    return;
-  const int64_t *l = reinterpret_cast<const int64_t *>(it->second.data.data());
   int64_t ignored = session.bundle().training.ignoreIndex;
-  for (int64_t i = 0; i < it->second.numElements(); ++i)
+  for (int64_t i = 0; i < n; ++i)
     if (l[i] != ignored && (l[i] < 0 || l[i] >= classes))
-      throw InputError(source + ": labels[" + std::to_string(i) +
+      throw InputError(source + ": labels[" + std::to_string(first + i) +
                        "] = " + std::to_string(l[i]) + " is outside [0, " +
                        std::to_string(classes) +
                        ") and is not the ignore "
                        "index " +
                        std::to_string(ignored));
+}
+
+bool labelsIndexClasses(const TrainingSession &session) {
+  return session.classCount() > 0 &&
+         session.bundle().training.loss == "cross-entropy";
+}
+
+void checkLabels(TrainingSession &session,
+                 const std::map<std::string, HostTensor> &data,
+                 const std::string &source) {
+  auto it = data.find("labels");
+  if (it == data.end() || it->second.dtype != DType::I64 ||
+      !labelsIndexClasses(session))
+    return;
+  checkLabelValues(session,
+                   reinterpret_cast<const int64_t *>(it->second.data.data()),
+                   it->second.numElements(), 0, source);
+}
+
+/// The same for a data set: labels in the file are read a piece at a time.
+void checkLabels(TrainingSession &session, const TrainingData &set) {
+  checkLabels(session, set.arrays, set.source);
+  auto it = set.inFile.find("labels");
+  if (it == set.inFile.end() || !labelsIndexClasses(session))
+    return;
+  const ArrayInFile &a = it->second;
+  if (a.dtype != DType::I64 && a.dtype != DType::I32)
+    return;
+  int64_t count = 1;
+  for (int64_t d : a.shape)
+    count *= d;
+  RowFile file(a.path);
+  size_t size = dtypeSize(a.dtype);
+  std::vector<std::byte> piece(sizeof(int64_t) << 17);
+  for (int64_t first = 0; first < count; first += int64_t(1) << 17) {
+    int64_t n = std::min<int64_t>(count - first, int64_t(1) << 17);
+    file.read(a.offset + static_cast<uint64_t>(first) * size, n * size,
+              piece.data());
+    if (a.dtype == DType::I32)
+      widenInPlace(piece.data(), n);
+    checkLabelValues(session, reinterpret_cast<const int64_t *>(piece.data()),
+                     n, first, set.source);
+  }
 }
 
 /// Accuracy of the model's class predictions on a labelled data set, and
@@ -501,7 +651,7 @@ void moveSamplesFirst(const TrainingSession &session,
 }
 
 TrainingData loadTrainingData(const std::string &path, const std::string &split,
-                              TrainingSession &session) {
+                              TrainingSession &session, int64_t streamAbove) {
   TrainingData set;
   set.source = path;
   std::map<std::string, HostTensor> &data = set.arrays;
@@ -512,9 +662,24 @@ TrainingData loadTrainingData(const std::string &path, const std::string &split,
     bool npz = npzName || isZipFile(path);
     if (npz) {
       std::set<std::string> wanted = localNames(session);
+      if (streamAbove >= 0) {
+        // Arrays over streamAbove bytes, stored, samples first: left in
+        // the file (a sequence-first array is reordered when loaded).
+        for (auto &[name, array] : locateNpzArrays(path, wanted)) {
+          const TensorSlot *input = session.bundle().input(name);
+          if (input && input->dataBatchAxis != 0)
+            continue;
+          int64_t bytes = static_cast<int64_t>(rowBytes(array)) *
+                          (array.shape.empty() ? 0 : array.shape[0]);
+          if (!array.shape.empty() && bytes > streamAbove) {
+            set.inFile[name] = array;
+            wanted.erase(name);
+          }
+        }
+      }
       data = readNpz(path, &wanted);
       set.names = npzArrayNames(path);
-      adoptTheOnlyInput(path, session, data);
+      adoptTheOnlyInput(path, session, set, streamAbove);
     } else {
       data = loadText(path, session);
     }
@@ -530,8 +695,19 @@ TrainingData loadTrainingData(const std::string &path, const std::string &split,
   if (set.names.empty())
     for (auto &[name, array] : data)
       set.names.push_back(name);
-  keepLocalArrays(session, data);
+  keepLocalArrays(session, set);
   return set;
+}
+
+int64_t streamDataThreshold(const std::string &mode) {
+  if (mode == "auto")
+    return TrainerOptions{}.streamDataAbove;
+  if (mode == "always")
+    return 0;
+  if (mode == "never")
+    return -1;
+  throw InputError("--stream-data must be auto, always or never, not '" + mode +
+                   "'");
 }
 
 double scheduledLearningRate(const TrainerOptions &o, double base, int64_t step,
@@ -556,7 +732,8 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
     throw InputError("--train needs --data=FILE.npz, a directory of IDX "
                      "files or a plain-text file (byte-level language "
                      "models)");
-  TrainingData data = loadTrainingData(o.data, "train", session);
+  TrainingData data =
+      loadTrainingData(o.data, "train", session, o.streamDataAbove);
   std::optional<TrainingData> evalData;
   if (!o.evalData.empty())
     evalData = loadTrainingData(o.evalData, "t10k", session);
@@ -574,10 +751,12 @@ public:
   ArraySource(TrainingSession &session, TrainingData data, unsigned seed,
               bool shuffle)
       : session(session), data(std::move(data)), seed(seed), shuffle(shuffle) {
-    keepLocalArrays(session, this->data.arrays);
+    keepLocalArrays(session, this->data);
     moveSamplesFirst(session, this->data.arrays, this->data.source);
-    checkLabels(session, this->data.arrays, this->data.source);
+    checkLabels(session, this->data);
     samples = sampleCount(session, this->data);
+    for (auto &[name, array] : this->data.inFile)
+      files.emplace(name, std::make_unique<RowFile>(array.path));
     batchRows = session.batchSize() * session.replicas();
     order.resize(samples);
     std::iota(order.begin(), order.end(), 0);
@@ -601,11 +780,18 @@ public:
     int64_t replicaRows = session.batchSize();
     int64_t replicaFirst = session.replica() * replicaRows;
     std::map<std::string, HostTensor> mini;
-    for (const TensorSlot *slot : session.localDataInputs())
+    auto rowOf = [&](int64_t r) {
+      return order[(first + replicaFirst + r) % samples];
+    };
+    for (const TensorSlot *slot : session.localDataInputs()) {
+      auto in = data.inFile.find(slot->name);
       mini[slot->name] =
-          gatherRows(data.arrays.at(slot->name), replicaRows, [&](int64_t r) {
-            return order[(first + replicaFirst + r) % samples];
-          });
+          in == data.inFile.end()
+              ? gatherRows(data.arrays.at(slot->name), replicaRows, rowOf)
+              : gatherFileRows(in->second, *files.at(slot->name),
+                               takenAs(*slot, in->second.dtype), replicaRows,
+                               rowOf);
+    }
     return mini;
   }
 
@@ -616,6 +802,8 @@ private:
   bool shuffle;
   int64_t samples = 0, batchRows = 0, pass = -1;
   std::vector<int64_t> order;
+  /// The files of the arrays left in them, open for the run.
+  std::map<std::string, std::unique_ptr<RowFile>> files;
 };
 
 } // namespace

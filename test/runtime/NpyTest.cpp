@@ -141,9 +141,17 @@ void put32(std::string &b, uint32_t v) {
   put16(b, static_cast<uint16_t>(v >> 16));
 }
 
-/// A ZIP archive of stored (uncompressed) members, as numpy.savez writes.
+void put64(std::string &b, uint64_t v) {
+  put32(b, static_cast<uint32_t>(v & 0xffffffff));
+  put32(b, static_cast<uint32_t>(v >> 32));
+}
+
+/// A ZIP archive of stored (uncompressed) members, as numpy.savez writes;
+/// `zip64`: as it writes one with members over 2 GiB or past 4 GiB (the
+/// sizes, offsets and counts in ZIP64 records, 0xffffffff in the others).
 std::string
-storedZip(const std::vector<std::pair<std::string, std::string>> &members) {
+storedZip(const std::vector<std::pair<std::string, std::string>> &members,
+          bool zip64 = false) {
   std::string file, directory;
   for (const auto &[name, bytes] : members) {
     uint32_t local = static_cast<uint32_t>(file.size());
@@ -155,25 +163,48 @@ storedZip(const std::vector<std::pair<std::string, std::string>> &members) {
     put16(file, static_cast<uint16_t>(name.size())), put16(file, 0);
     file += name + bytes;
     put32(directory, 0x02014b50);
-    put16(directory, 20), put16(directory, 20), put16(directory, 0);
+    put16(directory, 45), put16(directory, 45), put16(directory, 0);
     put16(directory, 0), put16(directory, 0), put16(directory, 0);
     put32(directory, 0);
-    put32(directory, static_cast<uint32_t>(bytes.size()));
-    put32(directory, static_cast<uint32_t>(bytes.size()));
+    uint32_t size = zip64 ? 0xffffffff : static_cast<uint32_t>(bytes.size());
+    put32(directory, size), put32(directory, size);
     put16(directory, static_cast<uint16_t>(name.size()));
-    put16(directory, 0), put16(directory, 0), put16(directory, 0);
-    put16(directory, 0), put32(directory, 0), put32(directory, local);
+    put16(directory, zip64 ? 4 + 24 : 0), put16(directory, 0);
+    put16(directory, 0), put16(directory, 0), put32(directory, 0);
+    put32(directory, zip64 ? 0xffffffff : local);
     directory += name;
+    if (zip64) {
+      put16(directory, 1), put16(directory, 24);
+      put64(directory, bytes.size()), put64(directory, bytes.size());
+      put64(directory, local);
+    }
   }
   uint32_t at = static_cast<uint32_t>(file.size());
   file += directory;
+  if (zip64) {
+    uint64_t record = file.size();
+    put32(file, 0x06064b50), put64(file, 44);
+    put16(file, 45), put16(file, 45), put32(file, 0), put32(file, 0);
+    put64(file, members.size()), put64(file, members.size());
+    put64(file, directory.size()), put64(file, at);
+    put32(file, 0x07064b50), put32(file, 0), put64(file, record);
+    put32(file, 1);
+  }
   put32(file, 0x06054b50);
   put16(file, 0), put16(file, 0);
-  put16(file, static_cast<uint16_t>(members.size()));
-  put16(file, static_cast<uint16_t>(members.size()));
-  put32(file, static_cast<uint32_t>(directory.size())), put32(file, at);
+  uint16_t count = zip64 ? 0xffff : static_cast<uint16_t>(members.size());
+  put16(file, count), put16(file, count);
+  put32(file, zip64 ? 0xffffffff : static_cast<uint32_t>(directory.size()));
+  put32(file, zip64 ? 0xffffffff : at);
   put16(file, 0);
   return file;
+}
+
+void writeFile(const std::string &path, const std::string &bytes) {
+  FILE *f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
 }
 } // namespace
 
@@ -199,6 +230,53 @@ TEST(Npz, ReadsOnlyTheArraysAskedFor) {
     FAIL() << "read a member that is not .npy";
   } catch (const NpyError &e) {
     EXPECT_NE(std::string(e.what()).find("only.npz:broken"), std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(Npz, LocatesStoredArraysInPlainAndZip64Archives) {
+  HostTensor t = randomTensor(DType::F32, {5, 3}, 7);
+  std::string npy = serializeNpy(t);
+  for (bool zip64 : {false, true}) {
+    std::string path = ::testing::TempDir() + "/located.npz";
+    std::string zip =
+        storedZip({{"other.npy", numpyWritten()}, {"x.npy", npy}}, zip64);
+    writeFile(path, zip);
+    // Read whole, as before.
+    std::map<std::string, HostTensor> arrays = readNpz(path);
+    ASSERT_EQ(arrays.size(), 2u) << zip64;
+    EXPECT_EQ(arrays.at("x").data, t.data) << zip64;
+    EXPECT_EQ(npzArrayNames(path), (std::vector<std::string>{"other", "x"}));
+    // Located: the array's bytes at the offset given, nothing read.
+    std::map<std::string, ArrayInFile> located =
+        locateNpzArrays(path, {"x", "absent"});
+    ASSERT_EQ(located.size(), 1u) << zip64;
+    const ArrayInFile &x = located.at("x");
+    EXPECT_EQ(x.path, path);
+    EXPECT_EQ(x.dtype, DType::F32);
+    EXPECT_EQ(x.shape, (std::vector<int64_t>{5, 3}));
+    ASSERT_LE(x.offset + t.data.size(), zip.size());
+    EXPECT_EQ(std::memcmp(zip.data() + x.offset, t.data.data(), t.data.size()),
+              0)
+        << zip64;
+    std::remove(path.c_str());
+  }
+}
+
+TEST(Npz, RefusesAMemberWhoseHeaderDisagreesWithItsSize) {
+  // A member cut short (its header says 2 x 3 floats, 8 bytes are gone):
+  // located arrays are read a row at a time later, so the sizes must
+  // agree now.
+  std::string path = ::testing::TempDir() + "/short.npz";
+  std::string npy = numpyWritten();
+  npy.resize(npy.size() - 8);
+  writeFile(path, storedZip({{"x.npy", npy}}));
+  try {
+    locateNpzArrays(path, {"x"});
+    FAIL() << "located a member shorter than its header says";
+  } catch (const NpyError &e) {
+    EXPECT_NE(std::string(e.what()).find("short.npz"), std::string::npos)
         << e.what();
   }
   std::remove(path.c_str());

@@ -273,6 +273,20 @@ int main(int argc, char **argv) {
                "with an mpirun run)");
   app.add_flag("--no-shuffle", trainOptions.noShuffle,
                "Step i uses samples [i*B, (i+1)*B) in order, wrapping");
+  app.add_option_function<std::string>(
+         "--stream-data",
+         [&trainOptions](const std::string &mode) {
+           try {
+             trainOptions.streamDataAbove =
+                 gpipe::runtime::streamDataThreshold(mode);
+           } catch (const gpipe::runtime::InputError &e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "Arrays of the --data .npz stored uncompressed (numpy.savez) stay "
+         "in the file and each batch's rows are read from it: auto "
+         "(default: arrays over 64 MiB), always or never (load them whole)")
+      ->type_name("auto|always|never");
   app.add_option("--seed", trainOptions.seed,
                  "Seed of the data shuffling and of dropout (default 0)");
   app.add_option("--lr", trainOptions.lr,

@@ -7,6 +7,7 @@
 #ifndef GPIPE_RUNTIME_TRAINER_H
 #define GPIPE_RUNTIME_TRAINER_H
 
+#include "gpipe/runtime/Npy.h"
 #include "gpipe/runtime/TrainingSession.h"
 
 #include <cstdint>
@@ -47,6 +48,10 @@ struct TrainerOptions {
   double lrGamma = 0.1;
   int64_t steps = 0, epochs = 0, checkpointEvery = 0;
   bool noShuffle = false, resume = false;
+  /// Arrays of the training data's .npz over this many bytes that are
+  /// stored uncompressed (numpy.savez) stay in the file and are read a
+  /// batch at a time; 0: every such array; negative: none (all loaded).
+  int64_t streamDataAbove = int64_t(64) << 20;
   unsigned seed = 0;
   /// The learning rate; negative: the compiled one.
   double lr = -1;
@@ -105,6 +110,10 @@ public:
   virtual int64_t heldBytes() const { return 0; }
 };
 
+/// --stream-data's value as TrainerOptions::streamDataAbove: "auto"
+/// (arrays over 64 MiB), "always" or "never"; InputError for others.
+int64_t streamDataThreshold(const std::string &mode);
+
 /// The learning rate of `step` (0-based) of `steps` from `base`: linear
 /// warm-up over the first warmupSteps, then constant, step decay or a cosine
 /// down to 0 at the last step.
@@ -117,6 +126,9 @@ struct TrainingData {
   /// Names the data in messages (its file, or where the arrays came from).
   std::string source;
   std::map<std::string, HostTensor> arrays;
+  /// Arrays left in their file (an .npz's stored members), by name: their
+  /// rows are read for each batch, and only that batch is held.
+  std::map<std::string, ArrayInFile> inFile;
   /// Every array the source holds, listed when one the model needs is
   /// missing (empty: the keys of `arrays`).
   std::vector<std::string> names;
@@ -135,9 +147,12 @@ void moveSamplesFirst(const TrainingSession &session,
 /// and 'labels'; an only array of another name feeds a model of one
 /// input), a directory of IDX files (Fashion-MNIST layout; `split` train or
 /// t10k) or any other file as plain text for a byte-level language model.
-/// Only the arrays this rank's stages read are kept.
+/// Only the arrays this rank's stages read are kept. Arrays of an .npz
+/// over `streamAbove` bytes stored uncompressed with their samples first
+/// stay in the file (TrainingData::inFile; negative: none).
 TrainingData loadTrainingData(const std::string &path, const std::string &split,
-                              TrainingSession &session);
+                              TrainingSession &session,
+                              int64_t streamAbove = -1);
 
 /// Trains `session` as `options` say on the data of options.data (and
 /// options.evalData), printing progress to `out`. Throws InputError (bad

@@ -383,7 +383,7 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                          dnnl::algorithm::convolution_direct, anyLayout(src),
                          anyLayout(weights), anyLayout(dst), g.strides,
                          g.dilations, g.padL, g.padR);
-  dnnl::convolution_forward::primitive_desc pd(desc, dnn.engine);
+  dnnl::convolution_forward::primitive_desc pd(desc, dnn.attr, dnn.engine);
   auto kernel =
       std::make_unique<ReorderedKernel>(dnn, dnnl::convolution_forward(pd));
   kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
@@ -681,12 +681,13 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
       anyLayout(src), anyLayout(weights), anyLayout(dst), g.strides,
       g.dilations, g.padL, g.padR);
-  dnnl::convolution_forward::primitive_desc hint(fwd, dnn.engine);
+  dnnl::convolution_forward::primitive_desc hint(fwd, dnn.attr, dnn.engine);
   if (wrtInput) {
     dnnl::convolution_backward_data::desc desc(
         dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
         anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
-    dnnl::convolution_backward_data::primitive_desc pd(desc, dnn.engine, hint);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, dnn.attr,
+                                                       dnn.engine, hint);
     auto kernel = std::make_unique<ReorderedKernel>(
         dnn, dnnl::convolution_backward_data(pd));
     kernel->bind(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
@@ -698,7 +699,8 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   dnnl::convolution_backward_weights::desc desc(
       dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
       anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
-  dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.engine, hint);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.attr,
+                                                        dnn.engine, hint);
   std::string impl = pd.impl_info_str();
   if (isSingleChannel2d(spec, data) && impl.find("avx512") == std::string::npos)
     return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);

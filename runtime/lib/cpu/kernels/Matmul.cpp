@@ -40,7 +40,7 @@ std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
   memory weights = bindSlot(spec, b, mem, dnn, rd);
   memory dst = bindSlot(spec, out, mem, dnn, od);
   dnnl::matmul::desc desc(src.get_desc(), weights.get_desc(), dst.get_desc());
-  dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+  dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
   return std::make_unique<PrimitiveKernel>(
       dnn, dnnl::matmul(pd),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
@@ -64,16 +64,17 @@ public:
                     memory weights, memory dst)
       : dnn(dnn), primitive(std::move(primitive)), a(a),
         copy(buffers.addMemory(plainDesc(a.get_desc().dims()), dnn.engine)),
-        reorder(a, copy), weights(std::move(weights)), dst(std::move(dst)) {
+        reorder(a, copy), args{{DNNL_ARG_SRC, copy},
+                               {DNNL_ARG_WEIGHTS, std::move(weights)},
+                               {DNNL_ARG_DST, std::move(dst)}} {
+    buffers.addScratchpad(this->primitive, dnn.engine, args);
     dnn.workspace.reserve(buffers.bytes());
   }
   void run() override {
     // In the device's workspace, which may have grown: bound at run.
     buffers.bind(dnn.workspace);
     reorder.execute(dnn.stream, a, copy);
-    primitive.execute(dnn.stream, {{DNNL_ARG_SRC, copy},
-                                   {DNNL_ARG_WEIGHTS, weights},
-                                   {DNNL_ARG_DST, dst}});
+    primitive.execute(dnn.stream, args);
     dnn.stream.wait();
   }
 
@@ -83,7 +84,7 @@ private:
   ScratchLayout buffers;
   memory a, copy;
   dnnl::reorder reorder;
-  memory weights, dst;
+  std::unordered_map<int, memory> args;
 };
 
 /// True where oneDNN's kernels are AVX-512's: there the strided product
@@ -129,7 +130,7 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
     memory bias = bindSlot(spec, *c, mem, dnn, padLeft(c->shape, 2));
     dnnl::matmul::desc desc(srcDesc, weightsDesc, bias.get_desc(),
                             dst.get_desc());
-    dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+    dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
     args[DNNL_ARG_BIAS] = bias;
     return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args);
   }
@@ -143,12 +144,12 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   if (transA && alpha == 1.0f && !c && m % 1024 == 0 && n >= 128 &&
       !avx512Kernels()) {
     dnnl::matmul::desc desc(plainDesc({m, k}), weightsDesc, dst.get_desc());
-    dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+    dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
     return std::make_unique<TransposedLhsGemm>(dnn, dnnl::matmul(pd), src,
                                                weights, dst);
   }
   dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
-  dnnl::matmul::primitive_desc pd(desc, dnn.engine);
+  dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
   std::function<void()> epilogue;
   if (alpha != 1.0f || c) {
     float *d = reinterpret_cast<float *>(mem.address(out));

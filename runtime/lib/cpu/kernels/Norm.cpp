@@ -29,8 +29,13 @@ public:
         evaluation(std::move(evaluation)),
         evaluationArgs(std::move(evaluationArgs)), runningMean(runningMean),
         runningVar(runningVar), momentum(momentum), perChannel(perChannel),
-        update(update) {}
+        update(update) {
+    scratch.addScratchpad(primitive, dnn.engine, this->args);
+    scratch.addScratchpad(this->evaluation, dnn.engine, this->evaluationArgs);
+    dnn.workspace.reserve(scratch.bytes());
+  }
   void run() override {
+    scratch.bind(dnn.workspace);
     if (update && !*update) {
       evaluation.execute(dnn.stream, evaluationArgs);
       dnn.stream.wait();
@@ -57,6 +62,7 @@ public:
 
 private:
   OneDnn &dnn;
+  ScratchLayout scratch;
   dnnl::batch_normalization_forward primitive;
   std::unordered_map<int, memory> args;
   dnnl::batch_normalization_forward evaluation;
@@ -85,7 +91,8 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
       dnnl::prop_kind::forward_inference, src.get_desc(), epsilon,
       dnnl::normalization_flags::use_global_stats | scaleShift);
   dnnl::batch_normalization_forward evaluation(
-      dnnl::batch_normalization_forward::primitive_desc(evalDesc, dnn.engine));
+      dnnl::batch_normalization_forward::primitive_desc(evalDesc, dnn.attr,
+                                                        dnn.engine));
   std::unordered_map<int, memory> evaluationArgs{
       {DNNL_ARG_SRC, src},
       {DNNL_ARG_SCALE, scale},
@@ -98,7 +105,8 @@ std::unique_ptr<Kernel> createBatchNorm(const KernelSpec &spec,
                                              std::move(evaluationArgs));
   dnnl::batch_normalization_forward::desc desc(
       dnnl::prop_kind::forward_training, src.get_desc(), epsilon, scaleShift);
-  dnnl::batch_normalization_forward::primitive_desc pd(desc, dnn.engine);
+  dnnl::batch_normalization_forward::primitive_desc pd(desc, dnn.attr,
+                                                       dnn.engine);
   int64_t perChannel = x.numElements() / std::max<int64_t>(x.shape.at(1), 1);
   memory savedMean = bindSlot(spec, spec.result("saved_mean"), mem, dnn);
   memory savedVar = bindSlot(spec, spec.result("saved_var"), mem, dnn);
@@ -144,12 +152,13 @@ std::unique_ptr<Kernel> createBatchNormGrad(const KernelSpec &spec,
     flags = flags | dnnl::normalization_flags::use_global_stats;
   dnnl::batch_normalization_forward::desc fwd(dnnl::prop_kind::forward_training,
                                               src.get_desc(), epsilon, flags);
-  dnnl::batch_normalization_forward::primitive_desc fwdPd(fwd, dnn.engine);
+  dnnl::batch_normalization_forward::primitive_desc fwdPd(fwd, dnn.attr,
+                                                          dnn.engine);
   dnnl::batch_normalization_backward::desc bwd(dnnl::prop_kind::backward,
                                                gradOut.get_desc(),
                                                src.get_desc(), epsilon, flags);
-  dnnl::batch_normalization_backward::primitive_desc bwdPd(bwd, dnn.engine,
-                                                           fwdPd);
+  dnnl::batch_normalization_backward::primitive_desc bwdPd(bwd, dnn.attr,
+                                                           dnn.engine, fwdPd);
   memory mean = bindSlot(spec, spec.operand("mean"), mem, dnn);
   memory var = bindSlot(spec, spec.operand("var"), mem, dnn);
   if (mean.get_desc().get_size() != fwdPd.mean_desc().get_size() ||
@@ -196,7 +205,8 @@ std::unique_ptr<Kernel> createLayerNorm(const KernelSpec &spec,
   return std::make_unique<PrimitiveKernel>(
       dnn,
       dnnl::layer_normalization_forward(
-          dnnl::layer_normalization_forward::primitive_desc(desc, dnn.engine)),
+          dnnl::layer_normalization_forward::primitive_desc(desc, dnn.attr,
+                                                            dnn.engine)),
       args);
 }
 
@@ -214,6 +224,9 @@ public:
         statistics(std::move(statistics)),
         statisticsArgs(std::move(statisticsArgs)),
         backward(std::move(backward)), backwardArgs(std::move(backwardArgs)) {
+    this->scratch.addScratchpad(this->statistics, dnn.engine,
+                                this->statisticsArgs);
+    this->scratch.addScratchpad(this->backward, dnn.engine, this->backwardArgs);
     dnn.workspace.reserve(this->scratch.bytes());
   }
   void run() override {
@@ -257,12 +270,13 @@ std::unique_ptr<Kernel> createLayerNormGrad(const KernelSpec &spec,
                dnnl::normalization_flags::use_shift;
   dnnl::layer_normalization_forward::desc fwd(dnnl::prop_kind::forward_training,
                                               src.get_desc(), epsilon, flags);
-  dnnl::layer_normalization_forward::primitive_desc fwdPd(fwd, dnn.engine);
+  dnnl::layer_normalization_forward::primitive_desc fwdPd(fwd, dnn.attr,
+                                                          dnn.engine);
   dnnl::layer_normalization_backward::desc bwd(dnnl::prop_kind::backward,
                                                gradOut.get_desc(),
                                                src.get_desc(), epsilon, flags);
-  dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, dnn.engine,
-                                                           fwdPd);
+  dnnl::layer_normalization_backward::primitive_desc bwdPd(bwd, dnn.attr,
+                                                           dnn.engine, fwdPd);
   ScratchLayout scratch;
   memory mean = scratch.addMemory(fwdPd.mean_desc(), dnn.engine);
   memory var = scratch.addMemory(fwdPd.variance_desc(), dnn.engine);

@@ -116,11 +116,45 @@ Window2d window2d(const KernelSpec &spec) {
   return {s[0], s[1], p[0], p[1], d[0], d[1]};
 }
 
+dnnl::primitive_attr userScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void ScratchLayout::addScratchpad(const dnnl::primitive &primitive,
+                                  const dnnl::engine &engine,
+                                  std::unordered_map<int, memory> &args) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(
+      primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (!md || md->ndims == 0)
+    return;
+  memory::desc desc(*md);
+  if (desc.get_size() != 0)
+    args[DNNL_ARG_SCRATCHPAD] = addMemory(desc, engine);
+}
+
+PrimitiveKernel::PrimitiveKernel(OneDnn &dnn, dnnl::primitive primitive,
+                                 std::unordered_map<int, memory> args,
+                                 std::function<void()> epilogue)
+    : dnn(dnn), primitive(std::move(primitive)), args(std::move(args)),
+      epilogue(std::move(epilogue)) {
+  scratch.addScratchpad(this->primitive, dnn.engine, this->args);
+  dnn.workspace.reserve(scratch.bytes());
+}
+
 void PrimitiveKernel::run() {
+  scratch.bind(dnn.workspace);
   primitive.execute(dnn.stream, args);
   dnn.stream.wait();
   if (epilogue)
     epilogue();
+}
+
+ReorderedKernel::ReorderedKernel(OneDnn &dnn, dnnl::primitive primitive)
+    : dnn(dnn), primitive(std::move(primitive)) {
+  scratch.addScratchpad(this->primitive, dnn.engine, args);
+  dnn.workspace.reserve(scratch.bytes());
 }
 
 void ReorderedKernel::bind(int arg, const memory &plain,

@@ -52,6 +52,14 @@ public:
   /// A oneDNN memory of `desc` in the part (its handle set by bind()).
   memory addMemory(const memory::desc &desc, const dnnl::engine &engine);
   size_t bytes() const { return bytes_; }
+  /// Room for `primitive`'s scratchpad, if it needs one, bound to `args`
+  /// as DNNL_ARG_SCRATCHPAD. The backend's primitives are created with
+  /// OneDnn::attr (a scratchpad the caller provides), so what oneDNN needs
+  /// while a primitive runs is a part of the device's workspace, shared
+  /// and counted, instead of memory the library keeps to itself.
+  void addScratchpad(const dnnl::primitive &primitive,
+                     const dnnl::engine &engine,
+                     std::unordered_map<int, memory> &args);
   /// The part's start in `workspace`, its memories pointed into it; to be
   /// called before each run (the buffer may have grown since the last).
   char *bind(Workspace &workspace);
@@ -76,12 +84,18 @@ struct ConvertedParam {
   void refresh(dnnl::stream &stream);
 };
 
+/// Primitive attributes asking for a scratchpad from the caller.
+dnnl::primitive_attr userScratchpad();
+
 /// A CPU device's oneDNN objects: kernels are created on the engine and
 /// run on the stream; the memory they hold beyond the stage's arenas and
 /// parameters is the workspace and the kept bytes.
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  /// What every primitive of the device is created with: a scratchpad the
+  /// kernel provides (ScratchLayout::addScratchpad).
+  const dnnl::primitive_attr attr = userScratchpad();
   Workspace workspace;
   /// Bytes kernels keep between runs: converted parameters, gathered
   /// weights, saved statistics.
@@ -145,9 +159,7 @@ class PrimitiveKernel : public Kernel {
 public:
   PrimitiveKernel(OneDnn &dnn, dnnl::primitive primitive,
                   std::unordered_map<int, memory> args,
-                  std::function<void()> epilogue = nullptr)
-      : dnn(dnn), primitive(std::move(primitive)), args(std::move(args)),
-        epilogue(std::move(epilogue)) {}
+                  std::function<void()> epilogue = nullptr);
   void run() override;
 
 private:
@@ -155,6 +167,7 @@ private:
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
   std::function<void()> epilogue;
+  ScratchLayout scratch;
 };
 
 /// A primitive that works in the layouts it chose (blocked, for speed):
@@ -162,8 +175,7 @@ private:
 /// its results back after.
 class ReorderedKernel : public Kernel {
 public:
-  ReorderedKernel(OneDnn &dnn, dnnl::primitive primitive)
-      : dnn(dnn), primitive(std::move(primitive)) {}
+  ReorderedKernel(OneDnn &dnn, dnnl::primitive primitive);
   /// Binds `arg` to `plain`, through a buffer of layout `chosen` if it
   /// differs (in the device's workspace); `output` arguments are copied
   /// back to `plain` after a run. A `constant` input (inference weights)

@@ -331,7 +331,8 @@ std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
         dnnl::prop_kind::forward_inference, algorithm, inLayout(src, layout),
         inLayout(dst, layout), w.strides, w.kernel, w.dilations, w.padL,
         w.padR);
-    dnnl::pooling_v2_forward::primitive_desc pd(blocked, dnn.engine, true);
+    dnnl::pooling_v2_forward::primitive_desc pd(blocked, dnn.attr, dnn.engine,
+                                                true);
     if (!pd || !isJit(pd))
       continue;
     auto kernel =
@@ -346,7 +347,7 @@ std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
   return std::make_unique<PrimitiveKernel>(
       dnn,
       dnnl::pooling_v2_forward(
-          dnnl::pooling_v2_forward::primitive_desc(desc, dnn.engine)),
+          dnnl::pooling_v2_forward::primitive_desc(desc, dnn.attr, dnn.engine)),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                       {DNNL_ARG_DST, dst}});
 }
@@ -398,19 +399,23 @@ public:
         gradOut(inner(gradOut, bwd.diff_dst_desc(), false)),
         gradIn(inner(gradIn, bwd.diff_src_desc(), true)),
         forwardDst(buffers.addMemory(fwd.dst_desc(), dnn.engine)),
-        workspace(buffers.addMemory(fwd.workspace_desc(), dnn.engine)) {
+        workspace(buffers.addMemory(fwd.workspace_desc(), dnn.engine)),
+        forwardArgs{{DNNL_ARG_SRC, this->src},
+                    {DNNL_ARG_DST, forwardDst},
+                    {DNNL_ARG_WORKSPACE, workspace}},
+        backwardArgs{{DNNL_ARG_DIFF_DST, this->gradOut},
+                     {DNNL_ARG_WORKSPACE, workspace},
+                     {DNNL_ARG_DIFF_SRC, this->gradIn}} {
+    buffers.addScratchpad(forward, dnn.engine, forwardArgs);
+    buffers.addScratchpad(backward, dnn.engine, backwardArgs);
     dnn.workspace.reserve(buffers.bytes());
   }
   void run() override {
     buffers.bind(dnn.workspace);
     for (auto &[from, to] : before)
       dnnl::reorder(from, to).execute(dnn.stream, from, to);
-    forward.execute(dnn.stream, {{DNNL_ARG_SRC, src},
-                                 {DNNL_ARG_DST, forwardDst},
-                                 {DNNL_ARG_WORKSPACE, workspace}});
-    backward.execute(dnn.stream, {{DNNL_ARG_DIFF_DST, gradOut},
-                                  {DNNL_ARG_WORKSPACE, workspace},
-                                  {DNNL_ARG_DIFF_SRC, gradIn}});
+    forward.execute(dnn.stream, forwardArgs);
+    backward.execute(dnn.stream, backwardArgs);
     for (auto &[from, to] : after)
       dnnl::reorder(from, to).execute(dnn.stream, from, to);
     dnn.stream.wait();
@@ -436,6 +441,7 @@ private:
   ScratchLayout buffers;
   std::vector<std::pair<memory, memory>> before, after;
   memory src, gradOut, gradIn, forwardDst, workspace;
+  std::unordered_map<int, memory> forwardArgs, backwardArgs;
 };
 
 std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
@@ -456,15 +462,16 @@ std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
         dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
         inLayout(src, layout), inLayout(dOut, layout), w.strides, w.kernel,
         w.dilations, w.padL, w.padR);
-    dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.engine, true);
+    dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.attr, dnn.engine,
+                                                   true);
     if (!fwdPd || !isJit(fwdPd))
       continue;
     dnnl::pooling_v2_backward::desc bwd(dnnl::algorithm::pooling_max,
                                         inLayout(dIn, layout),
                                         inLayout(dOut, layout), w.strides,
                                         w.kernel, w.dilations, w.padL, w.padR);
-    dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.engine, fwdPd,
-                                                    true);
+    dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.attr, dnn.engine,
+                                                    fwdPd, true);
     if (!bwdPd || !isJit(bwdPd))
       continue;
     return std::make_unique<MaxPoolGradKernel>(dnn, fwdPd, bwdPd, src, dOut,
@@ -474,11 +481,12 @@ std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
                                      dnnl::algorithm::pooling_max,
                                      src.get_desc(), dOut.get_desc(), w.strides,
                                      w.kernel, w.dilations, w.padL, w.padR);
-  dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.engine);
+  dnnl::pooling_v2_forward::primitive_desc fwdPd(fwd, dnn.attr, dnn.engine);
   dnnl::pooling_v2_backward::desc bwd(
       dnnl::algorithm::pooling_max, dIn.get_desc(), dOut.get_desc(), w.strides,
       w.kernel, w.dilations, w.padL, w.padR);
-  dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.engine, fwdPd);
+  dnnl::pooling_v2_backward::primitive_desc bwdPd(bwd, dnn.attr, dnn.engine,
+                                                  fwdPd);
   return std::make_unique<MaxPoolGradKernel>(dnn, fwdPd, bwdPd, src, dOut, dIn);
 }
 
@@ -496,14 +504,14 @@ std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
   dnnl::pooling_v2_forward::desc fwd(
       dnnl::prop_kind::forward_training, algorithm, dIn.get_desc(),
       dOut.get_desc(), w.strides, w.kernel, w.dilations, w.padL, w.padR);
-  dnnl::pooling_v2_forward::primitive_desc hint(fwd, dnn.engine);
+  dnnl::pooling_v2_forward::primitive_desc hint(fwd, dnn.attr, dnn.engine);
   dnnl::pooling_v2_backward::desc bwd(algorithm, dIn.get_desc(),
                                       dOut.get_desc(), w.strides, w.kernel,
                                       w.dilations, w.padL, w.padR);
   return std::make_unique<PrimitiveKernel>(
       dnn,
-      dnnl::pooling_v2_backward(
-          dnnl::pooling_v2_backward::primitive_desc(bwd, dnn.engine, hint)),
+      dnnl::pooling_v2_backward(dnnl::pooling_v2_backward::primitive_desc(
+          bwd, dnn.attr, dnn.engine, hint)),
       std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, dOut},
                                       {DNNL_ARG_DIFF_SRC, dIn}});
 }

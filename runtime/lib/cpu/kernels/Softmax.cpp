@@ -24,7 +24,7 @@ std::unique_ptr<Kernel> createSoftmax(const KernelSpec &spec,
   return std::make_unique<PrimitiveKernel>(
       dnn,
       dnnl::softmax_v2_forward(
-          dnnl::softmax_v2_forward::primitive_desc(desc, dnn.engine)),
+          dnnl::softmax_v2_forward::primitive_desc(desc, dnn.attr, dnn.engine)),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                       {DNNL_ARG_DST, dst}});
 }
@@ -42,13 +42,13 @@ std::unique_ptr<Kernel> createSoftmaxGrad(const KernelSpec &spec,
   dnnl::softmax_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
                                      algorithm, dst.get_desc(), dst.get_desc(),
                                      axis);
-  dnnl::softmax_v2_forward::primitive_desc fwdPd(fwd, dnn.engine);
+  dnnl::softmax_v2_forward::primitive_desc fwdPd(fwd, dnn.attr, dnn.engine);
   dnnl::softmax_v2_backward::desc bwd(algorithm, gradIn.get_desc(),
                                       gradOut.get_desc(), dst.get_desc(), axis);
   return std::make_unique<PrimitiveKernel>(
       dnn,
-      dnnl::softmax_v2_backward(
-          dnnl::softmax_v2_backward::primitive_desc(bwd, dnn.engine, fwdPd)),
+      dnnl::softmax_v2_backward(dnnl::softmax_v2_backward::primitive_desc(
+          bwd, dnn.attr, dnn.engine, fwdPd)),
       std::unordered_map<int, memory>{{DNNL_ARG_DST, dst},
                                       {DNNL_ARG_DIFF_DST, gradOut},
                                       {DNNL_ARG_DIFF_SRC, gradIn}});
