@@ -2,6 +2,7 @@
 #ifndef GPIPE_TRANSFORMS_SCHEDULE_H
 #define GPIPE_TRANSFORMS_SCHEDULE_H
 
+#include "Analysis/Planner/PipelinePlan.h"
 #include "Analysis/Planner/ScheduleSimulator.h"
 #include "GPipe/IR/GPipeOps.h"
 
@@ -15,7 +16,7 @@ namespace gpipe {
 
 /// What a schedule is built for: one entry per stage in the vectors.
 struct ScheduleRequest {
-  std::string kind = "gpipe"; // gpipe or 1f1b
+  ScheduleKind kind = ScheduleKind::GPipe;
   int64_t microBatches = 1;
   llvm::SmallVector<std::string> devices;
   llvm::SmallVector<bool> recompute;

@@ -4,6 +4,7 @@
 #include "Analysis/CostModel.h"
 #include "Analysis/ModelSummary.h"
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 #include "Driver/PlanSearch.h"
 #include "Driver/TrainingPipeline.h"
 #include "GPipe/IR/GPipeOps.h"
@@ -138,8 +139,8 @@ std::vector<std::string> validate(const CompileOptions &o) {
                        " is not a recompute mode: use never, always, "
                        "except-last or auto");
   if (o.train && !parseScheduleKind(o.schedule))
-    problems.push_back("--schedule=" + o.schedule +
-                       " is not a schedule: use gpipe or 1f1b");
+    problems.push_back("--schedule=" + o.schedule + " is not a schedule: use " +
+                       scheduleKindNames());
   const std::string &opt = o.training.optimizer;
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
     problems.push_back("--optimizer=" + opt +

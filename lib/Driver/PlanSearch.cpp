@@ -4,6 +4,7 @@
 #include "Pipelines/Pipelines.h"
 
 #include "Analysis/Planner/PlanCostModel.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 #include "Analysis/Planner/StagePartition.h"
 #include "NN/IR/NNOps.h"
 #include "Transforms/Passes.h"
@@ -103,7 +104,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
   PlanCostModel model(plan, network, optimizerSlots);
   SmallVector<StageCost> costs;
   ScheduleRequest request;
-  request.kind = toString(plan.schedule).str();
+  request.kind = plan.schedule;
   request.microBatches = plan.microBatches;
   double scale = table.scale(rows);
   for (int64_t s = 0; s < k; ++s) {
@@ -175,7 +176,8 @@ void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
   for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches); ++m) {
     if (replicaBatch % m != 0)
       continue;
-    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (const ScheduleKindInfo &info : scheduleKinds()) {
+      ScheduleKind kind = info.kind;
       if (placement.size() == 1 && kind != ScheduleKind::GPipe)
         continue; // one stage: the schedules are the same
       // Recompute is for memory: weighed where keeping the activations

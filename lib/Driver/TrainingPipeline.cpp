@@ -124,7 +124,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     }
   PlanCostModel costModel(plan, network, optimizerSlots);
   ScheduleRequest request;
-  request.kind = p.schedule;
+  request.kind = plan.schedule;
   request.microBatches = p.microBatches;
   for (int64_t s = 0; s < k; ++s) {
     ModuleOp stage = *(*outlined)[s];

@@ -12,6 +12,7 @@
 #include "Analysis/CostModel.h"
 #include "Analysis/Planner/LayerTable.h"
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 #include "Analysis/Planner/StagePartition.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
@@ -75,8 +76,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     this->devices = std::move(*parsed);
     std::optional<ScheduleKind> kind = parseScheduleKind(schedule);
     if (!kind)
-      return module.emitError("schedule must be gpipe or 1f1b, not '")
-             << schedule << "'";
+      return module.emitError("schedule must be ")
+             << scheduleKindNames() << ", not '" << schedule << "'";
     plan.schedule = *kind;
     std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
     if (!policy)

@@ -3,8 +3,10 @@
 #include "Transforms/Passes.h"
 
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/Support/ErrorHandling.h"
 
 namespace gpipe {
 #define GEN_PASS_DEF_SCHEDULE
@@ -18,6 +20,17 @@ using namespace gpipe;
 ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
                                 const ScheduleRequest &r) {
   int64_t k = r.devices.size(), m = r.microBatches;
+  const ScheduleKindInfo &info = scheduleKindInfo(r.kind);
+  llvm::SmallVector<StageActions> actions = info.generate(k, m);
+  // The partitioner's memory estimate reads the closed form: every
+  // schedule built checks it against the order (a new kind with a wrong
+  // one fails its first test).
+  for (int64_t s = 0; s < k; ++s)
+    if (maxInFlight(actions[s]) != info.inFlight(k, m, s))
+      llvm::report_fatal_error(llvm::Twine("schedule '") + info.name +
+                               "': its in-flight count disagrees with its "
+                               "order on stage " +
+                               llvm::Twine(s));
   auto schedule = b.create<ScheduleOp>(loc, k, m);
   Block *body = new Block();
   schedule.getBody().push_back(body);
@@ -35,37 +48,28 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
     Block *block = new Block();
     stream.getBody().push_back(block);
     OpBuilder ib = OpBuilder::atBlockEnd(block);
-    auto forward = [&](int64_t mb) {
-      if (s > 0)
-        ib.create<RecvActivationInstr>(loc, mb, s - 1);
-      ib.create<ForwardInstr>(loc, mb);
-      if (s + 1 < k)
-        ib.create<SendActivationInstr>(loc, mb, s + 1);
-    };
-    auto backward = [&](int64_t mb) {
-      if (s + 1 < k)
-        ib.create<RecvGradientInstr>(loc, mb, s + 1);
-      if (r.recompute[s])
-        ib.create<RecomputeInstr>(loc, mb);
-      ib.create<BackwardInstr>(loc, mb);
-      if (s > 0)
-        ib.create<SendGradientInstr>(loc, mb, s - 1);
-    };
-    if (r.kind == "1f1b") {
-      int64_t warmup = std::min(k - s - 1, m), f = 0, bw = 0;
-      while (f < warmup)
-        forward(f++);
-      while (f < m) {
-        forward(f++);
-        backward(bw++);
+    // The kind's compute order, with the transfers around it: a forward
+    // receives its inputs from the previous stage and sends its outputs
+    // to the next; a backward receives its output gradients, runs the
+    // forward again first where the stage recomputes, and sends its input
+    // gradients back.
+    for (const ScheduleAction &a : actions[s]) {
+      if (a.op == InstructionOp::Forward) {
+        if (s > 0)
+          ib.create<RecvActivationInstr>(loc, a.microBatch, s - 1);
+        ib.create<ForwardInstr>(loc, a.microBatch);
+        if (s + 1 < k)
+          ib.create<SendActivationInstr>(loc, a.microBatch, s + 1);
+      } else {
+        assert(a.op == InstructionOp::Backward && "a forward or a backward");
+        if (s + 1 < k)
+          ib.create<RecvGradientInstr>(loc, a.microBatch, s + 1);
+        if (r.recompute[s])
+          ib.create<RecomputeInstr>(loc, a.microBatch);
+        ib.create<BackwardInstr>(loc, a.microBatch);
+        if (s > 0)
+          ib.create<SendGradientInstr>(loc, a.microBatch, s - 1);
       }
-      while (bw < m)
-        backward(bw++);
-    } else {
-      for (int64_t mb = 0; mb < m; ++mb)
-        forward(mb);
-      for (int64_t mb = m - 1; mb >= 0; --mb)
-        backward(mb);
     }
     ib.create<OptimizerStepInstr>(loc);
   }
@@ -90,8 +94,8 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
       return signalPassFailure();
     }
     if (!parseScheduleKind(kind)) {
-      module.emitError("schedule kind must be gpipe or 1f1b, not '")
-          << kind << "'";
+      module.emitError("schedule kind must be ")
+          << scheduleKindNames() << ", not '" << kind << "'";
       return signalPassFailure();
     }
     std::optional<RecomputePolicy> policy = parseRecomputePolicy(recompute);
@@ -101,7 +105,7 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
       return signalPassFailure();
     }
     ScheduleRequest r;
-    r.kind = kind;
+    r.kind = *parseScheduleKind(kind);
     r.microBatches = microBatches;
     int64_t k = stages.size();
     for (auto [s, stage] : llvm::enumerate(stages)) {

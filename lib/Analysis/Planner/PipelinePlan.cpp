@@ -1,5 +1,6 @@
 //===- PipelinePlan.cpp - A training plan as a value ----------------------===//
 #include "Analysis/Planner/PipelinePlan.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -9,10 +10,10 @@
 using namespace gpipe;
 
 std::optional<ScheduleKind> gpipe::parseScheduleKind(llvm::StringRef text) {
-  return llvm::StringSwitch<std::optional<ScheduleKind>>(text)
-      .Case("gpipe", ScheduleKind::GPipe)
-      .Case("1f1b", ScheduleKind::OneFOneB)
-      .Default(std::nullopt);
+  for (const ScheduleKindInfo &info : scheduleKinds())
+    if (info.name == text)
+      return info.kind;
+  return std::nullopt;
 }
 
 std::optional<RecomputePolicy>
@@ -26,7 +27,7 @@ gpipe::parseRecomputePolicy(llvm::StringRef text) {
 }
 
 llvm::StringRef gpipe::toString(ScheduleKind kind) {
-  return kind == ScheduleKind::OneFOneB ? "1f1b" : "gpipe";
+  return scheduleKindInfo(kind).name;
 }
 
 llvm::StringRef gpipe::toString(RecomputePolicy policy) {
@@ -51,9 +52,7 @@ bool gpipe::recomputesStage(RecomputePolicy policy, int64_t stage,
 
 int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
                                 int64_t stage, int64_t numStages) {
-  return kind == ScheduleKind::OneFOneB
-             ? std::min<int64_t>(microBatches, numStages - stage)
-             : microBatches;
+  return scheduleKindInfo(kind).inFlight(numStages, microBatches, stage);
 }
 
 std::string gpipe::PipelinePlan::deviceList() const {

@@ -1,0 +1,64 @@
+//===- ScheduleGenerator.h - Schedule kinds as data -------------*- C++ -*-===//
+//
+// A schedule kind is a generator: for K stages and M micro-batches it lists
+// each stage's compute steps in order (forwards, backwards, ...). The
+// transfers between stages, recompute and the optimizer step are placed
+// around them by buildSchedule (Transforms/Schedule.h), the same for every
+// kind, as PyTorch's pipelining schedules insert their communication after
+// the compute order (DESIGN.md 6d, "phases and schedule kinds are data").
+// A new schedule is a generator and a row of the registry.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_ANALYSIS_PLANNER_SCHEDULEGENERATOR_H
+#define GPIPE_ANALYSIS_PLANNER_SCHEDULEGENERATOR_H
+
+#include "Analysis/Planner/PipelinePlan.h"
+#include "gpipe/common/Instruction.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <string>
+
+namespace gpipe {
+
+/// One compute step of a stage: `op` (Forward or Backward) on micro-batch
+/// `microBatch`.
+struct ScheduleAction {
+  InstructionOp op;
+  int64_t microBatch;
+};
+using StageActions = llvm::SmallVector<ScheduleAction>;
+
+/// Each stage's compute steps in order, for `numStages` stages and
+/// `microBatches` micro-batches: every micro-batch's forward then its
+/// backward once per stage.
+using ScheduleGenerator = llvm::SmallVector<StageActions> (*)(
+    int64_t numStages, int64_t microBatches);
+
+/// A schedule kind: its name (--schedule), its generator, the most
+/// micro-batches stage `stage` of `numStages` keeps at once under it (in
+/// closed form for the partitioner, which asks for every slice it weighs;
+/// buildSchedule checks it against the generated order) and what it is.
+struct ScheduleKindInfo {
+  ScheduleKind kind;
+  llvm::StringRef name;
+  ScheduleGenerator generate;
+  int64_t (*inFlight)(int64_t numStages, int64_t microBatches, int64_t stage);
+  llvm::StringRef summary;
+};
+/// Every schedule kind, in the order the plan search weighs them.
+llvm::ArrayRef<ScheduleKindInfo> scheduleKinds();
+const ScheduleKindInfo &scheduleKindInfo(ScheduleKind kind);
+/// "gpipe or 1f1b": the kinds' names for messages.
+std::string scheduleKindNames();
+
+/// The most micro-batches of `actions` whose forward has run and whose
+/// backward has not, at once.
+int64_t maxInFlight(llvm::ArrayRef<ScheduleAction> actions);
+
+} // namespace gpipe
+
+#endif // GPIPE_ANALYSIS_PLANNER_SCHEDULEGENERATOR_H
