@@ -17,6 +17,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::OutputGrad, "output_grad"},
     {Role::InputGrad, "input_grad"},
     {Role::Stash, "stash"},
+    {Role::Carry, "carry"},
     {Role::ParamGrad, "param_grad"},
     {Role::Hyper, "hyper"}};
 

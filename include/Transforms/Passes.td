@@ -183,6 +183,32 @@ def Autodiff : Pass<"gpipe-autodiff", "::mlir::ModuleOp"> {
 }
 
 
+def SplitBackwardWeights : Pass<"gpipe-split-backward-weights",
+                                "::mlir::ModuleOp"> {
+  let summary = "Split @backward into input and weight gradients";
+  let description = [{
+    Zero-bubble schedules (Qi et al., ICLR 2024) run a stage's backward in
+    two parts: B, the input gradients the previous stage waits for, as soon
+    as possible, and W, the parameter gradients only the optimizer needs,
+    wherever the stage would otherwise idle. @backward becomes:
+
+    - @backward_input: @backward's arguments -> its input gradients
+      ("input_grad"), then what the weight phase reads from it
+      ("carry:<i>": values both phases need, computed once);
+    - @backward_weight: the arguments of @backward it reads (by their
+      names: stash values, data inputs when recomputing, seeds), then the
+      carries -> the parameter gradients ("grad:<name>").
+
+    B's ops are those the input gradients depend on; every other op is W's.
+    Parameters and constants are read again where used, never carried. A
+    stage without input gradients (the first) has an empty B. Per
+    micro-batch, what @backward_weight reads stays alive from B until W:
+    the schedule's memory accounts for it.
+  }];
+  let dependentDialects = ["::gpipe::nn::NNDialect", "::gpipe::GPipeDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 def SplitForwardBackward : Pass<"gpipe-split-forward-backward",
                                 "::mlir::ModuleOp"> {
   let summary = "Split @forward_backward into @forward and @backward";

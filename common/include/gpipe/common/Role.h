@@ -30,6 +30,10 @@ enum class Role {
   InputGrad,
   /// A forward value the backward reads: forward output and backward input.
   Stash,
+  /// A value the input-gradient phase computes that the weight-gradient
+  /// phase reads (a backward split for zero-bubble schedules): output of
+  /// @backward_input, input of @backward_weight, kept in between.
+  Carry,
   /// A parameter's gradient: backward output (one micro-batch), optimizer
   /// input (summed over the micro-batches).
   ParamGrad,
