@@ -9,6 +9,8 @@ constexpr std::pair<InstructionOp, std::string_view> kInstructions[] = {
     {InstructionOp::Forward, "forward"},
     {InstructionOp::Recompute, "recompute"},
     {InstructionOp::Backward, "backward"},
+    {InstructionOp::BackwardInput, "backward_input"},
+    {InstructionOp::BackwardWeight, "backward_weight"},
     {InstructionOp::SendActivation, "send_activation"},
     {InstructionOp::RecvActivation, "recv_activation"},
     {InstructionOp::SendGradient, "send_gradient"},

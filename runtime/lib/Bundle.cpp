@@ -413,6 +413,12 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
       std::optional<InstructionOp> op = instructionFromName(name);
       if (!op)
         throw BundleError("unknown schedule instruction '" + name + "'");
+      if (*op == InstructionOp::BackwardInput ||
+          *op == InstructionOp::BackwardWeight)
+        throw BundleError("the schedule splits its backwards ('" + name +
+                          "', a zero-bubble schedule), which this runtime "
+                          "cannot run yet: compile with --schedule=gpipe or "
+                          "1f1b");
       instr.op = *op;
       if (ij.size() > 1)
         instr.microBatch = integer<int64_t>(ij.at(1));

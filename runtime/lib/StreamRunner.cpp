@@ -578,6 +578,10 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
   case Instruction::Op::Backward:
     backward(mb, context);
     return;
+  case Instruction::Op::BackwardInput:
+  case Instruction::Op::BackwardWeight:
+    // Refused when the bundle is read (Bundle.cpp).
+    throw BundleError("a split backward cannot run in this runtime yet");
   case Instruction::Op::SendGradient: {
     Part messages(*this, breakdown_.messages[1], &kMessages);
     postOutgoing(instr);

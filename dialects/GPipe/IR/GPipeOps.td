@@ -139,7 +139,8 @@ def GPipe_ScheduleOp : GPipe_Op<"schedule", [NoTerminator, SingleBlock,
   let description = [{
     Holds one `gpipe.stream` per stage. The verifier proves the schedule's
     invariants: every micro-batch runs forward then backward once on every
-    stage, every receive has its matching send, the streams cannot deadlock
+    stage (or its backward in two parts, `backward_input` then
+    `backward_weight`), every receive has its matching send, the streams cannot deadlock
     (sends are asynchronous, receives block), and each stream ends with one
     optimizer step.
   }];
@@ -206,6 +207,22 @@ def GPipe_RecomputeInstr : GPipe_ComputeInstr<"recompute"> {
 }
 def GPipe_BackwardInstr : GPipe_ComputeInstr<"backward"> {
   let summary = "Run the stage backward, accumulating parameter gradients";
+}
+def GPipe_BackwardInputInstr : GPipe_ComputeInstr<"backward_input"> {
+  let summary = "Run the input-gradient part of the stage backward (B)";
+  let description = [{
+    The part of the backward the previous stage waits for: its input
+    gradients, sent after it. What the weight part reads stays alive until
+    that micro-batch's `gpipe.backward_weight`.
+  }];
+}
+def GPipe_BackwardWeightInstr : GPipe_ComputeInstr<"backward_weight"> {
+  let summary = "Run the weight-gradient part of the stage backward (W)";
+  let description = [{
+    The parameter gradients of a micro-batch whose `gpipe.backward_input`
+    has run, accumulated for the optimizer step; no stage waits for it, so
+    a schedule places it where the stage would otherwise idle.
+  }];
 }
 
 class GPipe_TransferInstr<string mnemonic> : GPipe_Instr<mnemonic> {

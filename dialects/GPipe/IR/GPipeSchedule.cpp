@@ -29,7 +29,9 @@ using Message = std::tuple<int, int64_t, int64_t, int64_t>;
 LogicalResult verifyStream(StreamOp stream, int64_t numStages,
                            int64_t microBatches) {
   int64_t stage = stream.getStage();
-  DenseMap<int64_t, int> forward, recompute, backward;
+  // backward: a whole backward or its input part (B); weight: its
+  // weight part (W), after B.
+  DenseMap<int64_t, int> forward, recompute, backward, split, weight;
   int optimizerSteps = 0;
   for (Operation &op : stream.getBody().front()) {
     if (optimizerSteps)
@@ -82,6 +84,31 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
                        << mb << " runs backward twice";
               return success();
             })
+            .Case([&](BackwardInputInstr i) -> LogicalResult {
+              int64_t mb = i.getMicroBatch();
+              if (failed(checkMicroBatch(mb)))
+                return failure();
+              if (!forward.count(mb))
+                return op.emitOpError("backward_input of micro-batch ")
+                       << mb << " comes before its forward";
+              if (backward[mb]++)
+                return op.emitOpError("micro-batch ")
+                       << mb << " runs backward twice";
+              ++split[mb];
+              return success();
+            })
+            .Case([&](BackwardWeightInstr i) -> LogicalResult {
+              int64_t mb = i.getMicroBatch();
+              if (failed(checkMicroBatch(mb)))
+                return failure();
+              if (!split.count(mb))
+                return op.emitOpError("backward_weight of micro-batch ")
+                       << mb << " must follow its backward_input";
+              if (weight[mb]++)
+                return op.emitOpError("micro-batch ")
+                       << mb << " runs backward_weight twice";
+              return success();
+            })
             .Case([&](SendActivationInstr i) {
               return checkPeer(i.getMicroBatch(), i.getPeer(), stage + 1);
             })
@@ -104,11 +131,16 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
     if (failed(result))
       return failure();
   }
-  for (int64_t mb = 0; mb < microBatches; ++mb)
+  for (int64_t mb = 0; mb < microBatches; ++mb) {
     if (!forward.count(mb) || !backward.count(mb))
       return stream.emitOpError("stage ")
              << stage << " does not run forward and backward of micro-batch "
              << mb;
+    if (split.count(mb) && !weight.count(mb))
+      return stream.emitOpError("stage ")
+             << stage << " runs backward_input of micro-batch " << mb
+             << " without its backward_weight";
+  }
   if (optimizerSteps != 1)
     return stream.emitOpError("stage ")
            << stage << " must end with exactly one optimizer_step";
@@ -207,7 +239,9 @@ std::pair<int64_t, Operation *> StreamOp::maxAliveMicroBatches() {
       most = alive;
       at = &op;
     }
-    if (isa<BackwardInstr>(op))
+    // A micro-batch's kept values are read until its backward ends: the
+    // whole one, or its weight part.
+    if (isa<BackwardInstr, BackwardWeightInstr>(op))
       --alive;
   }
   return {most, at};
@@ -216,13 +250,35 @@ std::pair<int64_t, Operation *> StreamOp::maxAliveMicroBatches() {
 SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
   SmallVector<int64_t> direct;
   std::optional<int64_t> pending; // the last forward's micro-batch
+  // A split backward's input part that followed its forward at once: its
+  // weight part must follow at once too, before another forward reuses
+  // the arena.
+  std::optional<int64_t> awaitingWeight;
   for (Operation &op : getBody().front()) {
-    if (auto f = dyn_cast<ForwardInstr>(op)) {
-      pending = f.getMicroBatch();
+    auto mbAttr = op.getAttrOfType<IntegerAttr>("micro_batch");
+    bool compute = isa<ForwardInstr, RecomputeInstr, BackwardInstr,
+                       BackwardInputInstr, BackwardWeightInstr>(op);
+    if (!compute)
+      continue;
+    int64_t mb = mbAttr.getInt();
+    if (awaitingWeight) {
+      if (isa<BackwardWeightInstr>(op) && mb == *awaitingWeight)
+        direct.push_back(mb);
+      awaitingWeight.reset();
+      pending.reset();
+      continue;
+    }
+    if (isa<ForwardInstr>(op)) {
+      pending = mb;
     } else if (isa<BackwardInstr, RecomputeInstr>(op)) {
-      int64_t mb = op.getAttrOfType<IntegerAttr>("micro_batch").getInt();
       if (pending == mb)
         direct.push_back(mb);
+      pending.reset();
+    } else if (isa<BackwardInputInstr>(op)) {
+      if (pending == mb)
+        awaitingWeight = mb;
+      pending.reset();
+    } else {
       pending.reset();
     }
   }
@@ -242,7 +298,7 @@ std::pair<int64_t, Operation *> StreamOp::maxStashedMicroBatches() {
     if (isa<ForwardInstr>(op) && ++stashed > most) {
       most = stashed;
       at = &op;
-    } else if (isa<BackwardInstr>(op)) {
+    } else if (isa<BackwardInstr, BackwardWeightInstr>(op)) {
       --stashed;
     }
   }

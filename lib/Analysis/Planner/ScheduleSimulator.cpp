@@ -76,6 +76,19 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
               backwarded[i] = true;
               recomputed[i] = 0;
             })
+            .Case([&](BackwardInputInstr f) {
+              mb = f.getMicroBatch();
+              double load = direct[i].contains(mb) ? t.stashLoad : 0;
+              duration =
+                  std::max(0.0, t.backwardInput - load - recomputed[i]) +
+                  (backwarded[i] ? 0 : t.firstBackward);
+              backwarded[i] = true;
+              recomputed[i] = 0;
+            })
+            .Case([&](BackwardWeightInstr f) {
+              mb = f.getMicroBatch();
+              duration = t.backwardWeight;
+            })
             .Case([&](RecomputeInstr f) {
               duration = std::min(t.forward, t.backward);
               recomputed[i] = duration;

@@ -232,3 +232,53 @@ func.func @stage(%arena: memref<8xi8>, %params: memref<8xi8>, %ctx: i64) {
   gpipe.parallel_for @stage(%ctx) extent 0
   return
 }
+
+// -----
+
+// A split backward: the weight part must follow the input part.
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    // expected-error @+1 {{backward_weight of micro-batch 0 must follow its backward_input}}
+    gpipe.backward_weight 0
+    gpipe.backward_input 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  // expected-error @+1 {{stage 0 runs backward_input of micro-batch 0 without its backward_weight}}
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward_input 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward 0
+    // expected-error @+1 {{micro-batch 0 runs backward twice}}
+    gpipe.backward_input 0
+    gpipe.backward_weight 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(1) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    gpipe.forward 0
+    gpipe.backward_input 0
+    gpipe.backward_weight 0
+    // expected-error @+1 {{micro-batch 0 runs backward_weight twice}}
+    gpipe.backward_weight 0
+    gpipe.optimizer_step
+  }
+}

@@ -12,6 +12,11 @@ enum class InstructionOp {
   Forward,
   Recompute,
   Backward,
+  /// A backward in two parts (zero-bubble schedules): the input gradients
+  /// (B, what the previous stage waits for), then the parameter gradients
+  /// (W, what only the optimizer needs).
+  BackwardInput,
+  BackwardWeight,
   SendActivation,
   RecvActivation,
   SendGradient,
