@@ -132,8 +132,8 @@ struct SplitBackwardWeightsPass
             slotAttrs(ctx, "carry:" + std::to_string(i), Role::Carry));
       }
       ib.create<func::ReturnOp>(loc, results);
-      input.setType(b.getFunctionType(
-          backward.getArgumentTypes(), ValueRange(results).getTypes()));
+      input.setType(b.getFunctionType(backward.getArgumentTypes(),
+                                      ValueRange(results).getTypes()));
       input.setAllArgAttrs(backward.getAllArgAttrs());
       input.setAllResultAttrs(names);
     }

@@ -79,9 +79,8 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             .Case([&](BackwardInputInstr f) {
               mb = f.getMicroBatch();
               double load = direct[i].contains(mb) ? t.stashLoad : 0;
-              duration =
-                  std::max(0.0, t.backwardInput - load - recomputed[i]) +
-                  (backwarded[i] ? 0 : t.firstBackward);
+              duration = std::max(0.0, t.backwardInput - load - recomputed[i]) +
+                         (backwarded[i] ? 0 : t.firstBackward);
               backwarded[i] = true;
               recomputed[i] = 0;
             })
