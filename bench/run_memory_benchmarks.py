@@ -2,7 +2,9 @@
 
 Each model (the plan benchmarks' eight, the language-model benchmarks'
 6-layer GPT and GPT-2-small, the end-to-end model zoo's single-input models
-at its batch of 8) is compiled as a two-stage pipeline on the
+at its batch of 8, and the other end-to-end suites' models: first_update's
+five torchvision networks, segmentation's and sequence_first's
+TransformerModel) is compiled as a two-stage pipeline on the
 two cores (cpu:0,cpu:1; 8 micro-batches, 4 where the batch is 8) with
 --recompute=never and =always and trained a few steps; gpipe-run's summary
 gives each process's peak resident memory (VmHWM) part by part: the stages'
@@ -83,7 +85,63 @@ def export_zoo(name, work):
     return path, npz, model_zoo.BATCH
 
 
-def run(build, onnx, npz, batch, recompute, ranks, steps, work):
+def export_torch(name, model, inputs, labels, work, flags=()):
+    """`model` exported in training mode at the batch of `inputs` (one
+    array, or a dict by input name), with `labels` as its data set (a
+    batch's worth, repeated); `flags` for gpipe-opt."""
+    arrays = inputs if isinstance(inputs, dict) else {"input": inputs}
+    path = os.path.join(work, name + ".onnx")
+    example = tuple(torch.from_numpy(a) for a in arrays.values())
+    torch.onnx.export(model.train(), example, path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=list(arrays),
+                      output_names=["output"])
+    npz = path[:-5] + ".npz"
+    np.savez(npz, labels=labels, **arrays)
+    return path, npz, next(iter(arrays.values())).shape[0], list(flags)
+
+
+def e2e_models():
+    """The other end-to-end suites' models: first_update.py's torchvision
+    networks at its input sizes (batch 8), segmentation.py's network (its
+    [N, C, H, W] logits, --class-axis=1) and sequence_first.py's
+    word_language_model TransformerModel ([T, N] tokens, --batch-axis=1)."""
+    import first_update
+    import segmentation
+    import sequence_first
+    made = {}
+    rng = np.random.RandomState(0)
+    for name, (make, shape, classes) in first_update.models().items():
+        def exported(work, name=name, make=make, shape=shape,
+                     classes=classes):
+            torch.manual_seed(0)
+            x = rng.randn(8, *shape[1:]).astype(np.float32)
+            return export_torch(name, first_update.no_dropout(make()), x,
+                                rng.randint(0, classes, 8), work)
+        made[f"e2e: {name}"] = exported
+
+    def segmenter(work):
+        torch.manual_seed(0)
+        x = rng.randn(8, 3, 16, 16).astype(np.float32)
+        y = rng.randint(0, segmentation.CLASSES, (8, 16, 16))
+        return export_torch("segmenter", segmentation.Segmenter(), x, y,
+                            work, ["--class-axis=1"])
+    made["e2e: segmentation network"] = segmenter
+
+    def transformer_model(work):
+        torch.manual_seed(0)
+        vocab, seq = sequence_first.VOCAB, sequence_first.SEQ
+        model = sequence_first.without_dropout(
+            sequence_first.TransformerModel(vocab, 32, 4, 64, 2))
+        tokens = rng.randint(0, vocab, (seq, 8))
+        return export_torch("word_lm_transformer", model, {"src": tokens},
+                            rng.randint(0, vocab, (seq, 8)), work,
+                            ["--batch-axis=1"])
+    made["e2e: word_language_model TransformerModel"] = transformer_model
+    return made
+
+
+def run(build, onnx, npz, batch, recompute, ranks, steps, work, flags=()):
     """{rank: account} and /usr/bin/time's peak (MiB; one process only)."""
     micro = 8 if batch % 8 == 0 and batch > 8 else 4
     devices = "r0:cpu:0,r1:cpu:1" if ranks > 1 else "cpu:0,cpu:1"
@@ -91,7 +149,8 @@ def run(build, onnx, npz, batch, recompute, ranks, steps, work):
     subprocess.run([os.path.join(build, "bin", "gpipe-opt"), onnx,
                     "--mode=train", f"--devices={devices}",
                     f"--micro-batches={micro}", f"--recompute={recompute}",
-                    "-o", bundle], check=True, capture_output=True)
+                    "-o", bundle] + list(flags), check=True,
+                   capture_output=True)
     cmd = [os.path.join(build, "bin", "gpipe-run"), bundle, "--train",
            f"--data={npz}", f"--steps={steps}"]
     if ranks > 1:
@@ -118,8 +177,11 @@ def main():
     parser.add_argument("--only", help="models whose name contains this")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--no-zoo", action="store_true",
-                        help="leave out the end-to-end model zoo's models")
+                        help="leave out the end-to-end suites' models")
     args = parser.parse_args()
+    # The built Python module: test/e2e's first_update and sequence_first
+    # import it (only their models are used here).
+    sys.path.insert(0, os.path.join(args.build, "python"))
     work = work_dir("gpipe-memory-bench-")
     rows, savings, worst = [], [], 0.0
     runs = [(name, lambda n=name, m=make: plans_bench.export(n, m, work, batches=2))
@@ -129,17 +191,21 @@ def main():
                  for name in model_zoo.MODELS
                  if not isinstance(model_zoo.MODELS[name][1](
                      np.random.RandomState(0))[0], (tuple, dict))]
+        runs += [(name, lambda m=make: m(work))
+                 for name, make in e2e_models().items()]
     for name, exported in runs:
         if args.only and args.only not in name:
             continue
-        onnx, npz, batch = exported()
+        onnx, npz, batch, *flags = exported()
+        flags = flags[0] if flags else []
         ranks_list = [1] + ([2] if name in ON_RANKS and shutil.which(
             "mpirun") else [])
         for ranks in ranks_list:
             peaks = {}
             for recompute in ("never", "always"):
                 found, rss, micro = run(args.build, onnx, npz, batch,
-                                        recompute, ranks, args.steps, work)
+                                        recompute, ranks, args.steps, work,
+                                        flags)
                 for rank, a in sorted(found.items()):
                     parts = a["peak"] - a["other"]
                     bound = max(32.0, 0.1 * a["peak"])

@@ -72,7 +72,7 @@ std::unique_ptr<Kernel> CpuBackend::createKernel(const KernelSpec &spec,
 void CpuBackend::synchronize() { dnn->stream.wait(); }
 
 int64_t CpuBackend::kernelBytes() const {
-  return dnn->keptBytes + static_cast<int64_t>(dnn->workspace.size());
+  return dnn->keptBytes + static_cast<int64_t>(dnn->workspace.residentBytes());
 }
 
 } // namespace gpipe::runtime::cpu

@@ -1,5 +1,8 @@
 #include "OneDnn.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -25,6 +28,22 @@ char *Workspace::data() {
     allocated = reserved;
   }
   return buffer.get();
+}
+
+size_t Workspace::residentBytes() const {
+  if (!buffer || allocated == 0)
+    return 0;
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto start = reinterpret_cast<uintptr_t>(buffer.get());
+  uintptr_t first = start / page * page, end = start + allocated;
+  size_t pages = (end - first + page - 1) / page;
+  std::vector<unsigned char> in(pages);
+  if (mincore(reinterpret_cast<void *>(first), end - first, in.data()) != 0)
+    return allocated; // not known: all of it
+  size_t resident = 0;
+  for (unsigned char p : in)
+    resident += p & 1;
+  return std::min(allocated, resident * page);
 }
 
 size_t ScratchLayout::add(size_t bytes) {

@@ -36,6 +36,11 @@ public:
   /// The buffer (64-byte aligned), grown to the largest reservation.
   char *data();
   size_t size() const { return reserved; }
+  /// The bytes of the buffer in memory (mincore): its pages the kernels
+  /// have touched. A kernel may reserve more than it writes (a primitive's
+  /// scratchpad sized for the worst case): the process holds what it
+  /// touched.
+  size_t residentBytes() const;
 
 private:
   size_t reserved = 0, allocated = 0;
