@@ -109,6 +109,14 @@ check("parameters equal to --save-params, bit for bit",
 check("losses go down", np.mean(losses[-5:]) < np.mean(losses[:5]),
       str(losses))
 
+# The .npz path with its arrays read a batch at a time from the file.
+bundle_s = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
+                         **flags)
+streamed = bundle_s.train(os.path.join(work, "train.npz"), steps=20, seed=3,
+                          quiet=True, stream_data="always")
+check("stream_data='always' trains as the command line, bit for bit",
+      streamed == cli, "%s vs %s" % (streamed[:3], cli[:3]))
+
 # A DataLoader, in order, against gpipe-run --no-shuffle.
 cli_in_order, _ = cli_losses("--no-shuffle")
 bundle2 = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
@@ -304,6 +312,9 @@ raises("epochs and steps", gpipe.InputError, "exclude",
        lambda: bundle.train((x, y), steps=1, epochs=1))
 raises("an unknown train option", gpipe.InputError, "lr_shedule",
        lambda: bundle.train((x, y), steps=1, lr_shedule="cosine"))
+raises("a bad stream_data", gpipe.InputError, "auto, always or never",
+       lambda: bundle_s.train(os.path.join(work, "train.npz"), steps=1,
+                              quiet=True, stream_data="sometimes"))
 
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)
