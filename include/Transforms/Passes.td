@@ -312,6 +312,9 @@ def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
     Option<"memoryPerDevice", "memory-per-device", "int64_t", "0",
            "Bytes of memory of each device (0: the profile's); a stage's "
            "plan may take what is left after the runtime's reserve">,
+    Option<"deviceNames", "device-names", "std::string", "\"\"",
+           "The devices as the user listed them, rank prefixes kept "
+           "(r1:cpu:0), for messages; empty: as `devices` lists them">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::gpipe::GPipeDialect"];
 }

@@ -389,6 +389,9 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   TrainingPipelineOptions t;
   t.loss = lossOptions(o);
   t.partition.deviceList = o.devices ? deviceList : "cpu:0";
+  // Messages name a stage's device as the user did, with its rank.
+  if (o.devices && !ranks.empty())
+    t.partition.deviceNames = *o.devices;
   t.partition.stages = o.stages;
   t.partition.microBatches = o.training.microBatches;
   t.partition.schedule = o.schedule;

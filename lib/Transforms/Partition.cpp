@@ -194,7 +194,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       StageSlice c = partitioner.slice(s, bounds[s], bounds[s + 1]);
       double capacity = profiles[s].memoryCapacity;
       if (c.memory > capacity) {
-        diag << "; stage " << s << " on " << devices[s].str() << " needs "
+        diag << "; stage " << s << " on " << deviceName(s) << " needs "
              << mib(c.memory) << ", " << mib(c.memory - capacity)
              << " more than its " << mib(capacity);
         if (profiles[s].runtimeReserve > 0)
@@ -204,6 +204,17 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     }
     diag << "; " << whatFits();
     return failure();
+  }
+
+  /// Stage `s`'s device as the user named it (with its rank, where the
+  /// stages are on MPI ranks).
+  std::string deviceName(int64_t s) const {
+    SmallVector<StringRef> names;
+    StringRef(deviceNames).split(names, ',');
+    if (!deviceNames.empty() &&
+        names.size() == static_cast<size_t>(devices.size()))
+      return names[s].trim().str();
+    return devices[s].str();
   }
 
   /// What would fit when the plan does not: recomputing (auto) on these
