@@ -75,10 +75,19 @@ struct StageCost {
   /// Of the backward: loading the stash (StageTimes::stashLoad).
   double stashLoad = 0;
   StageTimes times() const {
-    return {forward,   backward,          transfer,
-            optimizer, activationWire,    gradientWire,
-            rank,      forwardConversion, backwardConversion,
-            stashLoad};
+    // By name: a field added to StageTimes cannot shift the others.
+    StageTimes t;
+    t.forward = forward;
+    t.backward = backward;
+    t.transfer = transfer;
+    t.optimizer = optimizer;
+    t.activationWire = activationWire;
+    t.gradientWire = gradientWire;
+    t.rank = rank;
+    t.firstForward = forwardConversion;
+    t.firstBackward = backwardConversion;
+    t.stashLoad = stashLoad;
+    return t;
   }
 };
 

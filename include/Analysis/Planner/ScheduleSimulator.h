@@ -20,9 +20,6 @@ namespace gpipe {
 /// Seconds per micro-batch of each stage's instructions.
 struct StageTimes {
   double forward = 0, backward = 0, transfer = 0, optimizer = 0;
-  /// A backward's two parts, where the schedule splits it (zero-bubble
-  /// kinds): the input gradients (B) and the weight gradients (W).
-  double backwardInput = 0, backwardWeight = 0;
   /// Between ranks: how long a sent activation (gradient) is on the wire
   /// after its send, before the receiver has it.
   double activationWire = 0, gradientWire = 0;
@@ -39,6 +36,9 @@ struct StageTimes {
   /// values stay in the arena the two share
   /// (StreamOp::directlyCarriedMicroBatches).
   double stashLoad = 0;
+  /// A backward's two parts, where the schedule splits it (zero-bubble
+  /// kinds): the input gradients (B) and the weight gradients (W).
+  double backwardInput = 0, backwardWeight = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time
