@@ -134,7 +134,8 @@ struct SplitBackwardWeightsPass
       ib.create<func::ReturnOp>(loc, results);
       input.setType(b.getFunctionType(backward.getArgumentTypes(),
                                       ValueRange(results).getTypes()));
-      input.setAllArgAttrs(backward.getAllArgAttrs());
+      if (ArrayAttr argAttrs = backward.getAllArgAttrs())
+        input.setAllArgAttrs(argAttrs);
       input.setAllResultAttrs(names);
     }
 

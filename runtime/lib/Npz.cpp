@@ -224,6 +224,10 @@ locateNpzArrays(const std::string &path, const std::set<std::string> &only) {
     if (!only.count(m.name) || m.method != 0)
       continue;
     uint64_t data = memberData(file, path, m);
+    // Its rows are read later, batch by batch: the whole member must be
+    // in the file now.
+    if (data > file.size() || m.compressed > file.size() - data)
+      fail(path, "truncated ZIP member '" + m.member + "'");
     // A version 1 header is at most 10 + 65535 bytes, and numpy's are
     // much shorter: the member's first bytes up to that.
     std::string head =

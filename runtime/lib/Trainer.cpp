@@ -91,10 +91,14 @@ size_t rowBytes(const ArrayInFile &a) {
 /// int32 values widened to int64, `n` of them, in place: `data` holds n
 /// int32 values at its start and room for n int64.
 void widenInPlace(std::byte *data, int64_t n) {
-  const auto *from = reinterpret_cast<const int32_t *>(data);
-  auto *to = reinterpret_cast<int64_t *>(data);
-  for (int64_t i = n; i-- > 0;)
-    to[i] = from[i];
+  // Last first, each value copied out before its wider slot is written
+  // (memcpy: the two views of the bytes must not be assumed apart).
+  for (int64_t i = n; i-- > 0;) {
+    int32_t narrow;
+    std::memcpy(&narrow, data + i * sizeof(int32_t), sizeof(narrow));
+    int64_t wide = narrow;
+    std::memcpy(data + i * sizeof(int64_t), &wide, sizeof(wide));
+  }
 }
 
 /// `rows` rows of the array in `file`, row r read from row rowOf(r) (runs
@@ -195,7 +199,10 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
   if (others.size() != 1)
     return;
   std::set<std::string> one = {others[0]};
-  if (streamAbove >= 0 && input->dataBatchAxis == 0) {
+  // The model's layout is on the bundle's inputs (the stages' slots are
+  // batch-first): a sequence-first array is loaded, to be reordered.
+  const TensorSlot *modelInput = session.bundle().input(input->name);
+  if (streamAbove >= 0 && (!modelInput || modelInput->dataBatchAxis == 0)) {
     auto located = locateNpzArrays(path, one);
     auto it = located.find(others[0]);
     if (it != located.end() &&

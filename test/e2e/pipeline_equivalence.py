@@ -132,14 +132,17 @@ class Runner:
             losses = [float(r["loss"]) for r in csv.DictReader(f)]
         values = {n[:-4]: np.load(os.path.join(params, n))
                   for n in os.listdir(params)}
-        # Read: the bundle and the parameters go (a ResNet-18 bundle is
-        # 130 MB, and the suite trains 40 of them) unless
-        # GPIPE_KEEP_OUTPUTS=1 (scripts/compare-training-runs.sh compares
-        # two builds' parameters); a failed run's stay.
-        if os.environ.get("GPIPE_KEEP_OUTPUTS") != "1":
-            shutil.rmtree(bundle)
-            shutil.rmtree(params)
+        self.outputs = (bundle, params)
         return (losses, values), ""
+
+    def discard_outputs(self):
+        """The last run's bundle and parameters, once read and compared (a
+        ResNet-18 bundle is 130 MB, and the suite trains 40 of them),
+        unless GPIPE_KEEP_OUTPUTS=1 (scripts/compare-training-runs.sh
+        compares two builds' parameters). A failed case's stay."""
+        if os.environ.get("GPIPE_KEEP_OUTPUTS") != "1":
+            for path in self.outputs:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def compare(got, ref, batch_norm):
@@ -186,6 +189,8 @@ def main():
                 refs[ref_key], why = runner.train(name, ref_key, steps, flags)
                 if refs[ref_key] is None:
                     print(f"FAIL {name} reference {ref_key}: {why}")
+                else:
+                    runner.discard_outputs()  # compared from memory
             ref = refs[ref_key]
             got, why = runner.train(name, config, steps, flags)
             if ref is None or got is None:
@@ -202,6 +207,8 @@ def main():
                 w[2] = max(w[2], global_err)
             for e in errors:
                 print(f"FAIL {label}: {e}")
+            if not errors:
+                runner.discard_outputs()
             failed += bool(errors)
             passed += not errors
     for name, (loss_err, param_err, global_err) in worst.items():

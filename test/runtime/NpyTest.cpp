@@ -281,3 +281,36 @@ TEST(Npz, RefusesAMemberWhoseHeaderDisagreesWithItsSize) {
   }
   std::remove(path.c_str());
 }
+
+TEST(Npz, RefusesAStoredMemberThatRunsPastTheFile) {
+  // The directory and the .npy header agree on 1 GiB of floats that the
+  // file does not hold: refused when located, not at a later batch.
+  std::string header = "{'descr': '<f4', 'fortran_order': False, "
+                       "'shape': (268435456,), }";
+  header.append(128 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::string npy("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(header.size());
+  npy += '\0';
+  npy += header;
+  std::string zip = storedZip({{"x.npy", npy}});
+  // The central directory's sizes (at 20 and 24 in its record) claim the
+  // data too.
+  size_t record = zip.rfind(std::string("PK\x01\x02", 4));
+  ASSERT_NE(record, std::string::npos);
+  uint32_t claimed = static_cast<uint32_t>(npy.size()) + (1u << 30);
+  for (size_t at : {record + 20, record + 24})
+    for (int i = 0; i < 4; ++i)
+      zip[at + i] = static_cast<char>((claimed >> (8 * i)) & 0xff);
+  std::string path = ::testing::TempDir() + "/past.npz";
+  writeFile(path, zip);
+  try {
+    locateNpzArrays(path, {"x"});
+    FAIL() << "located a member that runs past the end of the file";
+  } catch (const NpyError &e) {
+    EXPECT_NE(std::string(e.what()).find("truncated ZIP member 'x.npy'"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
+}
