@@ -69,7 +69,9 @@ char *ScratchLayout::bind(Workspace &workspace) {
 void ConvertedParam::refresh(dnnl::stream &stream) {
   if (valid && (constant || !version || converted == *version))
     return;
-  dnnl::reorder(from, to).execute(stream, from, to);
+  if (!op)
+    op = dnnl::reorder(from, to);
+  op.execute(stream, from, to);
   converted = version ? *version : 0;
   valid = true;
 }
@@ -192,20 +194,20 @@ void ReorderedKernel::bind(int arg, const memory &plain,
   dnn.workspace.reserve(scratch.bytes());
   args[arg] = inner;
   if (output)
-    after.push_back({inner, plain});
+    after.emplace_back(inner, plain);
   else
-    before.push_back({plain, inner});
+    before.emplace_back(plain, inner);
 }
 
 void ReorderedKernel::run() {
   scratch.bind(dnn.workspace);
   for (auto &param : params)
     param->refresh(dnn.stream);
-  for (auto &[from, to] : before)
-    dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  for (LayoutCopy &copy : before)
+    copy.run(dnn.stream);
   primitive.execute(dnn.stream, args);
-  for (auto &[from, to] : after)
-    dnnl::reorder(from, to).execute(dnn.stream, from, to);
+  for (LayoutCopy &copy : after)
+    copy.run(dnn.stream);
   dnn.stream.wait();
 }
 

@@ -74,6 +74,17 @@ private:
   std::vector<std::pair<memory, size_t>> memories;
 };
 
+/// A copy of a tensor from one layout into another, its oneDNN reorder
+/// made once (the memories' addresses may change between runs, their
+/// layouts do not).
+struct LayoutCopy {
+  LayoutCopy(const memory &from, const memory &to)
+      : from(from), to(to), op(from, to) {}
+  void run(dnnl::stream &stream) { op.execute(stream, from, to); }
+  memory from, to;
+  dnnl::reorder op;
+};
+
 /// A parameter converted to a kernel's layout (oneDNN's blocked weights),
 /// shared by the kernels of the device that read it in that layout (a
 /// convolution of the forward phase and of the recompute phase); converted
@@ -85,6 +96,8 @@ struct ConvertedParam {
   const uint64_t *version = nullptr;
   uint64_t converted = 0;
   bool valid = false;
+  /// The conversion, made on the first refresh.
+  dnnl::reorder op;
   /// Converts `from` into `to` if `to` is stale (queued on `stream`).
   void refresh(dnnl::stream &stream);
 };
@@ -197,7 +210,7 @@ private:
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
   ScratchLayout scratch;
-  std::vector<std::pair<memory, memory>> before, after;
+  std::vector<LayoutCopy> before, after;
   std::vector<std::shared_ptr<ConvertedParam>> params;
 };
 

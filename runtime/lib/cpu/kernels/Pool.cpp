@@ -412,12 +412,12 @@ public:
   }
   void run() override {
     buffers.bind(dnn.workspace);
-    for (auto &[from, to] : before)
-      dnnl::reorder(from, to).execute(dnn.stream, from, to);
+    for (LayoutCopy &copy : before)
+      copy.run(dnn.stream);
     forward.execute(dnn.stream, forwardArgs);
     backward.execute(dnn.stream, backwardArgs);
-    for (auto &[from, to] : after)
-      dnnl::reorder(from, to).execute(dnn.stream, from, to);
+    for (LayoutCopy &copy : after)
+      copy.run(dnn.stream);
     dnn.stream.wait();
   }
 
@@ -428,9 +428,10 @@ private:
     if (plain.get_desc() == chosen)
       return plain;
     memory m = buffers.addMemory(chosen, dnn.engine);
-    (output ? after : before)
-        .push_back(output ? std::make_pair(m, plain)
-                          : std::make_pair(plain, m));
+    if (output)
+      after.emplace_back(m, plain);
+    else
+      before.emplace_back(plain, m);
     return m;
   }
 
@@ -439,7 +440,7 @@ private:
   dnnl::pooling_v2_backward backward;
   // Declared before the memories that the constructor places in it.
   ScratchLayout buffers;
-  std::vector<std::pair<memory, memory>> before, after;
+  std::vector<LayoutCopy> before, after;
   memory src, gradOut, gradIn, forwardDst, workspace;
   std::unordered_map<int, memory> forwardArgs, backwardArgs;
 };
