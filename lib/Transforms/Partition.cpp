@@ -260,8 +260,20 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       int64_t mid = lo + (hi - lo) / 2;
       (fits(mid, policy) ? hi : lo) = mid;
     }
-    return "it fits on " + std::to_string(hi) + " devices like " +
-           devices.back().str() + with;
+    if (deviceNames.empty())
+      return "it fits on " + std::to_string(hi) + " devices like " +
+             devices.back().str() + with;
+    // Stages on MPI ranks: as many ranks, each with such a device.
+    std::string list;
+    for (int64_t r = 0; r < hi; ++r)
+      list += (r ? "," : "") + ("r" + std::to_string(r) + ":") +
+              devices.back().str();
+    if (hi > 4)
+      list = "r0:" + devices.back().str() + ",...,r" + std::to_string(hi - 1) +
+             ":" + devices.back().str();
+    return "it fits on " + std::to_string(hi) + " ranks with a device like " +
+           devices.back().str() + " each (--devices=" + list + ", mpirun -np " +
+           std::to_string(hi) + ")" + with;
   }
 
   LogicalResult rewrite(func::FuncOp forward, ArrayRef<int64_t> cuts) {
