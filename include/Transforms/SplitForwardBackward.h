@@ -11,9 +11,19 @@
 
 namespace gpipe {
 
+/// The ops of `func` that its results whose attributes satisfy `wanted`
+/// depend on (their backward slice).
+llvm::DenseSet<mlir::Operation *>
+resultSlice(mlir::func::FuncOp func,
+            llvm::function_ref<bool(mlir::DictionaryAttr)> wanted);
+
 /// The ops of @forward_backward (gpipe-autodiff) that the forward results
 /// depend on: the forward phase.
 llvm::DenseSet<mlir::Operation *> forwardOps(mlir::func::FuncOp fb);
+
+/// Values cheap to rebuild where they are used instead of kept between
+/// phases: parameters and constants.
+bool isRematerializable(mlir::Value v);
 
 /// The values of @forward_backward that its backward ops read from the
 /// forward phase (`forward`, as forwardOps gives it) or from the data

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Transforms/Passes.h"
+#include "Transforms/SplitForwardBackward.h"
 
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
@@ -26,28 +27,10 @@ namespace {
 
 bool hasRole(DictionaryAttr attrs, Role role) { return roleOf(attrs) == role; }
 
-/// Read again where used instead of carried: parameters and constants.
-bool isRematerializable(Value v) {
-  Operation *def = v.getDefiningOp();
-  return def &&
-         (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
-}
-
 /// The ops of `backward` that its input gradients depend on.
 DenseSet<Operation *> inputGradientOps(func::FuncOp backward) {
-  auto ret = cast<func::ReturnOp>(backward.front().getTerminator());
-  DenseSet<Operation *> ops;
-  SmallVector<Value> worklist;
-  for (unsigned i = 0; i < ret.getNumOperands(); ++i)
-    if (hasRole(backward.getResultAttrDict(i), Role::InputGrad))
-      worklist.push_back(ret.getOperand(i));
-  while (!worklist.empty()) {
-    Operation *def = worklist.pop_back_val().getDefiningOp();
-    if (!def || !ops.insert(def).second)
-      continue;
-    llvm::append_range(worklist, def->getOperands());
-  }
-  return ops;
+  return resultSlice(
+      backward, [](DictionaryAttr a) { return hasRole(a, Role::InputGrad); });
 }
 
 DictionaryAttr attrsOrEmpty(Builder &b, DictionaryAttr attrs) {

@@ -38,13 +38,6 @@ bool isSeed(DictionaryAttr attrs) {
   return role == Role::LossGrad || role == Role::OutputGrad;
 }
 
-/// Values that are cheap to rebuild where they are used instead of kept.
-bool isRematerializable(Value v) {
-  Operation *def = v.getDefiningOp();
-  return def &&
-         (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
-}
-
 /// The seed arguments: they trail the data inputs.
 unsigned firstSeedArgument(func::FuncOp fb) {
   unsigned first = fb.getNumArguments();
@@ -214,13 +207,20 @@ struct SplitForwardBackwardPass
 
 } // namespace
 
-DenseSet<Operation *> gpipe::forwardOps(func::FuncOp fb) {
-  // The backward slice of the forward results (those not gradients).
-  auto ret = cast<func::ReturnOp>(fb.front().getTerminator());
+bool gpipe::isRematerializable(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def &&
+         (isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>());
+}
+
+DenseSet<Operation *>
+gpipe::resultSlice(func::FuncOp func,
+                   llvm::function_ref<bool(DictionaryAttr)> wanted) {
+  auto ret = cast<func::ReturnOp>(func.front().getTerminator());
   DenseSet<Operation *> ops;
   SmallVector<Value> worklist;
   for (unsigned i = 0; i < ret.getNumOperands(); ++i)
-    if (!isGradient(fb.getResultAttrDict(i)))
+    if (wanted(func.getResultAttrDict(i)))
       worklist.push_back(ret.getOperand(i));
   while (!worklist.empty()) {
     Operation *def = worklist.pop_back_val().getDefiningOp();
@@ -229,6 +229,11 @@ DenseSet<Operation *> gpipe::forwardOps(func::FuncOp fb) {
     llvm::append_range(worklist, def->getOperands());
   }
   return ops;
+}
+
+DenseSet<Operation *> gpipe::forwardOps(func::FuncOp fb) {
+  // The backward slice of the forward results (those not gradients).
+  return resultSlice(fb, [](DictionaryAttr a) { return !isGradient(a); });
 }
 
 SmallVector<Value> gpipe::stashedValues(func::FuncOp fb,

@@ -88,6 +88,11 @@ size_t rowBytes(const ArrayInFile &a) {
   return row;
 }
 
+/// Bytes of all of `a`.
+int64_t fileArrayBytes(const ArrayInFile &a) {
+  return a.shape.empty() ? 0 : static_cast<int64_t>(rowBytes(a)) * a.shape[0];
+}
+
 /// int32 values widened to int64, `n` of them, in place: `data` holds n
 /// int32 values at its start and room for n int64.
 void widenInPlace(std::byte *data, int64_t n) {
@@ -205,10 +210,7 @@ void adoptTheOnlyInput(const std::string &path, TrainingSession &session,
   if (streamAbove >= 0 && (!modelInput || modelInput->dataBatchAxis == 0)) {
     auto located = locateNpzArrays(path, one);
     auto it = located.find(others[0]);
-    if (it != located.end() &&
-        static_cast<int64_t>(rowBytes(it->second)) *
-                (it->second.shape.empty() ? 0 : it->second.shape[0]) >
-            streamAbove) {
+    if (it != located.end() && fileArrayBytes(it->second) > streamAbove) {
       set.inFile[input->name] = it->second;
       return;
     }
@@ -229,19 +231,13 @@ void keepLocalArrays(TrainingSession &session,
   // integer on some platforms, torch.int): widened to the model's int64.
   for (const TensorSlot *slot : session.localDataInputs()) {
     auto it = data.find(slot->name);
-    if (it == data.end() || slot->dtype != DType::I64 ||
-        it->second.dtype != DType::I32)
+    if (it == data.end() ||
+        takenAs(*slot, it->second.dtype) == it->second.dtype)
       continue;
-    HostTensor wide;
-    wide.dtype = DType::I64;
-    wide.shape = it->second.shape;
-    wide.data.resize(it->second.numElements() * sizeof(int64_t));
-    const auto *from =
-        reinterpret_cast<const int32_t *>(it->second.data.data());
-    auto *to = reinterpret_cast<int64_t *>(wide.data.data());
-    for (int64_t i = 0; i < it->second.numElements(); ++i)
-      to[i] = from[i];
-    it->second = std::move(wide);
+    HostTensor &t = it->second;
+    t.data.resize(t.numElements() * sizeof(int64_t));
+    widenInPlace(t.data.data(), t.numElements());
+    t.dtype = DType::I64;
   }
 }
 
@@ -676,9 +672,7 @@ TrainingData loadTrainingData(const std::string &path, const std::string &split,
           const TensorSlot *input = session.bundle().input(name);
           if (input && input->dataBatchAxis != 0)
             continue;
-          int64_t bytes = static_cast<int64_t>(rowBytes(array)) *
-                          (array.shape.empty() ? 0 : array.shape[0]);
-          if (!array.shape.empty() && bytes > streamAbove) {
+          if (!array.shape.empty() && fileArrayBytes(array) > streamAbove) {
             set.inFile[name] = array;
             wanted.erase(name);
           }

@@ -51,6 +51,18 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
                                        << " must be stage " << expected;
       return success();
     };
+    // A backward, or the input part of a split one: once, after the
+    // forward.
+    auto runBackward = [&](int64_t mb, StringRef name) -> LogicalResult {
+      if (failed(checkMicroBatch(mb)))
+        return failure();
+      if (!forward.count(mb))
+        return op.emitOpError(name)
+               << " of micro-batch " << mb << " comes before its forward";
+      if (backward[mb]++)
+        return op.emitOpError("micro-batch ") << mb << " runs backward twice";
+      return success();
+    };
     LogicalResult result =
         llvm::TypeSwitch<Operation *, LogicalResult>(&op)
             .Case([&](ForwardInstr i) -> LogicalResult {
@@ -72,29 +84,13 @@ LogicalResult verifyStream(StreamOp stream, int64_t numStages,
                           "before its backward";
               return success();
             })
-            .Case([&](BackwardInstr i) -> LogicalResult {
-              int64_t mb = i.getMicroBatch();
-              if (failed(checkMicroBatch(mb)))
-                return failure();
-              if (!forward.count(mb))
-                return op.emitOpError("backward of micro-batch ")
-                       << mb << " comes before its forward";
-              if (backward[mb]++)
-                return op.emitOpError("micro-batch ")
-                       << mb << " runs backward twice";
-              return success();
+            .Case([&](BackwardInstr i) {
+              return runBackward(i.getMicroBatch(), "backward");
             })
             .Case([&](BackwardInputInstr i) -> LogicalResult {
-              int64_t mb = i.getMicroBatch();
-              if (failed(checkMicroBatch(mb)))
+              if (failed(runBackward(i.getMicroBatch(), "backward_input")))
                 return failure();
-              if (!forward.count(mb))
-                return op.emitOpError("backward_input of micro-batch ")
-                       << mb << " comes before its forward";
-              if (backward[mb]++)
-                return op.emitOpError("micro-batch ")
-                       << mb << " runs backward twice";
-              ++split[mb];
+              ++split[i.getMicroBatch()];
               return success();
             })
             .Case([&](BackwardWeightInstr i) -> LogicalResult {

@@ -55,6 +55,17 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
           else
             start = std::max(start, it->second);
         };
+        // A backward (or its input part) of `total` seconds: a stage that
+        // recomputes has the forward in it, drawn as the recompute box
+        // before it; a directly carried micro-batch loads no stash.
+        auto backward = [&](int64_t of, double total) {
+          mb = of;
+          double load = direct[i].contains(mb) ? t.stashLoad : 0;
+          duration = std::max(0.0, total - load - recomputed[i]) +
+                     (backwarded[i] ? 0 : t.firstBackward);
+          backwarded[i] = true;
+          recomputed[i] = 0;
+        };
         llvm::TypeSwitch<Operation *>(op)
             .Case([&](ForwardInstr f) {
               // A directly carried micro-batch's kept values stay where
@@ -67,22 +78,10 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
               forwarded[i] = true;
             })
             .Case([&](BackwardInstr f) {
-              // A stage that recomputes has the forward in its backward
-              // time: drawn as the recompute box before it.
-              mb = f.getMicroBatch();
-              double load = direct[i].contains(mb) ? t.stashLoad : 0;
-              duration = std::max(0.0, t.backward - load - recomputed[i]) +
-                         (backwarded[i] ? 0 : t.firstBackward);
-              backwarded[i] = true;
-              recomputed[i] = 0;
+              backward(f.getMicroBatch(), t.backward);
             })
             .Case([&](BackwardInputInstr f) {
-              mb = f.getMicroBatch();
-              double load = direct[i].contains(mb) ? t.stashLoad : 0;
-              duration = std::max(0.0, t.backwardInput - load - recomputed[i]) +
-                         (backwarded[i] ? 0 : t.firstBackward);
-              backwarded[i] = true;
-              recomputed[i] = 0;
+              backward(f.getMicroBatch(), t.backwardInput);
             })
             .Case([&](BackwardWeightInstr f) {
               mb = f.getMicroBatch();
