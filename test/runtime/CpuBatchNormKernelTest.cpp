@@ -97,10 +97,10 @@ std::pair<double, double> reference(const Tensors &t, int64_t c) {
 /// Runs one kernel over `k`'s arena with `inputs` (operand name -> data);
 /// returns the arena. Results start as garbage: every element must be
 /// written.
-std::vector<char> run(test::KernelCase &k,
-                      const std::map<std::string, const std::vector<float> *>
-                          &inputs,
-                      bool update, int threads) {
+std::vector<char>
+run(test::KernelCase &k,
+    const std::map<std::string, const std::vector<float> *> &inputs,
+    bool update, int threads) {
   std::vector<char> arena(static_cast<size_t>(k.arenaBytes()));
   for (const TensorSlot &t : k.spec.operands)
     std::memcpy(arena.data() + t.offset, inputs.at(t.name)->data(),
@@ -142,8 +142,9 @@ test::KernelCase forwardCase(const Tensors &t, bool training) {
       .operand("bias", per)
       .operand("mean", per)
       .operand("var", per);
-  k.result("output", t.shape).result("saved_mean", per).result("saved_var",
-                                                                per);
+  k.result("output", t.shape)
+      .result("saved_mean", per)
+      .result("saved_var", per);
   k.number("epsilon", {kEpsilon})
       .number("momentum", {kMomentum})
       .number("training", {training ? 1.0 : 0.0});
@@ -158,8 +159,9 @@ test::KernelCase gradientCase(const Tensors &t, bool training) {
       .operand("scale", per)
       .operand("mean", per)
       .operand("var", per);
-  k.result("grad_input", t.shape).result("grad_scale", per).result("grad_bias",
-                                                                   per);
+  k.result("grad_input", t.shape)
+      .result("grad_scale", per)
+      .result("grad_bias", per);
   k.number("epsilon", {kEpsilon}).number("training", {training ? 1.0 : 0.0});
   return k;
 }
@@ -172,9 +174,11 @@ void checkForward(const std::vector<int64_t> &shape) {
   SCOPED_TRACE(::testing::PrintToString(shape));
   Tensors t = draw(shape, 3);
   test::KernelCase k = forwardCase(t, true);
-  std::map<std::string, const std::vector<float> *> in{
-      {"input", &t.x},     {"scale", &t.scale}, {"bias", &t.shift},
-      {"mean", &t.mean},   {"var", &t.var}};
+  std::map<std::string, const std::vector<float> *> in{{"input", &t.x},
+                                                       {"scale", &t.scale},
+                                                       {"bias", &t.shift},
+                                                       {"mean", &t.mean},
+                                                       {"var", &t.var}};
   std::vector<char> one = run(k, in, true, 1), two = run(k, in, true, 2);
   EXPECT_EQ(one, two) << "one thread and two differ";
   std::vector<float> y = slotData(one, named(k.spec.results, "output")),
@@ -192,8 +196,8 @@ void checkForward(const std::vector<int64_t> &shape) {
                 1e-5 * (std::abs(t.mean[c]) + std::abs(m)))
         << c;
     EXPECT_NEAR(runVar[c],
-                kMomentum * t.var[c] + (1 - kMomentum) * v * count /
-                                           (count - 1),
+                kMomentum * t.var[c] +
+                    (1 - kMomentum) * v * count / (count - 1),
                 1e-5 * (t.var[c] + v))
         << c;
     double invstd = 1 / std::sqrt(v + kEpsilon);
@@ -220,9 +224,8 @@ void checkForward(const std::vector<int64_t> &shape) {
   EXPECT_EQ(slotData(eval, named(k.spec.operands, "var")), t.var);
   // An inference bundle's op likewise.
   test::KernelCase inference = forwardCase(t, false);
-  std::vector<float> yi =
-      slotData(run(inference, in, true, 1),
-               named(inference.spec.results, "output"));
+  std::vector<float> yi = slotData(run(inference, in, true, 1),
+                                   named(inference.spec.results, "output"));
   for (int64_t c = 0; c < t.channels; ++c) {
     double a = t.scale[c] / std::sqrt(double(t.var[c]) + kEpsilon);
     int64_t wrong = 0;
@@ -230,9 +233,9 @@ void checkForward(const std::vector<int64_t> &shape) {
       for (int64_t i = 0; i < t.inner; ++i) {
         int64_t e = at(t, n, c, i);
         double want = (t.x[e] - t.mean[c]) * a + t.shift[c];
-        double bound = 4 * kEps * (std::abs(t.x[e] * a) +
-                                   std::abs(t.mean[c] * a) +
-                                   std::abs(t.shift[c]));
+        double bound = 4 * kEps *
+                       (std::abs(t.x[e] * a) + std::abs(t.mean[c] * a) +
+                        std::abs(t.shift[c]));
         wrong += !(std::abs(ye[e] - want) <= bound);
         wrong += !(std::abs(yi[e] - want) <= bound);
       }
@@ -254,9 +257,11 @@ void checkGradient(const std::vector<int64_t> &shape, bool training) {
       var[c] = static_cast<float>(v);
     }
   test::KernelCase k = gradientCase(t, training);
-  std::map<std::string, const std::vector<float> *> in{
-      {"grad_output", &t.dy}, {"input", &t.x}, {"scale", &t.scale},
-      {"mean", &mean},        {"var", &var}};
+  std::map<std::string, const std::vector<float> *> in{{"grad_output", &t.dy},
+                                                       {"input", &t.x},
+                                                       {"scale", &t.scale},
+                                                       {"mean", &mean},
+                                                       {"var", &var}};
   std::vector<char> one = run(k, in, true, 1), two = run(k, in, true, 2);
   EXPECT_EQ(one, two) << "one thread and two differ";
   std::vector<float> dx = slotData(one, named(k.spec.results, "grad_input")),
@@ -284,9 +289,9 @@ void checkGradient(const std::vector<int64_t> &shape, bool training) {
       for (int64_t i = 0; i < t.inner; ++i) {
         int64_t e = at(t, n, c, i);
         double xhat = (t.x[e] - double(mean[c])) * invstd;
-        double want = training ? a * (t.dy[e] - sumDy / count -
-                                      xhat * sumDyXhat / count)
-                               : a * t.dy[e];
+        double want =
+            training ? a * (t.dy[e] - sumDy / count - xhat * sumDyXhat / count)
+                     : a * t.dy[e];
         double bound = 260 * kEps * std::abs(a) *
                        (std::abs(t.dy[e]) + absDy / count +
                         std::abs(xhat) * absDyXhat / count);

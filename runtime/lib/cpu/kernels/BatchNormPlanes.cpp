@@ -95,8 +95,8 @@ void normalizeColumns(const float *x, float *y, int64_t n, const float *mean,
 
 GPIPE_VECTOR_CLONES
 void gradientColumns(const float *dy, const float *x, float *dx, int64_t n,
-                     const float *scale, const float *meanDy,
-                     const float *mean, const float *slope) {
+                     const float *scale, const float *meanDy, const float *mean,
+                     const float *slope) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
     dx[j] = scale[j] * (dy[j] - meanDy[j] - (x[j] - mean[j]) * slope[j]);

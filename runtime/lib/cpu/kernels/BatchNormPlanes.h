@@ -53,8 +53,8 @@ void normalizeColumns(const float *x, float *y, int64_t n, const float *mean,
                       const float *scale, const float *shift);
 /// dx[j] = scale[j] (dy[j] - meanDy[j] - (x[j] - mean[j]) slope[j]).
 void gradientColumns(const float *dy, const float *x, float *dx, int64_t n,
-                     const float *scale, const float *meanDy,
-                     const float *mean, const float *slope);
+                     const float *scale, const float *meanDy, const float *mean,
+                     const float *slope);
 
 } // namespace gpipe::runtime::cpu
 

@@ -66,8 +66,8 @@ public:
       std::fill_n(sumA.data() + j0, len, 0.0);
       std::fill_n(sumB.data() + j0, len, 0.0);
       for (int64_t n = 0; n < rows; ++n)
-        addColumnSums(plane(x, n, c0), len, colA.data() + j0,
-                      sumA.data() + j0, sumB.data() + j0);
+        addColumnSums(plane(x, n, c0), len, colA.data() + j0, sumA.data() + j0,
+                      sumB.data() + j0);
       for (int64_t c = c0; c < c1; ++c) {
         double s = 0, q = 0;
         for (int64_t i = c * inner; i < (c + 1) * inner; ++i) {
@@ -81,8 +81,7 @@ public:
 
   /// y = (x - mean) scale / sqrt(var + epsilon) + shift, per channel.
   void normalize(const float *x, float *y, const float *mean, const float *var,
-                 const float *scale, const float *shift,
-                 float epsilon) const {
+                 const float *scale, const float *shift, float epsilon) const {
     eachChannels([&](int64_t c0, int64_t c1) {
       auto factor = [&](int64_t c) {
         return static_cast<float>(scale[c] /
@@ -110,8 +109,8 @@ public:
   /// The gradients of normalize(x) by (mean, var): by the batch's
   /// statistics (`batch`: they depend on x too) or by fixed ones.
   void gradient(const float *dy, const float *x, const float *mean,
-                const float *var, const float *scale, float epsilon,
-                bool batch, float *dx, float *dScale, float *dShift) const {
+                const float *var, const float *scale, float epsilon, bool batch,
+                float *dx, float *dScale, float *dShift) const {
     eachChannels([&](int64_t c0, int64_t c1) {
       // Per channel from sum dy and sum dy (x - mean): the scale's and
       // shift's gradients and the factors of the input's.
@@ -250,15 +249,15 @@ public:
       return;
     }
     loops.statistics(input, savedMean, savedVar);
-    loops.normalize(input, output, savedMean, savedVar, scale, shift,
-                    epsilon);
+    loops.normalize(input, output, savedMean, savedVar, scale, shift, epsilon);
     if (!update)
       return;
     int64_t n = loops.count();
-    float unbias = n > 1 ? static_cast<float>(n) / static_cast<float>(n - 1)
-                         : 1.0f;
+    float unbias =
+        n > 1 ? static_cast<float>(n) / static_cast<float>(n - 1) : 1.0f;
     for (int64_t c = 0; c < channels; ++c) {
-      runningMean[c] = momentum * runningMean[c] + (1 - momentum) * savedMean[c];
+      runningMean[c] =
+          momentum * runningMean[c] + (1 - momentum) * savedMean[c];
       runningVar[c] =
           momentum * runningVar[c] + (1 - momentum) * savedVar[c] * unbias;
     }
