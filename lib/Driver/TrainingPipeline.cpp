@@ -281,6 +281,16 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     for (const SchedulePrediction::Span &span : result.prediction.spans[s])
       predicted.push_back(
           llvm::json::Array{span.what, span.microBatch, span.begin, span.end});
+    // Each op's predicted seconds per micro-batch (Partition's
+    // gpipe.op_times), for gpipe-run --profile-ops to set beside its
+    // measured ones: [name, forward, backward].
+    llvm::json::Array opTimes;
+    if (auto times = stageOps[s]->getAttrOfType<ArrayAttr>("gpipe.op_times"))
+      for (auto entry : times.getAsRange<ArrayAttr>())
+        opTimes.push_back(
+            llvm::json::Array{cast<StringAttr>(entry[0]).getValue(),
+                              cast<FloatAttr>(entry[1]).getValueAsDouble(),
+                              cast<FloatAttr>(entry[2]).getValueAsDouble()});
     result.report[s].peakBytes = stream.peakBytes();
     result.report[s].maxAlive = alive;
     streams.push_back(llvm::json::Object{
@@ -290,6 +300,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         {"max_alive_micro_batches", alive},
         {"predicted_peak_bytes", stream.peakBytes()},
         {"predicted_timeline", std::move(predicted)},
+        {"predicted_ops", std::move(opTimes)},
         {"instructions", std::move(instructions)}});
   }
   result.schedule =

@@ -403,6 +403,17 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
         if (!b.kind.empty())
           stream.predictedTimeline.push_back(std::move(b));
       }
+    if (sj.contains("predicted_ops"))
+      for (const json &op : sj.at("predicted_ops")) {
+        StreamSpec::PredictedOp p{op.at(0).get<std::string>(),
+                                  op.at(1).get<double>(),
+                                  op.at(2).get<double>()};
+        if (!std::isfinite(p.forward) || !std::isfinite(p.backward) ||
+            p.forward < 0 || p.backward < 0)
+          throw BundleError("malformed predicted time of op '" + p.op +
+                            "' in stage " + std::to_string(stream.stage));
+        stream.predictedOps.push_back(std::move(p));
+      }
     if (stream.stage != static_cast<int64_t>(s.streams.size()) ||
         stream.maxAlive < 0 || stream.maxAlive > microBatches)
       throw BundleError("malformed schedule stream " +

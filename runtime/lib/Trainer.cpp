@@ -450,6 +450,48 @@ Evaluation evaluate(TrainingSession &session,
   return e;
 }
 
+/// After --profile-ops: the ops whose measured time per micro-batch
+/// (forward + backward) is furthest from the compiler's prediction, at most
+/// `count`, each with both and their ratio, so that a step off its
+/// prediction shows where.
+void printOpPredictions(
+    std::ostream &out, const ScheduleSpec &schedule,
+    const std::map<std::string, std::pair<double, double>> &measured,
+    size_t count = 5) {
+  struct Row {
+    std::string op;
+    double measured, predicted;
+  };
+  std::vector<Row> rows;
+  for (const StreamSpec &stream : schedule.streams)
+    for (const StreamSpec::PredictedOp &p : stream.predictedOps) {
+      auto it = measured.find(p.op);
+      if (it != measured.end())
+        rows.push_back({p.op, it->second.first + it->second.second,
+                        p.forward + p.backward});
+    }
+  if (rows.empty())
+    return;
+  std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) {
+    return std::abs(a.measured - a.predicted) >
+           std::abs(b.measured - b.predicted);
+  });
+  rows.resize(std::min(rows.size(), count));
+  std::ostringstream line;
+  line << std::fixed
+       << "  ops furthest from their prediction (ms a micro-batch, forward + "
+          "backward, measured against predicted):";
+  const char *sep = " ";
+  for (const Row &r : rows) {
+    line << sep << r.op << " " << std::setprecision(3) << r.measured * 1e3
+         << " against " << r.predicted * 1e3;
+    if (r.predicted > 0)
+      line << " (" << std::setprecision(2) << r.measured / r.predicted << "x)";
+    sep = "; ";
+  }
+  out << line.str() << "\n";
+}
+
 /// Seconds of work the compiler predicted for `stage` in one step: its
 /// forward, backward, recompute and optimizer boxes.
 double predictedBusySeconds(const ScheduleSpec &schedule, int64_t stage) {
@@ -1021,11 +1063,13 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
       csv << "op,forward_seconds,backward_seconds,micro_batch_rows\n"
           << std::setprecision(9);
       // Across ranks every rank sends its ops; rank 0 writes them all.
-      for (auto &[op, t] : session.opProfile())
+      const auto ops = session.opProfile();
+      for (auto &[op, t] : ops)
         csv << op << "," << t.first << "," << t.second << ","
             << session.microBatchSize() << "\n";
       if (session.rank() == 0) {
         writeFileAtomically(o.profileOps, csv.str());
+        printOpPredictions(out, session.bundle().schedule, ops);
         out << "wrote the per-op times to " << o.profileOps
             << " (for gpipe-opt --cost-table)\n";
       }

@@ -62,6 +62,16 @@ public:
   std::optional<double> gradientSumPass(int64_t stage, int64_t begin,
                                         int64_t end) const;
 
+  /// Seconds of layer i's forward and backward kernels or loops on stage
+  /// `stage`'s device for one micro-batch (what slice() sums for them,
+  /// without the stage's own terms: conversions, passes beyond the last
+  /// cache level, messages): the prediction `gpipe-run --profile-ops`
+  /// compares each op's measured times with.
+  std::pair<double, double> layerSeconds(int64_t stage, int64_t i) const {
+    return {forward[stage][i + 1] - forward[stage][i],
+            backward[stage][i + 1] - backward[stage][i]};
+  }
+
   /// The cuts (first layer of stages 1..K-1) that minimize the slowest
   /// stage; failure if no partition fits memory (withMemory) or the model
   /// has fewer layers than stages.

@@ -244,6 +244,14 @@ struct StreamSpec {
   std::vector<Instruction> instructions;
   /// The compiler's predicted step of this stage (drawn by --report).
   std::vector<TimelineBox> predictedTimeline;
+  /// The compiler's predicted seconds of each op of the stage per
+  /// micro-batch, by the name --profile-ops times it under (set beside the
+  /// measured ones after a profiled run).
+  struct PredictedOp {
+    std::string op;
+    double forward = 0, backward = 0;
+  };
+  std::vector<PredictedOp> predictedOps;
 };
 
 /// The compiler's static schedule of one training step.
