@@ -450,10 +450,11 @@ Evaluation evaluate(TrainingSession &session,
   return e;
 }
 
-/// After --profile-ops: the ops whose measured time per micro-batch
-/// (forward + backward) is furthest from the compiler's prediction, at most
-/// `count`, each with both and their ratio, so that a step off its
-/// prediction shows where.
+/// After --profile-ops: the model's ops' measured time per micro-batch
+/// (forward + backward) against the compiler's prediction, summed (what of
+/// a step's miss is in the ops, not the runtime's parts), and the ops
+/// furthest from theirs, at most `count`, each with both and their ratio,
+/// so that a step off its prediction shows where.
 void printOpPredictions(
     std::ostream &out, const ScheduleSpec &schedule,
     const std::map<std::string, std::pair<double, double>> &measured,
@@ -472,13 +473,21 @@ void printOpPredictions(
     }
   if (rows.empty())
     return;
+  double measuredSum = 0, predictedSum = 0;
+  for (const Row &r : rows) {
+    measuredSum += r.measured;
+    predictedSum += r.predicted;
+  }
   std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) {
     return std::abs(a.measured - a.predicted) >
            std::abs(b.measured - b.predicted);
   });
   rows.resize(std::min(rows.size(), count));
   std::ostringstream line;
-  line << std::fixed
+  line << std::fixed << std::setprecision(3)
+       << "  the model's ops: " << measuredSum * 1e3
+       << " ms a micro-batch measured, " << predictedSum * 1e3
+       << " predicted (forward + backward, every stage's)\n"
        << "  ops furthest from their prediction (ms a micro-batch, forward + "
           "backward, measured against predicted):";
   const char *sep = " ";
