@@ -131,6 +131,7 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
   return llvm::StringSwitch<llvm::StringRef>(family)
       .Case("batched_matmul", "matmul")
+      .Case("narrow_matmul", "matmul")
       .Case("attention", "batched_matmul")
       .Case("attention_dropout", "attention")
       .Case("cross_entropy", "softmax")

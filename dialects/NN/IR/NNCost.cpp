@@ -235,7 +235,23 @@ StringRef GeluOp::getKernelFamily() { return "gelu"; }
 StringRef DropoutOp::getKernelFamily() {
   return isRandom() ? "dropout" : "elementwise";
 }
-StringRef GemmOp::getKernelFamily() { return "matmul"; }
+/// Whether a product's result has fewer columns than one AVX-512 vector of
+/// floats (a classifier's 10 classes): oneDNN's products of such shapes
+/// ran at 15-30 GFLOP/s on a core whose wide ones reach 110, plus a fixed
+/// cost several times a wide one's (stop 63's calibration: the conv nets'
+/// 10-class heads took 3-6x the matmul family's fit, and pulled that fit
+/// up for the small products of a Transformer's layers), so they are a
+/// family of their own ("narrow_matmul"; a profile without it prices them
+/// as matmul).
+static bool hasNarrowColumns(Type result) {
+  auto type = llvm::dyn_cast<RankedTensorType>(result);
+  return type && type.getRank() >= 1 &&
+         !type.isDynamicDim(type.getRank() - 1) && type.getShape().back() < 16;
+}
+
+StringRef GemmOp::getKernelFamily() {
+  return hasNarrowColumns(getResult().getType()) ? "narrow_matmul" : "matmul";
+}
 // A product of stacks of matrices (attention's q k^T and its weights times
 // v: many small products in one call) is a kernel of its own: per FLOP
 // slower than a Linear layer's product of one weight matrix, and its
@@ -243,7 +259,7 @@ StringRef GemmOp::getKernelFamily() { return "matmul"; }
 StringRef MatMulOp::getKernelFamily() {
   auto rhs = llvm::dyn_cast<RankedTensorType>(getRhs().getType());
   if (!rhs || rhs.getRank() <= 2)
-    return "matmul";
+    return hasNarrowColumns(getResult().getType()) ? "narrow_matmul" : "matmul";
   int64_t stack = 1;
   for (int64_t d : rhs.getShape().drop_back(2))
     stack *= d;

@@ -201,9 +201,10 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
 
 bool gpipe::timedByFlops(llvm::StringRef family) {
   return family == "matmul" || family == "batched_matmul" ||
-         family == "attention" || family == "attention_dropout" ||
-         family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv" || family == "small_map_conv";
+         family == "narrow_matmul" || family == "attention" ||
+         family == "attention_dropout" || family == "conv" ||
+         family == "depthwise_conv" || family == "narrow_conv" ||
+         family == "small_map_conv";
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
