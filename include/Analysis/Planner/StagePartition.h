@@ -17,6 +17,8 @@
 
 #include "mlir/Support/LogicalResult.h"
 
+#include <algorithm>
+
 namespace gpipe {
 
 /// What the partitioner knows of a candidate stage, per micro-batch.
@@ -62,14 +64,20 @@ public:
   std::optional<double> gradientSumPass(int64_t stage, int64_t begin,
                                         int64_t end) const;
 
-  /// Seconds of layer i's forward and backward kernels or loops on stage
-  /// `stage`'s device for one micro-batch (what slice() sums for them,
-  /// without the stage's own terms: conversions, passes beyond the last
-  /// cache level, messages): the prediction `gpipe-run --profile-ops`
-  /// compares each op's measured times with.
+  /// Seconds of layer i's forward and backward on stage `stage`'s device,
+  /// a micro-batch's mean over a step: its kernels or loops (what slice()
+  /// sums for them) and its share of its weights' conversion, which the
+  /// step's first micro-batch pays (without the stage's own terms: passes
+  /// beyond the last cache level, messages). The prediction `gpipe-run
+  /// --profile-ops` compares each op's measured mean times with.
   std::pair<double, double> layerSeconds(int64_t stage, int64_t i) const {
-    return {forward[stage][i + 1] - forward[stage][i],
-            backward[stage][i + 1] - backward[stage][i]};
+    double m = static_cast<double>(std::max<int64_t>(plan.microBatches, 1));
+    return {
+        forward[stage][i + 1] - forward[stage][i] +
+            (forwardConversion[stage][i + 1] - forwardConversion[stage][i]) / m,
+        backward[stage][i + 1] - backward[stage][i] +
+            (backwardConversion[stage][i + 1] - backwardConversion[stage][i]) /
+                m};
   }
 
   /// The cuts (first layer of stages 1..K-1) that minimize the slowest
