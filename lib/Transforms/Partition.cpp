@@ -407,7 +407,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         llvm::StringMap<std::pair<double, double>> byName;
         for (int64_t i = begin; i < end; ++i) {
           std::string key = costTableKey(layers[i]);
-          auto [fwd, bwd] = partitioner.layerSeconds(s, i);
+          auto [fwd, bwd] = partitioner.layerSeconds(s, i, c.recomputes);
           auto [it, fresh] = byName.try_emplace(key, 0.0, 0.0);
           if (fresh)
             names.push_back(key);

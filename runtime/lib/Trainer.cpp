@@ -463,14 +463,16 @@ void printOpPredictions(
     std::string op;
     double measured, predicted;
   };
-  std::vector<Row> rows;
+  // An op's name may span a cut (an ONNX node imported as several ops):
+  // its stages' predictions are summed, as its measured times are.
+  std::map<std::string, double> predicted;
   for (const StreamSpec &stream : schedule.streams)
-    for (const StreamSpec::PredictedOp &p : stream.predictedOps) {
-      auto it = measured.find(p.op);
-      if (it != measured.end())
-        rows.push_back({p.op, it->second.first + it->second.second,
-                        p.forward + p.backward});
-    }
+    for (const StreamSpec::PredictedOp &p : stream.predictedOps)
+      predicted[p.op] += p.forward + p.backward;
+  std::vector<Row> rows;
+  for (const auto &[op, seconds] : predicted)
+    if (auto it = measured.find(op); it != measured.end())
+      rows.push_back({op, it->second.first + it->second.second, seconds});
   if (rows.empty())
     return;
   double measuredSum = 0, predictedSum = 0;

@@ -10,15 +10,19 @@
 // Bounds: a sum is taken in float over blocks of at most kBatchNormBlock =
 // 256 elements, then in double, so its error is at most 256 eps times the
 // sum of its terms' sizes (Higham's gamma_n for n = 256, the double part
-// negligible). Through the mean (its terms are x - pivot, the pivot an
-// element of the channel: about 4 standard deviations or less from x for
-// these normal draws) and the variance (terms positive: relative error
-// 256 eps, half of it in 1/sqrt) a normalized value is off by at most
-// 256 eps (4 + 2 |xhat|) in units of the scale, plus its own rounding and
-// that of the mean, which the op saves (and normalizes with) in float:
-// eps |mean| / std (channel 0's 1e5 times its spread: 0.012); the
-// input gradient a (dy - mean dy - xhat mean(dy xhat)) by at most 260 eps
-// |a| (|dy| + mean |dy| + |xhat| mean |dy xhat|).
+// negligible). The kernel sums x - p and (x - p)^2 over a channel's n
+// elements, p its first element: with A = mean |x - p| and D = mean - p,
+// the mean is off by at most 256 eps A (plus its rounding to float, eps
+// |mean|: the op saves and normalizes with a float mean, channel 0's 1e5
+// times its spread), and the variance (x - p)^2 / n - D^2 by at most
+// 256 eps (v + D^2 + 2 |D| A) plus its rounding, half of that relative
+// error going into 1/sqrt(v). A normalized value is then off by its
+// scale times (mean's error / std + |xhat| (variance's relative error / 2
+// + 2 eps)) plus its own rounding; the input gradient a (dy - mean dy -
+// xhat mean(dy xhat)) by at most 260 eps |a| (|dy| + mean |dy| + |xhat|
+// mean |dy xhat|). One thread and two are compared on the two shapes
+// whose work the kernel splits ({8, 16, 32, 32} by planes, {4096, 32} by
+// rows); on the others both runs take one thread.
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"
@@ -189,9 +193,18 @@ void checkForward(const std::vector<int64_t> &shape) {
   double count = double(t.rows * t.inner);
   for (int64_t c = 0; c < t.channels; ++c) {
     auto [m, v] = reference(t, c);
-    double sd = std::sqrt(v);
-    EXPECT_NEAR(mean[c], m, 256 * kEps * 4 * sd + kEps * std::abs(m)) << c;
-    EXPECT_NEAR(var[c], v, 256 * kEps * v) << c;
+    double pivot = t.x[at(t, 0, c, 0)], spread = 0;
+    for (int64_t n = 0; n < t.rows; ++n)
+      for (int64_t i = 0; i < t.inner; ++i)
+        spread += std::abs(t.x[at(t, n, c, i)] - pivot);
+    spread /= count;
+    double shifted = m - pivot;
+    double meanBound = 256 * kEps * spread + kEps * std::abs(m);
+    double varBound =
+        256 * kEps * (v + shifted * shifted + 2 * std::abs(shifted) * spread) +
+        2 * kEps * v;
+    EXPECT_NEAR(mean[c], m, meanBound) << c;
+    EXPECT_NEAR(var[c], v, varBound) << c;
     EXPECT_NEAR(runMean[c], kMomentum * t.mean[c] + (1 - kMomentum) * m,
                 1e-5 * (std::abs(t.mean[c]) + std::abs(m)))
         << c;
@@ -207,9 +220,9 @@ void checkForward(const std::vector<int64_t> &shape) {
         int64_t e = at(t, n, c, i);
         double xhat = (t.x[e] - m) * invstd;
         double want = xhat * t.scale[c] + t.shift[c];
-        double bound = (256 * kEps * (4 + 2 * std::abs(xhat)) +
-                        kEps * std::abs(m) * invstd) *
-                           std::abs(t.scale[c]) +
+        double bound = std::abs(t.scale[c]) *
+                           (meanBound * invstd +
+                            std::abs(xhat) * (0.5 * varBound / v + 2 * kEps)) +
                        2 * kEps * std::abs(want);
         wrong += !(std::abs(y[e] - want) <= bound);
       }

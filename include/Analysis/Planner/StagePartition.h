@@ -66,16 +66,21 @@ public:
 
   /// Seconds of layer i's forward and backward on stage `stage`'s device,
   /// a micro-batch's mean over a step: its kernels or loops (what slice()
-  /// sums for them) and its share of its weights' conversion, which the
-  /// step's first micro-batch pays (without the stage's own terms: passes
-  /// beyond the last cache level, messages). The prediction `gpipe-run
-  /// --profile-ops` compares each op's measured mean times with.
-  std::pair<double, double> layerSeconds(int64_t stage, int64_t i) const {
+  /// sums for them; a stage that `recomputes` runs the forward again in its
+  /// backward phase, under the op's name) and its share of its weights'
+  /// conversion, which the step's first micro-batch pays (without the
+  /// stage's own terms: passes beyond the last cache level, messages). The
+  /// prediction `gpipe-run --profile-ops` compares each op's measured mean
+  /// times with.
+  std::pair<double, double> layerSeconds(int64_t stage, int64_t i,
+                                         bool recomputes) const {
     double m = static_cast<double>(std::max<int64_t>(plan.microBatches, 1));
+    double fwd = forward[stage][i + 1] - forward[stage][i];
+    double bwd = backward[stage][i + 1] - backward[stage][i];
     return {
-        forward[stage][i + 1] - forward[stage][i] +
+        fwd +
             (forwardConversion[stage][i + 1] - forwardConversion[stage][i]) / m,
-        backward[stage][i + 1] - backward[stage][i] +
+        bwd + (recomputes ? fwd : 0.0) +
             (backwardConversion[stage][i + 1] - backwardConversion[stage][i]) /
                 m};
   }

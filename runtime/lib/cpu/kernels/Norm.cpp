@@ -48,7 +48,9 @@ public:
       auto finish = [&](int64_t c, float pivot, double s, double q) {
         double m = s / double(count());
         mean[c] = static_cast<float>(pivot + m);
-        var[c] = static_cast<float>(std::max(0.0, q / double(count()) - m * m));
+        // Rounding can take the difference below 0; a NaN stays NaN.
+        double v = q / double(count()) - m * m;
+        var[c] = static_cast<float>(v < 0 ? 0.0 : v);
       };
       if (!columns) {
         for (int64_t c = c0; c < c1; ++c) {
@@ -223,8 +225,9 @@ public:
         update(spec.strings.count("gpipe.recompute") ? nullptr
                                                      : mem.updateState) {
     const TensorSlot &x = spec.operand("input");
-    if (spec.result("output").numElements() != x.numElements())
-      spec.fail("output must have the input's shape");
+    if (spec.result("output").numElements() != x.numElements() ||
+        spec.result("output").dtype != DType::F32)
+      spec.fail("output must have the input's shape and type");
     input = floats(mem, x);
     output = floats(mem, spec.result("output"));
     float **perChannel[] = {&scale, &shift, &runningMean, &runningVar};

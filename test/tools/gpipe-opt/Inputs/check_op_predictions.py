@@ -20,7 +20,9 @@ for stream in manifest["schedule"]["streams"]:
     for name, forward, backward in ops:
         assert math.isfinite(forward) and forward >= 0, name
         assert math.isfinite(backward) and backward >= 0, name
-        predicted[name] = (forward, backward)
+        # A name spanning a cut: its stages' parts add up.
+        f0, b0 = predicted.get(name, (0.0, 0.0))
+        predicted[name] = (f0 + forward, b0 + backward)
     boxes = [end - begin for what, mb, begin, end in
              stream["predicted_timeline"] if what == "forward" and mb == 0]
     total = sum(f for _, f, _ in ops)
