@@ -44,7 +44,8 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
-                 it: "matmul", "batched_matmul", "conv",
+                 it: "matmul", "narrow_matmul" (fewer than 16 result
+                 columns), "batched_matmul", "attention", "conv",
                  "depthwise_conv", "narrow_conv" and "small_map_conv"
                  (timed by their FLOPs and bytes), "gelu",
                  "batch_norm", "layer_norm", "softmax", "cross_entropy",
