@@ -13,6 +13,30 @@ namespace gpipe::runtime::cpu {
 
 namespace {
 
+/// The state-update flag a training-mode batch norm reads (false while
+/// evaluating), or null for a forward recomputed by the backward phase
+/// (--recompute), which already updated the running statistics in the
+/// forward phase.
+const bool *runningStatisticsUpdate(const KernelSpec &spec,
+                                    const KernelMemory &mem) {
+  return spec.strings.count("gpipe.recompute") ? nullptr : mem.updateState;
+}
+
+/// running = momentum * running + (1 - momentum) * batch for each of
+/// `channels` channels, the batch's (biased) variance of `count` elements a
+/// channel unbiased, as PyTorch keeps it.
+void updateRunningStatistics(float *runningMean, float *runningVar,
+                             const float *mean, const float *var,
+                             int64_t channels, float momentum, int64_t count) {
+  float unbias = count > 1
+                     ? static_cast<float>(count) / static_cast<float>(count - 1)
+                     : 1.0f;
+  for (int64_t c = 0; c < channels; ++c) {
+    runningMean[c] = momentum * runningMean[c] + (1 - momentum) * mean[c];
+    runningVar[c] = momentum * runningVar[c] + (1 - momentum) * var[c] * unbias;
+  }
+}
+
 /// The loops of a batch normalization over a plain [N, C, inner...] float
 /// tensor: channel c is N runs of `inner` elements, C x inner apart.
 /// oneDNN 2.6's kernel for this layout (ncsp_bnorm) took 0.4 ms for 8
@@ -62,20 +86,13 @@ public:
         }
         return;
       }
-      int64_t j0 = c0 * inner, len = (c1 - c0) * inner;
-      for (int64_t c = c0; c < c1; ++c)
-        std::fill_n(colA.data() + c * inner, inner, x[c * inner]);
-      std::fill_n(sumA.data() + j0, len, 0.0);
-      std::fill_n(sumB.data() + j0, len, 0.0);
+      int64_t j0 = startColumns(c0, c1);
+      spread(colA, c0, c1, [&](int64_t c) { return x[c * inner]; });
       for (int64_t n = 0; n < rows; ++n)
-        addColumnSums(plane(x, n, c0), len, colA.data() + j0, sumA.data() + j0,
-                      sumB.data() + j0);
+        addColumnSums(plane(x, n, c0), (c1 - c0) * inner, colA.data() + j0,
+                      sumA.data() + j0, sumB.data() + j0);
       for (int64_t c = c0; c < c1; ++c) {
-        double s = 0, q = 0;
-        for (int64_t i = c * inner; i < (c + 1) * inner; ++i) {
-          s += sumA[i];
-          q += sumB[i];
-        }
+        auto [s, q] = columnTotals(c);
         finish(c, colA[c * inner], s, q);
       }
     });
@@ -90,20 +107,20 @@ public:
                                   std::sqrt(double(var[c]) + epsilon));
       };
       if (!columns) {
-        for (int64_t c = c0; c < c1; ++c)
+        for (int64_t c = c0; c < c1; ++c) {
+          float a = factor(c);
           for (int64_t n = 0; n < rows; ++n)
-            normalizePlane(plane(x, n, c), plane(y, n, c), inner, mean[c],
-                           factor(c), shift[c]);
+            normalizePlane(plane(x, n, c), plane(y, n, c), inner, mean[c], a,
+                           shift[c]);
+        }
         return;
       }
-      for (int64_t c = c0; c < c1; ++c) {
-        std::fill_n(colA.data() + c * inner, inner, mean[c]);
-        std::fill_n(colB.data() + c * inner, inner, factor(c));
-        std::fill_n(colC.data() + c * inner, inner, shift[c]);
-      }
-      int64_t j0 = c0 * inner, len = (c1 - c0) * inner;
+      spread(colA, c0, c1, [&](int64_t c) { return mean[c]; });
+      spread(colB, c0, c1, factor);
+      spread(colC, c0, c1, [&](int64_t c) { return shift[c]; });
+      int64_t j0 = c0 * inner;
       for (int64_t n = 0; n < rows; ++n)
-        normalizeColumns(plane(x, n, c0), plane(y, n, c0), len,
+        normalizeColumns(plane(x, n, c0), plane(y, n, c0), (c1 - c0) * inner,
                          colA.data() + j0, colB.data() + j0, colC.data() + j0);
     });
   }
@@ -142,21 +159,14 @@ public:
         }
         return;
       }
-      int64_t j0 = c0 * inner, len = (c1 - c0) * inner;
-      for (int64_t c = c0; c < c1; ++c)
-        std::fill_n(colA.data() + c * inner, inner, mean[c]);
-      std::fill_n(sumA.data() + j0, len, 0.0);
-      std::fill_n(sumB.data() + j0, len, 0.0);
+      int64_t j0 = startColumns(c0, c1), len = (c1 - c0) * inner;
+      spread(colA, c0, c1, [&](int64_t c) { return mean[c]; });
       for (int64_t n = 0; n < rows; ++n)
         addColumnGradientSums(plane(dy, n, c0), plane(x, n, c0), len,
                               colA.data() + j0, sumA.data() + j0,
                               sumB.data() + j0);
       for (int64_t c = c0; c < c1; ++c) {
-        double sumDy = 0, sumDyX = 0;
-        for (int64_t i = c * inner; i < (c + 1) * inner; ++i) {
-          sumDy += sumA[i];
-          sumDyX += sumB[i];
-        }
+        auto [sumDy, sumDyX] = columnTotals(c);
         Factors f = factors(c, sumDy, sumDyX);
         std::fill_n(colB.data() + c * inner, inner, f.scale);
         std::fill_n(colC.data() + c * inner, inner, f.meanDy);
@@ -169,9 +179,34 @@ public:
     });
   }
 
+  int64_t numChannels() const { return channels; }
+
 private:
   template <typename T> T *plane(T *base, int64_t n, int64_t c) const {
     return base + (n * channels + c) * inner;
+  }
+  /// The row pass over channels [c0, c1): their accumulators zeroed; the
+  /// first of their elements in a row.
+  int64_t startColumns(int64_t c0, int64_t c1) const {
+    int64_t j0 = c0 * inner, len = (c1 - c0) * inner;
+    std::fill_n(sumA.data() + j0, len, 0.0);
+    std::fill_n(sumB.data() + j0, len, 0.0);
+    return j0;
+  }
+  /// Channel c's two sums over the elements of its row (sumA, sumB).
+  std::pair<double, double> columnTotals(int64_t c) const {
+    double a = 0, b = 0;
+    for (int64_t i = c * inner; i < (c + 1) * inner; ++i) {
+      a += sumA[i];
+      b += sumB[i];
+    }
+    return {a, b};
+  }
+  /// to[c inner + i] = valueOf(c) for each element i of channels [c0, c1).
+  template <typename F>
+  void spread(std::vector<float> &to, int64_t c0, int64_t c1, F valueOf) const {
+    for (int64_t c = c0; c < c1; ++c)
+      std::fill_n(to.data() + c * inner, inner, valueOf(c));
   }
   /// body(c0, c1) over ranges of channels, one per thread, each of at least
   /// 32K elements (a thread woken for less costs more than it saves).
@@ -220,10 +255,7 @@ public:
       : loops(spec.operand("input")), training(spec.flag("training")),
         epsilon(static_cast<float>(spec.number("epsilon"))),
         momentum(static_cast<float>(spec.number("momentum"))),
-        // A forward recomputed by the backward phase (--recompute) has
-        // already updated the running statistics in the forward phase.
-        update(spec.strings.count("gpipe.recompute") ? nullptr
-                                                     : mem.updateState) {
+        update(runningStatisticsUpdate(spec, mem)) {
     const TensorSlot &x = spec.operand("input");
     if (spec.result("output").numElements() != x.numElements() ||
         spec.result("output").dtype != DType::F32)
@@ -242,7 +274,6 @@ public:
       savedMean = floats(mem, spec.result("saved_mean"));
       savedVar = floats(mem, spec.result("saved_var"));
     }
-    channels = x.shape.at(1);
   }
 
   void run() override {
@@ -253,17 +284,9 @@ public:
     }
     loops.statistics(input, savedMean, savedVar);
     loops.normalize(input, output, savedMean, savedVar, scale, shift, epsilon);
-    if (!update)
-      return;
-    int64_t n = loops.count();
-    float unbias =
-        n > 1 ? static_cast<float>(n) / static_cast<float>(n - 1) : 1.0f;
-    for (int64_t c = 0; c < channels; ++c) {
-      runningMean[c] =
-          momentum * runningMean[c] + (1 - momentum) * savedMean[c];
-      runningVar[c] =
-          momentum * runningVar[c] + (1 - momentum) * savedVar[c] * unbias;
-    }
+    if (update)
+      updateRunningStatistics(runningMean, runningVar, savedMean, savedVar,
+                              loops.numChannels(), momentum, loops.count());
   }
 
 private:
@@ -275,7 +298,6 @@ private:
   float *output = nullptr, *scale = nullptr, *shift = nullptr;
   float *runningMean = nullptr, *runningVar = nullptr;
   float *savedMean = nullptr, *savedVar = nullptr;
-  int64_t channels = 0;
 };
 
 /// BatchNorm backward by the backend's loops: gradients for input, scale
@@ -362,15 +384,10 @@ public:
         static_cast<float *>(args[DNNL_ARG_MEAN].get_data_handle());
     const float *var =
         static_cast<float *>(args[DNNL_ARG_VARIANCE].get_data_handle());
-    size_t channels = args[DNNL_ARG_MEAN].get_desc().get_size() / sizeof(float);
-    float unbias = perChannel > 1 ? static_cast<float>(perChannel) /
-                                        static_cast<float>(perChannel - 1)
-                                  : 1.0f;
-    for (size_t c = 0; c < channels; ++c) {
-      runningMean[c] = momentum * runningMean[c] + (1 - momentum) * mean[c];
-      runningVar[c] =
-          momentum * runningVar[c] + (1 - momentum) * var[c] * unbias;
-    }
+    int64_t channels = static_cast<int64_t>(
+        args[DNNL_ARG_MEAN].get_desc().get_size() / sizeof(float));
+    updateRunningStatistics(runningMean, runningVar, mean, var, channels,
+                            momentum, perChannel);
   }
 
 private:
@@ -442,9 +459,7 @@ std::unique_ptr<Kernel> createOneDnnBatchNorm(const KernelSpec &spec,
       static_cast<float *>(runningMean.get_data_handle()),
       static_cast<float *>(runningVar.get_data_handle()),
       static_cast<float>(spec.number("momentum")), perChannel,
-      // A forward recomputed by the backward phase (--recompute) has
-      // already updated the running statistics in the forward phase.
-      spec.strings.count("gpipe.recompute") ? nullptr : mem.updateState);
+      runningStatisticsUpdate(spec, mem));
 }
 
 /// oneDNN's BatchNorm backward, for tensors of other types than float:
