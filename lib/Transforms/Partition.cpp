@@ -399,30 +399,18 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));
       stage->setAttr("gpipe.backward_time", b.getF64FloatAttr(c.backward));
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
-      // Each op's predicted seconds per micro-batch, by the name under
-      // which gpipe-run --profile-ops times it (the ops of one ONNX node
-      // summed), in the layers' order: [name, forward, backward].
-      {
-        SmallVector<std::string> names;
-        llvm::StringMap<std::pair<double, double>> byName;
-        for (int64_t i = begin; i < end; ++i) {
-          std::string key = costTableKey(layers[i]);
-          auto [fwd, bwd] = partitioner.layerSeconds(s, i, c.recomputes);
-          auto [it, fresh] = byName.try_emplace(key, 0.0, 0.0);
-          if (fresh)
-            names.push_back(key);
-          it->second.first += fwd;
-          it->second.second += bwd;
-        }
-        SmallVector<Attribute> times;
-        for (const std::string &name : names) {
-          auto [fwd, bwd] = byName.lookup(name);
-          times.push_back(
-              b.getArrayAttr({b.getStringAttr(name), b.getF64FloatAttr(fwd),
-                              b.getF64FloatAttr(bwd)}));
-        }
-        stage->setAttr("gpipe.op_times", b.getArrayAttr(times));
+      // Each layer's predicted seconds per micro-batch, by the name under
+      // which gpipe-run --profile-ops times it, in the layers' order:
+      // [name, forward, backward] (the layers of one ONNX node share a
+      // name; gpipe-run adds them up, as it adds their measured times).
+      SmallVector<Attribute> times;
+      for (int64_t i = begin; i < end; ++i) {
+        auto [fwd, bwd] = partitioner.layerSeconds(s, i, c.recomputes);
+        times.push_back(
+            b.getArrayAttr({b.getStringAttr(costTableKey(layers[i])),
+                            b.getF64FloatAttr(fwd), b.getF64FloatAttr(bwd)}));
       }
+      stage->setAttr("gpipe.op_times", b.getArrayAttr(times));
       if (c.forwardConversion > 0 || c.backwardConversion > 0)
         stage->setAttr("gpipe.conversion_time",
                        b.getDenseF64ArrayAttr(

@@ -463,23 +463,22 @@ void printOpPredictions(
     std::string op;
     double measured, predicted;
   };
-  // An op's name may span a cut (an ONNX node imported as several ops):
-  // its stages' predictions are summed, as its measured times are.
+  // The ops of one ONNX node share a name, within a stage or across a
+  // cut: their predictions add up, as their measured times do.
   std::map<std::string, double> predicted;
   for (const StreamSpec &stream : schedule.streams)
     for (const StreamSpec::PredictedOp &p : stream.predictedOps)
       predicted[p.op] += p.forward + p.backward;
   std::vector<Row> rows;
+  double measuredSum = 0, predictedSum = 0;
   for (const auto &[op, seconds] : predicted)
-    if (auto it = measured.find(op); it != measured.end())
+    if (auto it = measured.find(op); it != measured.end()) {
       rows.push_back({op, it->second.first + it->second.second, seconds});
+      measuredSum += rows.back().measured;
+      predictedSum += seconds;
+    }
   if (rows.empty())
     return;
-  double measuredSum = 0, predictedSum = 0;
-  for (const Row &r : rows) {
-    measuredSum += r.measured;
-    predictedSum += r.predicted;
-  }
   std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) {
     return std::abs(a.measured - a.predicted) >
            std::abs(b.measured - b.predicted);
