@@ -124,3 +124,33 @@ func.func @forward(%x: tensor<2x3x4xf32> {gpipe.name = "x"}, %y: tensor<2x1x4xf3
   } -> tensor<2x2x4xf32>
   return %2 : tensor<2x2x4xf32>
 }
+
+// -----
+
+// A convolution's bias gradient (axes 0, 2, 3 of NCHW): the input viewed as
+// [N, C, H W], each run of H W summed in a register with reassociation
+// allowed (vectorized by LLVM), added to its channel's sum; a reduction
+// over leading axes only, and one whose runs are shorter than 16, stay
+// linalg (their inner loop runs over kept elements or is short).
+// CHECK-LABEL: func.func @gpipe_stage0_forward
+// CHECK: linalg.fill
+// CHECK: memref.view {{.*}} to memref<2x3x20xf32>
+// CHECK: memref.view {{.*}} to memref<3xf32>
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: %[[SUM:.*]] = scf.for {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32)
+// CHECK: %[[X:.*]] = memref.load {{.*}} : memref<2x3x20xf32>
+// CHECK: arith.addf %[[ACC]], %[[X]] fastmath<reassoc> : f32
+// CHECK: %[[OLD:.*]] = memref.load {{.*}} : memref<3xf32>
+// CHECK: %[[NEW:.*]] = arith.addf %[[OLD]], %[[SUM]] : f32
+// CHECK: memref.store %[[NEW]]
+// CHECK: linalg.fill
+// CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "parallel", "parallel"]
+// CHECK: linalg.fill
+// CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "reduction", "reduction"]
+func.func @forward(%x: tensor<2x3x4x5xf32> {gpipe.name = "x"}, %s: tensor<2x3x2x2xf32> {gpipe.name = "s"}) -> (tensor<3xf32> {gpipe.name = "bias"}, tensor<3x4x5xf32> {gpipe.name = "lead"}, tensor<3xf32> {gpipe.name = "short"}) {
+  %0 = nn.reduce_sum %x {axes = array<i64: 0, 2, 3>, keepdims = false} : (tensor<2x3x4x5xf32>) -> tensor<3xf32>
+  %1 = nn.reduce_sum %x {axes = array<i64: 0>, keepdims = false} : (tensor<2x3x4x5xf32>) -> tensor<3x4x5xf32>
+  %2 = nn.reduce_sum %s {axes = array<i64: 0, 2, 3>, keepdims = false} : (tensor<2x3x2x2xf32>) -> tensor<3xf32>
+  return %0, %1, %2 : tensor<3xf32>, tensor<3x4x5xf32>, tensor<3xf32>
+}

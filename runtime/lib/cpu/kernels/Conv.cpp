@@ -1,7 +1,10 @@
 // Convolution and its gradients (backward data, backward weights) on
-// oneDNN's convolution primitives, in the blocked layouts oneDNN picks.
+// oneDNN's convolution primitives, in the blocked layouts oneDNN picks, and
+// by the backend's own loops where oneDNN's are slow (few input channels,
+// maps smaller than the kernel, one-pixel outputs).
 #include "Families.h"
 
+#include "NarrowConvPlanes.h"
 #include "ParallelFor.h"
 
 #include <algorithm>
@@ -356,11 +359,189 @@ private:
   size_t columnsAt = 0, productAt = 0;
 };
 
+/// A 2-D convolution of one group at stride 1 without dilation whose input
+/// has at most kMaxChannels channels (the cost model's family
+/// "narrow_conv": an image model's first layer), computed by the backend's
+/// own loops over the plain tensors (NarrowConvPlanes.h). oneDNN blocks
+/// channels by 8 or 16 and converts such a layer's maps to and from its
+/// layouts every run: the 1 -> 8 channel 3x3 layer of a small CNN on 28x28
+/// maps, 32 images, took 0.14 ms forward plus 0.10 ms to convert its output
+/// back, and 0.06 ms for its weights' gradient plus 0.08 ms to convert the
+/// output gradient (one AVX-512 core, ONEDNN_VERBOSE); here it reads and
+/// writes each tensor once.
+int64_t roundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+class NarrowConvShape {
+public:
+  static constexpr int64_t kMaxChannels = 4;
+
+  static bool applies(const KernelSpec &spec, const TensorSlot &input,
+                      const TensorSlot &weight, const TensorSlot &output) {
+    if (input.shape.size() != 4 || weight.shape.size() != 4 ||
+        output.shape.size() != 4 || input.shape[1] > kMaxChannels ||
+        static_cast<int64_t>(spec.number("group")) != 1 ||
+        input.dtype != DType::F32)
+      return false;
+    Window2d win = window2d(spec);
+    if (win.sh != 1 || win.sw != 1 || win.dh != 1 || win.dw != 1 ||
+        win.ph < 0 || win.pw < 0)
+      return false;
+    // The padding after the maps: what the output's size leaves.
+    int64_t hp = output.shape[2] + weight.shape[2] - 1;
+    int64_t wp = output.shape[3] + weight.shape[3] - 1;
+    return hp >= win.ph + input.shape[2] && wp >= win.pw + input.shape[3];
+  }
+
+  NarrowConvShape(const KernelSpec &spec, const TensorSlot &input,
+                  const TensorSlot &weight, const TensorSlot &output)
+      : n(input.shape[0]), cin(input.shape[1]), h(input.shape[2]),
+        w(input.shape[3]), cout(weight.shape[0]), oh(output.shape[2]),
+        ow(output.shape[3]), hp(oh + weight.shape[2] - 1),
+        wp(ow + weight.shape[3] - 1) {
+    Window2d win = window2d(spec);
+    top = win.ph;
+    left = win.pw;
+    for (int64_t c = 0; c < cin; ++c)
+      for (int64_t i = 0; i < weight.shape[2]; ++i)
+        for (int64_t j = 0; j < weight.shape[3]; ++j)
+          offsets.push_back((c * hp + i) * wp + j);
+    // A pass reads up to kNarrowConvLanes plus the kernel's width past the
+    // planes (NarrowConvPlanes.h).
+    paddedFloats = cin * hp * wp + kNarrowConvLanes + weight.shape[3];
+  }
+
+  /// Image `b` of x ([N, cin, h, w]) in `padded` (paddedFloats floats): its
+  /// planes at (top, left) of zeroed [cin, hp, wp] planes.
+  void pad(const float *x, int64_t b, float *padded) const {
+    std::fill_n(padded, paddedFloats, 0.0f);
+    for (int64_t c = 0; c < cin; ++c)
+      for (int64_t y = 0; y < h; ++y)
+        std::copy_n(x + ((b * cin + c) * h + y) * w, w,
+                    padded + (c * hp + y + top) * wp + left);
+  }
+
+  int64_t taps() const { return static_cast<int64_t>(offsets.size()); }
+
+  int64_t n, cin, h, w, cout, oh, ow, hp, wp, top = 0, left = 0;
+  /// Where tap (c, i, j) of the weights reads the padded planes, in the
+  /// weights' order.
+  std::vector<int64_t> offsets;
+  int64_t paddedFloats = 0;
+};
+
+class NarrowConvKernel : public Kernel {
+public:
+  NarrowConvKernel(const KernelSpec &spec, const KernelMemory &mem)
+      : shape(spec, spec.operand("input"), spec.operand("weight"),
+              spec.result("output")) {
+    input = reinterpret_cast<const float *>(mem.address(spec.operand("input")));
+    weights =
+        reinterpret_cast<const float *>(mem.address(spec.operand("weight")));
+    if (const TensorSlot *b = spec.optionalOperand("bias"))
+      bias = reinterpret_cast<const float *>(mem.address(*b));
+    output = reinterpret_cast<float *>(mem.address(spec.result("output")));
+    int64_t channels = roundUp(shape.cout, kNarrowConvChannels);
+    blockWeights.assign(static_cast<size_t>(channels * shape.taps()), 0.0f);
+    blockBias.assign(static_cast<size_t>(channels), 0.0f);
+  }
+
+  void run() override {
+    const NarrowConvShape &s = shape;
+    constexpr int64_t k = kNarrowConvChannels;
+    int64_t taps = s.taps(), plane = s.oh * s.ow;
+    // The weights and biases of whole blocks of k channels (zeros past
+    // the last channel).
+    std::copy_n(weights, s.cout * taps, blockWeights.begin());
+    if (bias)
+      std::copy_n(bias, s.cout, blockBias.begin());
+    // Images over the cores; each output once, its taps in order.
+    parallelChunks(s.n, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<float> padded(static_cast<size_t>(s.paddedFloats));
+      for (int64_t b = lo; b < hi; ++b) {
+        s.pad(input, b, padded.data());
+        for (int64_t o = 0; o < s.cout; o += k)
+          narrowConvPlanes(padded.data(), s.wp, s.offsets.data(),
+                           blockWeights.data() + o * taps, taps,
+                           blockBias.data() + o, std::min(k, s.cout - o),
+                           output + (b * s.cout + o) * plane, plane, s.oh,
+                           s.ow);
+      }
+    });
+  }
+
+private:
+  NarrowConvShape shape;
+  const float *input = nullptr, *weights = nullptr, *bias = nullptr;
+  float *output = nullptr;
+  std::vector<float> blockWeights, blockBias;
+};
+
+/// The weights' gradient of a NarrowConvShape convolution: for each output
+/// channel and tap, the sum over the images of the output gradient's plane
+/// (at the padded width, zeros past its rows) dotted with the padded input
+/// shifted by the tap. Output channels over the cores, each summed by one
+/// thread over the images in order: the result does not depend on the
+/// thread count.
+class NarrowConvGradWeightKernel : public Kernel {
+public:
+  NarrowConvGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem)
+      : shape(spec, spec.operand("input"), spec.result("grad_weight"),
+              spec.operand("grad_output")) {
+    input = reinterpret_cast<const float *>(mem.address(spec.operand("input")));
+    gradOutput = reinterpret_cast<const float *>(
+        mem.address(spec.operand("grad_output")));
+    gradWeight =
+        reinterpret_cast<float *>(mem.address(spec.result("grad_weight")));
+  }
+
+  void run() override {
+    const NarrowConvShape &s = shape;
+    constexpr int64_t k = kNarrowConvChannels;
+    int64_t taps = s.taps();
+    int64_t count = roundUp(s.oh * s.wp, kNarrowConvLanes);
+    parallelChunks(s.cout, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<float> padded(static_cast<size_t>(s.paddedFloats));
+      // k channels' planes at the padded width (zeros past each row, and
+      // for the channels past the last).
+      std::vector<float> rows(static_cast<size_t>(k * count), 0.0f);
+      std::vector<double> sums(static_cast<size_t>(roundUp(hi - lo, k) * taps),
+                               0.0);
+      for (int64_t b = 0; b < s.n; ++b) {
+        s.pad(input, b, padded.data());
+        for (int64_t o = lo; o < hi; o += k) {
+          for (int64_t c = 0; c < k; ++c) {
+            float *row = rows.data() + c * count;
+            if (o + c >= hi) {
+              std::fill_n(row, count, 0.0f);
+              continue;
+            }
+            const float *plane =
+                gradOutput + (b * s.cout + o + c) * s.oh * s.ow;
+            for (int64_t y = 0; y < s.oh; ++y)
+              std::copy_n(plane + y * s.ow, s.ow, row + y * s.wp);
+          }
+          narrowConvTapSums(rows.data(), count, padded.data(), s.offsets.data(),
+                            taps, sums.data() + (o - lo) * taps);
+        }
+      }
+      for (int64_t i = 0; i < (hi - lo) * taps; ++i)
+        gradWeight[lo * taps + i] = static_cast<float>(sums[i]);
+    });
+  }
+
+private:
+  NarrowConvShape shape;
+  const float *input = nullptr, *gradOutput = nullptr;
+  float *gradWeight = nullptr;
+};
+
 std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
                                    const KernelMemory &mem, OneDnn &dnn) {
   const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
   const TensorSlot *b = spec.optionalOperand("bias");
   checkConv(spec, x, w, spec.result("output"));
+  if (NarrowConvShape::applies(spec, x, w, spec.result("output")))
+    return std::make_unique<NarrowConvKernel>(spec, mem);
   if (PixelOutputConvKernel::applies(spec, x, spec.result("output")))
     return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/false);
@@ -664,6 +845,8 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/true);
   const TensorSlot &weight = wrtInput ? other : result;
+  if (!wrtInput && NarrowConvShape::applies(spec, data, weight, gradOut))
+    return std::make_unique<NarrowConvGradWeightKernel>(spec, mem);
   // The weights' gradient on maps smaller than the kernel: the patches'
   // product, whatever oneDNN's kernel (so none is built): its AVX-512 direct
   // kernel computes every tap over the padding (ResNet-18 on 32x32 images,
