@@ -134,8 +134,6 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.stashCacheBytes = profiles[s].stashCache();
     facts.cachedCopyBandwidth = profiles[s].linkBandwidth;
     facts.copyMemoryBandwidth = profiles[s].copyBandwidth();
-    facts.lastLevelBytes = profiles[s].lastLevelShareBytes;
-    facts.lastLevelBandwidth = profiles[s].lastLevelBandwidth;
     facts.footprint = slice.memory;
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);

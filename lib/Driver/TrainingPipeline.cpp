@@ -237,10 +237,6 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.stashCacheBytes = cache.getValueAsDouble();
     if (auto copy = op->getAttrOfType<FloatAttr>("gpipe.copy_memory_bandwidth"))
       facts.copyMemoryBandwidth = copy.getValueAsDouble();
-    if (auto level = op->getAttrOfType<FloatAttr>("gpipe.last_level_bytes"))
-      facts.lastLevelBytes = level.getValueAsDouble();
-    if (auto rate = op->getAttrOfType<FloatAttr>("gpipe.last_level_bandwidth"))
-      facts.lastLevelBandwidth = rate.getValueAsDouble();
     if (auto peak = op->getAttrOfType<IntegerAttr>("gpipe.predicted_memory"))
       facts.footprint = static_cast<double>(peak.getInt());
     if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_time"))

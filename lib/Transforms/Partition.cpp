@@ -427,13 +427,6 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
                      b.getF64FloatAttr(profiles[s].copyBandwidth()));
       stage->setAttr("gpipe.cached_copy_bandwidth",
                      b.getF64FloatAttr(profiles[s].linkBandwidth));
-      if (profiles[s].lastLevelShareBytes > 0 &&
-          profiles[s].lastLevelBandwidth > 0) {
-        stage->setAttr("gpipe.last_level_bytes",
-                       b.getF64FloatAttr(profiles[s].lastLevelShareBytes));
-        stage->setAttr("gpipe.last_level_bandwidth",
-                       b.getF64FloatAttr(profiles[s].lastLevelBandwidth));
-      }
       if (std::optional<double> sum =
               partitioner.gradientSumPass(s, begin, end))
         stage->setAttr("gpipe.gradient_sum_time", b.getF64FloatAttr(*sum));
