@@ -28,6 +28,8 @@ public:
   void start(std::function<void()> job);
   /// Waits for the job; rethrows what it threw.
   void wait();
+  /// The cores the worker's threads are pinned to (empty: unpinned).
+  const std::vector<int> &pinnedCores() const { return cores; }
 
 private:
   void loop();

@@ -24,6 +24,8 @@
 #include <random>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <set>
 #include <sstream>
 #include <unistd.h>
@@ -795,6 +797,33 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
 
 namespace {
 
+/// Pins the calling thread to `cores` while it lives (none: left as it
+/// is), then gives it back the cores it had: the training loop waits for
+/// each step on the first stage's cores (TrainingSession::driverCores).
+class PinnedCaller {
+public:
+  explicit PinnedCaller(const std::vector<int> &cores) {
+    if (cores.empty() ||
+        pthread_getaffinity_np(pthread_self(), sizeof(before), &before) != 0)
+      return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cores)
+      CPU_SET(c, &set);
+    pinned = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+  }
+  ~PinnedCaller() {
+    if (pinned)
+      pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
+  }
+  PinnedCaller(const PinnedCaller &) = delete;
+  PinnedCaller &operator=(const PinnedCaller &) = delete;
+
+private:
+  cpu_set_t before;
+  bool pinned = false;
+};
+
 /// A data set in memory: each pass over it in an order drawn from the seed
 /// and the pass (resumed runs see the same order), or in the data's order;
 /// with data parallelism each step takes a global batch of D x the
@@ -960,6 +989,10 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
     if (!finished)
       progress.emplace(out, display);
     double seconds = 0;
+    // The steps' hand-offs on one core (TrainingSession::driverCores); the
+    // loop's own work between steps runs while every stage waits.
+    std::optional<PinnedCaller> pinned;
+    pinned.emplace(session.driverCores());
     for (int64_t step = firstStep; step < steps; ++step) {
       session.setLearningRate(
           lrOverride ? *lrOverride
@@ -1047,6 +1080,7 @@ TrainingResult runTrainer(TrainingSession &session, const TrainerOptions &o,
         }
       }
     }
+    pinned.reset();
     if (progress)
       progress->finish();
     // The next run (a Python caller's next train()) starts from this

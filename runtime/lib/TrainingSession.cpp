@@ -40,6 +40,13 @@ struct TrainingSession::Stage {
 
 TrainingSession::~TrainingSession() = default;
 
+std::vector<int> TrainingSession::driverCores() const {
+  for (const std::unique_ptr<Stage> &stage : stages)
+    if (stage && stage->worker && !stage->worker->pinnedCores().empty())
+      return stage->worker->pinnedCores();
+  return {};
+}
+
 TrainingSession::TrainingSession(const std::string &bundlePath)
     : TrainingSession(bundlePath, nullptr) {}
 

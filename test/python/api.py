@@ -5,6 +5,7 @@
   (torch.onnx.export as docs/export-from-pytorch.md says, gpipe-opt with
   the same flags, gpipe-run --train on an .npz) to the last bit: a CNN
   with BatchNorm and Dropout in a two-stage pipeline, AdamW, M = 4;
+- .train leaves the calling thread on the cores it had;
 - .train on a torch DataLoader (shuffle off) takes the steps gpipe-run
   --no-shuffle takes, to the last bit;
 - .infer of the trained bundle equals the PyTorch module loaded with
@@ -95,8 +96,14 @@ check("the bundle says what it is",
 check("input named after forward's parameter",
       bundle.input_names == ["input"], str(bundle.input_names))
 out = io.StringIO()
+# Training waits for its steps on the first stage's core and gives the
+# caller's thread its cores back afterwards.
+affinity = os.sched_getaffinity(0)
 with contextlib.redirect_stdout(out):
     losses = bundle.train((x, y), steps=20, seed=3)
+check("the caller's cores restored after train",
+      os.sched_getaffinity(0) == affinity,
+      "%s, then %s" % (sorted(affinity), sorted(os.sched_getaffinity(0))))
 check("train prints progress", "step 20/20 (100%)" in out.getvalue(),
       out.getvalue()[-500:])
 check("20 steps equal to the command line, bit for bit", losses == cli,
