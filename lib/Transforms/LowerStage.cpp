@@ -69,11 +69,12 @@ struct Location_ {
 /// `shape` (p <= q, the axes between kept) whose trailing run of E =
 /// shape[q] x ... elements is at least kMinRun: the input as [A, K, E] (A
 /// the leading axes' product, K the kept ones'). A convolution's bias
-/// gradient (axes 0, 2, 3 of NCHW) and sums over a row's last axes are
-/// such. The linalg form keeps its accumulator in memory (out[k] += x, one
-/// dependent add an element: 0.12 ms for the bias gradient of 8 channels of
-/// 32 x 28 x 28, one core); a run summed in a register with reassociation
-/// allowed is vectorized by LLVM, the order fixed by the bundle's code.
+/// gradient (axes 0, 2, 3 of NCHW), sums over a row's last axes and over
+/// every axis are such. The linalg form keeps its accumulator in memory (out[k]
+/// += x, one dependent add an element: 0.12 ms for the bias gradient of 8
+/// channels of 32 x 28 x 28, one core); a run summed in a register with
+/// reassociation allowed is vectorized by LLVM, the order fixed by the bundle's
+/// code.
 std::optional<std::array<int64_t, 3>>
 trailingReductionRuns(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes) {
   constexpr int64_t kMinRun = 16;
@@ -81,6 +82,9 @@ trailingReductionRuns(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes) {
   int64_t p = 0, q = rank;
   while (p < rank && llvm::is_contained(axes, p))
     ++p;
+  // Every axis: one run of all the elements (a loss's mean).
+  if (p == rank)
+    p = q = 0;
   while (q > p && llvm::is_contained(axes, q - 1))
     --q;
   if (q == rank || static_cast<int64_t>(axes.size()) != p + rank - q)

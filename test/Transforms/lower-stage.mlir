@@ -148,9 +148,17 @@ func.func @forward(%x: tensor<2x3x4xf32> {gpipe.name = "x"}, %y: tensor<2x1x4xf3
 // CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "parallel", "parallel"]
 // CHECK: linalg.fill
 // CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "parallel", "reduction", "reduction"]
-func.func @forward(%x: tensor<2x3x4x5xf32> {gpipe.name = "x"}, %s: tensor<2x3x2x2xf32> {gpipe.name = "s"}) -> (tensor<3xf32> {gpipe.name = "bias"}, tensor<3x4x5xf32> {gpipe.name = "lead"}, tensor<3xf32> {gpipe.name = "short"}) {
+// A mean over every axis (kept as 1s): one run of all 120 elements, then
+// the scale.
+// CHECK: linalg.fill
+// CHECK: memref.view {{.*}} to memref<1x1x120xf32>
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: fastmath<reassoc>
+// CHECK: arith.mulf
+func.func @forward(%x: tensor<2x3x4x5xf32> {gpipe.name = "x"}, %s: tensor<2x3x2x2xf32> {gpipe.name = "s"}) -> (tensor<3xf32> {gpipe.name = "bias"}, tensor<3x4x5xf32> {gpipe.name = "lead"}, tensor<3xf32> {gpipe.name = "short"}, tensor<1x1x1x1xf32> {gpipe.name = "mean"}) {
   %0 = nn.reduce_sum %x {axes = array<i64: 0, 2, 3>, keepdims = false} : (tensor<2x3x4x5xf32>) -> tensor<3xf32>
   %1 = nn.reduce_sum %x {axes = array<i64: 0>, keepdims = false} : (tensor<2x3x4x5xf32>) -> tensor<3x4x5xf32>
   %2 = nn.reduce_sum %s {axes = array<i64: 0, 2, 3>, keepdims = false} : (tensor<2x3x2x2xf32>) -> tensor<3xf32>
-  return %0, %1, %2 : tensor<3xf32>, tensor<3x4x5xf32>, tensor<3xf32>
+  %3 = nn.reduce_mean %x {axes = array<i64: 0, 1, 2, 3>, keepdims = true} : (tensor<2x3x4x5xf32>) -> tensor<1x1x1x1xf32>
+  return %0, %1, %2, %3 : tensor<3xf32>, tensor<3x4x5xf32>, tensor<3xf32>, tensor<1x1x1x1xf32>
 }
