@@ -272,9 +272,13 @@ double gpipe::DeviceProfile::beyondLastLevelSeconds(double bytes,
 
 double gpipe::passBandwidth(double workingSet, double cacheBytes,
                             double cachedBandwidth, double memoryBandwidth) {
-  if (cacheBytes > 0 && workingSet <= cacheBytes)
-    return std::max(cachedBandwidth, memoryBandwidth);
-  return memoryBandwidth;
+  double cached = std::max(cachedBandwidth, memoryBandwidth);
+  if (cacheBytes <= 0)
+    return memoryBandwidth;
+  if (workingSet <= cacheBytes)
+    return cached;
+  double hot = cacheBytes / workingSet;
+  return 1.0 / (hot / cached + (1 - hot) / memoryBandwidth);
 }
 
 double gpipe::allReduceTime(double bytes, int64_t replicas,

@@ -17,7 +17,6 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
-#include <algorithm>
 #include <optional>
 
 namespace gpipe {
@@ -51,26 +50,12 @@ struct StageFacts {
   /// caches (copyBandwidth; 0: not measured): the runtime's passes (a
   /// micro-batch's stash and message copies, the gradients' sum over the
   /// micro-batches) run at passBandwidth of what they touch.
-  /// A pass over more than that cache takes the bytes that fit in it at
-  /// the cached rate and the rest at the rate beyond (the share of the
-  /// working set the cache holds stays there): no cliff where a stage's
-  /// footprint crosses the cache's size. A two-stage GPT on two ranks,
-  /// each stage's plan 2.3 MB over a level 2 of 2 MiB, had its 0.6 MB of
-  /// copies a micro-batch priced at the memory's 13 GB/s (measured: 31),
-  /// and the plan search, whose estimate of the footprint fell under the
-  /// cache, predicted 2.29 ms where the compiled plan said 2.65 (1.87
-  /// measured).
   double memoryBandwidth = 1, cacheBytes = 0, cachedCopyBandwidth = 0;
   double stashCacheBytes = 0, copyMemoryBandwidth = 0;
   double passBandwidth(double workingSet, double cache) const {
-    double beyond =
-        copyMemoryBandwidth > 0 ? copyMemoryBandwidth : memoryBandwidth;
-    double cached = std::max(cachedCopyBandwidth, beyond);
-    if (cache <= 0 || workingSet <= cache)
-      return gpipe::passBandwidth(workingSet, cache, cachedCopyBandwidth,
-                                  beyond);
-    double hot = cache / workingSet;
-    return 1.0 / (hot / cached + (1 - hot) / beyond);
+    return gpipe::passBandwidth(workingSet, cache, cachedCopyBandwidth,
+                                copyMemoryBandwidth > 0 ? copyMemoryBandwidth
+                                                        : memoryBandwidth);
   }
   /// The optimizer step's seconds as calibrated (kernel family
   /// "optimizer", timed for SGD: a pass over parameters and gradients),

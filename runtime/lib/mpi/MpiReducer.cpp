@@ -3,6 +3,7 @@
 #include "MpiError.h"
 
 #include "Clock.h"
+#include "SpinWait.h"
 #include "Transport.h"
 
 #include <climits>
@@ -86,13 +87,8 @@ void MpiReducer::waitAll() {
           " did not complete in " +
           std::to_string(static_cast<int>(timeoutSeconds)) +
           " s (a replica stopped or hangs; GPIPE_MPI_TIMEOUT sets the limit)");
-    // Each test advances the collective's rounds (MPI has no progress
-    // thread here): spin, yielding, for the first second, then sleep
-    // between tests.
-    if (steadySeconds() - begin < 1.0)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Each test advances the collective's rounds.
+    pauseBetweenTests(begin, steadySeconds());
   }
 }
 

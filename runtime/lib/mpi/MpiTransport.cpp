@@ -3,6 +3,7 @@
 #include "MpiError.h"
 
 #include "Clock.h"
+#include "SpinWait.h"
 
 #include <climits>
 #include <thread>
@@ -157,17 +158,7 @@ Transport::Message MpiTransport::wait(const MessageKey &key) {
           std::to_string(static_cast<int>(timeoutSeconds)) + " s (rank " +
           std::to_string(peer) +
           " stopped or hangs; GPIPE_MPI_TIMEOUT sets the limit)");
-    // Spin, yielding, for the first second (as the reducer does), then
-    // sleep between tests. The stage's core has nothing else to run while
-    // it waits, and a message under 1F1B comes a micro-batch's work later:
-    // after 1000 yields (well under a millisecond) the wait slept in
-    // steps of 50 us, and each message arrived up to a sleep late (the
-    // demo CNN on two ranks at 32 micro-batches: 8.0 ms of a 19.0 ms step
-    // in message waits, predicted 12.6).
-    if (steadySeconds() - start < 1.0)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    pauseBetweenTests(start, steadySeconds());
   }
 }
 

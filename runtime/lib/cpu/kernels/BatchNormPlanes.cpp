@@ -1,17 +1,12 @@
 #include "BatchNormPlanes.h"
 
+#include "VectorClones.h"
+
 #include <algorithm>
 
-// One clone of each loop per instruction set, picked by the dynamic loader
-// for the CPU at hand (GCC's function multi-versioning); `omp simd` lets
-// the float sums of a block be reassociated into vector lanes (the order
-// is fixed for a given CPU, so a result does not depend on threads).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GPIPE_VECTOR_CLONES                                                    \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPIPE_VECTOR_CLONES
-#endif
+// `omp simd` lets the float sums of a block be reassociated into vector
+// lanes (the order is fixed for a given CPU, so a result does not depend
+// on threads).
 
 namespace gpipe::runtime::cpu {
 

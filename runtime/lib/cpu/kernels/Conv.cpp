@@ -434,12 +434,11 @@ public:
   NarrowConvKernel(const KernelSpec &spec, const KernelMemory &mem)
       : shape(spec, spec.operand("input"), spec.operand("weight"),
               spec.result("output")) {
-    input = reinterpret_cast<const float *>(mem.address(spec.operand("input")));
-    weights =
-        reinterpret_cast<const float *>(mem.address(spec.operand("weight")));
+    input = floats(mem, spec.operand("input"));
+    weights = floats(mem, spec.operand("weight"));
     if (const TensorSlot *b = spec.optionalOperand("bias"))
-      bias = reinterpret_cast<const float *>(mem.address(*b));
-    output = reinterpret_cast<float *>(mem.address(spec.result("output")));
+      bias = floats(mem, *b);
+    output = floats(mem, spec.result("output"));
     int64_t channels = roundUp(shape.cout, kNarrowConvChannels);
     blockWeights.assign(static_cast<size_t>(channels * shape.taps()), 0.0f);
     blockBias.assign(static_cast<size_t>(channels), 0.0f);
@@ -487,11 +486,9 @@ public:
   NarrowConvGradWeightKernel(const KernelSpec &spec, const KernelMemory &mem)
       : shape(spec, spec.operand("input"), spec.result("grad_weight"),
               spec.operand("grad_output")) {
-    input = reinterpret_cast<const float *>(mem.address(spec.operand("input")));
-    gradOutput = reinterpret_cast<const float *>(
-        mem.address(spec.operand("grad_output")));
-    gradWeight =
-        reinterpret_cast<float *>(mem.address(spec.result("grad_weight")));
+    input = floats(mem, spec.operand("input"));
+    gradOutput = floats(mem, spec.operand("grad_output"));
+    gradWeight = floats(mem, spec.result("grad_weight"));
   }
 
   void run() override {

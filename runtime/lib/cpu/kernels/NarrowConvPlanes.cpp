@@ -1,16 +1,9 @@
 #include "NarrowConvPlanes.h"
 
+#include "VectorClones.h"
+
 #include <algorithm>
 #include <cstring>
-
-// As BatchNormPlanes.cpp: one clone of each loop per instruction set,
-// picked by the dynamic loader.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GPIPE_VECTOR_CLONES                                                    \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPIPE_VECTOR_CLONES
-#endif
 
 namespace gpipe::runtime::cpu {
 

@@ -229,10 +229,6 @@ bool ownBatchNorm(const TensorSlot &x) {
   return x.dtype == DType::F32 && x.shape.size() >= 2 && x.numElements() > 0;
 }
 
-float *floats(const KernelMemory &mem, const TensorSlot &slot) {
-  return reinterpret_cast<float *>(mem.address(slot));
-}
-
 /// Checks that `slot` holds one value per channel of `x`.
 void checkPerChannel(const KernelSpec &spec, const TensorSlot &x,
                      const TensorSlot &slot) {

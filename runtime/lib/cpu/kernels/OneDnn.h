@@ -171,6 +171,11 @@ struct Window2d {
 };
 Window2d window2d(const KernelSpec &spec);
 
+/// The floats of `slot` in the kernel's memory.
+inline float *floats(const KernelMemory &mem, const TensorSlot &slot) {
+  return reinterpret_cast<float *>(mem.address(slot));
+}
+
 /// A primitive with its arguments, run as is, then an optional epilogue on
 /// the host.
 class PrimitiveKernel : public Kernel {
