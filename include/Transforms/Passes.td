@@ -7,9 +7,12 @@ include "mlir/Pass/PassBase.td"
 def AnnotateCost : Pass<"gpipe-annotate-cost"> {
   let summary = "Attach each nn op's FLOPs and bytes moved as attributes";
   let description = [{
-    Queries CostOpInterface on every op and sets `gpipe.flops` and
-    `gpipe.bytes` (i64). The cost model and the partitioner read the same
-    numbers; this pass makes them visible and testable.
+    Queries CostOpInterface on every op and sets `gpipe.flops`,
+    `gpipe.bytes` and `gpipe.backward_bytes` (i64) and the kernel families
+    of its forward and gradient, `gpipe.kernel_family` and
+    `gpipe.kernel_family_backward` (strings). The cost model and the
+    partitioner read the same numbers; this pass makes them visible and
+    testable.
   }];
 }
 

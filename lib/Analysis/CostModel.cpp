@@ -126,7 +126,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 
 /// The family whose fit prices `family` in a profile calibrated before it
 /// had its own (the loss is a softmax and a pass over it; 2-D max pooling
-/// was oneDNN's pooling; a narrow convolution a convolution); empty for
+/// was oneDNN's pooling; a narrow, small-map or shallow convolution a
+/// convolution); empty for
 /// none.
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
   return llvm::StringSwitch<llvm::StringRef>(family)
@@ -138,6 +139,7 @@ static llvm::StringRef nearestFamily(llvm::StringRef family) {
       .Case("max_pool", "pooling")
       .Case("narrow_conv", "conv")
       .Case("small_map_conv", "conv")
+      .Case("shallow_conv", "conv")
       .Default("");
 }
 

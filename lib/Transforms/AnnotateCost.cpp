@@ -20,6 +20,9 @@ struct AnnotateCostPass
       op->setAttr("gpipe.bytes", b.getI64IntegerAttr(op.getBytesMoved()));
       op->setAttr("gpipe.backward_bytes",
                   b.getI64IntegerAttr(op.getBackwardBytesMoved()));
+      op->setAttr("gpipe.kernel_family", b.getStringAttr(op.getKernelFamily()));
+      op->setAttr("gpipe.kernel_family_backward",
+                  b.getStringAttr(op.getBackwardKernelFamily()));
     });
   }
 };

@@ -139,8 +139,10 @@ private:
 
 /// [B, I, H, H] (I = 1 or 3 channels: the first convolution a narrow one,
 /// as an image model's): two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
-/// dropout, max pooling, one of 2C, a depthwise one of 2C, a pointwise
-/// (1x1) one, a strided depthwise one and a 3x3 one on what it leaves
+/// dropout, max pooling, three of 8 channels in or out (C -> 8 -> 8 -> C),
+/// one of 2C, a depthwise one of 2C, a pointwise
+/// (1x1) one, an average pooling, a strided depthwise one and a 3x3 one on
+/// what it leaves
 /// (MobileNet's and ResNet's shapes; on the smallest maps smaller than
 /// the kernel),
 /// global average pooling and a classifier.
@@ -177,9 +179,22 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
   GraphBuilder::attr(pool, "kernel_shape", {2, 2});
   GraphBuilder::attr(pool, "strides", {2, 2});
   x = "pool";
+  // Down to 8 channels and back (the family "shallow_conv": fewer than 16
+  // channels in or out, a small CNN's).
+  block("s", c, 8);
+  block("t", 8, 8);
+  block("u", 8, c);
   block("c", c, 2 * c);
   block("d", 2 * c, 2 * c, 2 * c);
   block("e", 2 * c, 2 * c, 1, /*kernel=*/1);
+  // An average pooling (the family "pooling", forward and backward, which
+  // the global one's gradient, a generated loop, does not time): 2x2
+  // windows as nn.AvgPool2d(2)'s, at stride 1 and padded after, so that
+  // the maps keep their size for the blocks after it.
+  onnx::NodeProto *average = g.node("AveragePool", "average", {x});
+  GraphBuilder::attr(average, "kernel_shape", {2, 2});
+  GraphBuilder::attr(average, "pads", {0, 0, 1, 1});
+  x = "average";
   block("f", 2 * c, 2 * c, 2 * c, 3, /*stride=*/2);
   // A 3x3 on the maps the strided one left: on the smallest images' 1x1
   // and 2x2 maps the kernel of maps smaller than their kernel.

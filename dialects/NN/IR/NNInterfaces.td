@@ -46,7 +46,8 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
                  speed (gpipe-opt --calibrate) the cost model applies to
                  it: "matmul", "narrow_matmul" (fewer than 16 result
                  columns), "batched_matmul", "attention", "conv",
-                 "depthwise_conv", "narrow_conv" and "small_map_conv"
+                 "depthwise_conv", "narrow_conv", "small_map_conv" and
+                 "shallow_conv"
                  (timed by their FLOPs and bytes), "gelu",
                  "batch_norm", "layer_norm", "softmax", "cross_entropy",
                  "max_pool" (2-D), "pooling" (the other poolings), "copy"
@@ -55,6 +56,14 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",
       /*defaultImplementation=*/[{ return "elementwise"; }]>,
+    InterfaceMethod<
+      /*desc=*/[{The family that runs the op's gradient (the ops its VJP
+                 rule builds): the forward's unless the rule builds other
+                 ops (a global average pool's gradient is a broadcast, a
+                 generated loop, where its forward is a library kernel).}],
+      /*retTy=*/"::llvm::StringRef", /*methodName=*/"getBackwardKernelFamily",
+      /*args=*/(ins), /*methodBody=*/"",
+      /*defaultImplementation=*/[{ return $_op.getKernelFamily(); }]>,
   ];
 }
 

@@ -41,6 +41,13 @@ LogicalResult DropoutOp::verify() {
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
+OpFoldResult PadOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType() &&
+      llvm::all_of(getPads(), [](int64_t p) { return p == 0; }))
+    return getInput();
+  return {};
+}
+
 namespace {
 RankedTensorType rankedType(Value v) {
   return llvm::cast<RankedTensorType>(v.getType());

@@ -420,7 +420,9 @@ def NN_AvgPoolOp : NN_ForwardOp<"avg_pool",
 }
 
 def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBackwardKernelFamily",
+     "getBackwardBytesMoved"]> {
   let summary = "Mean over all spatial axes, kept as size 1";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$output);
@@ -431,7 +433,8 @@ def NN_GlobalAvgPoolOp : NN_ForwardOp<"global_avg_pool",
 //===----------------------------------------------------------------------===//
 
 def NN_PadOp : NN_ForwardOp<"pad",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>],
+    ["getFlops", "getKernelFamily", "getBackwardBytesMoved"]> {
   let summary = "Pad (or crop, with negative pads) every axis";
   let description = [{
     `pads` holds the begin amounts of every axis, then the end amounts.
@@ -441,6 +444,9 @@ def NN_PadOp : NN_ForwardOp<"pad",
                    DefaultValuedStrAttr<StrAttr, "constant">:$mode,
                    DefaultValuedAttr<F64Attr, "0.0">:$value);
   let results = (outs NN_Tensor:$output);
+  // No pads: the input itself (torch.onnx writes one before an AvgPool2d
+  // whose padding is 0).
+  let hasFolder = 1;
 }
 
 def NN_ReshapeOp : NN_ForwardOp<"reshape",

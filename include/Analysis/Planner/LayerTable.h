@@ -88,8 +88,9 @@ struct LayerTable {
   /// over those of its innermost dimensions: the two of a feature map, the
   /// last of a matrix or a sequence; kernelFeatures).
   llvm::SmallVector<double> planes;
-  /// Per layer: its kernel family (CostOpInterface::getKernelFamily).
-  llvm::SmallVector<std::string> family;
+  /// Per layer: its kernel family and its gradient's
+  /// (CostOpInterface::getKernelFamily, getBackwardKernelFamily).
+  llvm::SmallVector<std::string> family, backwardFamily;
   /// Measured seconds at `rows` (--cost-table), where the table has them.
   llvm::SmallVector<std::optional<OpCost>> measured;
   /// A value the backward reads from the forward (without recompute, a

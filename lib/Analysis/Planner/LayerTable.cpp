@@ -54,6 +54,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.crossBytes.assign(n + 1, 0);
   t.measured.assign(n, std::nullopt);
   t.family.assign(n, "");
+  t.backwardFamily.assign(n, "");
   t.backwardShare.assign(n, 1);
   t.inputGradient.assign(n, true);
   // The trainable parameters' names, looked up once.
@@ -97,6 +98,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       t.backwardBytesMoved[i] =
           static_cast<double>(cost.getBackwardBytesMoved());
       t.family[i] = cost.getKernelFamily().str();
+      t.backwardFamily[i] = cost.getBackwardKernelFamily().str();
     }
     if (op->getNumResults() > 0)
       if (auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
@@ -204,7 +206,7 @@ bool gpipe::timedByFlops(llvm::StringRef family) {
          family == "narrow_matmul" || family == "attention" ||
          family == "attention_dropout" || family == "conv" ||
          family == "depthwise_conv" || family == "narrow_conv" ||
-         family == "small_map_conv";
+         family == "small_map_conv" || family == "shallow_conv";
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
@@ -214,12 +216,14 @@ bool gpipe::isGeneratedLoop(llvm::StringRef family) {
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
   return family == "conv" || family == "depthwise_conv" ||
          family == "narrow_conv" || family == "small_map_conv" ||
-         family == "batch_norm" || family == "pooling" || family == "max_pool";
+         family == "shallow_conv" || family == "batch_norm" ||
+         family == "pooling" || family == "max_pool";
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
   return family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv" || family == "small_map_conv";
+         family == "narrow_conv" || family == "small_map_conv" ||
+         family == "shallow_conv";
 }
 
 double LayerTable::conversionSeconds(int64_t i, const DeviceProfile &profile,
@@ -329,11 +333,11 @@ double LayerTable::fullBackwardSeconds(int64_t i, const DeviceProfile &profile,
                                        int64_t r) const {
   if (measured[i] || family[i].empty())
     return 2 * forwardSeconds(i, profile, r);
-  if (isGeneratedLoop(family[i]))
-    return loopSeconds(family[i], backwardBytes(i, r), /*backward=*/true,
-                       profile);
+  const std::string &f = backwardFamily[i];
+  if (isGeneratedLoop(f))
+    return loopSeconds(f, backwardBytes(i, r), /*backward=*/true, profile);
   if (std::optional<double> fitted = profile.kernelSeconds(
-          family[i], work(i, r), bytes(i, r),
+          f, work(i, r), bytes(i, r),
           /*backward=*/true, constantBytes[i], planesAt(i, r)))
     return *fitted;
   // The gradients of the inputs and of the weights: two forwards.

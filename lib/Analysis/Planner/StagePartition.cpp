@@ -46,9 +46,11 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
     // backward, their gradients they write).
     double fwd = 0, bwd = 0;
     if (!table.family[i].empty() && !table.measured[i]) {
-      bool byFlops = timedByFlops(table.family[i]);
-      fwd = byFlops ? table.constantBytes[i] : table.bytes(i, rows);
-      bwd = byFlops ? 2 * table.constantBytes[i] : table.backwardBytes(i, rows);
+      fwd = timedByFlops(table.family[i]) ? table.constantBytes[i]
+                                          : table.bytes(i, rows);
+      bwd = timedByFlops(table.backwardFamily[i])
+                ? 2 * table.constantBytes[i]
+                : table.backwardBytes(i, rows);
     }
     forwardBytes[i + 1] = forwardBytes[i] + fwd;
     backwardBytes[i + 1] = backwardBytes[i] + bwd;

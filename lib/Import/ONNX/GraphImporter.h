@@ -182,7 +182,9 @@ public:
     }
     return createWithTypes(OpTy::getOperationName(), operands, types, attrs);
   }
-  /// Same with single result.
+  /// Same with single result; an op that folds to a value it was given (a
+  /// pad of nothing) is not created: that value stands for it, as with
+  /// OpBuilder::createOrFold.
   template <typename OpTy>
   mlir::FailureOr<mlir::Value>
   createValue(mlir::ValueRange operands,
@@ -190,6 +192,12 @@ public:
     auto op = create<OpTy>(operands, attrs);
     if (mlir::failed(op))
       return mlir::failure();
+    llvm::SmallVector<mlir::OpFoldResult, 1> folded;
+    if (mlir::succeeded((*op)->fold(folded)) && folded.size() == 1)
+      if (auto value = llvm::dyn_cast<mlir::Value>(folded.front())) {
+        (*op)->erase();
+        return value;
+      }
     return (*op)->getResult(0);
   }
   mlir::FailureOr<mlir::Operation *>
