@@ -70,6 +70,11 @@ struct CompileOptions {
   int64_t memoryPerDevice = 0;
   /// The GPU architecture of CUDA stages.
   std::string cudaArch = "sm_80";
+  /// The CPU of the host code (--target-cpu: "host", an x86-64 level or
+  /// a CPU of LLVM's) and changes to its features (--target-features,
+  /// "+avx512f,-fma"); compileModel resolves them into `native`.
+  std::string targetCpu = "host", targetFeatures;
+  NativeTargetSpec native;
   /// Training: also write the HTML report here.
   std::string reportPath;
   /// Training: print neither the configuration nor the stage report.

@@ -84,11 +84,12 @@ compileTrainingPipeline(mlir::ModuleOp module,
 void printStageReport(const TrainingPipelineResult &result,
                       llvm::raw_ostream &os);
 
-/// A self-contained HTML page: the table and an SVG timeline of the
-/// predicted schedule (one row per device, forward and backward boxes per
-/// micro-batch).
+/// A self-contained HTML page: `preface` (lines of text) and the table,
+/// and an SVG timeline of the predicted schedule (one row per device,
+/// forward and backward boxes per micro-batch).
 std::string stageReportHTML(const TrainingPipelineResult &result,
-                            llvm::StringRef modelName);
+                            llvm::StringRef modelName,
+                            llvm::StringRef preface = "");
 
 /// "model.onnx: 2 stages, gpipe schedule, 8 micro-batches".
 std::string reportTitle(llvm::StringRef modelFile,

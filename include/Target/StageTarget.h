@@ -19,11 +19,23 @@
 
 namespace gpipe {
 
+/// The CPU host code is generated for (gpipe-opt --target-cpu and
+/// --target-features, resolveNativeTarget): LLVM's CPU name and feature
+/// string, and the x86-64 extensions of gpipe/common/CpuFeatures.h it
+/// enables, which the code may use and the manifest records; an empty
+/// `cpu` is the host's.
+struct NativeTargetSpec {
+  std::string cpu, features;
+  std::vector<std::string> required;
+};
+
 /// What the targets take from the command line.
 struct StageTargetOptions {
   /// The GPU architecture CUDA stages are compiled for (gpipe-opt
   /// --cuda-arch): PTX for it, and a cubin when ptxas is found.
   std::string cudaArch = "sm_80";
+  /// The CPU of the host code (CPU stages, and CUDA stages' host side).
+  NativeTargetSpec native;
 };
 
 /// Device code that serialize() wrote beside the stage's library, for the

@@ -244,13 +244,23 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
         input["data_batch_axis"] = axis.getInt();
     }
   auto modelName = module->getAttrOfType<StringAttr>("gpipe.model_name");
+  // The CPU the host code is for, and the extensions it may use: the
+  // runtime refuses the bundle where they are missing.
+  StageTargetOptions codeTarget = options.target;
+  if (codeTarget.native.cpu.empty()) {
+    llvm::Expected<NativeTargetSpec> host = resolveNativeTarget("host", "");
+    if (!host)
+      return module.emitError(llvm::toString(host.takeError()));
+    codeTarget.native = *host;
+  }
   json::Object manifest{
       {"format", "gpipe-bundle"},
       {"version", kBundleFormatVersion},
       {"model", modelName ? modelName.getValue() : "model"},
       {"source", options.sourceName},
       {"mode", options.mode},
-      {"target_cpu", nativeTargetCPU()},
+      {"target_cpu", codeTarget.native.cpu},
+      {"target_features", json::Array(codeTarget.native.required)},
       {"devices", json::Array(options.devices)},
       {"inputs", std::move(inputs)},
       {"outputs", modelSlots(last->getAttr("gpipe.outputs"),
@@ -397,7 +407,7 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     for (auto param : llvm::make_early_inc_range(m.getOps<ParameterOp>()))
       param.erase();
     FailureOr<std::unique_ptr<StageTarget>> target =
-        createStageTarget(options.devices[k], m, options.target);
+        createStageTarget(options.devices[k], m, codeTarget);
     if (failed(target))
       return failure();
     llvm::SmallString<256> library(tmp);

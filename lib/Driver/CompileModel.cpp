@@ -11,6 +11,7 @@
 #include "Import/ONNX/ModelImporter.h"
 #include "NN/IR/NNOps.h"
 #include "Pipelines/Pipelines.h"
+#include "Target/Native/NativeCodegen.h"
 #include "Target/StageTarget.h"
 #include "gpipe/common/DeviceList.h"
 
@@ -379,6 +380,17 @@ PipelinePlan givenPlan(const CompileOptions &o,
   return plan;
 }
 
+/// What the bundle's native code is for, as --emit=summary, the compile's
+/// report and the HTML report say it.
+std::string targetLine(const CompileOptions &o) {
+  return "target: native x86-64 code for " + o.native.cpu +
+         " (--target-cpu=" + o.targetCpu +
+         (o.targetFeatures.empty() ? ""
+                                   : " --target-features=" + o.targetFeatures) +
+         "): needs " + std::to_string(o.native.required.size()) +
+         " CPU features, which gpipe-run checks at load";
+}
+
 int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::vector<std::string> &devices,
                     const std::vector<int64_t> &ranks,
@@ -428,7 +440,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   if (o.emit == CompileOutput::LLVM) {
     return writeText(o.output, [&](llvm::raw_ostream &os) {
       for (auto [k, stage] : llvm::enumerate(result->stages)) {
-        auto target = createStageTarget(devices[k], *stage, {o.cudaArch});
+        auto target =
+            createStageTarget(devices[k], *stage, {o.cudaArch, o.native});
         if (failed(target) || failed((*target)->lower(*stage)))
           return;
         stage->print(os, OpPrintingFlags());
@@ -441,7 +454,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   bundle.sourcePath = o.input;
   bundle.devices = devices;
   bundle.ranks = ranks;
-  bundle.target.cudaArch = o.cudaArch;
+  bundle.target = {o.cudaArch, o.native};
   bundle.mode = "train";
   bundle.schedule = std::move(result->schedule);
   bundle.training = o.training;
@@ -454,6 +467,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   if (o.quiet)
     return 0;
   printTrainingConfiguration(o, llvm::outs());
+  llvm::outs() << targetLine(o) << "\n";
   printStageReport(*result, llvm::outs());
   if (imported) {
     llvm::Expected<std::vector<PlanCandidate>> weighed =
@@ -469,7 +483,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   if (o.reportPath.empty())
     return 0;
   // Titled by the model file (PyTorch names every graph torch_jit).
-  std::string html = stageReportHTML(*result, reportTitle(o.input, *result));
+  std::string html = stageReportHTML(*result, reportTitle(o.input, *result),
+                                     targetLine(o) + "\n");
   return writeText(o.reportPath, [&](llvm::raw_ostream &os) { os << html; });
 }
 
@@ -486,10 +501,11 @@ int compileInference(const CompileOptions &o, ModuleOp module,
     bundle.sourceName = llvm::sys::path::filename(o.input).str();
     bundle.sourcePath = o.input;
     bundle.devices = devices;
-    bundle.target.cudaArch = o.cudaArch;
+    bundle.target = {o.cudaArch, o.native};
     return failed(writeBundle(module, o.output, bundle)) ? 1 : 0;
   }
-  auto target = createStageTarget(devices.front(), module, {o.cudaArch});
+  auto target =
+      createStageTarget(devices.front(), module, {o.cudaArch, o.native});
   if (failed(target) || failed((*target)->lower(module)))
     return 1;
   return writeText(o.output, [&](llvm::raw_ostream &os) {
@@ -533,6 +549,13 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
   bool training = options.train && (lowered || isTrainingPhase(options.emit));
   int64_t microBatches = options.training.microBatches;
   CompileOptions resolved = options;
+  // The host code's CPU, checked before any work (an unknown name is the
+  // user's to fix, whatever the model).
+  if (llvm::Expected<NativeTargetSpec> native =
+          resolveNativeTarget(options.targetCpu, options.targetFeatures))
+    resolved.native = *native;
+  else
+    problems.push_back(llvm::toString(native.takeError()));
   ONNXImportOptions import;
   import.batchSize = options.batchSize;
   import.batchAxes = options.batchAxes;
@@ -644,11 +667,12 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
                            std::move(weighed));
   }
   if (lowered)
-    return compileInference(options, *module, devices);
+    return compileInference(resolved, *module, devices);
   return writeText(options.output, [&](llvm::raw_ostream &os) {
-    if (options.emit == CompileOutput::Summary)
+    if (options.emit == CompileOutput::Summary) {
       printModelSummary(*module, os);
-    else
+      os << targetLine(resolved) << "\n";
+    } else
       module->print(os, OpPrintingFlags());
   });
 }

@@ -397,8 +397,8 @@ std::string gpipe::reportTitle(StringRef modelFile,
 }
 
 std::string gpipe::stageReportHTML(const TrainingPipelineResult &r,
-                                   StringRef modelName) {
-  std::string table;
+                                   StringRef modelName, StringRef preface) {
+  std::string table = preface.str();
   llvm::raw_string_ostream ts(table);
   printStageReport(r, ts);
   return timelineReportHTML(modelName.str(), table,

@@ -14,11 +14,13 @@ using namespace mlir;
 
 namespace {
 
-/// Host code for CPU stages: a shared library for this machine's CPU.
+/// Host code for CPU stages: a shared library for the target CPU (the
+/// host's unless --target-cpu says otherwise).
 class NativeTarget : public gpipe::StageTarget {
 public:
+  explicit NativeTarget(gpipe::NativeTargetSpec cpu) : cpu(std::move(cpu)) {}
   std::string describe() const override {
-    return "native x86-64 (" + gpipe::nativeTargetCPU() + ")";
+    return "native x86-64 (" + (cpu.cpu.empty() ? "host" : cpu.cpu) + ")";
   }
   std::string codeFileName(int64_t stage) const override {
     return "stage" + std::to_string(stage) + ".so";
@@ -27,8 +29,11 @@ public:
     return gpipe::lowerStageToLLVMDialect(stage);
   }
   LogicalResult serialize(ModuleOp stage, llvm::StringRef path) override {
-    return gpipe::emitStageLibrary(stage, path);
+    return gpipe::emitStageLibrary(stage, path, cpu);
   }
+
+private:
+  gpipe::NativeTargetSpec cpu;
 };
 
 /// CUDA stages: GPU kernels as PTX (and a cubin for the architecture when
@@ -37,7 +42,8 @@ public:
 /// library kernels (CudaCodegen.h).
 class CudaTarget : public gpipe::StageTarget {
 public:
-  explicit CudaTarget(std::string arch) : arch(std::move(arch)) {}
+  CudaTarget(std::string arch, gpipe::NativeTargetSpec host)
+      : arch(std::move(arch)), host(std::move(host)) {}
   std::string describe() const override {
     return "CUDA " + arch + " (PTX) with native x86-64 host code";
   }
@@ -53,7 +59,7 @@ public:
   LogicalResult serialize(ModuleOp stage, llvm::StringRef path) override {
     gpipe::CudaDeviceCode code;
     if (failed(gpipe::outlineCudaKernels(stage, arch, code)) ||
-        failed(gpipe::emitStageLibrary(stage, path)))
+        failed(gpipe::emitStageLibrary(stage, path, host)))
       return failure();
     written = gpipe::StageDeviceCode{arch, code.kernels, "", ""};
     if (code.kernels.empty())
@@ -94,6 +100,7 @@ private:
   }
 
   std::string arch;
+  gpipe::NativeTargetSpec host;
   std::optional<gpipe::StageDeviceCode> written;
 };
 
@@ -119,8 +126,9 @@ gpipe::createStageTarget(llvm::StringRef device, ModuleOp stage,
                << ": expected sm_NN with NN at least 75 (sm_80 for A100, "
                   "sm_90 for H100; the CUDA 13 toolkit has no older ones)";
       return std::unique_ptr<StageTarget>(
-          std::make_unique<CudaTarget>(options.cudaArch));
+          std::make_unique<CudaTarget>(options.cudaArch, options.native));
     }
   }
-  return std::unique_ptr<StageTarget>(std::make_unique<NativeTarget>());
+  return std::unique_ptr<StageTarget>(
+      std::make_unique<NativeTarget>(options.native));
 }

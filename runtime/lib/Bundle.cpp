@@ -3,6 +3,8 @@
 #include "gpipe/runtime/FileIO.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 
+#include "gpipe/common/CpuFeatures.h"
+
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
@@ -636,6 +638,24 @@ void checkMessages(const std::vector<StageSpec> &stages) {
 
 } // namespace
 
+void checkTargetFeatures(const Bundle &bundle,
+                         const std::vector<std::string> &available) {
+  std::vector<std::string> missing =
+      missingCpuFeatures(bundle.targetFeatures, available);
+  if (missing.empty())
+    return;
+  std::string names;
+  for (const std::string &name : missing)
+    names += (names.empty() ? "" : ", ") + name;
+  fail(bundle.path, "manifest.json",
+       "its native code was compiled for the CPU '" + bundle.targetCpu +
+           "' and needs CPU features this machine lacks: " + names +
+           "; recompile the model with gpipe-opt --target-cpu=" +
+           hostMicroarchitectureLevel() +
+           " (the highest portable level this machine runs) or "
+           "--target-cpu=host on a machine like this one");
+}
+
 Bundle loadBundle(const std::string &path) {
   Bundle b;
   b.path = path;
@@ -660,6 +680,8 @@ Bundle loadBundle(const std::string &path) {
     b.model = m.at("model").get<std::string>();
     b.mode = m.at("mode").get<std::string>();
     b.targetCpu = m.value("target_cpu", "");
+    b.targetFeatures = m.value("target_features", std::vector<std::string>{});
+    checkTargetFeatures(b, hostCpuFeatures());
     b.devices = m.at("devices").get<std::vector<std::string>>();
     for (const json &j : m.at("inputs"))
       b.inputs.push_back(parseSlot(j));

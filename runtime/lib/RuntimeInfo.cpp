@@ -1,5 +1,7 @@
 #include "gpipe/runtime/RuntimeInfo.h"
 
+#include "gpipe/common/CpuFeatures.h"
+
 #include "CudaPlugin.h"
 #include "ParallelFor.h"
 
@@ -110,6 +112,13 @@ std::string runtimeInfo(bool probeGpus) {
   std::string info = "oneDNN " + onednnVersion() + " (CPU kernels), " +
                      std::to_string(std::thread::hardware_concurrency()) +
                      " CPU cores\n";
+  // What bundles this CPU runs: gpipe-opt --target-cpu for a portable one.
+  std::string features;
+  for (const std::string &name : hostCpuFeatures())
+    features += " " + name;
+  info += "CPU: runs bundles compiled for --target-cpu=" +
+          hostMicroarchitectureLevel() + " (or host here); features" +
+          features + "\n";
   std::string reason;
   if (!probeGpus) {
     info += "CUDA: " + cudaPluginSummary() + "\n";

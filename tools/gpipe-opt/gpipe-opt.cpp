@@ -221,6 +221,21 @@ cl::opt<std::string> cudaArchOption(
              "H100)"),
     cl::value_desc("sm_NN"), cl::init("sm_80"), cl::cat(pipelineCategory));
 
+cl::opt<std::string> targetCpuOption(
+    "target-cpu",
+    cl::desc("CPU the stages' native code is generated for: host (this "
+             "machine's, the default), a portable x86-64 level (x86-64, "
+             "x86-64-v2, x86-64-v3: AVX2, x86-64-v4: AVX-512) or a CPU "
+             "of LLVM's (znver4, sapphirerapids); gpipe-run refuses the "
+             "bundle on a CPU without the features it needs"),
+    cl::value_desc("host|NAME"), cl::init("host"), cl::cat(pipelineCategory));
+
+cl::opt<std::string> targetFeaturesOption(
+    "target-features",
+    cl::desc("Changes to the target CPU's features, LLVM's names "
+             "comma-separated (+avx512f,-avx512fp16)"),
+    cl::value_desc("+NAME,-NAME"), cl::cat(pipelineCategory));
+
 cl::opt<std::string> reportOption(
     "report",
     cl::desc("Also write an HTML report: the per-stage table and an SVG "
@@ -450,6 +465,8 @@ int compileOptions(StringRef input, StringRef output,
   o.deviceProfile = deviceProfileOption;
   o.costTable = costTableOption;
   o.cudaArch = cudaArchOption;
+  o.targetCpu = targetCpuOption;
+  o.targetFeatures = targetFeaturesOption;
   o.reportPath = reportOption;
   return 0;
 }

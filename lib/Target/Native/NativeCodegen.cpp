@@ -24,9 +24,12 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
+#include "gpipe/common/CpuFeatures.h"
+
 #include "lld/Common/Driver.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
@@ -45,8 +48,69 @@ LLD_HAS_DRIVER(elf)
 
 using namespace mlir;
 
-std::string gpipe::nativeTargetCPU() {
-  return llvm::sys::getHostCPUName().str();
+namespace {
+
+const llvm::Target *nativeTarget(std::string &triple, std::string &error) {
+  static std::once_flag initialized;
+  std::call_once(initialized, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  triple = llvm::sys::getProcessTriple();
+  return llvm::TargetRegistry::lookupTarget(triple, error);
+}
+
+llvm::Error targetError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message.str());
+}
+
+} // namespace
+
+llvm::Expected<gpipe::NativeTargetSpec>
+gpipe::resolveNativeTarget(llvm::StringRef cpu, llvm::StringRef features) {
+  std::string triple, error;
+  const llvm::Target *target = nativeTarget(triple, error);
+  if (!target)
+    return targetError("no LLVM target for this host: " + error);
+  NativeTargetSpec spec;
+  std::unique_ptr<llvm::MCSubtargetInfo> probe(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (cpu.empty() || cpu == "host") {
+    spec.cpu = llvm::sys::getHostCPUName().str();
+    for (auto &[name, enabled] : llvm::sys::getHostCPUFeatures())
+      spec.features += (enabled ? "+" : "-") + name.str() + ",";
+  } else if (!probe->isCPUStringValid(cpu)) {
+    return targetError(
+        "--target-cpu=" + cpu +
+        ": not a CPU LLVM knows for x86-64; give host (this machine's, the "
+        "default), a portable level (x86-64, x86-64-v2, x86-64-v3, "
+        "x86-64-v4) or a CPU name such as znver4, skylake-avx512 or "
+        "sapphirerapids");
+  } else {
+    spec.cpu = cpu.str();
+  }
+  llvm::SmallVector<llvm::StringRef> items;
+  features.split(items, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef item : items) {
+    item = item.trim();
+    llvm::StringRef name = item.drop_front();
+    bool known = llvm::any_of(
+        probe->getAllProcessorFeatures(),
+        [&](const llvm::SubtargetFeatureKV &kv) { return name == kv.Key; });
+    if ((!item.starts_with("+") && !item.starts_with("-")) || !known)
+      return targetError(
+          "--target-features: '" + item +
+          "' is not a change of a feature LLVM knows for x86-64: give "
+          "+NAME or -NAME, comma-separated, with LLVM's names (+avx512f, "
+          "-avx512fp16, +fma)");
+    spec.features += item.str() + ",";
+  }
+  std::unique_ptr<llvm::MCSubtargetInfo> info(
+      target->createMCSubtargetInfo(triple, spec.cpu, spec.features));
+  for (const llvm::SubtargetFeatureKV &kv : info->getAllProcessorFeatures())
+    if (isKnownCpuFeature(kv.Key) && info->getFeatureBits().test(kv.Value))
+      spec.required.push_back(kv.Key);
+  return spec;
 }
 
 LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
@@ -91,24 +155,26 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
 
 namespace {
 
-std::unique_ptr<llvm::TargetMachine> createTargetMachine(std::string &error) {
-  static std::once_flag initialized;
-  std::call_once(initialized, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-  std::string triple = llvm::sys::getProcessTriple();
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(triple, error);
+std::unique_ptr<llvm::TargetMachine>
+createTargetMachine(const gpipe::NativeTargetSpec &given, std::string &error) {
+  std::string triple;
+  const llvm::Target *target = nativeTarget(triple, error);
   if (!target)
     return nullptr;
-  std::string features;
-  for (auto &[name, enabled] : llvm::sys::getHostCPUFeatures())
-    features += (enabled ? "+" : "-") + name.str() + ",";
+  gpipe::NativeTargetSpec spec = given;
+  if (spec.cpu.empty()) {
+    llvm::Expected<gpipe::NativeTargetSpec> host =
+        gpipe::resolveNativeTarget("host", "");
+    if (!host) {
+      error = llvm::toString(host.takeError());
+      return nullptr;
+    }
+    spec = *host;
+  }
   llvm::TargetOptions options;
   return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
-      triple, llvm::sys::getHostCPUName(), features, options, llvm::Reloc::PIC_,
-      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      triple, spec.cpu, spec.features, options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
 }
 
 } // namespace
@@ -145,7 +211,8 @@ void optimizeModule(llvm::Module &module, llvm::TargetMachine &machine) {
 }
 } // namespace
 
-LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path) {
+LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path,
+                                      const NativeTargetSpec &target) {
   if (failed(lowerStageToLLVMDialect(module)))
     return failure();
   registerBuiltinDialectTranslation(*module.getContext());
@@ -157,7 +224,8 @@ LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path) {
     return module.emitError("translation to LLVM IR failed");
 
   std::string error;
-  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(error);
+  std::unique_ptr<llvm::TargetMachine> machine =
+      createTargetMachine(target, error);
   if (!machine)
     return module.emitError("no LLVM target for this host: ") << error;
   llvmModule->setDataLayout(machine->createDataLayout());

@@ -268,6 +268,10 @@ struct ScheduleSpec {
 struct Bundle {
   std::string path;
   std::string model, mode, targetCpu;
+  /// The x86-64 extensions the stages' native code may use (LLVM's names;
+  /// manifest "target_features"): load() refuses a bundle whose features
+  /// this machine lacks (gpipe/common/CpuFeatures.h).
+  std::vector<std::string> targetFeatures;
   std::vector<std::string> devices;
   std::vector<TensorSlot> inputs, outputs;
   std::vector<StageSpec> stages;
@@ -286,10 +290,17 @@ struct Bundle {
 };
 
 /// Reads `path`/manifest.json and checks the format, version, every part's
-/// presence, size and CRC-32, and, for a bundle of one rank, that this
-/// host has the devices (a bundle of several ranks: each rank checks its
+/// presence, size and CRC-32, that this machine's CPU has the features the
+/// native code needs (checkTargetFeatures), and, for a bundle of one rank, that
+/// this host has the devices (a bundle of several ranks: each rank checks its
 /// own stages' devices with checkHostHasDevices).
 Bundle loadBundle(const std::string &path);
+
+/// BundleError unless every feature of `bundle.targetFeatures` is in
+/// `available` (this machine's: hostCpuFeatures()): the message names the
+/// missing ones and the gpipe-opt flag that compiles for this machine.
+void checkTargetFeatures(const Bundle &bundle,
+                         const std::vector<std::string> &available);
 /// Throws BundleError naming `devices` (device strings of `b`'s stages)
 /// that this host lacks: cores beyond its count, GPUs it does not have.
 void checkHostHasDevices(const Bundle &b,
