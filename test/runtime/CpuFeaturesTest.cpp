@@ -39,11 +39,11 @@ TEST(CpuFeatures, TheHostHasOnlyKnownFeaturesAndItsLevel) {
       << level;
   // A level is claimed only with its features (x86-64 psABI).
   if (level == "x86-64-v3" || level == "x86-64-v4")
-    EXPECT_TRUE(missingCpuFeatures({"avx2", "fma", "bmi2", "movbe"}, host)
-                    .empty());
+    EXPECT_TRUE(
+        missingCpuFeatures({"avx2", "fma", "bmi2", "movbe"}, host).empty());
   if (level == "x86-64-v4")
-    EXPECT_TRUE(missingCpuFeatures({"avx512f", "avx512bw", "avx512vl"}, host)
-                    .empty());
+    EXPECT_TRUE(
+        missingCpuFeatures({"avx512f", "avx512bw", "avx512vl"}, host).empty());
 }
 
 TEST(CpuFeatures, ABundleNeedingWhatTheCpuLacksIsRefusedNamingIt) {
