@@ -48,7 +48,8 @@ _COMPILE_FLAGS = {
     "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
     "plan", "device_profile", "cost_table", "report", "const_input",
-    "freeze", "trainable", "batch_axis", "memory_per_device",
+    "freeze", "trainable", "batch_axis", "memory_per_device", "cuda_arch",
+    "target_cpu", "target_features",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).

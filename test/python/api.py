@@ -16,6 +16,7 @@
     api.py WORK_DIR      (gpipe importable; gpipe-opt, gpipe-run on PATH)
 """
 import io
+import json
 import os
 import subprocess
 import sys
@@ -261,6 +262,20 @@ check("an inference bundle", infer_bundle.mode == "infer" and
 got2 = infer_bundle.infer(x_test)
 check("infer of a compiled ONNX file equals PyTorch eval",
       np.abs(got2 - want).max() < 1e-4, str(np.abs(got2 - want).max()))
+# For another machine's CPU: a portable level, with features taken away.
+portable = gpipe.compile(path, quiet=True, target_cpu="x86-64-v2",
+                         target_features=["-popcnt"])
+with open(os.path.join(portable.path, "manifest.json")) as f:
+    manifest = json.load(f)
+check("target_cpu and target_features reach the manifest",
+      manifest["target_cpu"] == "x86-64-v2" and
+      "sse4.2" in manifest["target_features"] and
+      "popcnt" not in manifest["target_features"] and
+      not any(n.startswith("avx") for n in manifest["target_features"]),
+      str(manifest["target_cpu"]) + " " + str(manifest["target_features"]))
+# (Its loops vectorized narrower: sums may round otherwise.)
+check("a portable bundle infers as the host's",
+      np.allclose(portable.infer(x_test), got2, rtol=1e-5, atol=1e-6))
 
 
 def raises(name, kind, text, fn):
