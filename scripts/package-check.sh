@@ -44,12 +44,15 @@ mount --bind /dev "$chroot/dev"
 mount -t tmpfs shm "$chroot/dev/shm"
 mkdir -p "$chroot/debs" "$chroot/job"
 cp "$debs"/gpipe-runtime_*.deb "$debs"/python3-gpipe_*.deb "$chroot/debs/"
-in_root() { chroot "$chroot" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
+in_root() {
+  chroot "$chroot" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root DEBIAN_FRONTEND=noninteractive "$@"
+}
 echo "package-check: apt install gpipe-runtime python3-gpipe"
 in_root apt-get update -qq
 packages=()
 for deb in "$chroot"/debs/*.deb; do packages+=("/debs/$(basename "$deb")"); done
-DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends \
+in_root apt-get install -y -qq --no-install-recommends \
   "${packages[@]}" >"$work/apt.log" 2>&1 ||
   { tail -n 20 "$work/apt.log" >&2; exit 1; }
 

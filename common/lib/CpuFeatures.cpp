@@ -139,25 +139,26 @@ bool isKnownCpuFeature(std::string_view name) {
                      [&](const Feature &f) { return name == f.name; });
 }
 
-std::vector<std::string> knownCpuFeatures() {
-  std::vector<std::string> names;
-  for (const Feature &f : kFeatures)
-    names.emplace_back(f.name);
-  return names;
-}
-
 std::vector<std::string> hostCpuFeatures() {
   std::vector<std::string> names;
 #if defined(__x86_64__)
   unsigned maxBasic = __get_cpuid_max(0, nullptr);
   unsigned maxExtended = __get_cpuid_max(0x80000000u, nullptr);
   uint64_t enabled = xcr0();
+  // The table goes leaf by leaf: each (leaf, sub-leaf) read once (CPUID
+  // traps to the hypervisor in a virtual machine).
+  unsigned leaf = 0, subleaf = 0, r[4] = {0, 0, 0, 0};
+  bool read = false;
   for (const Feature &f : kFeatures) {
     bool extended = f.leaf >= 0x80000000u;
     if ((extended ? maxExtended : maxBasic) < f.leaf)
       continue;
-    unsigned r[4] = {0, 0, 0, 0};
-    __cpuid_count(f.leaf, f.subleaf, r[0], r[1], r[2], r[3]);
+    if (!read || f.leaf != leaf || f.subleaf != subleaf) {
+      leaf = f.leaf;
+      subleaf = f.subleaf;
+      __cpuid_count(leaf, subleaf, r[0], r[1], r[2], r[3]);
+      read = true;
+    }
     unsigned word = r[f.reg - 'a'];
     uint64_t need = stateBits(f.state);
     if ((word >> f.bit & 1u) && (enabled & need) == need)

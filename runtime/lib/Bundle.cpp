@@ -681,7 +681,8 @@ Bundle loadBundle(const std::string &path) {
     b.mode = m.at("mode").get<std::string>();
     b.targetCpu = m.value("target_cpu", "");
     b.targetFeatures = m.value("target_features", std::vector<std::string>{});
-    checkTargetFeatures(b, hostCpuFeatures());
+    if (!b.targetFeatures.empty()) // (older bundles: nothing to check)
+      checkTargetFeatures(b, hostCpuFeatures());
     b.devices = m.at("devices").get<std::vector<std::string>>();
     for (const json &j : m.at("inputs"))
       b.inputs.push_back(parseSlot(j));

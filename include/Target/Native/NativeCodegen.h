@@ -34,10 +34,11 @@ llvm::Expected<NativeTargetSpec> resolveNativeTarget(llvm::StringRef cpu,
 /// convention for memref arguments).
 mlir::LogicalResult lowerStageToLLVMDialect(mlir::ModuleOp module);
 
-/// Lowers, optimizes (O3) and links `module` into the shared library at
-/// `path`. Errors are emitted as diagnostics on the module. Linking runs lld
-/// in process, which resets every LLVM command-line option to its default:
-/// tools read their options before calling this.
+/// Lowers, optimizes (O3) for `target` (resolved: resolveNativeTarget) and
+/// links `module` into the shared library at `path`. Errors are emitted as
+/// diagnostics on the module. Linking runs lld in process, which resets every
+/// LLVM command-line option to its default: tools read their options before
+/// calling this.
 mlir::LogicalResult emitStageLibrary(mlir::ModuleOp module,
                                      llvm::StringRef path,
                                      const NativeTargetSpec &target);

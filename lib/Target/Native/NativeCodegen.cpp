@@ -156,21 +156,11 @@ LogicalResult gpipe::lowerStageToLLVMDialect(ModuleOp module) {
 namespace {
 
 std::unique_ptr<llvm::TargetMachine>
-createTargetMachine(const gpipe::NativeTargetSpec &given, std::string &error) {
+createTargetMachine(const gpipe::NativeTargetSpec &spec, std::string &error) {
   std::string triple;
   const llvm::Target *target = nativeTarget(triple, error);
   if (!target)
     return nullptr;
-  gpipe::NativeTargetSpec spec = given;
-  if (spec.cpu.empty()) {
-    llvm::Expected<gpipe::NativeTargetSpec> host =
-        gpipe::resolveNativeTarget("host", "");
-    if (!host) {
-      error = llvm::toString(host.takeError());
-      return nullptr;
-    }
-    spec = *host;
-  }
   llvm::TargetOptions options;
   return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
       triple, spec.cpu, spec.features, options, llvm::Reloc::PIC_, std::nullopt,
@@ -213,6 +203,9 @@ void optimizeModule(llvm::Module &module, llvm::TargetMachine &machine) {
 
 LogicalResult gpipe::emitStageLibrary(ModuleOp module, llvm::StringRef path,
                                       const NativeTargetSpec &target) {
+  if (target.cpu.empty())
+    return module.emitError("the stage's target CPU was not resolved "
+                            "(resolveNativeTarget)");
   if (failed(lowerStageToLLVMDialect(module)))
     return failure();
   registerBuiltinDialectTranslation(*module.getContext());

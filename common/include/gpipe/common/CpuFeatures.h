@@ -16,9 +16,6 @@ namespace gpipe {
 /// extension this table knows, which CPUID reports and the runtime checks.
 bool isKnownCpuFeature(std::string_view name);
 
-/// Every known extension, in the table's order (CPUID leaf by leaf).
-std::vector<std::string> knownCpuFeatures();
-
 /// The known extensions this machine's CPU has and its operating system
 /// enables (the vector registers' state saved: AVX's, AVX-512's and AMX's
 /// in XCR0); none off x86-64.
