@@ -77,6 +77,10 @@ struct CompileOptions {
   NativeTargetSpec native;
   /// Training: also write the HTML report here.
   std::string reportPath;
+  /// Training: attention fused from this many keys on (none: the pass's
+  /// default, gpipe-fuse-attention's min-keys); the calibration fuses its
+  /// short sequences' attention, as the figures it times them by do.
+  std::optional<int64_t> attentionMinKeys;
   /// Training: print neither the configuration nor the stage report.
   bool quiet = false;
 };

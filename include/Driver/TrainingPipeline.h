@@ -19,6 +19,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct TrainingPipelineOptions {
   /// optimizerSlots follow from `optimizer`).
   PartitionOptions partition;
   AppendOptimizerOptions optimizer;
+  /// Attention's fusion on CPU devices (none: the pass's defaults).
+  std::optional<FuseAttentionOptions> attention;
   /// One per stage, as the runtime pins them ("cpu" for the unpinned host
   /// when no devices were given).
   std::vector<std::string> bundleDevices{"cpu"};

@@ -107,9 +107,12 @@ void buildTrainStagePipeline(mlir::OpPassManager &pm,
 
 /// The same two pipelines from the passes' own option structs, which the
 /// training driver holds (the registered pipelines above convert to them).
-void buildPartitionPipeline(mlir::OpPassManager &pm,
-                            const AppendLossOptions &loss,
-                            const PartitionOptions &partition);
+/// `attention` configures attention's fusion on CPU devices (none: the
+/// pass's defaults).
+void buildPartitionPipeline(
+    mlir::OpPassManager &pm, const AppendLossOptions &loss,
+    const PartitionOptions &partition,
+    std::optional<FuseAttentionOptions> attention = std::nullopt);
 void buildTrainStagePipeline(mlir::OpPassManager &pm,
                              const SplitForwardBackwardOptions &split,
                              const AppendOptimizerOptions &optimizer);

@@ -417,6 +417,10 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   t.bundleDevices = devices;
   t.ranks = ranks;
   t.dataParallel = o.training.dataParallel;
+  if (o.attentionMinKeys) {
+    t.attention = FuseAttentionOptions{};
+    t.attention->minKeys = *o.attentionMinKeys;
+  }
   TrainingStop stop = TrainingStop::Lowered;
   if (o.emit == CompileOutput::Stages)
     stop = TrainingStop::Stages;

@@ -63,7 +63,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     PartitionOptions partition = p;
     partition.optimizerSlots = optimizerSlots;
     PassManager pm(context);
-    buildPartitionPipeline(pm, o.loss, partition);
+    buildPartitionPipeline(pm, o.loss, partition, o.attention);
     if (failed(pm.run(module)))
       return failure();
   }

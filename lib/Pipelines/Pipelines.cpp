@@ -40,11 +40,13 @@ void gpipe::buildTrainingModelPipeline(
   pm.addPass(createAppendLoss(loss));
 }
 
-void gpipe::buildPartitionPipeline(OpPassManager &pm,
-                                   const AppendLossOptions &loss,
-                                   const PartitionOptions &partition) {
-  std::optional<FuseAttentionOptions> attention;
-  if (!usesCudaDevice(partition.deviceList))
+void gpipe::buildPartitionPipeline(
+    OpPassManager &pm, const AppendLossOptions &loss,
+    const PartitionOptions &partition,
+    std::optional<FuseAttentionOptions> attention) {
+  if (usesCudaDevice(partition.deviceList))
+    attention.reset();
+  else if (!attention)
     attention = FuseAttentionOptions{};
   buildTrainingModelPipeline(pm, loss, attention);
   pm.addPass(createPartition(partition));

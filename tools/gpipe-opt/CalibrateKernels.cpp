@@ -284,6 +284,53 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
   g.output("fc");
 }
 
+/// [B, T, D]: LayerNorm and multi-head self-attention of `heads` heads as
+/// exporters write nn.MultiheadAttention's and a GPT's (projections, the
+/// reshapes and transposes to [B, heads, T, D / heads], the scores' product,
+/// the scale, Softmax, Dropout, the context's product, the transpose and
+/// reshape back, the output projection, a residual Add), then a classifier
+/// of the flattened sequence. Its sequences are shorter than attention's
+/// fusion wants (gpipe-fuse-attention's min-keys): the products of many
+/// small matrices ("batched_matmul"), softmax over short rows and the
+/// copies of heads that a small Transformer runs.
+void headsNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d, int64_t heads) {
+  int64_t dh = d / heads;
+  g.input("x", {b, t, d});
+  g.node("LayerNormalization", "ln",
+         {"x", g.init("ln_s", {d}, 0, 1.0f), g.init("ln_b", {d}, 0, 0.0f)});
+  std::string split = g.ints("split", {b, t, heads, dh});
+  auto project = [&](const std::string &tag, std::vector<int64_t> perm) {
+    g.node("MatMul", tag, {"ln", g.init("w_" + tag, {d, d}, 0.05f)});
+    g.node("Reshape", tag + "_heads", {tag, split});
+    GraphBuilder::attr(g.node("Transpose", tag + "_t", {tag + "_heads"}),
+                       "perm", perm);
+    return tag + "_t";
+  };
+  std::string q = project("q", {0, 2, 1, 3});
+  std::string k = project("k", {0, 2, 3, 1});
+  std::string v = project("v", {0, 2, 1, 3});
+  g.node("MatMul", "scores", {q, k});
+  g.node("Div", "scaled",
+         {"scores", g.scalar("scale", std::sqrt(static_cast<float>(dh)))});
+  GraphBuilder::attr(g.node("Softmax", "weights", {"scaled"}), "axis", {-1},
+                     /*list=*/false);
+  g.node("Dropout", "weights_drop",
+         {"weights", g.init("weights_ratio", {}, 0, 0.1f),
+          g.flag("weights_training", true)});
+  g.node("MatMul", "context", {"weights_drop", v});
+  GraphBuilder::attr(g.node("Transpose", "context_t", {"context"}), "perm",
+                     {0, 2, 1, 3});
+  g.node("Reshape", "merged", {"context_t", g.ints("merge", {b, t, d})});
+  g.node("MatMul", "out", {"merged", g.init("w_out", {d, d}, 0.05f)});
+  g.node("Add", "residual", {"out", "x"});
+  g.node("Reshape", "flat", {"residual", g.ints("shape", {b, t * d})});
+  onnx::NodeProto *fc = g.node("Gemm", "fc",
+                               {"flat", g.init("w_fc", {10, t * d}, 0.05f),
+                                g.init("b_fc", {10}, 0, 0.0f)});
+  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
+  g.output("fc");
+}
+
 struct Sample {
   double work, bytes, parameterBytes, planes, forward, backward;
   /// The micro-batches of the step the times are the mean run of.
@@ -510,34 +557,43 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
     ~Cleanup() { llvm::sys::fs::remove_directories(dir); }
   } cleanup{dir};
 
-  // The models: (kind, batch, size, size[, a sequence's vocabulary]).
+  // The models: (kind, batch, size, size[, a sequence's vocabulary or
+  // heads]).
+  enum Kind { Conv, Sequence, Heads };
   struct Spec {
-    bool conv;
+    Kind kind;
     int64_t b, m, n, vocab = 0;
   };
-  const Spec specs[] = {{true, 4, 16, 32},
-                        {true, 32, 16, 32},
-                        {true, 8, 32, 16},
-                        {true, 32, 64, 16},
-                        {true, 8, 128, 8},
-                        {true, 32, 128, 8},
-                        {true, 4, 256, 4},
-                        {true, 32, 256, 4},
+  const Spec specs[] = {{Conv, 4, 16, 32},
+                        {Conv, 32, 16, 32},
+                        {Conv, 8, 32, 16},
+                        {Conv, 32, 64, 16},
+                        {Conv, 8, 128, 8},
+                        {Conv, 32, 128, 8},
+                        {Conv, 4, 256, 4},
+                        {Conv, 32, 256, 4},
                         // A small language model's kernels: 64 tokens
                         // of width 32 (its products take microseconds).
-                        {false, 8, 64, 32, 512},
-                        {false, 4, 16, 64},
-                        {false, 16, 32, 64, 512},
-                        {false, 8, 64, 128},
-                        {false, 32, 64, 128, 1024},
-                        {false, 8, 32, 256, 4096},
-                        {false, 8, 16, 512},
-                        {false, 4, 8, 1024},
-                        {true, 32, 512, 2},
+                        {Sequence, 8, 64, 32, 512},
+                        {Sequence, 4, 16, 64},
+                        {Sequence, 16, 32, 64, 512},
+                        {Sequence, 8, 64, 128},
+                        {Sequence, 32, 64, 128, 1024},
+                        {Sequence, 8, 32, 256, 4096},
+                        {Sequence, 8, 16, 512},
+                        {Sequence, 4, 8, 1024},
+                        {Conv, 32, 512, 2},
                         // Few channels on MNIST's maps: a small CNN's first
                         // layers (1 or 3 channels into 8).
-                        {true, 8, 8, 28},
-                        {true, 32, 8, 28}};
+                        {Conv, 8, 8, 28},
+                        {Conv, 32, 8, 28},
+                        // Heads of 16 to 32 on short sequences: a small
+                        // Transformer's unfused attention (heads as
+                        // the last figure).
+                        {Heads, 32, 16, 64, 4},
+                        {Heads, 8, 32, 128, 8},
+                        {Heads, 8, 64, 128, 4},
+                        {Heads, 4, 64, 256, 8}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
   // family ("elementwise", "copy", "gelu") -> cores -> the generated loops:
@@ -555,10 +611,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   });
   for (auto [i, spec] : llvm::enumerate(specs)) {
     GraphBuilder g(rng);
-    if (spec.conv)
+    if (spec.kind == Conv)
       convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
-    else
+    else if (spec.kind == Sequence)
       sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
+    else
+      headsNet(g, spec.b, spec.m, spec.n, spec.vocab);
     std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
     if (!g.write(onnxPath))
       return failure("cannot write " + onnxPath);
@@ -567,13 +625,16 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         importONNXFile(onnxPath, &context, import);
     if (!module)
       return failure("cannot import the calibration model " + onnxPath);
+    // Attention fused at any length in the sequence models (the
+    // calibration's sequences are short; the attention families' fits are
+    // for the long ones), as models of short sequences run it (unfused) in
+    // the models of heads. The same in the table of the ops as the
+    // compiler prices them and in the bundle timed.
+    FuseAttentionOptions attention;
+    if (spec.kind == Sequence)
+      attention.minKeys = 1;
     {
       mlir::PassManager pm(&context);
-      // The table of the ops as the compiler prices them.
-      // Attention fused at any length: the calibration's sequences are
-      // short (the attention families' fits are for the long ones).
-      FuseAttentionOptions attention;
-      attention.minKeys = 1;
       buildTrainingModelPipeline(pm, AppendLossOptions{}, attention);
       if (mlir::failed(pm.run(*module)))
         return failure("cannot append the loss to " + onnxPath);
@@ -644,6 +705,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
         o.training.microBatches = micro;
         o.devices = devices;
         o.training.optimizer = "sgd";
+        o.attentionMinKeys = attention.minKeys; // as the table's
         o.quiet = true;
         if (compileModel(o, registry) != 0)
           return failure("cannot compile the calibration model " + onnxPath);
