@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -781,6 +782,18 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         std::size(specs));
   }
   log << "\n";
+  if (const char *dump = std::getenv("GPIPE_CALIBRATION_SAMPLES")) {
+    std::ofstream out(dump);
+    out << "family,cores,work,bytes,parameter_bytes,planes,forward,backward,"
+           "micro_batches,pace\n";
+    for (const auto &[family, byCores] : samples)
+      for (const auto &[cores, points] : byCores)
+        for (const Sample &p : points)
+          out << family << ',' << cores << ',' << p.work << ',' << p.bytes
+              << ',' << p.parameterBytes << ',' << p.planes << ',' << p.forward
+              << ',' << p.backward << ',' << p.microBatches << ',' << p.pace
+              << '\n';
+  }
   // Times taken at another pace than the median one, scaled to it: this
   // machine's pace can move by tens of percent within a minute (a shared
   // host), and kernels timed in a slow spell and others in a fast one would

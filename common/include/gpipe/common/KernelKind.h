@@ -27,6 +27,14 @@ constexpr int64_t attentionBlock(int64_t length) {
   return blocks <= 1 ? length : (length + blocks - 1) / blocks;
 }
 
+/// A batch normalization over feature maps of fewer elements than this (a
+/// sample's map of one channel: 1x1, 2x2 and 3x3 maps, BatchNorm1d's
+/// [N, C]) runs along each sample's row over the channels, one accumulator
+/// an element, where longer maps run as a loop a plane: the CPU kernel
+/// picks its loops by it, and the cost model prices a loop a plane only
+/// where the kernel runs one.
+constexpr int64_t kBatchNormColumnsBelow = 16;
+
 struct KernelKind {
   std::string_view name; // the nn op's name without "nn.": "conv", ...
   /// Operand names in order; the last `optionalOperands` may be absent.

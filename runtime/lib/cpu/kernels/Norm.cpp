@@ -7,6 +7,8 @@
 #include "KernelShapes.h"
 #include "ParallelFor.h"
 
+#include "gpipe/common/KernelKind.h"
+
 #include <cmath>
 
 namespace gpipe::runtime::cpu {
@@ -49,7 +51,7 @@ void updateRunningStatistics(float *runningMean, float *runningVar,
 /// accumulator per element of the row.
 class BatchNormLoops {
 public:
-  static constexpr int64_t kColumnsBelow = 16;
+  static constexpr int64_t kColumnsBelow = kBatchNormColumnsBelow;
 
   explicit BatchNormLoops(const TensorSlot &x)
       : rows(x.shape.at(0)), channels(x.shape.at(1)),
