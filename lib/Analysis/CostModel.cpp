@@ -127,8 +127,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 /// The family whose fit prices `family` in a profile calibrated before it
 /// had its own (the loss is a softmax and a pass over it; 2-D max pooling
 /// was oneDNN's pooling; a narrow, small-map or shallow convolution a
-/// convolution); empty for
-/// none.
+/// convolution; a batch normalization of small maps one of large maps);
+/// empty for none.
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
   return llvm::StringSwitch<llvm::StringRef>(family)
       .Case("batched_matmul", "matmul")
@@ -140,6 +140,7 @@ static llvm::StringRef nearestFamily(llvm::StringRef family) {
       .Case("narrow_conv", "conv")
       .Case("small_map_conv", "conv")
       .Case("shallow_conv", "conv")
+      .Case("batch_norm_columns", "batch_norm")
       .Default("");
 }
 

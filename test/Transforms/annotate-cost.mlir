@@ -129,3 +129,19 @@ func.func @families(%x: tensor<2x1x14x14xf32>, %w1: tensor<8x1x3x3xf32>,
   %5 = nn.pad %2 {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>} : (tensor<2x16x14x14xf32>) -> tensor<2x16x16x16xf32>
   return %4, %5 : tensor<2x8x1x1xf32>, tensor<2x16x16x16xf32>
 }
+
+// A batch normalization of maps of 16 elements or more loops a plane; of
+// smaller maps (3x3 here, 1x1, BatchNorm1d's [N, C]) it runs along each
+// sample's row: the family "batch_norm_columns" (kBatchNormColumnsBelow).
+// CHECK-LABEL: func @batch_norm_families
+// CHECK: nn.batch_norm {{.*}}gpipe.kernel_family = "batch_norm"
+// CHECK: nn.batch_norm {{.*}}gpipe.kernel_family = "batch_norm_columns"
+// CHECK: nn.batch_norm {{.*}}gpipe.kernel_family = "batch_norm_columns"
+func.func @batch_norm_families(%a: tensor<2x3x4x4xf32>, %b: tensor<2x3x3x3xf32>,
+                               %c: tensor<8x3xf32>, %s: tensor<3xf32>)
+    -> (tensor<2x3x4x4xf32>, tensor<2x3x3x3xf32>, tensor<8x3xf32>) {
+  %0:3 = nn.batch_norm %a, %s, %s, %s, %s {training = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %1:3 = nn.batch_norm %b, %s, %s, %s, %s {training = true} : (tensor<2x3x3x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x3x3xf32>, tensor<3xf32>, tensor<3xf32>)
+  %2:3 = nn.batch_norm %c, %s, %s, %s, %s {training = true} : (tensor<8x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<8x3xf32>, tensor<3xf32>, tensor<3xf32>)
+  return %0#0, %1#0, %2#0 : tensor<2x3x4x4xf32>, tensor<2x3x3x3xf32>, tensor<8x3xf32>
+}

@@ -319,8 +319,21 @@ StringRef ConvGradInputOp::getKernelFamily() {
   return depthwise ? "depthwise_conv" : "conv";
 }
 // Batch and layer normalization differ as kernels: per channel over the
-// batch and the map (training statistics), per row over its features.
-StringRef BatchNormOp::getKernelFamily() { return "batch_norm"; }
+// batch and the map (training statistics), per row over its features. The
+// CPU's batch normalization loops a plane where a channel's map holds
+// kBatchNormColumnsBelow elements or more, and runs smaller maps (1x1 and
+// 2x2 maps, BatchNorm1d's [N, C]) along each sample's row over the
+// channels: another kernel, "batch_norm_columns".
+StringRef BatchNormOp::getKernelFamily() {
+  auto type = cast<ShapedType>(getInput().getType());
+  if (type.hasStaticShape() && type.getRank() >= 2) {
+    int64_t perChannel = type.getDimSize(0) * type.getDimSize(1);
+    if (perChannel > 0 &&
+        type.getNumElements() / perChannel < gpipe::kBatchNormColumnsBelow)
+      return "batch_norm_columns";
+  }
+  return "batch_norm";
+}
 StringRef LayerNormOp::getKernelFamily() { return "layer_norm"; }
 StringRef SoftmaxOp::getKernelFamily() { return "softmax"; }
 // Fused attention: tiles of products of stacks of matrices with the

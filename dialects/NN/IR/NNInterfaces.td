@@ -49,7 +49,8 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
                  "depthwise_conv", "narrow_conv", "small_map_conv" and
                  "shallow_conv"
                  (timed by their FLOPs and bytes), "gelu",
-                 "batch_norm", "layer_norm", "softmax", "cross_entropy",
+                 "batch_norm", "batch_norm_columns" (maps of fewer than
+                 kBatchNormColumnsBelow elements), "layer_norm", "softmax", "cross_entropy",
                  "max_pool" (2-D), "pooling" (the other poolings), "copy"
                  and
                  "elementwise" (timed by their bytes).}],

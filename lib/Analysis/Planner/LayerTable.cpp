@@ -3,7 +3,6 @@
 
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
-#include "gpipe/common/KernelKind.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -107,15 +106,9 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
         // A map's two dimensions (NCHW and NCDHW alike); a matrix's or a
         // sequence's last.
         int64_t inner = type.getRank() >= 4 ? type.getRank() - 2 : 1;
-        double p = 1, elements = 1;
-        for (int64_t d = 0; d < type.getRank(); ++d)
-          (d < type.getRank() - inner ? p : elements) *=
-              static_cast<double>(type.getDimSize(d));
-        // A batch normalization's small maps run as columns, no loop a
-        // plane (kBatchNormColumnsBelow).
-        if (t.family[i] == "batch_norm" &&
-            elements < static_cast<double>(kBatchNormColumnsBelow))
-          p = 0;
+        double p = 1;
+        for (int64_t d = 0; d < type.getRank() - inner; ++d)
+          p *= static_cast<double>(type.getDimSize(d));
         t.planes[i] = p;
       }
     bool activation = false, parameter = false;

@@ -31,8 +31,8 @@ constexpr int64_t attentionBlock(int64_t length) {
 /// sample's map of one channel: 1x1, 2x2 and 3x3 maps, BatchNorm1d's
 /// [N, C]) runs along each sample's row over the channels, one accumulator
 /// an element, where longer maps run as a loop a plane: the CPU kernel
-/// picks its loops by it, and the cost model prices a loop a plane only
-/// where the kernel runs one.
+/// picks its loops by it, and the compiler prices the two as two kernel
+/// families ("batch_norm_columns" and "batch_norm").
 constexpr int64_t kBatchNormColumnsBelow = 16;
 
 struct KernelKind {
