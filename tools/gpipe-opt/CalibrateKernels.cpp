@@ -209,6 +209,18 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
   g.output("fc");
 }
 
+/// A classifier of 10 classes over a [B, ...] sequence of `features`
+/// elements a sample, flattened: the graph's output.
+void sequenceClassifier(GraphBuilder &g, const std::string &x, int64_t b,
+                        int64_t features) {
+  g.node("Reshape", "flat", {x, g.ints("shape", {b, features})});
+  onnx::NodeProto *fc = g.node("Gemm", "fc",
+                               {"flat", g.init("w_fc", {10, features}, 0.05f),
+                                g.init("b_fc", {10}, 0, 0.0f)});
+  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
+  g.output("fc");
+}
+
 /// [B, T, D]: LayerNorm, an MLP of width 4D (MatMul, ReLU, Dropout, MatMul), a
 /// residual Add, a transpose there and back, Softmax over D, and a
 /// classifier of the flattened sequence, or with `vocab` a language model's
@@ -277,12 +289,7 @@ void sequenceNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d,
     g.output("head");
     return;
   }
-  g.node("Reshape", "flat", {"softmax", g.ints("shape", {b, t * d})});
-  onnx::NodeProto *fc = g.node("Gemm", "fc",
-                               {"flat", g.init("w_fc", {10, t * d}, 0.05f),
-                                g.init("b_fc", {10}, 0, 0.0f)});
-  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
-  g.output("fc");
+  sequenceClassifier(g, "softmax", b, t * d);
 }
 
 /// [B, T, D]: LayerNorm and multi-head self-attention of `heads` heads as
@@ -324,12 +331,7 @@ void headsNet(GraphBuilder &g, int64_t b, int64_t t, int64_t d, int64_t heads) {
   g.node("Reshape", "merged", {"context_t", g.ints("merge", {b, t, d})});
   g.node("MatMul", "out", {"merged", g.init("w_out", {d, d}, 0.05f)});
   g.node("Add", "residual", {"out", "x"});
-  g.node("Reshape", "flat", {"residual", g.ints("shape", {b, t * d})});
-  onnx::NodeProto *fc = g.node("Gemm", "fc",
-                               {"flat", g.init("w_fc", {10, t * d}, 0.05f),
-                                g.init("b_fc", {10}, 0, 0.0f)});
-  GraphBuilder::attr(fc, "transB", {1}, /*list=*/false);
-  g.output("fc");
+  sequenceClassifier(g, "residual", b, t * d);
 }
 
 struct Sample {
