@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "NN/IR/NNOps.h"
+#include "gpipe/common/KernelFamily.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -125,23 +126,12 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 }
 
 /// The family whose fit prices `family` in a profile calibrated before it
-/// had its own (the loss is a softmax and a pass over it; 2-D max pooling
-/// was oneDNN's pooling; a narrow, small-map or shallow convolution a
-/// convolution; a batch normalization of small maps one of large maps);
-/// empty for none.
+/// had its own (common/'s kernel family table); empty for none.
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
-  return llvm::StringSwitch<llvm::StringRef>(family)
-      .Case("batched_matmul", "matmul")
-      .Case("narrow_matmul", "matmul")
-      .Case("attention", "batched_matmul")
-      .Case("attention_dropout", "attention")
-      .Case("cross_entropy", "softmax")
-      .Case("max_pool", "pooling")
-      .Case("narrow_conv", "conv")
-      .Case("small_map_conv", "conv")
-      .Case("shallow_conv", "conv")
-      .Case("batch_norm_columns", "batch_norm")
-      .Default("");
+  const gpipe::KernelFamily *f =
+      gpipe::findKernelFamily(std::string_view(family.data(), family.size()));
+  return f ? llvm::StringRef(f->nearest.data(), f->nearest.size())
+           : llvm::StringRef();
 }
 
 /// The fit of `family` measured on the most cores not above `cores`, else

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "NN/IR/NNOps.h"
 
+#include "gpipe/common/KernelFamily.h"
 #include "gpipe/common/KernelKind.h"
 
 using namespace mlir;
@@ -315,7 +316,8 @@ StringRef ConvOp::getKernelFamily() {
 // As a layer (a transposed convolution), the convolution's kernels.
 StringRef ConvGradInputOp::getKernelFamily() {
   auto result = cast<ShapedType>(getGradInput().getType());
-  bool depthwise = getGroup() > 1 && result.getDimSize(1) == getGroup();
+  bool depthwise = getGroup() > 1 && result.hasRank() && result.getRank() > 1 &&
+                   result.getDimSize(1) == getGroup();
   return depthwise ? "depthwise_conv" : "conv";
 }
 // Batch and layer normalization differ as kernels: per channel over the
@@ -350,9 +352,8 @@ StringRef LogSoftmaxOp::getKernelFamily() { return "softmax"; }
 // or two over them), the other poolings oneDNN's between reorders to
 // channel blocks: kernels of their own speeds.
 StringRef MaxPoolOp::getKernelFamily() {
-  return cast<RankedTensorType>(getInput().getType()).getRank() == 4
-             ? "max_pool"
-             : "pooling";
+  auto input = llvm::dyn_cast<RankedTensorType>(getInput().getType());
+  return input && input.getRank() == 4 ? "max_pool" : "pooling";
 }
 StringRef AvgPoolOp::getKernelFamily() { return "pooling"; }
 StringRef GlobalAvgPoolOp::getKernelFamily() { return "pooling"; }
@@ -455,4 +456,16 @@ int64_t AddOp::getBackwardBytesMoved() {
     if (operand.getType() != getType())
       bytes += numBytes(getType()) + numBytes(operand.getType());
   return bytes;
+}
+
+LogicalResult gpipe::nn::detail::verifyKernelFamilies(Operation *op) {
+  auto cost = cast<CostOpInterface>(op);
+  for (StringRef family :
+       {cost.getKernelFamily(), cost.getBackwardKernelFamily()})
+    if (!gpipe::findKernelFamily(
+            std::string_view(family.data(), family.size())))
+      return op->emitOpError("names kernel family '")
+             << family
+             << "', which common/'s kernel family table does not hold";
+  return success();
 }

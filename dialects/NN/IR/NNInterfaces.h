@@ -14,6 +14,10 @@ int64_t numBytes(mlir::Type type);
 int64_t defaultFlops(mlir::Operation *op);
 /// All operand bytes plus all result bytes.
 int64_t defaultBytesMoved(mlir::Operation *op);
+/// CostOpInterface's verifier: the op's kernel families, forward and
+/// backward, are families of common/'s table (gpipe/common/KernelFamily.h)
+/// that the calibrator fits and the cost model prices.
+mlir::LogicalResult verifyKernelFamilies(mlir::Operation *op);
 } // namespace gpipe::nn::detail
 
 #include "NN/IR/NNInterfaces.h.inc"

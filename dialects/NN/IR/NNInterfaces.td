@@ -44,16 +44,10 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
     InterfaceMethod<
       /*desc=*/[{The family of kernels that runs the op, whose measured
                  speed (gpipe-opt --calibrate) the cost model applies to
-                 it: "matmul", "narrow_matmul" (fewer than 16 result
-                 columns), "batched_matmul", "attention", "conv",
-                 "depthwise_conv", "narrow_conv", "small_map_conv" and
-                 "shallow_conv"
-                 (timed by their FLOPs and bytes), "gelu",
-                 "batch_norm", "batch_norm_columns" (maps of fewer than
-                 kBatchNormColumnsBelow elements), "layer_norm", "softmax", "cross_entropy",
-                 "max_pool" (2-D), "pooling" (the other poolings), "copy"
-                 and
-                 "elementwise" (timed by their bytes).}],
+                 it: one of the table in common/'s KernelFamily.h
+                 ("matmul", "conv", "batch_norm", "elementwise", ...),
+                 which says what its fit is a function of. The verifier
+                 rejects a name the table does not hold.}],
       /*retTy=*/"::llvm::StringRef", /*methodName=*/"getKernelFamily",
       /*args=*/(ins), /*methodBody=*/"",
       /*defaultImplementation=*/[{ return "elementwise"; }]>,
@@ -66,6 +60,9 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
       /*args=*/(ins), /*methodBody=*/"",
       /*defaultImplementation=*/[{ return $_op.getKernelFamily(); }]>,
   ];
+  let verify = [{
+    return ::gpipe::nn::detail::verifyKernelFamilies($_op);
+  }];
 }
 
 def NN_ElementwiseOpInterface : OpInterface<"ElementwiseOpInterface"> {

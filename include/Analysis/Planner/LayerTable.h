@@ -24,19 +24,19 @@
 
 namespace gpipe {
 
-/// Whether the kernels of `family` are timed by their FLOPs (and bytes:
-/// matmul, conv, depthwise_conv) rather than by their bytes alone.
+/// The properties of `family` in common/'s kernel family table
+/// (gpipe/common/KernelFamily.h); false for a name it does not hold.
+/// Whether its kernels are timed by their FLOPs and bytes rather than by
+/// their bytes alone.
 bool timedByFlops(llvm::StringRef family);
-/// Whether the ops of `family` are gpipe's generated loops ("elementwise"
-/// and "copy"), timed by one fit of their bytes forward and backward.
+/// Whether its ops are gpipe's generated loops, timed by one fit of their
+/// bytes forward and backward.
 bool isGeneratedLoop(llvm::StringRef family);
-/// Whether the kernels of `family` run over feature maps (conv,
-/// depthwise_conv, batch_norm, pooling): their fits price the result's
-/// planes (LayerTable::planes), the maps they loop over.
+/// Whether its kernels run over feature maps: their fits price the
+/// result's planes (LayerTable::planes), the maps they loop over.
 bool overFeatureMaps(llvm::StringRef family);
-/// Whether the kernels of `family` convert their parameters to a layout of
-/// their own once a step, the other micro-batches reusing it (the CPU's
-/// convolutions: conv, depthwise_conv).
+/// Whether its kernels convert their parameters to a layout of their own
+/// once a step, the other micro-batches reusing it.
 bool convertsParameters(llvm::StringRef family);
 
 struct LayerTable {

@@ -3,6 +3,7 @@
 
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
+#include "gpipe/common/KernelFamily.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -201,29 +202,29 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   return t;
 }
 
+static const gpipe::KernelFamily *familyOf(llvm::StringRef family) {
+  return gpipe::findKernelFamily(
+      std::string_view(family.data(), family.size()));
+}
+
 bool gpipe::timedByFlops(llvm::StringRef family) {
-  return family == "matmul" || family == "batched_matmul" ||
-         family == "narrow_matmul" || family == "attention" ||
-         family == "attention_dropout" || family == "conv" ||
-         family == "depthwise_conv" || family == "narrow_conv" ||
-         family == "small_map_conv" || family == "shallow_conv";
+  const KernelFamily *f = familyOf(family);
+  return f && f->timing == KernelTiming::Flops;
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
-  return family == "elementwise" || family == "copy" || family == "gelu";
+  const KernelFamily *f = familyOf(family);
+  return f && f->timing == KernelTiming::Loop;
 }
 
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
-  return family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv" || family == "small_map_conv" ||
-         family == "shallow_conv" || family == "batch_norm" ||
-         family == "pooling" || family == "max_pool";
+  const KernelFamily *f = familyOf(family);
+  return f && f->overFeatureMaps;
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
-  return family == "conv" || family == "depthwise_conv" ||
-         family == "narrow_conv" || family == "small_map_conv" ||
-         family == "shallow_conv";
+  const KernelFamily *f = familyOf(family);
+  return f && f->convertsParameters;
 }
 
 double LayerTable::conversionSeconds(int64_t i, const DeviceProfile &profile,
