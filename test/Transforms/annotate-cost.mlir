@@ -104,7 +104,9 @@ func.func @attention_costs(%q: tensor<2x130x8xf32>) -> (tensor<2x130x8xf32>, ten
 
 // The convolutions' families: fewer than 16 channels in or out is
 // "shallow_conv" (8 -> 16, 16 -> 8), 16 -> 16 a dense "conv", 1 channel in
-// "narrow_conv". A global average pool runs as oneDNN's pooling, its
+// "narrow_conv" at stride 1 (the CPU backend's own loops), a strided one
+// (ResNet's 7x7 at stride 2 on 3 channels, oneDNN's) "shallow_conv". A
+// global average pool runs as oneDNN's pooling, its
 // gradient as a generated broadcast (as many bytes as the forward); a pad's
 // gradient is a slice of its input's size (2 * 2 * 16 * 14 * 14 * 4).
 // CHECK-LABEL: func @families
@@ -114,9 +116,11 @@ func.func @attention_costs(%q: tensor<2x130x8xf32>) -> (tensor<2x130x8xf32>, ten
 // CHECK: nn.conv {{.*}}gpipe.kernel_family = "shallow_conv", gpipe.kernel_family_backward = "shallow_conv"
 // CHECK: nn.global_avg_pool {{.*}}gpipe.backward_bytes = [[GAP:[0-9]+]] : i64, gpipe.bytes = [[GAP]] : i64, {{.*}}gpipe.kernel_family = "pooling", gpipe.kernel_family_backward = "elementwise"
 // CHECK: nn.pad {{.*}}gpipe.backward_bytes = 50176 : i64, {{.*}}gpipe.kernel_family = "copy", gpipe.kernel_family_backward = "copy"
+// CHECK: nn.conv {{.*}}gpipe.kernel_family = "shallow_conv"
 func.func @families(%x: tensor<2x1x14x14xf32>, %w1: tensor<8x1x3x3xf32>,
                     %w2: tensor<16x8x3x3xf32>, %w3: tensor<16x16x3x3xf32>,
-                    %w4: tensor<8x16x3x3xf32>) -> (tensor<2x8x1x1xf32>, tensor<2x16x16x16xf32>) {
+                    %w4: tensor<8x16x3x3xf32>, %i: tensor<2x3x32x32xf32>,
+                    %w5: tensor<64x3x7x7xf32>) -> (tensor<2x8x1x1xf32>, tensor<2x16x16x16xf32>, tensor<2x64x16x16xf32>) {
   %0 = nn.conv %x, %w1 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
       : (tensor<2x1x14x14xf32>, tensor<8x1x3x3xf32>) -> tensor<2x8x14x14xf32>
   %1 = nn.conv %0, %w2 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>}
@@ -127,7 +131,9 @@ func.func @families(%x: tensor<2x1x14x14xf32>, %w1: tensor<8x1x3x3xf32>,
       : (tensor<2x16x14x14xf32>, tensor<8x16x3x3xf32>) -> tensor<2x8x14x14xf32>
   %4 = nn.global_avg_pool %3 : (tensor<2x8x14x14xf32>) -> tensor<2x8x1x1xf32>
   %5 = nn.pad %2 {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>} : (tensor<2x16x14x14xf32>) -> tensor<2x16x16x16xf32>
-  return %4, %5 : tensor<2x8x1x1xf32>, tensor<2x16x16x16xf32>
+  %6 = nn.conv %i, %w5 {strides = array<i64: 2, 2>, pads = array<i64: 3, 3, 3, 3>, dilations = array<i64: 1, 1>}
+      : (tensor<2x3x32x32xf32>, tensor<64x3x7x7xf32>) -> tensor<2x64x16x16xf32>
+  return %4, %5, %6 : tensor<2x8x1x1xf32>, tensor<2x16x16x16xf32>, tensor<2x64x16x16xf32>
 }
 
 // A batch normalization of maps of 16 elements or more loops a plane; of

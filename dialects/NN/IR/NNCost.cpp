@@ -279,8 +279,16 @@ StringRef ConvOp::getKernelFamily() {
                    input.getDimSize(1) == getGroup();
   if (depthwise)
     return "depthwise_conv";
+  // The CPU backend's own loops (kNarrowConvChannelsAtMost): at stride 1
+  // without dilation only; a strided first layer (ResNet's 7x7 at stride
+  // 2) is oneDNN's, a shallow convolution below.
+  auto ones = [](ArrayRef<int64_t> a) {
+    return llvm::all_of(a, [](int64_t v) { return v == 1; });
+  };
   bool narrow = getGroup() == 1 && input.hasRank() && input.getRank() == 4 &&
-                !input.isDynamicDim(1) && input.getDimSize(1) <= 4;
+                !input.isDynamicDim(1) &&
+                input.getDimSize(1) <= gpipe::kNarrowConvChannelsAtMost &&
+                ones(getStrides()) && ones(getDilations());
   if (narrow)
     return "narrow_conv";
   // So is a 2-D convolution (one group) whose output maps are one pixel or

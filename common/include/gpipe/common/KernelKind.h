@@ -35,6 +35,13 @@ constexpr int64_t attentionBlock(int64_t length) {
 /// families ("batch_norm_columns" and "batch_norm").
 constexpr int64_t kBatchNormColumnsBelow = 16;
 
+/// A 2-D convolution of one group, at stride 1 without dilation, whose
+/// input has at most this many channels (an image model's first layer on
+/// grey or RGB images) runs as the CPU backend's own loops over the plain
+/// tensors, where others run as oneDNN's: the compiler prices those as
+/// the kernel family "narrow_conv", the rest as oneDNN's families.
+constexpr int64_t kNarrowConvChannelsAtMost = 4;
+
 struct KernelKind {
   std::string_view name; // the nn op's name without "nn.": "conv", ...
   /// Operand names in order; the last `optionalOperands` may be absent.

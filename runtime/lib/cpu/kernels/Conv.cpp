@@ -373,7 +373,7 @@ int64_t roundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 class NarrowConvShape {
 public:
-  static constexpr int64_t kMaxChannels = 4;
+  static constexpr int64_t kMaxChannels = kNarrowConvChannelsAtMost;
 
   static bool applies(const KernelSpec &spec, const TensorSlot &input,
                       const TensorSlot &weight, const TensorSlot &output) {
