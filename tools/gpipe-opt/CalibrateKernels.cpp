@@ -586,6 +586,13 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         {Sequence, 8, 16, 512},
                         {Sequence, 4, 8, 1024},
                         {Conv, 32, 512, 2},
+                        // Feature maps past a core's own caches (4 MiB
+                        // a tensor at 32 channels on 32x32 maps): an
+                        // image model's first blocks on a whole batch,
+                        // MobileNet's depthwise convolutions and batch
+                        // norms at 32 images (their gradients took
+                        // 2-3x their price fitted on maps in the cache).
+                        {Conv, 32, 32, 32},
                         // Few channels on MNIST's maps: a small CNN's first
                         // layers (1 or 3 channels into 8).
                         {Conv, 8, 8, 28},
