@@ -802,6 +802,15 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
               << ',' << p.parameterBytes << ',' << p.planes << ',' << p.forward
               << ',' << p.backward << ',' << p.microBatches << ',' << p.pace
               << '\n';
+    // The generated loops: their bytes as work and bytes, a forward's
+    // seconds or a backward's.
+    for (const auto &[family, byCores] : loops)
+      for (const auto &[cores, phases] : byCores)
+        for (int phase = 0; phase < 2; ++phase)
+          for (const auto &[bytes, seconds, pace] : phases[phase])
+            out << family << ',' << cores << ',' << bytes << ',' << bytes
+                << ",0,0," << (phase ? 0 : seconds) << ','
+                << (phase ? seconds : 0) << ",1," << pace << '\n';
   }
   // Times taken at another pace than the median one, scaled to it: this
   // machine's pace can move by tens of percent within a minute (a shared
