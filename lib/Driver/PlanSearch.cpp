@@ -114,6 +114,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     StageFacts facts;
     facts.forwardKernels = slice.forward;
     facts.backwardKernels = slice.backward;
+    facts.backwardWeightKernels = slice.backwardWeight;
     facts.transfer = slice.transfer;
     facts.forwardConversion = slice.forwardConversion;
     facts.backwardConversion = slice.backwardConversion;

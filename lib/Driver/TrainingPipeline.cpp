@@ -210,6 +210,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         op->getAttrOfType<FloatAttr>("gpipe.forward_time").getValueAsDouble();
     facts.backwardKernels =
         op->getAttrOfType<FloatAttr>("gpipe.backward_time").getValueAsDouble();
+    if (auto w = op->getAttrOfType<FloatAttr>("gpipe.backward_weight_time"))
+      facts.backwardWeightKernels = w.getValueAsDouble();
     facts.transfer =
         op->getAttrOfType<FloatAttr>("gpipe.transfer_time").getValueAsDouble();
     if (auto once =

@@ -398,6 +398,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.recomputes", b.getBoolAttr(c.recomputes));
       stage->setAttr("gpipe.forward_time", b.getF64FloatAttr(c.forward));
       stage->setAttr("gpipe.backward_time", b.getF64FloatAttr(c.backward));
+      // Of it, the weights' gradients (a zero-bubble schedule's W).
+      stage->setAttr("gpipe.backward_weight_time",
+                     b.getF64FloatAttr(c.backwardWeight));
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
       // Each layer's predicted seconds per micro-batch, by the name under
       // which gpipe-run --profile-ops times it, in the layers' order:

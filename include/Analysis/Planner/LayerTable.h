@@ -81,6 +81,12 @@ struct LayerTable {
   /// (whose family's backward fit is a first layer's, its weights'
   /// gradient alone) 1 as a first layer and 2 deeper.
   llvm::SmallVector<double> backwardShare;
+  /// Per layer: the share of its backward that computes its weights'
+  /// gradient (a zero-bubble schedule's W; the rest, the input's gradient,
+  /// is its B): a product's or convolution's second of its two (half), a
+  /// first layer's whole backward, 0 without trainable parameters or where
+  /// one kernel computes both (a normalization's).
+  llvm::SmallVector<double> weightShare;
   /// Per layer: whether its backward computes its input's gradient (it
   /// reads an activation, not only the data and parameters).
   llvm::SmallVector<bool> inputGradient;
@@ -134,6 +140,11 @@ struct LayerTable {
   /// --calibrate), else the roofline of the scaled FLOPs and bytes.
   double forwardSeconds(int64_t i, const DeviceProfile &profile,
                         int64_t r) const;
+  /// Of backwardSeconds, the weights' gradient (weightShare).
+  double weightGradientSeconds(int64_t i, const DeviceProfile &profile,
+                               int64_t r) const {
+    return weightShare[i] * backwardSeconds(i, profile, r);
+  }
   double backwardSeconds(int64_t i, const DeviceProfile &profile,
                          int64_t r) const;
   /// Seconds a step's first forward (`backward`) of layer i spends

@@ -26,6 +26,8 @@ struct StageFacts {
   /// The kernels' seconds per micro-batch (forward; backward with any
   /// recompute) and the stage's transfer time, from the partitioner.
   double forwardKernels = 0, backwardKernels = 0, transfer = 0;
+  /// Of backwardKernels, the weights' gradients (StageSlice).
+  double backwardWeightKernels = 0;
   /// Seconds once a step: the parameters the first forward (backward)
   /// converts to its kernels' layouts (StageSlice).
   double forwardConversion = 0, backwardConversion = 0;
@@ -74,6 +76,10 @@ struct StageCost {
   double forwardConversion = 0, backwardConversion = 0;
   /// Of the backward: loading the stash (StageTimes::stashLoad).
   double stashLoad = 0;
+  /// The backward split in two as a zero-bubble schedule runs it: the
+  /// input's gradient (B, with the stash's copies and any recompute) and
+  /// the weights' (W, with the gradients' sums); they add up to backward.
+  double backwardInput = 0, backwardWeight = 0;
   StageTimes times() const {
     // By name: a field added to StageTimes cannot shift the others.
     StageTimes t;
@@ -87,6 +93,8 @@ struct StageCost {
     t.firstForward = forwardConversion;
     t.firstBackward = backwardConversion;
     t.stashLoad = stashLoad;
+    t.backwardInput = backwardInput;
+    t.backwardWeight = backwardWeight;
     return t;
   }
 };

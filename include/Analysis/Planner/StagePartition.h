@@ -24,8 +24,10 @@ namespace gpipe {
 /// What the partitioner knows of a candidate stage, per micro-batch.
 struct StageSlice {
   double forward = 0, backward = 0; // seconds (backward with recompute)
-  double transfer = 0;              // seconds to send and receive its cuts
-  double memory = 0;                // bytes at the schedule's peak
+  /// Of the backward, the weights' gradients (LayerTable::weightShare).
+  double backwardWeight = 0;
+  double transfer = 0; // seconds to send and receive its cuts
+  double memory = 0;   // bytes at the schedule's peak
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;
@@ -97,7 +99,8 @@ private:
   int64_t rows;
   // [stage][layer] seconds, prefix sums: forward[s][e] is layers [0, e);
   // the conversions once a step likewise.
-  llvm::SmallVector<llvm::SmallVector<double>> forward, backward;
+  llvm::SmallVector<llvm::SmallVector<double>> forward, backward,
+      backwardWeight;
   llvm::SmallVector<llvm::SmallVector<double>> forwardConversion,
       backwardConversion;
   llvm::SmallVector<double> params, activations; // prefix sums

@@ -57,6 +57,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.family.assign(n, "");
   t.backwardFamily.assign(n, "");
   t.backwardShare.assign(n, 1);
+  t.weightShare.assign(n, 0);
   t.inputGradient.assign(n, true);
   // The trainable parameters' names, looked up once.
   llvm::StringSet<> trainableNames;
@@ -132,6 +133,10 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
                                                        : 1;
     else if (narrow)
       t.backwardShare[i] = 2;
+    t.weightShare[i] = !parameter                  ? 0
+                       : !activation               ? 1
+                       : timedByFlops(t.family[i]) ? 0.5
+                                                   : 0;
     for (Value r : op->getResults()) {
       double bytes = nn::detail::numBytes(r.getType());
       t.activationBytes[i] += bytes;

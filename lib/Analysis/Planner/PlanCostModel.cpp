@@ -46,6 +46,9 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // cores at M = 1: 0.03 ms of gradients copied, priced as a sum).
   double sumPasses = 3.0 - 1.0 / static_cast<double>(plan.microBatches);
   c.backward = f.backwardKernels + copies + sumPasses * sumPass;
+  c.backwardWeight =
+      std::min(c.backward, f.backwardWeightKernels + sumPasses * sumPass);
+  c.backwardInput = c.backward - c.backwardWeight;
   // SGD reads parameters and gradients and writes parameters; each state
   // tensor (momentum, Adam's moments) is one more read and write.
   double passes = 3 + 2 * static_cast<double>(optimizerSlots);

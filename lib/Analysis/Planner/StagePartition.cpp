@@ -15,10 +15,11 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   double s = table.scale(rows);
   for (const DeviceProfile &p : profiles) {
     llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0), cf(n + 1, 0),
-        cb(n + 1, 0), st(n + 1, 0);
+        cb(n + 1, 0), st(n + 1, 0), w(n + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
       f[i + 1] = f[i] + table.forwardSeconds(i, p, rows);
       b[i + 1] = b[i] + table.backwardSeconds(i, p, rows);
+      w[i + 1] = w[i] + table.weightGradientSeconds(i, p, rows);
       cf[i + 1] = cf[i] + table.conversionSeconds(i, p, /*backward=*/false);
       cb[i + 1] = cb[i] + table.conversionSeconds(i, p, /*backward=*/true);
       st[i + 1] = st[i] + table.trainableBytes[i] /
@@ -26,6 +27,7 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
     }
     forward.push_back(std::move(f));
     backward.push_back(std::move(b));
+    backwardWeight.push_back(std::move(w));
     forwardConversion.push_back(std::move(cf));
     backwardConversion.push_back(std::move(cb));
     sumThreadBytes.push_back(std::move(st));
@@ -84,6 +86,7 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   c.recomputes = recomputes;
   c.forward = forward[stage][end] - forward[stage][begin];
   c.backward = backward[stage][end] - backward[stage][begin];
+  c.backwardWeight = backwardWeight[stage][end] - backwardWeight[stage][begin];
   c.forwardConversion =
       forwardConversion[stage][end] - forwardConversion[stage][begin];
   c.backwardConversion =
