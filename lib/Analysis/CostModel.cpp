@@ -8,7 +8,6 @@
 #include "gpipe/common/KernelFamily.h"
 
 #include "mlir/IR/BuiltinTypes.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -128,10 +127,8 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
 /// The family whose fit prices `family` in a profile calibrated before it
 /// had its own (common/'s kernel family table); empty for none.
 static llvm::StringRef nearestFamily(llvm::StringRef family) {
-  const gpipe::KernelFamily *f =
-      gpipe::findKernelFamily(std::string_view(family.data(), family.size()));
-  return f ? llvm::StringRef(f->nearest.data(), f->nearest.size())
-           : llvm::StringRef();
+  const gpipe::KernelFamily *f = gpipe::findKernelFamily(family);
+  return f ? llvm::StringRef(f->nearest) : llvm::StringRef();
 }
 
 /// The fit of `family` measured on the most cores not above `cores`, else

@@ -279,16 +279,15 @@ StringRef ConvOp::getKernelFamily() {
                    input.getDimSize(1) == getGroup();
   if (depthwise)
     return "depthwise_conv";
-  // The CPU backend's own loops (kNarrowConvChannelsAtMost): at stride 1
+  // The CPU backend's own loops (gpipe::isNarrowConv2d): at stride 1
   // without dilation only; a strided first layer (ResNet's 7x7 at stride
   // 2) is oneDNN's, a shallow convolution below.
-  auto ones = [](ArrayRef<int64_t> a) {
-    return llvm::all_of(a, [](int64_t v) { return v == 1; });
-  };
-  bool narrow = getGroup() == 1 && input.hasRank() && input.getRank() == 4 &&
-                !input.isDynamicDim(1) &&
-                input.getDimSize(1) <= gpipe::kNarrowConvChannelsAtMost &&
-                ones(getStrides()) && ones(getDilations());
+  ArrayRef<int64_t> strides = getStrides(), dilations = getDilations();
+  bool narrow =
+      input.hasRank() && input.getRank() == 4 && !input.isDynamicDim(1) &&
+      strides.size() == 2 && dilations.size() == 2 &&
+      gpipe::isNarrowConv2d(input.getDimSize(1), getGroup(), strides[0],
+                            strides[1], dilations[0], dilations[1]);
   if (narrow)
     return "narrow_conv";
   // So is a 2-D convolution (one group) whose output maps are one pixel or
@@ -470,8 +469,7 @@ LogicalResult gpipe::nn::detail::verifyKernelFamilies(Operation *op) {
   auto cost = cast<CostOpInterface>(op);
   for (StringRef family :
        {cost.getKernelFamily(), cost.getBackwardKernelFamily()})
-    if (!gpipe::findKernelFamily(
-            std::string_view(family.data(), family.size())))
+    if (!gpipe::findKernelFamily(family))
       return op->emitOpError("names kernel family '")
              << family
              << "', which common/'s kernel family table does not hold";

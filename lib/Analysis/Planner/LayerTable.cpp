@@ -207,28 +207,23 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   return t;
 }
 
-static const gpipe::KernelFamily *familyOf(llvm::StringRef family) {
-  return gpipe::findKernelFamily(
-      std::string_view(family.data(), family.size()));
-}
-
 bool gpipe::timedByFlops(llvm::StringRef family) {
-  const KernelFamily *f = familyOf(family);
+  const KernelFamily *f = findKernelFamily(family);
   return f && f->timing == KernelTiming::Flops;
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
-  const KernelFamily *f = familyOf(family);
+  const KernelFamily *f = findKernelFamily(family);
   return f && f->timing == KernelTiming::Loop;
 }
 
 bool gpipe::overFeatureMaps(llvm::StringRef family) {
-  const KernelFamily *f = familyOf(family);
+  const KernelFamily *f = findKernelFamily(family);
   return f && f->overFeatureMaps;
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {
-  const KernelFamily *f = familyOf(family);
+  const KernelFamily *f = findKernelFamily(family);
   return f && f->convertsParameters;
 }
 

@@ -41,6 +41,17 @@ constexpr int64_t kBatchNormColumnsBelow = 16;
 /// tensors, where others run as oneDNN's: the compiler prices those as
 /// the kernel family "narrow_conv", the rest as oneDNN's families.
 constexpr int64_t kNarrowConvChannelsAtMost = 4;
+/// Whether a 2-D convolution is one the CPU backend runs as its own loops
+/// (the family "narrow_conv"), by its input channels, groups, strides and
+/// dilations; the backend asks also that its tensors are float32 and its
+/// padding fits the loops' padded planes.
+constexpr bool isNarrowConv2d(int64_t inChannels, int64_t group,
+                              int64_t strideH, int64_t strideW,
+                              int64_t dilationH, int64_t dilationW) {
+  return inChannels >= 1 && inChannels <= kNarrowConvChannelsAtMost &&
+         group == 1 && strideH == 1 && strideW == 1 && dilationH == 1 &&
+         dilationW == 1;
+}
 
 struct KernelKind {
   std::string_view name; // the nn op's name without "nn.": "conv", ...

@@ -360,10 +360,10 @@ private:
 };
 
 /// A 2-D convolution of one group at stride 1 without dilation whose input
-/// has at most kMaxChannels channels (the cost model's family
-/// "narrow_conv": an image model's first layer), computed by the backend's
-/// own loops over the plain tensors (NarrowConvPlanes.h). oneDNN blocks
-/// channels by 8 or 16 and converts such a layer's maps to and from its
+/// has at most kNarrowConvChannelsAtMost channels (isNarrowConv2d; the cost
+/// model's family "narrow_conv": an image model's first layer), computed by the
+/// backend's own loops over the plain tensors (NarrowConvPlanes.h). oneDNN
+/// blocks channels by 8 or 16 and converts such a layer's maps to and from its
 /// layouts every run: the 1 -> 8 channel 3x3 layer of a small CNN on 28x28
 /// maps, 32 images, took 0.14 ms forward plus 0.10 ms to convert its output
 /// back, and 0.06 ms for its weights' gradient plus 0.08 ms to convert the
@@ -373,17 +373,15 @@ int64_t roundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 class NarrowConvShape {
 public:
-  static constexpr int64_t kMaxChannels = kNarrowConvChannelsAtMost;
-
   static bool applies(const KernelSpec &spec, const TensorSlot &input,
                       const TensorSlot &weight, const TensorSlot &output) {
     if (input.shape.size() != 4 || weight.shape.size() != 4 ||
-        output.shape.size() != 4 || input.shape[1] > kMaxChannels ||
-        static_cast<int64_t>(spec.number("group")) != 1 ||
-        input.dtype != DType::F32)
+        output.shape.size() != 4 || input.dtype != DType::F32)
       return false;
     Window2d win = window2d(spec);
-    if (win.sh != 1 || win.sw != 1 || win.dh != 1 || win.dw != 1 ||
+    if (!isNarrowConv2d(input.shape[1],
+                        static_cast<int64_t>(spec.number("group")), win.sh,
+                        win.sw, win.dh, win.dw) ||
         win.ph < 0 || win.pw < 0)
       return false;
     // The padding after the maps: what the output's size leaves.
