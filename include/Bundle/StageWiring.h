@@ -18,7 +18,9 @@ namespace gpipe {
 
 /// The lowered phases of one training stage.
 struct StagePhases {
-  mlir::func::FuncOp forward, backward, optimizer;
+  /// `backward` is the whole backward, or its input part when
+  /// `backwardWeight` (its weight part) is set.
+  mlir::func::FuncOp forward, backward, optimizer, backwardWeight;
   /// The stage's parameters, in the order of the manifest's list.
   llvm::SmallVector<llvm::StringRef> parameters;
 };

@@ -122,10 +122,15 @@ struct LowerTrainingStagePipelineOptions
   Option<int64_t> stage{*this, "stage",
                         llvm::cl::desc("The stage's index (entry names)"),
                         llvm::cl::init(0)};
+  Option<bool> splitBackward{
+      *this, "split-backward",
+      llvm::cl::desc("The backward is in two parts (gpipe-split-backward-"
+                     "weights): lower @backward_input and @backward_weight"),
+      llvm::cl::init(false)};
 };
 
-/// A trained stage's forward, backward and optimizer phases lowered to
-/// entry points on arenas (gpipe_stage<K>_<phase>).
+/// A trained stage's forward, backward (or its two parts) and optimizer
+/// phases lowered to entry points on arenas (gpipe_stage<K>_<phase>).
 void buildLowerTrainingStagePipeline(
     mlir::OpPassManager &pm, const LowerTrainingStagePipelineOptions &options);
 

@@ -300,13 +300,19 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       StagePhases sp;
       for (func::FuncOp f : stagePhases) {
         StringRef role = f->getAttrOfType<StringAttr>("gpipe.phase").getValue();
-        (role == "forward"    ? sp.forward
-         : role == "backward" ? sp.backward
-                              : sp.optimizer) = f;
+        (role == "forward"                                  ? sp.forward
+         : role == "backward" || role == "backward_input" ? sp.backward
+         : role == "backward_weight"                        ? sp.backwardWeight
+                                                            : sp.optimizer) = f;
       }
       if (!sp.forward || !sp.backward || !sp.optimizer)
         return stagePhases.front().emitError(
             "a training stage needs forward, backward and optimizer phases");
+      if (sp.backwardWeight &&
+          sp.backward->getAttrOfType<StringAttr>("gpipe.phase").getValue() !=
+              "backward_input")
+        return sp.backwardWeight.emitError(
+            "a weight part of the backward without its input part");
       sp.parameters = params[k].names;
       trainPhases.push_back(sp);
     }

@@ -68,20 +68,34 @@ StringRef gradientOf(StringRef name) { return name.split(':').second; }
 FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
   struct Phases {
     SmallVector<Slot> fwdIn, fwdOut, bwdIn, bwdOut, optIn;
+    /// A split backward's weight part (empty otherwise); gradOut: where
+    /// the parameters' gradients come out (bwdOut or weightOut).
+    SmallVector<Slot> weightIn, weightOut;
+    bool split = false;
+    const SmallVector<Slot> &gradOut() const {
+      return split ? weightOut : bwdOut;
+    }
   };
   std::vector<Phases> all;
-  for (const StagePhases &s : stages)
-    all.push_back({slotsOf(s.forward, "gpipe.inputs"),
-                   slotsOf(s.forward, "gpipe.outputs"),
-                   slotsOf(s.backward, "gpipe.inputs"),
-                   slotsOf(s.backward, "gpipe.outputs"),
-                   slotsOf(s.optimizer, "gpipe.inputs")});
+  for (const StagePhases &s : stages) {
+    Phases p{slotsOf(s.forward, "gpipe.inputs"),
+             slotsOf(s.forward, "gpipe.outputs"),
+             slotsOf(s.backward, "gpipe.inputs"),
+             slotsOf(s.backward, "gpipe.outputs"),
+             slotsOf(s.optimizer, "gpipe.inputs")};
+    if (s.backwardWeight) {
+      p.weightIn = slotsOf(s.backwardWeight, "gpipe.inputs");
+      p.weightOut = slotsOf(s.backwardWeight, "gpipe.outputs");
+      p.split = true;
+    }
+    all.push_back(std::move(p));
+  }
   // Weights trained by several stages (tied embeddings): the stages of
   // each, and one tie id per weight in order of first appearance.
   llvm::MapVector<StringRef, SmallVector<int64_t>> trainedBy;
   for (auto [k, stage] : llvm::enumerate(stages))
     for (StringRef param : stage.parameters)
-      if (findSlot(all[k].bwdOut, ("grad:" + param).str()))
+      if (findSlot(all[k].gradOut(), ("grad:" + param).str()))
         trainedBy[param].push_back(static_cast<int64_t>(k));
   SmallVector<json::Object> out;
   for (auto [k, stage] : llvm::enumerate(stages)) {
@@ -178,6 +192,35 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       }
       carried.push_back(std::move(c));
     }
+    // A split backward's weight part: each input from the stash (as the
+    // input part reads it), from the batch, the loss gradient's seed, or
+    // what the input part read (a received gradient) or computed (a carry),
+    // kept after the stash until the weight part runs.
+    if (p.split) {
+      json::Array weightInputs;
+      for (const Slot &in : p.weightIn) {
+        json::Object w{{"input", in.index}};
+        const Slot *source = nullptr;
+        if (in.role == Role::Carry) {
+          source = findSlot(p.bwdOut, in.name);
+          w["from"] = "backward_output";
+        } else {
+          source = findSlot(p.bwdIn, in.name);
+          w["from"] = "backward_input";
+        }
+        if (!source || source->bytes != in.bytes)
+          return fail("weight gradients' input '" + in.name +
+                      "' is not the input part's");
+        w["index"] = source->index;
+        if (in.role == Role::Carry || in.role == Role::OutputGrad) {
+          w["kept"] = true;
+          w["stash_offset"] = stashBytes;
+          stashBytes += in.bytes;
+        }
+        weightInputs.push_back(std::move(w));
+      }
+      wiring["weight_inputs"] = std::move(weightInputs);
+    }
     wiring["carried"] = std::move(carried);
     wiring["stash_bytes"] = stashBytes;
 
@@ -186,7 +229,7 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
     json::Array trained;
     for (auto [i, param] : llvm::enumerate(stage.parameters)) {
       std::string name = ("grad:" + param).str();
-      const Slot *grad = findSlot(p.bwdOut, name);
+      const Slot *grad = findSlot(p.gradOut(), name);
       if (!grad)
         continue;
       const Slot *sum = findSlot(p.optIn, name);

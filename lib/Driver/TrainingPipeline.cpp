@@ -6,6 +6,7 @@
 #include "Analysis/CostModel.h"
 #include "Analysis/Planner/PipelinePlan.h"
 #include "Analysis/Planner/PlanCostModel.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 #include "Transforms/OutlineStages.h"
@@ -123,6 +124,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       plan.autoRecompute.push_back(chosen && chosen.getValue());
     }
   PlanCostModel costModel(plan, network, optimizerSlots);
+  bool splitBackward = scheduleKindInfo(plan.schedule).splitsBackward;
   ScheduleRequest request;
   request.kind = plan.schedule;
   request.microBatches = p.microBatches;
@@ -136,6 +138,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       split.recompute = recompute ? "always" : "never";
       split.lastStage = last;
       buildTrainStagePipeline(pm, split, o.optimizer);
+      // A zero-bubble schedule runs the backward in two parts.
+      if (splitBackward)
+        pm.addPass(createSplitBackwardWeights());
       if (failed(pm.run(stage)))
         return failure();
     }
@@ -145,10 +150,17 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       continue;
     }
     auto fwd = stage.lookupSymbol<func::FuncOp>("forward");
-    auto bwd = stage.lookupSymbol<func::FuncOp>("backward");
+    auto bwd = stage.lookupSymbol<func::FuncOp>(splitBackward ? "backward_input"
+                                                              : "backward");
     // Kept per micro-batch: the forward's stash, or (recompute) the
     // received stage input; the data inputs are read again from the batch.
+    // A split backward's weight part also reads what its input part leaves
+    // it and the received gradients: kept with the stash until it runs.
     int64_t stashBytes = roleBytes(bwd, false, {Role::Stash, Role::Activation});
+    if (splitBackward)
+      stashBytes +=
+          roleBytes(stage.lookupSymbol<func::FuncOp>("backward_weight"), false,
+                    {Role::Carry, Role::OutputGrad});
     // One received and one sent message each way.
     int64_t inBytes = roleBytes(fwd, false, {Role::Activation});
     int64_t outBytes = roleBytes(fwd, true, {Role::Activation});
@@ -158,6 +170,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       PassManager pm(context);
       LowerTrainingStagePipelineOptions lower;
       lower.stage = entryIndex;
+      lower.splitBackward = splitBackward;
       buildLowerTrainingStagePipeline(pm, lower);
       if (failed(pm.run(stage)))
         return failure();

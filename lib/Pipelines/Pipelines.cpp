@@ -96,7 +96,10 @@ void gpipe::buildLowerTrainingStagePipeline(
     OpPassManager &pm, const LowerTrainingStagePipelineOptions &o) {
   pm.addPass(createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
-  for (StringRef phase : {"forward", "backward", "optimizer"}) {
+  llvm::SmallVector<StringRef> phases{"forward", "backward", "optimizer"};
+  if (o.splitBackward)
+    phases = {"forward", "backward_input", "backward_weight", "optimizer"};
+  for (StringRef phase : phases) {
     LowerStageOptions lower;
     lower.functionName = phase.str();
     lower.entryName =

@@ -60,13 +60,21 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
         ib.create<ForwardInstr>(loc, a.microBatch);
         if (s + 1 < k)
           ib.create<SendActivationInstr>(loc, a.microBatch, s + 1);
+      } else if (a.op == InstructionOp::BackwardWeight) {
+        // The weights' part reads what its input part left: no transfer.
+        ib.create<BackwardWeightInstr>(loc, a.microBatch);
       } else {
-        assert(a.op == InstructionOp::Backward && "a forward or a backward");
+        bool split = a.op == InstructionOp::BackwardInput;
+        assert((split || a.op == InstructionOp::Backward) &&
+               "a forward or a backward");
         if (s + 1 < k)
           ib.create<RecvGradientInstr>(loc, a.microBatch, s + 1);
         if (r.recompute[s])
           ib.create<RecomputeInstr>(loc, a.microBatch);
-        ib.create<BackwardInstr>(loc, a.microBatch);
+        if (split)
+          ib.create<BackwardInputInstr>(loc, a.microBatch);
+        else
+          ib.create<BackwardInstr>(loc, a.microBatch);
         if (s > 0)
           ib.create<SendGradientInstr>(loc, a.microBatch, s - 1);
       }

@@ -426,12 +426,6 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
       std::optional<InstructionOp> op = instructionFromName(name);
       if (!op)
         throw BundleError("unknown schedule instruction '" + name + "'");
-      if (*op == InstructionOp::BackwardInput ||
-          *op == InstructionOp::BackwardWeight)
-        throw BundleError("the schedule splits its backwards ('" + name +
-                          "', a zero-bubble schedule), which this runtime "
-                          "cannot run yet: compile with --schedule=gpipe or "
-                          "1f1b");
       instr.op = *op;
       if (ij.size() > 1)
         instr.microBatch = integer<int64_t>(ij.at(1));
@@ -460,11 +454,18 @@ namespace {
 /// The wiring of a training stage (docs/bundle.md), its indices checked
 /// against the stage's phases.
 WiringSpec parseWiring(const json &j, const StageSpec &stage) {
-  const PhaseSpec *fwd = stage.phase("forward"), *bwd = stage.phase("backward"),
-                  *opt = stage.phase("optimizer");
+  const PhaseSpec *fwd = stage.phase("forward"),
+                  *bwd = stage.phase(stage.backwardRole()),
+                  *opt = stage.phase("optimizer"),
+                  *weight = stage.phase("backward_weight");
   if (!fwd || !bwd || !opt)
-    throw BundleError("a training stage needs forward, backward and "
-                      "optimizer phases");
+    throw BundleError("a training stage needs forward, backward (or "
+                      "backward_input and backward_weight) and optimizer "
+                      "phases");
+  if (weight && stage.phase("backward"))
+    throw BundleError("a training stage has a backward and a split one");
+  // Where the parameters' gradients come out.
+  const PhaseSpec *grads = weight ? weight : bwd;
   std::string where = "stage " + std::to_string(stage.index) + " wiring: ";
   auto index = [&](const json &v, size_t count, const char *what) {
     int64_t i = integer<int64_t>(v);
@@ -526,12 +527,50 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     }
     w.carried.push_back(carried);
   }
+  if (weight != nullptr) {
+    if (!j.contains("weight_inputs"))
+      throw BundleError(where + "a split backward without weight_inputs");
+    std::vector<bool> seen(weight->inputs.size(), false);
+    for (const json &c : j.at("weight_inputs")) {
+      WiringSpec::WeightInput in;
+      in.input = index(c.at("input"), weight->inputs.size(),
+                       "backward_weight input");
+      std::string from = c.at("from").get<std::string>();
+      if (from != "backward_input" && from != "backward_output")
+        throw BundleError(where + "unknown source '" + from + "'");
+      in.fromOutput = from == "backward_output";
+      const std::vector<TensorSlot> &sources =
+          in.fromOutput ? bwd->outputs : bwd->inputs;
+      in.index = index(c.at("index"), sources.size(),
+                       in.fromOutput ? "backward_input output"
+                                     : "backward_input input");
+      int64_t bytes = weight->inputs[in.input].byteSize();
+      if (sources[in.index].byteSize() != bytes)
+        throw BundleError(where + "'" + weight->inputs[in.input].name +
+                          "' differs between the backward's parts");
+      in.kept = c.value("kept", false);
+      if (in.kept) {
+        in.stashOffset = integer<int64_t>(c.at("stash_offset"));
+        if (in.stashOffset < 0 || in.stashOffset > kMaxOffset ||
+            in.stashOffset + bytes > w.stashBytes)
+          throw BundleError(where + "a kept tensor lies outside the stash");
+      } else if (in.fromOutput) {
+        throw BundleError(where + "an output of backward_input that " +
+                          "backward_weight reads must be kept");
+      }
+      seen[in.input] = true;
+      w.weightInputs.push_back(in);
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end())
+      throw BundleError(where + "an input of backward_weight comes from "
+                                "nowhere");
+  }
   for (const json &t : j.at("trained")) {
     WiringSpec::Trained trained;
     trained.parameter =
         index(t.at("parameter"), stage.parameters.tensors.size(), "parameter");
     trained.gradient =
-        index(t.at("gradient"), bwd->outputs.size(), "backward output");
+        index(t.at("gradient"), grads->outputs.size(), "backward output");
     trained.sum = index(t.at("sum"), opt->inputs.size(), "optimizer input");
     if (t.contains("tied_stages")) {
       trained.tie = integer<int64_t>(t.at("tie"));
@@ -552,7 +591,7 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     }
     const TensorSlot &p = stage.parameters.tensors[trained.parameter];
     if (p.dtype != DType::F32 ||
-        bwd->outputs[trained.gradient].byteSize() != p.byteSize() ||
+        grads->outputs[trained.gradient].byteSize() != p.byteSize() ||
         opt->inputs[trained.sum].byteSize() != p.byteSize())
       throw BundleError(where + "gradient of '" + p.name +
                         "' does not match the parameter");

@@ -23,9 +23,15 @@ stepParts(const StreamRunner &runner) {
   double *sides[3][2] = {{&kernels.forward, &kernels.backward},
                          {&loops.forward, &loops.backward},
                          {&between.forward, &between.backward}};
+  // A split backward's weight part counts with the backward.
+  size_t weight = runner.weightIndex();
   for (int side = 0; side < 2; ++side) {
     *sides[0][side] = total(exec.kernelSeconds(), phases[side]);
     *sides[1][side] = total(exec.loopSeconds(), phases[side]);
+    if (side == 1) {
+      *sides[0][side] += total(exec.kernelSeconds(), weight);
+      *sides[1][side] += total(exec.loopSeconds(), weight);
+    }
     *sides[2][side] = b.phaseRuns[side] - *sides[0][side] - *sides[1][side];
   }
   std::vector<Part> parts{kernels,

@@ -4,6 +4,7 @@
 
 #include "gpipe/runtime/InferenceSession.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace gpipe::runtime {
@@ -45,9 +46,27 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
                            Transport &transport, Reducer *reducer)
     : spec_(spec), stream(stream), exec(std::move(executor)),
       transport(transport), wiring(spec.wiring),
-      fwd(exec->phaseIndex("forward")), bwd(exec->phaseIndex("backward")),
+      fwd(exec->phaseIndex("forward")),
+      bwd(exec->phaseIndex(spec.backwardRole())),
       opt(exec->phaseIndex("optimizer")), fwdSpec(&spec.phases[fwd]),
       bwdSpec(&spec.phases[bwd]), optSpec(&spec.phases[opt]), reducer(reducer) {
+  if (spec.phase("backward_weight")) {
+    wgt = exec->phaseIndex("backward_weight");
+    wgtSpec = &spec.phases[wgt];
+  }
+  // The schedule runs the backwards as the stage's code has them: whole,
+  // or in two parts.
+  for (const Instruction &instr : stream.instructions) {
+    using Op = Instruction::Op;
+    bool split = instr.op == Op::BackwardInput || instr.op == Op::BackwardWeight;
+    if ((split && !wgtSpec) || (instr.op == Op::Backward && wgtSpec))
+      throw BundleError(
+          "stage " + std::to_string(spec.index) + ": the schedule runs " +
+          (split ? "split backwards, but the stage's code has one whole"
+                 : "whole backwards, but the stage's code has them in two "
+                   "parts") +
+          " (the bundle's schedule and stages disagree: compile it again)");
+  }
   for (const TensorSlot &in : fwdSpec->inputs)
     if (in.role == Role::Data)
       dataIn.push_back(&in);
@@ -58,9 +77,13 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   // Messages are filled when their forward or backward ends, so the sends
   // and receives in between read no arena. The compiler prices the same
   // rule (StreamOp::directlyCarriedMicroBatches).
+  // A split backward's parts have arenas of their own, and the weight
+  // part reads the stash too: every micro-batch goes through the stash.
   int64_t pending = -1; // the last forward's micro-batch, or -1
   for (const Instruction &instr : stream.instructions) {
     using Op = Instruction::Op;
+    if (wgtSpec)
+      break;
     if (instr.op == Op::Forward) {
       pending = instr.microBatch;
     } else if (instr.op == Op::Backward || instr.op == Op::Recompute) {
@@ -84,7 +107,7 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
       continue;
     if (instr.op == Op::Forward)
       slots = std::max(slots, ++stashed);
-    else if (instr.op == Op::Backward)
+    else if (instr.op == Op::Backward || instr.op == Op::BackwardWeight)
       --stashed;
   }
   for (int64_t i = 0; i < slots; ++i) {
@@ -398,7 +421,16 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   }
 }
 
-void StreamRunner::backward(int64_t mb, const StepContext &context) {
+void StreamRunner::writeLossSeed(size_t phase, const TensorSlot &slot,
+                                 const StepContext &context) {
+  // The mean over the global batch: M micro-batches on each replica.
+  float seed =
+      1.0f / static_cast<float>(context.microBatches * context.replicas);
+  exec->write(phase, slot, &seed);
+}
+
+void StreamRunner::backward(int64_t mb, const StepContext &context,
+                            bool split) {
   if (!restored.count(mb)) {
     Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     loadStash(mb, context);
@@ -407,41 +439,117 @@ void StreamRunner::backward(int64_t mb, const StepContext &context) {
   char *ba = exec->arena(bwd);
   if (wiring.lossGrad >= 0) {
     Part inputs(*this, breakdown_.dataInputs[1], &kDataInputs);
-    // The mean over the global batch: M micro-batches on each replica.
-    float seed =
-        1.0f / static_cast<float>(context.microBatches * context.replicas);
-    exec->write(bwd, bwdSpec->inputs[wiring.lossGrad], &seed);
+    writeLossSeed(bwd, bwdSpec->inputs[wiring.lossGrad], context);
   }
   if (!wiring.recvGradients.tensors.empty()) {
     Part messages(*this, breakdown_.messages[1], &kMessages);
     receive(wiring.recvGradients, *bwdSpec, ba,
             key(MessageKind::Gradient, spec_.index + 1, mb, false), "backward");
   }
+  // What a split backward's weight part reads of its input part's inputs
+  // (a received gradient: before the run, which may reuse their memory)
+  // and outputs (after it) joins the micro-batch's stash.
+  auto keep = [&](bool outputs) {
+    Part stashing(*this, breakdown_.stash[1], &kStashCopies);
+    char *stash = stashSlots[slotOf.at(mb)].get();
+    for (const WiringSpec::WeightInput &w : wiring.weightInputs)
+      if (w.kept && w.fromOutput == outputs) {
+        const TensorSlot &source = outputs ? bwdSpec->outputs[w.index]
+                                           : bwdSpec->inputs[w.index];
+        exec->device().copyOnDevice(stash + w.stashOffset, ba + source.offset,
+                                    source.byteSize());
+      }
+  };
+  if (split)
+    keep(/*outputs=*/false);
   exec->setRandomState({context.seed, context.step, mb});
   {
     Part code(*this, breakdown_.phaseRuns[1]);
     exec->run(bwd);
+  }
+  if (split) {
+    keep(/*outputs=*/true);
+    fillOutgoing(MessageKind::Gradient, mb);
+    return;
   }
   if (auto slot = slotOf.find(mb); slot != slotOf.end()) {
     freeSlots.push_back(slot->second);
     slotOf.erase(slot);
   }
   fillOutgoing(MessageKind::Gradient, mb);
+  sumGradients(bwd, context);
+}
+
+void StreamRunner::backwardWeight(int64_t mb, const StepContext &context) {
+  auto slot = slotOf.find(mb);
+  if (slot == slotOf.end())
+    throw std::runtime_error("stage " + std::to_string(spec_.index) +
+                             ": weight gradients of micro-batch " +
+                             std::to_string(mb) + " without its backward");
+  char *wa = exec->arena(wgt);
+  const char *stash = stashSlots[slot->second].get();
+  DeviceBackend &device = exec->device();
+  {
+    Part stashing(*this, breakdown_.stash[1], &kStashCopies);
+    for (const WiringSpec::WeightInput &w : wiring.weightInputs) {
+      const TensorSlot &in = wgtSpec->inputs[w.input];
+      if (w.kept) {
+        device.copyOnDevice(wa + in.offset, stash + w.stashOffset,
+                            in.byteSize());
+        continue;
+      }
+      // An input of the input part: as it read it.
+      if (static_cast<int64_t>(w.index) == wiring.lossGrad) {
+        writeLossSeed(wgt, in, context);
+        continue;
+      }
+      auto c = std::find_if(wiring.carried.begin(), wiring.carried.end(),
+                            [&](const WiringSpec::Carried &c) {
+                              return c.input == w.index;
+                            });
+      if (c == wiring.carried.end())
+        throw BundleError("stage " + std::to_string(spec_.index) +
+                          ": backward_weight input '" + in.name +
+                          "' is neither kept nor stashed");
+      if (c->from == WiringSpec::Carried::From::Batch)
+        device.copyToDevice(
+            wa + in.offset,
+            bytesOf(context.batch->at(fwdSpec->inputs[c->index].name)) +
+                mb * in.byteSize(),
+            in.byteSize());
+      else
+        device.copyOnDevice(wa + in.offset, stash + c->stashOffset,
+                            in.byteSize());
+    }
+  }
+  exec->setRandomState({context.seed, context.step, mb});
+  {
+    Part code(*this, breakdown_.phaseRuns[1]);
+    exec->run(wgt);
+  }
+  freeSlots.push_back(slot->second);
+  slotOf.erase(slot);
+  sumGradients(wgt, context);
+}
+
+void StreamRunner::sumGradients(size_t phase, const StepContext &context) {
   Part sums(*this, breakdown_.gradientSums, &kGradientSums);
   // Gradients accumulate where the optimizer phase reads them (the first
   // backward's are copied there, the others added).
+  const PhaseSpec &spec = spec_.phases[phase];
+  const char *ga = exec->arena(phase);
   char *oa = exec->arena(opt);
   bool first = backwards++ == 0;
   for (const WiringSpec::Trained &t : wiring.trained) {
     const TensorSlot &sum = optSpec->inputs[t.sum];
-    const TensorSlot &grad = bwdSpec->outputs[t.gradient];
+    const TensorSlot &grad = spec.outputs[t.gradient];
     if (first) {
-      exec->device().copyOnDevice(oa + sum.offset, ba + grad.offset,
+      exec->device().copyOnDevice(oa + sum.offset, ga + grad.offset,
                                   sum.byteSize());
       continue;
     }
     exec->device().accumulate(reinterpret_cast<float *>(oa + sum.offset),
-                              reinterpret_cast<const float *>(ba + grad.offset),
+                              reinterpret_cast<const float *>(ga + grad.offset),
                               sum.numElements());
   }
   // The stage's gradients are complete: their sums over the replicas run
@@ -579,9 +687,11 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     backward(mb, context);
     return;
   case Instruction::Op::BackwardInput:
+    backward(mb, context, /*split=*/true);
+    return;
   case Instruction::Op::BackwardWeight:
-    // Refused when the bundle is read (Bundle.cpp).
-    throw BundleError("a split backward cannot run in this runtime yet");
+    backwardWeight(mb, context);
+    return;
   case Instruction::Op::SendGradient: {
     Part messages(*this, breakdown_.messages[1], &kMessages);
     postOutgoing(instr);

@@ -66,6 +66,10 @@ public:
   const PhaseSpec &forwardPhase() const { return *fwdSpec; }
   size_t forwardIndex() const { return fwd; }
   size_t backwardIndex() const { return bwd; }
+  /// A split backward's weight part (phase "backward_weight"), or
+  /// kNoPhase; its input part is backwardIndex().
+  static constexpr size_t kNoPhase = static_cast<size_t>(-1);
+  size_t weightIndex() const { return wgt; }
   /// The data inputs its forward reads from the batch.
   const std::vector<const TensorSlot *> &dataInputs() const { return dataIn; }
   /// Bytes of its stash slots.
@@ -123,7 +127,18 @@ public:
 private:
   void run(const Instruction &instr, const StepContext &context);
   void forward(int64_t mb, const StepContext &context);
-  void backward(int64_t mb, const StepContext &context);
+  /// A whole backward, or (`split`) its input part: the stash stays for
+  /// the weight part, with what it reads of the input part's.
+  void backward(int64_t mb, const StepContext &context, bool split = false);
+  /// A split backward's weight part: its inputs from the stash slot, the
+  /// batch and the loss gradient's seed; its gradients summed.
+  void backwardWeight(int64_t mb, const StepContext &context);
+  /// Adds micro-batch's parameter gradients (outputs of `phase`) where the
+  /// optimizer reads them; starts the replica sums after the last.
+  void sumGradients(size_t phase, const StepContext &context);
+  /// The loss gradient's seed: 1 / (micro-batches x replicas).
+  void writeLossSeed(size_t phase, const TensorSlot &slot,
+                     const StepContext &context);
   void optimizerStep(const StepContext &context);
   /// Adds up, on every stage that shares a weight, the step's gradients of
   /// that weight from all of them (in stage order, so that every copy
@@ -166,8 +181,8 @@ private:
   std::unique_ptr<StageExecutor> exec;
   Transport &transport;
   const WiringSpec &wiring;
-  size_t fwd = 0, bwd = 0, opt = 0;
-  const PhaseSpec *fwdSpec, *bwdSpec, *optSpec;
+  size_t fwd = 0, bwd = 0, opt = 0, wgt = kNoPhase;
+  const PhaseSpec *fwdSpec, *bwdSpec, *optSpec, *wgtSpec = nullptr;
   std::vector<const TensorSlot *> dataIn;
 
   Reducer *reducer;

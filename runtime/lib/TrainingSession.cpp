@@ -559,7 +559,7 @@ TrainingSession::opProfile() const {
               seconds[phase][i] / runs;
         }
     };
-    for (size_t phase : {fwd, bwd}) {
+    for (size_t phase : {fwd, bwd, runner.weightIndex()}) {
       if (phase >= runner.spec().phases.size())
         continue;
       add(phase, runner.spec().phases[phase].kernels, totals);

@@ -1,6 +1,7 @@
 // RUN: gpipe-opt %s "--gpipe-schedule=kind=gpipe micro-batches=2" | FileCheck %s --check-prefix=GPIPE
 // RUN: gpipe-opt %s "--gpipe-schedule=kind=1f1b micro-batches=3 recompute=except-last" | FileCheck %s --check-prefix=ONEF
 // RUN: gpipe-opt %s "--gpipe-schedule=kind=1f1b micro-batches=3" --gpipe-verify-schedule 2>&1 | FileCheck %s --check-prefix=VERIFY
+// RUN: gpipe-opt %s "--gpipe-schedule=kind=zb-h1 micro-batches=3" --gpipe-verify-schedule 2>&1 | FileCheck %s --check-prefix=ZB
 // RUN: not gpipe-opt %s "--gpipe-schedule=kind=zigzag" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // GPIPE: gpipe.schedule stages(2) micro_batches(2)
@@ -51,7 +52,49 @@
 // VERIFY: remark: stage 1 on cpu:1: peak memory 500 bytes, 1 micro-batches alive at once, 0 of them in the stash
 // VERIFY: peak_bytes = 1200
 
-// BAD: error: schedule kind must be gpipe or 1f1b, not 'zigzag'
+// ZB-H1: stage s runs 1F1B's K-1-s forwards ahead, then s forwards each
+// with an input part (B) whose weight part (W) waits, then F, B and the
+// oldest W in turn, the remaining B's with a W each, the W's left. Every
+// stage keeps K micro-batches from their forward to their W, all through
+// the stash (a split backward's parts have arenas of their own).
+// ZB: remark: stage 0 on cpu:0: peak memory 1200 bytes, 2 micro-batches alive at once, 2 of them in the stash
+// ZB: remark: stage 1 on cpu:1: peak memory 600 bytes, 2 micro-batches alive at once, 2 of them in the stash
+// ZB: gpipe.stream 0 on "cpu:0"
+// ZB-NEXT: gpipe.forward 0
+// ZB-NEXT: gpipe.send_activation 0 peer 1
+// ZB-NEXT: gpipe.forward 1
+// ZB-NEXT: gpipe.send_activation 1 peer 1
+// ZB-NEXT: gpipe.recv_gradient 0 peer 1
+// ZB-NEXT: gpipe.backward_input 0
+// ZB-NEXT: gpipe.backward_weight 0
+// ZB-NEXT: gpipe.forward 2
+// ZB-NEXT: gpipe.send_activation 2 peer 1
+// ZB-NEXT: gpipe.recv_gradient 1 peer 1
+// ZB-NEXT: gpipe.backward_input 1
+// ZB-NEXT: gpipe.backward_weight 1
+// ZB-NEXT: gpipe.recv_gradient 2 peer 1
+// ZB-NEXT: gpipe.backward_input 2
+// ZB-NEXT: gpipe.backward_weight 2
+// ZB-NEXT: gpipe.optimizer_step
+// ZB: gpipe.stream 1 on "cpu:1"
+// ZB-NEXT: gpipe.recv_activation 0 peer 0
+// ZB-NEXT: gpipe.forward 0
+// ZB-NEXT: gpipe.backward_input 0
+// ZB-NEXT: gpipe.send_gradient 0 peer 0
+// ZB-NEXT: gpipe.recv_activation 1 peer 0
+// ZB-NEXT: gpipe.forward 1
+// ZB-NEXT: gpipe.backward_input 1
+// ZB-NEXT: gpipe.send_gradient 1 peer 0
+// ZB-NEXT: gpipe.backward_weight 0
+// ZB-NEXT: gpipe.recv_activation 2 peer 0
+// ZB-NEXT: gpipe.forward 2
+// ZB-NEXT: gpipe.backward_input 2
+// ZB-NEXT: gpipe.send_gradient 2 peer 0
+// ZB-NEXT: gpipe.backward_weight 1
+// ZB-NEXT: gpipe.backward_weight 2
+// ZB-NEXT: gpipe.optimizer_step
+
+// BAD: error: schedule kind must be gpipe, 1f1b or zb-h1, not 'zigzag'
 
 module {
   func.func @forward(%x: tensor<4xf32> {gpipe.name = "x"}) -> (tensor<f32> {gpipe.name = "loss"}) {

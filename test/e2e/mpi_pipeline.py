@@ -14,8 +14,8 @@ differs); ResNet-18 with BatchNorm included (batch statistics per
 micro-batch, as in the reference), whose float32 training is chaotic: it
 is judged against a float64 replay in PyTorch (CHAOTIC).
 
-Cases: the MLP over two ranks (both schedules, recompute never and always)
-and four ranks (`--oversubscribe`, two stages per core), the CNN and the
+Cases: the MLP over two ranks (every schedule, recompute never and
+always) and four ranks (`--oversubscribe`, two stages per core), the CNN and the
 Transformer over two and four ranks. Then the rest: run without mpirun
 (an error that says how to launch), the wrong process count (every rank
 says so and exits non-zero), --eval-data, --profile-ops and --trace across
@@ -44,10 +44,12 @@ RANK_DEVICES = {2: "r0:cpu:0,r1:cpu:1",
                 4: "r0:cpu:0,r1:cpu:1,r2:cpu:0,r3:cpu:1"}
 OPTIMIZER = ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9"]
 # (model, ranks, schedule, recompute)
-CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b")
+CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b", "zb-h1")
          for r in ("never", "always")] + [
     ("mlp", 4, "1f1b", "always"), ("mlp", 4, "gpipe", "never"),
+    ("mlp", 4, "zb-h1", "never"),
     ("cnn", 2, "1f1b", "never"), ("cnn", 4, "gpipe", "always"),
+    ("cnn", 2, "zb-h1", "always"),
     ("transformer_no_dropout", 2, "gpipe", "always"),
     ("transformer_no_dropout", 4, "1f1b", "never")]
 # (model, replicas, devices of one replica, schedule, optimizer, steps).

@@ -1,14 +1,14 @@
 """Pipelining changes nothing but speed: for K devices, M micro-batches, the
-gpipe or 1f1b schedule and every recompute mode, training gives the losses
+gpipe, 1f1b or zb-h1 schedule and every recompute mode, training gives the losses
 and final parameters of the same model trained on one device with M=1
 (models with BatchNorm: against one device with the same M and schedule,
 since each micro-batch normalizes with its own statistics and the schedule
 decides the order in which the micro-batches' gradients are summed).
 
 Devices may outnumber the cores (cpu:0,cpu:1,cpu:0,cpu:1). MLP runs the full
-matrix K in {1,2,3,4} x M in {1,2,4,8} x {gpipe, 1f1b} x {never, always,
-except-last}; the larger models a covering subset in which every K, every
-M, both schedules and every recompute mode occur (compiling each
+matrix K in {1,2,3,4} x M in {1,2,4,8} x {gpipe, 1f1b, zb-h1} x {never,
+always, except-last}; the larger models a covering subset in which every K,
+every M, every schedule and every recompute mode occur (compiling each
 configuration of ResNet-18 and the Transformer takes seconds).
 
 Tolerances: every step's loss within 1e-5 relative of the reference and
@@ -25,7 +25,7 @@ bias of norm 2e-3), exactly as much as four devices with 1f1b do; hence its
 reference uses the same schedule.
 
 With GPIPE_FULL_MATRIX=1 in the environment every model runs the full
-matrix (384 configurations; about 35 minutes on two cores, too long for CI);
+matrix (576 configurations; about 50 minutes on two cores, too long for CI);
 with GPIPE_COVERING=N every model runs the same N covering configurations.
 
 usage: pipeline_equivalence.py GPIPE_OPT GPIPE_RUN WORK_DIR [ONLY]
@@ -45,15 +45,16 @@ import reference_models  # noqa: E402
 BATCH, SAMPLES = 32, 64
 DEVICES = {1: "cpu:0", 2: "cpu:0,cpu:1", 3: "cpu:0,cpu:1,cpu:0",
            4: "cpu:0,cpu:1,cpu:0,cpu:1"}
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "zb-h1")
 RECOMPUTE = ("never", "always", "except-last")
 LOSS_TOLERANCE, PARAM_TOLERANCE = 1e-5, 1e-4
 
 
 def covering(count):
-    """`count` configurations covering every K, M, schedule and recompute."""
+    """`count` configurations covering every K, M, schedule and recompute
+    (every pair of schedule and recompute mode from 9 on)."""
     ks, ms = (1, 2, 3, 4), (1, 2, 4, 8)
-    return [(ks[i % 4], ms[(i // 4 + i) % 4], SCHEDULES[i % 2],
+    return [(ks[i % 4], ms[(i // 4 + i) % 4], SCHEDULES[(i + i // 3) % 3],
              RECOMPUTE[i % 3]) for i in range(count)]
 
 

@@ -181,7 +181,9 @@ def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
     /// the next forward, backward or recompute after the forward is that
     /// micro-batch's backward or recompute. Sends and receives in between
     /// touch no arena (the runtime fills a message when its forward or
-    /// backward ends). The runtime applies the same rule (StreamRunner).
+    /// backward ends). A backward in two parts (backward_input, then
+    /// backward_weight) always goes through the stash. The runtime applies
+    /// the same rule (StreamRunner).
     ::llvm::SmallVector<int64_t> directlyCarriedMicroBatches();
     /// The most micro-batches kept in the stash at once (alive, and not
     /// directly carried: the stash slots the runtime allocates), and the

@@ -246,10 +246,13 @@ std::pair<int64_t, Operation *> StreamOp::maxAliveMicroBatches() {
 SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
   SmallVector<int64_t> direct;
   std::optional<int64_t> pending; // the last forward's micro-batch
-  // A split backward's input part that followed its forward at once: its
-  // weight part must follow at once too, before another forward reuses
-  // the arena.
-  std::optional<int64_t> awaitingWeight;
+  // A split backward's parts each have an arena of their own: every
+  // micro-batch of a stream that splits them goes through the stash, which
+  // the weight part reads too.
+  if (llvm::any_of(getBody().front(), [](Operation &op) {
+        return isa<BackwardInputInstr, BackwardWeightInstr>(op);
+      }))
+    return direct;
   for (Operation &op : getBody().front()) {
     auto mbAttr = op.getAttrOfType<IntegerAttr>("micro_batch");
     bool compute = isa<ForwardInstr, RecomputeInstr, BackwardInstr,
@@ -257,22 +260,11 @@ SmallVector<int64_t> StreamOp::directlyCarriedMicroBatches() {
     if (!compute)
       continue;
     int64_t mb = mbAttr.getInt();
-    if (awaitingWeight) {
-      if (isa<BackwardWeightInstr>(op) && mb == *awaitingWeight)
-        direct.push_back(mb);
-      awaitingWeight.reset();
-      pending.reset();
-      continue;
-    }
     if (isa<ForwardInstr>(op)) {
       pending = mb;
     } else if (isa<BackwardInstr, RecomputeInstr>(op)) {
       if (pending == mb)
         direct.push_back(mb);
-      pending.reset();
-    } else if (isa<BackwardInputInstr>(op)) {
-      if (pending == mb)
-        awaitingWeight = mb;
       pending.reset();
     } else {
       pending.reset();

@@ -20,13 +20,14 @@
 namespace gpipe {
 
 /// The order of a stage's forwards and backwards over the micro-batches.
-enum class ScheduleKind { GPipe, OneFOneB };
+enum class ScheduleKind { GPipe, OneFOneB, ZeroBubbleH1 };
 /// What a stage's forward keeps for its backward. Auto: each stage
 /// recomputes only if keeping its activations does not fit its device's
 /// memory (the partitioner decides, PipelinePlan::autoRecompute).
 enum class RecomputePolicy { Never, Always, ExceptLast, Auto };
 
-/// "gpipe" or "1f1b"; none for anything else.
+/// A schedule kind's name (--schedule: "gpipe", "1f1b", "zb-h1"); none for
+/// anything else.
 std::optional<ScheduleKind> parseScheduleKind(llvm::StringRef text);
 /// "never", "always", "except-last" or "auto"; none for anything else.
 std::optional<RecomputePolicy> parseRecomputePolicy(llvm::StringRef text);

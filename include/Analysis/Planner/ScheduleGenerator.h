@@ -24,7 +24,8 @@
 
 namespace gpipe {
 
-/// One compute step of a stage: `op` (Forward or Backward) on micro-batch
+/// One compute step of a stage: `op` (Forward, Backward, or a backward in
+/// two parts: BackwardInput then BackwardWeight) on micro-batch
 /// `microBatch`.
 struct ScheduleAction {
   InstructionOp op;
@@ -48,6 +49,9 @@ struct ScheduleKindInfo {
   ScheduleGenerator generate;
   int64_t (*inFlight)(int64_t numStages, int64_t microBatches, int64_t stage);
   llvm::StringRef summary;
+  /// Whether its backwards run in two parts (the stages' code split by
+  /// gpipe-split-backward-weights).
+  bool splitsBackward = false;
 };
 /// Every schedule kind, in the order the plan search weighs them.
 llvm::ArrayRef<ScheduleKindInfo> scheduleKinds();
@@ -56,7 +60,7 @@ const ScheduleKindInfo &scheduleKindInfo(ScheduleKind kind);
 std::string scheduleKindNames();
 
 /// The most micro-batches of `actions` whose forward has run and whose
-/// backward has not, at once.
+/// backward (its weight part, when split) has not, at once.
 int64_t maxInFlight(llvm::ArrayRef<ScheduleAction> actions);
 
 } // namespace gpipe

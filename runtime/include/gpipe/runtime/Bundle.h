@@ -145,9 +145,25 @@ struct WiringSpec {
     int64_t stashOffset = 0;
   };
   std::vector<Carried> carried;
+  /// An input of a split backward's weight part (phase "backward_weight";
+  /// the input part is "backward_input"): an input of the input part (its
+  /// stash, batch or loss-gradient input, read again as the input part
+  /// reads it) or one of its outputs. `kept`: copied after the input part
+  /// ran into the micro-batch's stash slot at stashOffset, after the
+  /// stashed values (a received gradient, a value the input part computed).
+  struct WeightInput {
+    size_t input = 0; // weight part input
+    bool fromOutput = false;
+    size_t index = 0; // input part input (or output)
+    bool kept = false;
+    int64_t stashOffset = 0;
+  };
+  std::vector<WeightInput> weightInputs;
+  /// The whole stash slot of a micro-batch, kept values included.
   int64_t stashBytes = 0;
   /// A trained parameter (index into the stage's parameters), its gradient
-  /// (backward output) and the optimizer input where the micro-batches'
+  /// (backward output, or weight part output when the backward is split)
+  /// and the optimizer input where the micro-batches'
   /// gradients are summed. A weight that several stages share (tied
   /// embeddings) lists them all in `tiedStages` (ascending, this one
   /// included) under one `tie` id: before the optimizer step their sums
@@ -205,6 +221,12 @@ struct StageSpec {
 
   /// The phase with this role, or null.
   const PhaseSpec *phase(const std::string &role) const;
+  /// The role of the backward phase that receives the output gradients
+  /// and sends the input gradients: "backward", or "backward_input" when
+  /// the backward is split (its weight part: "backward_weight").
+  std::string backwardRole() const {
+    return phase("backward_weight") ? "backward_input" : "backward";
+  }
   /// The bytes of the arena `phase` (an index into `phases`) allocates: as
   /// many as it and the phases sharing its arena need; 0 for a phase that
   /// shares another's (PhaseSpec::arenaOf).
