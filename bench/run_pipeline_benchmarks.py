@@ -10,6 +10,12 @@
    one, with the roofline over the profile gpipe-opt --calibrate measured
    here, and with the per-op cost table that gpipe-run --profile-ops
    measured on a one-device bundle of the same model.
+4. Schedules: the deep MLP on K=2 (cpu:0,cpu:1) at M = 8 and 16 under
+   gpipe, 1f1b and zb-h1 (the backward in two parts), each with its
+   measured and predicted step and bubble (calibrated profile, no cost
+   table), beside the best one-stage plan on both cores (cpu:0-1, the whole
+   batch); and the bubble the compiler predicts for K = 4 and 8 equal
+   stages at M = 8..64 beside the papers' formulas (gpipe-schedule-bubbles).
 
 Each configuration runs ROUNDS times, interleaved with the others; a run's
 figure is gpipe-run's median step time over STEPS steps after a warm-up run;
@@ -65,15 +71,18 @@ def export(build, work, name, make):
     return path, data, x.shape[0]
 
 
-def compile_bundle(build, onnx_path, out, devices, batch, extra):
+def compile_bundle(build, onnx_path, out, devices, batch, extra,
+                   micro=MICRO, bubble=False):
     proc = subprocess.run(
         [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
          f"--devices={devices}", f"--batch-size={batch}",
-         f"--micro-batches={MICRO}", "--optimizer=sgd", "--lr=0.01",
+         f"--micro-batches={micro}", "--optimizer=sgd", "--lr=0.01",
          "-o", out] + extra, capture_output=True, text=True, check=True)
-    predicted = float(re.search(r"predicted step ([0-9.]+) ms",
-                                proc.stdout).group(1))
-    return predicted
+    found = re.search(r"predicted step ([0-9.]+) ms, bubble ([0-9.]+)%",
+                      proc.stdout)
+    if bubble:
+        return float(found.group(1)), float(found.group(2))
+    return float(found.group(1))
 
 
 def train(build, bundle, data):
@@ -84,8 +93,8 @@ def train(build, bundle, data):
     step = float(re.search(r"step ([0-9.]+) ms measured", proc.stdout).group(1))
     allocated = sum(float(m) for m in re.findall(r"([0-9.]+) MiB allocated",
                                                  proc.stdout))
-    bubble = float(re.search(r"bubble ([0-9.]+)% measured",
-                             proc.stdout).group(1))
+    found = re.search(r"bubble ([0-9.]+)% measured", proc.stdout)
+    bubble = float(found.group(1)) if found else 0.0  # one stage: none
     return step, allocated, bubble
 
 
@@ -137,12 +146,33 @@ def main():
             extra + [f"--device-profile={profile}",
                      f"--cost-table={tables[onnx_path]}"])
         train(args.build, bundles[name], data)  # warm-up
-    results = {name: [] for name in configs}
+    # The schedules on the deep MLP, and the best one-stage plan on both
+    # cores (calibrated profile, no cost table).
+    schedules = {}
+    for micro in (8, 16):
+        for kind in ("gpipe", "1f1b", "zb-h1"):
+            schedules[f"mlp M={micro} {kind}"] = ("cpu:0,cpu:1", micro,
+                                                  [f"--schedule={kind}"])
+    schedules["mlp one stage cpu:0-1 M=1"] = ("cpu:0-1", 1, [])
+    sched_predicted = {}
+    for name, (devices, micro, extra) in schedules.items():
+        bundles[name] = os.path.join(work, name.replace(" ", "_").replace(
+            "=", "").replace(",", "_").replace(":", "") + ".gpipe")
+        sched_predicted[name] = compile_bundle(
+            args.build, mlp, bundles[name], devices, mlp_batch,
+            extra + [f"--device-profile={profile}"], micro=micro, bubble=True)
+        train(args.build, bundles[name], mlp_data)  # warm-up
+    runs_of = {name: data for name, (_, data, *_r) in configs.items()}
+    runs_of.update({name: mlp_data for name in schedules})
+    results = {name: [] for name in runs_of}
     for _ in range(args.rounds):
-        for name, (onnx_path, data, *_rest) in configs.items():
+        for name, data in runs_of.items():
             results[name].append(train(args.build, bundles[name], data))
     med = {name: tuple(statistics.median(r[i] for r in runs) for i in range(3))
            for name, runs in results.items()}
+    bubbles = subprocess.run(
+        [os.path.join(args.build, "bin", "gpipe-schedule-bubbles"), "4", "8"],
+        capture_output=True, text=True, check=True).stdout.strip().split("\n")
 
     one, two = med["mlp K=1 cpu:0"], med["mlp K=2 cpu:0,cpu:1"]
     speedup = one[0] / two[0]
@@ -200,6 +230,46 @@ def main():
         lines.append(f"| {name} | {med[name][0]:.2f} | {predicted[name]:.2f} "
                      f"| {100 * err:+.0f}% | {roofline[name]:.2f} | "
                      f"{100 * rerr:+.0f}% |")
+    best = med["mlp one stage cpu:0-1 M=1"][0]
+    lines += [
+        "",
+        f"## Schedules: deep MLP, batch {mlp_batch}, K=2 (cpu:0,cpu:1)",
+        "",
+        "Calibrated profile, no cost table; the bubble measured is "
+        "gpipe-run's (the stages' idle share of the step); beside them the "
+        "best one-stage plan on both cores (cpu:0-1, the whole batch, "
+        f"predicted {sched_predicted['mlp one stage cpu:0-1 M=1'][0]:.2f} ms): "
+        f"{best:.2f} ms measured.",
+        "",
+        "| M | schedule | step (ms) | predicted (ms) | predicted / measured | bubble measured | bubble predicted | against one stage on both cores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ratios = []
+    for micro in (8, 16):
+        for kind in ("gpipe", "1f1b", "zb-h1"):
+            name = f"mlp M={micro} {kind}"
+            step, _, bubble = med[name]
+            pstep, pbubble = sched_predicted[name]
+            lines.append(f"| {micro} | {kind} | {step:.2f} | {pstep:.2f} | "
+                         f"{pstep / step:.2f} | {bubble:.1f}% | "
+                         f"{pbubble:.1f}% | {best / step:.2f}x |")
+        zb = med[f"mlp M={micro} zb-h1"][2]
+        ofb = med[f"mlp M={micro} 1f1b"][2]
+        ratios.append((micro, zb / ofb if ofb > 0 else float("nan")))
+    lines += [""] + [
+        f"M={micro}: zb-h1's measured bubble is {100 * r:.0f}% of 1f1b's "
+        f"(target: at most 40%)." for micro, r in ratios]
+    lines += [
+        "",
+        "## Predicted bubble of equal stages",
+        "",
+        "Each schedule kind built and verified as the compiler builds it, "
+        "played by its schedule simulator with K equal stages (F = B = W = "
+        "1: a whole backward 2), beside the papers' formulas (GPipe and "
+        "1F1B: (K-1)/(M+K-1); ZB-H1: (K-1)(F+B-W) idle per stage, "
+        "(K-1)/(3M+K-1)); `gpipe-schedule-bubbles 4 8`:",
+        "",
+    ] + bubbles
     write_doc(args.out, lines + [""])
 
 

@@ -300,10 +300,10 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
       StagePhases sp;
       for (func::FuncOp f : stagePhases) {
         StringRef role = f->getAttrOfType<StringAttr>("gpipe.phase").getValue();
-        (role == "forward"                                  ? sp.forward
+        (role == "forward"                                ? sp.forward
          : role == "backward" || role == "backward_input" ? sp.backward
-         : role == "backward_weight"                        ? sp.backwardWeight
-                                                            : sp.optimizer) = f;
+         : role == "backward_weight"                      ? sp.backwardWeight
+                                                          : sp.optimizer) = f;
       }
       if (!sp.forward || !sp.backward || !sp.optimizer)
         return stagePhases.front().emitError(

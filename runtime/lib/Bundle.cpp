@@ -533,8 +533,8 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     std::vector<bool> seen(weight->inputs.size(), false);
     for (const json &c : j.at("weight_inputs")) {
       WiringSpec::WeightInput in;
-      in.input = index(c.at("input"), weight->inputs.size(),
-                       "backward_weight input");
+      in.input =
+          index(c.at("input"), weight->inputs.size(), "backward_weight input");
       std::string from = c.at("from").get<std::string>();
       if (from != "backward_input" && from != "backward_output")
         throw BundleError(where + "unknown source '" + from + "'");

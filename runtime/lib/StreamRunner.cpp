@@ -58,7 +58,8 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   // or in two parts.
   for (const Instruction &instr : stream.instructions) {
     using Op = Instruction::Op;
-    bool split = instr.op == Op::BackwardInput || instr.op == Op::BackwardWeight;
+    bool split =
+        instr.op == Op::BackwardInput || instr.op == Op::BackwardWeight;
     if ((split && !wgtSpec) || (instr.op == Op::Backward && wgtSpec))
       throw BundleError(
           "stage " + std::to_string(spec.index) + ": the schedule runs " +
@@ -454,8 +455,8 @@ void StreamRunner::backward(int64_t mb, const StepContext &context,
     char *stash = stashSlots[slotOf.at(mb)].get();
     for (const WiringSpec::WeightInput &w : wiring.weightInputs)
       if (w.kept && w.fromOutput == outputs) {
-        const TensorSlot &source = outputs ? bwdSpec->outputs[w.index]
-                                           : bwdSpec->inputs[w.index];
+        const TensorSlot &source =
+            outputs ? bwdSpec->outputs[w.index] : bwdSpec->inputs[w.index];
         exec->device().copyOnDevice(stash + w.stashOffset, ba + source.offset,
                                     source.byteSize());
       }
@@ -503,10 +504,9 @@ void StreamRunner::backwardWeight(int64_t mb, const StepContext &context) {
         writeLossSeed(wgt, in, context);
         continue;
       }
-      auto c = std::find_if(wiring.carried.begin(), wiring.carried.end(),
-                            [&](const WiringSpec::Carried &c) {
-                              return c.input == w.index;
-                            });
+      auto c = std::find_if(
+          wiring.carried.begin(), wiring.carried.end(),
+          [&](const WiringSpec::Carried &c) { return c.input == w.index; });
       if (c == wiring.carried.end())
         throw BundleError("stage " + std::to_string(spec_.index) +
                           ": backward_weight input '" + in.name +

@@ -1,5 +1,6 @@
 //===- StagePartition.cpp - Cutting the layers into stages ----------------===//
 #include "Analysis/Planner/StagePartition.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 
 #include <algorithm>
 #include <limits>
@@ -114,6 +115,18 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   // layers of d 512 recomputing, stage 0 of two: 199 against 196.
   std::optional<double> stash = table.stashBytes(begin, end, rows);
   double kept = recomputes ? in : stash.value_or(acts);
+  // A backward in two parts keeps, from its input part to its weight part,
+  // the output gradients of the layers with weights (what their weights'
+  // gradients read besides the stash) and, recomputing, the results the
+  // input part computed again.
+  if (scheduleKindInfo(plan.schedule).splitsBackward) {
+    if (recomputes)
+      kept += acts;
+    else
+      for (int64_t i = begin; i < end; ++i)
+        if (table.weightShare[i] > 0)
+          kept += table.activationBytes[i] * s;
+  }
   double grads = trainable[end] - trainable[begin];
   // Parameters read by several layers: a later reader's stage holds a copy
   // (a GPT's LM head tied to its embedding), and the copies exchange their

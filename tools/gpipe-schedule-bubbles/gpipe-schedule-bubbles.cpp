@@ -1,0 +1,86 @@
+//===- gpipe-schedule-bubbles.cpp - Each schedule kind's bubble -------===//
+//
+// gpipe-schedule-bubbles [K...]: for K stages of equal durations (a
+// forward F, a backward's input part B and weight part W of one unit each,
+// a whole backward two) and M = 8, 16, 32, 64 micro-batches, every
+// registered schedule kind built as the compiler builds it, verified, and
+// played by the compiler's schedule simulator; its idle share beside the
+// papers' formulas: GPipe and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)(F+B-W) idle
+// per stage, (K-1)/(3M+K-1). Markdown rows for
+// bench/run_pipeline_benchmarks.py.
+//
+//===----------------------------------------------------------------------===//
+#include "Analysis/Planner/ScheduleGenerator.h"
+#include "Analysis/Planner/ScheduleSimulator.h"
+#include "GPipe/IR/GPipeDialect.h"
+#include "GPipe/IR/GPipeOps.h"
+#include "Transforms/Schedule.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <string>
+
+using namespace gpipe;
+
+namespace {
+
+/// The papers' idle share of `kind` on K equal stages at M micro-batches.
+double formula(ScheduleKind kind, double k, double m) {
+  if (kind == ScheduleKind::ZeroBubbleH1)
+    return (k - 1) / (3 * m + k - 1);
+  return (k - 1) / (m + k - 1);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::SmallVector<int64_t> stages;
+  for (int i = 1; i < argc; ++i)
+    stages.push_back(std::atoll(argv[i]));
+  if (stages.empty())
+    stages = {4, 8};
+  mlir::MLIRContext context;
+  context.loadDialect<GPipeDialect>();
+  llvm::outs() << "| schedule | K | M | predicted bubble | paper's formula |\n"
+               << "|---|---|---|---|---|\n";
+  for (const ScheduleKindInfo &info : scheduleKinds())
+    for (int64_t k : stages)
+      for (int64_t m : {8, 16, 32, 64}) {
+        ScheduleRequest request;
+        request.kind = info.kind;
+        request.microBatches = m;
+        for (int64_t s = 0; s < k; ++s) {
+          request.devices.push_back("cpu:" + std::to_string(s));
+          request.recompute.push_back(false);
+        }
+        auto module = mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));
+        mlir::OpBuilder b = mlir::OpBuilder::atBlockEnd(module.getBody());
+        ScheduleOp schedule = buildSchedule(b, module.getLoc(), request);
+        if (mlir::failed(mlir::verify(schedule))) {
+          llvm::errs() << "schedule " << info.name << " K=" << k << " M=" << m
+                       << " does not verify\n";
+          return 1;
+        }
+        StageTimes unit;
+        unit.forward = 1;
+        unit.backward = 2;
+        unit.backwardInput = 1;
+        unit.backwardWeight = 1;
+        llvm::SmallVector<StageTimes> times(k, unit);
+        for (int64_t s = 0; s < k; ++s)
+          times[s].rank = s; // a device each
+        SchedulePrediction p = predictSchedule(schedule, times);
+        llvm::outs() << "| " << info.name << " | " << k << " | " << m << " | "
+                     << llvm::format("%.1f%%", 100 * p.bubble) << " | "
+                     << llvm::format("%.1f%%",
+                                     100 * formula(info.kind, k, m))
+                     << " |\n";
+        module.erase();
+      }
+  return 0;
+}
