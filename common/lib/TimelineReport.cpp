@@ -18,6 +18,9 @@ constexpr KindStyle kKinds[] = {
     {"forward", "#4c8bf5", "forward"},
     {"recompute", "#8e6fd8", "recompute"},
     {"backward", "#f5a742", "backward"},
+    {"backward_weight", "#e0c341",
+     "weight gradients (the backward's second "
+     "part)"},
     {"send", "#3aa66a", "send"},
     {"receive", "#c9ced6", "waiting for a receive"},
     {"optimizer", "#d9534f", "optimizer step"},
@@ -86,8 +89,11 @@ std::string timelineRowLabel(int64_t stage, const std::string &device,
 
 std::string timelineKind(const std::string &instruction) {
   if (instruction == "forward" || instruction == "backward" ||
-      instruction == "recompute")
+      instruction == "recompute" || instruction == "backward_weight")
     return instruction;
+  // A split backward's first part: what the previous stage waits for.
+  if (instruction == "backward_input")
+    return "backward";
   if (instruction.rfind("send_", 0) == 0)
     return "send";
   if (instruction.rfind("recv_", 0) == 0)

@@ -20,6 +20,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -139,9 +140,9 @@ std::vector<std::string> validate(const CompileOptions &o) {
     problems.push_back("--recompute=" + o.recompute +
                        " is not a recompute mode: use never, always, "
                        "except-last or auto");
-  if (o.train && !parseScheduleKind(o.schedule))
+  if (o.train && o.schedule != "auto" && !parseScheduleKind(o.schedule))
     problems.push_back("--schedule=" + o.schedule + " is not a schedule: use " +
-                       scheduleKindNames());
+                       scheduleKindNames() + ", or auto");
   const std::string &opt = o.training.optimizer;
   if (o.train && opt != "sgd" && opt != "adam" && opt != "adamw")
     problems.push_back("--optimizer=" + opt +
@@ -389,6 +390,50 @@ std::string targetLine(const CompileOptions &o) {
                                    : " --target-features=" + o.targetFeatures) +
          "): needs " + std::to_string(o.native.required.size()) +
          " CPU features, which gpipe-run checks at load";
+}
+
+/// --schedule=auto with the rest of the plan given: the schedule kind the
+/// cost model predicts the fastest step for on that plan (among the plans
+/// the search weighs for the devices' cores), into `o.schedule`.
+int chooseSchedule(ModuleOp module, CompileOptions &o,
+                   const std::vector<std::string> &devices,
+                   const std::vector<int64_t> &ranks,
+                   const std::optional<PlanSearchSpace> &space) {
+  if (!space)
+    return error("--schedule=auto weighs the schedules with the plan search, "
+                 "which plans CPU cores: give them with --devices=cpu:A,cpu:B "
+                 "(or ranks' cores), with a known batch and without "
+                 "--stages=manual:..., or name the schedule (" +
+                 scheduleKindNames() + ")");
+  llvm::Expected<std::vector<PlanCandidate>> plans =
+      weighPlans(module, lossOptions(o), o.costTable, *space);
+  if (!plans)
+    return error(llvm::toString(plans.takeError()));
+  PipelinePlan given = givenPlan(o, devices, ranks);
+  const PlanCandidate *best = nullptr;
+  std::string weighed;
+  for (const ScheduleKindInfo &info : scheduleKinds()) {
+    given.schedule = info.kind;
+    for (const PlanCandidate &c : *plans)
+      if (c.fits && c.sameAs(given) && c.plan.schedule == info.kind) {
+        weighed +=
+            llvm::formatv("{0}{1} {2:f3} ms", weighed.empty() ? "" : ", ",
+                          info.name, c.step * 1e3)
+                .str();
+        if (!best || c.step < best->step)
+          best = &c;
+      }
+  }
+  if (!best)
+    return error("--schedule=auto found no schedule for this plan that fits "
+                 "the devices' memory among the plans it weighs (--recompute="
+                 "never or auto, micro-batches dividing the batch, stages on "
+                 "the cores as --emit=plans lists them): name the schedule (" +
+                 scheduleKindNames() + ")");
+  o.schedule = toString(best->plan.schedule).str();
+  llvm::outs() << "schedule: " << o.schedule << " (predicted step: " << weighed
+               << ")\n";
+  return 0;
 }
 
 int compileTraining(const CompileOptions &o, ModuleOp module,
@@ -665,6 +710,9 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
           return 1;
       }
       if (int rc = parseStageDevices(resolved, devices, ranks, deviceList))
+        return rc;
+    } else if (options.schedule == "auto") {
+      if (int rc = chooseSchedule(*module, resolved, devices, ranks, space))
         return rc;
     }
     return compileTraining(resolved, *module, devices, ranks, deviceList, space,

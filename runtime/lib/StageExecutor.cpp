@@ -130,10 +130,11 @@ void StageExecutor::run(size_t phase) {
     device_->beginMarks();
   }
   p.entry(p.arena, params_.get(), reinterpret_cast<int64_t>(p.context.get()));
-  // Forwards and backwards read the parameters; any other phase (the
-  // optimizer's) may write them.
+  // Forwards and backwards (either part of a split one) read the
+  // parameters; any other phase (the optimizer's) may write them.
   const std::string &role = spec.phases[phase].role;
-  if (role != "forward" && role != "backward")
+  if (role != "forward" && role != "backward" && role != "backward_input" &&
+      role != "backward_weight")
     ++paramsVersion;
   if (!kernelError.empty())
     throw std::runtime_error(kernelError);

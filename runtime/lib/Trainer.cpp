@@ -505,14 +505,16 @@ void printOpPredictions(
 }
 
 /// Seconds of work the compiler predicted for `stage` in one step: its
-/// forward, backward, recompute and optimizer boxes.
+/// forward, backward (both parts of a split one), recompute and optimizer
+/// boxes.
 double predictedBusySeconds(const ScheduleSpec &schedule, int64_t stage) {
   double busy = 0;
   for (const StreamSpec &stream : schedule.streams)
     if (stream.stage == stage)
       for (const TimelineBox &box : stream.predictedTimeline)
         if (box.kind == "forward" || box.kind == "backward" ||
-            box.kind == "recompute" || box.kind == "optimizer")
+            box.kind == "backward_weight" || box.kind == "recompute" ||
+            box.kind == "optimizer")
           busy += box.end - box.begin;
   return busy;
 }

@@ -173,8 +173,12 @@ cl::opt<std::string> devicesOption(
 cl::opt<std::string> scheduleOption(
     "schedule",
     cl::desc("Micro-batch order (--mode=train): gpipe (all forwards, then "
-             "all backwards; default) or 1f1b (one forward, one backward "
-             "after a warm-up: at most K micro-batches alive per stage)"),
+             "all backwards; default), 1f1b (one forward, one backward "
+             "after a warm-up: at most K micro-batches alive per stage), "
+             "zb-h1 (1f1b with each backward in two parts, the weights' "
+             "gradients filling the drain: K alive on every stage) or auto "
+             "(the one the cost model predicts the fastest for the rest of "
+             "the plan)"),
     cl::init("gpipe"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> planOption(
@@ -517,7 +521,7 @@ int main(int argc, char **argv) {
       "  gpipe-opt model.onnx --devices=cpu:0,cpu:1 --micro-batches=M "
       "-o model.gpipe\n"
       "      [--batch-size=B] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
-      "      [--schedule=gpipe|1f1b] [--recompute=...]\n"
+      "      [--schedule=gpipe|1f1b|zb-h1|auto] [--recompute=...]\n"
       "      compile a training bundle for gpipe-run --train (any training "
       "flag\n      implies --mode=train), pipelined across the devices; "
       "prints the\n      training configuration, the per-stage table and "

@@ -77,8 +77,7 @@ int main(int argc, char **argv) {
         SchedulePrediction p = predictSchedule(schedule, times);
         llvm::outs() << "| " << info.name << " | " << k << " | " << m << " | "
                      << llvm::format("%.1f%%", 100 * p.bubble) << " | "
-                     << llvm::format("%.1f%%",
-                                     100 * formula(info.kind, k, m))
+                     << llvm::format("%.1f%%", 100 * formula(info.kind, k, m))
                      << " |\n";
         module.erase();
       }
