@@ -371,10 +371,12 @@ def check_folded_inference(layout, gpipe_opt, gpipe_run, work):
     return errors
 
 
-def check_shared_three_stages(optimizer, gpipe_opt, gpipe_run, work):
+def check_shared_three_stages(optimizer, gpipe_opt, gpipe_run, work,
+                              schedule="gpipe"):
     """A weight used in all three stages of a pipeline: its gradients are
-    summed over the three before the step, equal to PyTorch."""
-    tag = f"shared_{optimizer}"
+    summed over the three before the step, equal to PyTorch (under zb-h1
+    each stage's gradients come from its backward's second part)."""
+    tag = f"shared_{optimizer}_{schedule}"
     torch.manual_seed(0)
     model = SharedLayer()
     onnx_path = os.path.join(work, tag + ".onnx")
@@ -385,7 +387,8 @@ def check_shared_three_stages(optimizer, gpipe_opt, gpipe_run, work):
     data = os.path.join(work, tag + ".npz")
     np.savez(data, input=x, labels=y)
     got, err = train(gpipe_opt, gpipe_run, onnx_path, data, tag, 4,
-                     "cpu:0,cpu:1,cpu:0", optimizer, work)
+                     "cpu:0,cpu:1,cpu:0", optimizer, work,
+                     flags=(f"--schedule={schedule}",))
     if err:
         return [err]
     want, _ = pytorch_training.torch_run(
@@ -453,12 +456,14 @@ def main():
         for e in errors:
             print(f"FAIL own loss {kind} dynamic={dynamic}: {e}")
         failed += bool(errors)
-    for optimizer in ("sgd", "adamw"):
+    for optimizer, schedule in (("sgd", "gpipe"), ("adamw", "gpipe"),
+                                ("sgd", "zb-h1")):
         total += 1
         errors = check_shared_three_stages(optimizer, gpipe_opt, gpipe_run,
-                                           work)
+                                           work, schedule)
         for e in errors:
-            print(f"FAIL shared weight in three stages {optimizer}: {e}")
+            print(f"FAIL shared weight in three stages {optimizer} "
+                  f"{schedule}: {e}")
         failed += bool(errors)
     for layout in ("flat", "time_major", "time_major_flat"):
         total += 1

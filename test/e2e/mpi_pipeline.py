@@ -57,6 +57,7 @@ CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b", "zb-h1")
 # near-zero gradient into a full-size update of either sign.
 DP_CASES = [
     ("mlp", 2, None, "gpipe", OPTIMIZER, STEPS),
+    ("mlp", 2, "r0:cpu:0,r1:cpu:1", "zb-h1", OPTIMIZER, STEPS),
     ("cnn", 2, "r0:cpu:0,r1:cpu:1", "1f1b", ["--optimizer=adamw",
                                                "--lr=0.01"], STEPS),
     ("transformer_no_dropout", 2, "r0:cpu:0,r1:cpu:1", "gpipe",
@@ -162,7 +163,7 @@ def check_data_parallel(models, gpipe_opt, gpipe_run, work, case):
     micro = 4
     models.bundle(name, 2, "gpipe", "never")  # exports the model and data
     onnx_path, data = models.done[name]
-    tag = f"{name}_dp{replicas}"
+    tag = f"{name}_dp{replicas}" + (f"_{schedule}" if devices else "")
     stage_devices = devices.replace("r0:", "").replace("r1:", "") \
         if devices else None
     bundles = {}
