@@ -212,7 +212,7 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
           return fail("weight gradients' input '" + in.name +
                       "' is not the input part's");
         w["index"] = source->index;
-        if (in.role == Role::Carry || in.role == Role::OutputGrad) {
+        if (keptForWeightPart(in.role)) {
           w["kept"] = true;
           w["stash_offset"] = stashBytes;
           stashBytes += in.bytes;

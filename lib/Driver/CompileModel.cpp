@@ -394,11 +394,13 @@ std::string targetLine(const CompileOptions &o) {
 
 /// --schedule=auto with the rest of the plan given: the schedule kind the
 /// cost model predicts the fastest step for on that plan (among the plans
-/// the search weighs for the devices' cores), into `o.schedule`.
+/// the search weighs for the devices' cores), into `o.schedule`; the plans
+/// weighed into `weighed` (the compile's comparison reads them).
 int chooseSchedule(ModuleOp module, CompileOptions &o,
                    const std::vector<std::string> &devices,
                    const std::vector<int64_t> &ranks,
-                   const std::optional<PlanSearchSpace> &space) {
+                   const std::optional<PlanSearchSpace> &space,
+                   std::optional<std::vector<PlanCandidate>> &weighed) {
   if (!space)
     return error("--schedule=auto weighs the schedules with the plan search, "
                  "which plans CPU cores: give them with --devices=cpu:A,cpu:B "
@@ -409,20 +411,23 @@ int chooseSchedule(ModuleOp module, CompileOptions &o,
       weighPlans(module, lossOptions(o), o.costTable, *space);
   if (!plans)
     return error(llvm::toString(plans.takeError()));
+  // The given plan under each kind the search weighed for it (in the
+  // registry's order, for the printed list).
   PipelinePlan given = givenPlan(o, devices, ranks);
   const PlanCandidate *best = nullptr;
-  std::string weighed;
+  std::string predictions;
   for (const ScheduleKindInfo &info : scheduleKinds()) {
     given.schedule = info.kind;
-    for (const PlanCandidate &c : *plans)
-      if (c.fits && c.sameAs(given) && c.plan.schedule == info.kind) {
-        weighed +=
-            llvm::formatv("{0}{1} {2:f3} ms", weighed.empty() ? "" : ", ",
-                          info.name, c.step * 1e3)
-                .str();
-        if (!best || c.step < best->step)
-          best = &c;
-      }
+    for (const PlanCandidate &c : *plans) {
+      if (!c.fits || !c.sameAs(given) || c.plan.schedule != info.kind)
+        continue;
+      predictions +=
+          llvm::formatv("{0}{1} {2:f3} ms", predictions.empty() ? "" : ", ",
+                        info.name, c.step * 1e3)
+              .str();
+      if (!best || c.step < best->step)
+        best = &c;
+    }
   }
   if (!best)
     return error("--schedule=auto found no schedule for this plan that fits "
@@ -431,8 +436,9 @@ int chooseSchedule(ModuleOp module, CompileOptions &o,
                  "the cores as --emit=plans lists them): name the schedule (" +
                  scheduleKindNames() + ")");
   o.schedule = toString(best->plan.schedule).str();
-  llvm::outs() << "schedule: " << o.schedule << " (predicted step: " << weighed
-               << ")\n";
+  llvm::outs() << "schedule: " << o.schedule
+               << " (predicted step: " << predictions << ")\n";
+  weighed = std::move(*plans);
   return 0;
 }
 
@@ -712,7 +718,8 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       if (int rc = parseStageDevices(resolved, devices, ranks, deviceList))
         return rc;
     } else if (options.schedule == "auto") {
-      if (int rc = chooseSchedule(*module, resolved, devices, ranks, space))
+      if (int rc =
+              chooseSchedule(*module, resolved, devices, ranks, space, weighed))
         return rc;
     }
     return compileTraining(resolved, *module, devices, ranks, deviceList, space,

@@ -157,10 +157,12 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // A split backward's weight part also reads what its input part leaves
     // it and the received gradients: kept with the stash until it runs.
     int64_t stashBytes = roleBytes(bwd, false, {Role::Stash, Role::Activation});
-    if (splitBackward)
-      stashBytes +=
-          roleBytes(stage.lookupSymbol<func::FuncOp>("backward_weight"), false,
-                    {Role::Carry, Role::OutputGrad});
+    if (splitBackward) {
+      auto weight = stage.lookupSymbol<func::FuncOp>("backward_weight");
+      for (unsigned i = 0; i < weight.getNumArguments(); ++i)
+        if (keptForWeightPart(argRole(weight, i)))
+          stashBytes += nn::detail::numBytes(weight.getArgumentTypes()[i]);
+    }
     // One received and one sent message each way.
     int64_t inBytes = roleBytes(fwd, false, {Role::Activation});
     int64_t outBytes = roleBytes(fwd, true, {Role::Activation});

@@ -527,44 +527,6 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
     }
     w.carried.push_back(carried);
   }
-  if (weight != nullptr) {
-    if (!j.contains("weight_inputs"))
-      throw BundleError(where + "a split backward without weight_inputs");
-    std::vector<bool> seen(weight->inputs.size(), false);
-    for (const json &c : j.at("weight_inputs")) {
-      WiringSpec::WeightInput in;
-      in.input =
-          index(c.at("input"), weight->inputs.size(), "backward_weight input");
-      std::string from = c.at("from").get<std::string>();
-      if (from != "backward_input" && from != "backward_output")
-        throw BundleError(where + "unknown source '" + from + "'");
-      in.fromOutput = from == "backward_output";
-      const std::vector<TensorSlot> &sources =
-          in.fromOutput ? bwd->outputs : bwd->inputs;
-      in.index = index(c.at("index"), sources.size(),
-                       in.fromOutput ? "backward_input output"
-                                     : "backward_input input");
-      int64_t bytes = weight->inputs[in.input].byteSize();
-      if (sources[in.index].byteSize() != bytes)
-        throw BundleError(where + "'" + weight->inputs[in.input].name +
-                          "' differs between the backward's parts");
-      in.kept = c.value("kept", false);
-      if (in.kept) {
-        in.stashOffset = integer<int64_t>(c.at("stash_offset"));
-        if (in.stashOffset < 0 || in.stashOffset > kMaxOffset ||
-            in.stashOffset + bytes > w.stashBytes)
-          throw BundleError(where + "a kept tensor lies outside the stash");
-      } else if (in.fromOutput) {
-        throw BundleError(where + "an output of backward_input that " +
-                          "backward_weight reads must be kept");
-      }
-      seen[in.input] = true;
-      w.weightInputs.push_back(in);
-    }
-    if (std::find(seen.begin(), seen.end(), false) != seen.end())
-      throw BundleError(where + "an input of backward_weight comes from "
-                                "nowhere");
-  }
   for (const json &t : j.at("trained")) {
     WiringSpec::Trained trained;
     trained.parameter =
@@ -621,6 +583,59 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
   if (j.contains("output"))
     w.output = static_cast<int64_t>(
         index(j.at("output"), fwd->outputs.size(), "forward output"));
+  if (weight != nullptr) {
+    using From = WiringSpec::WeightInput::From;
+    if (!j.contains("weight_inputs"))
+      throw BundleError(where + "a split backward without weight_inputs");
+    std::vector<bool> seen(weight->inputs.size(), false);
+    for (const json &c : j.at("weight_inputs")) {
+      WiringSpec::WeightInput in;
+      in.input =
+          index(c.at("input"), weight->inputs.size(), "backward_weight input");
+      std::string from = c.at("from").get<std::string>();
+      if (from != "backward_input" && from != "backward_output")
+        throw BundleError(where + "unknown source '" + from + "'");
+      in.fromOutput = from == "backward_output";
+      const std::vector<TensorSlot> &sources =
+          in.fromOutput ? bwd->outputs : bwd->inputs;
+      in.index = index(c.at("index"), sources.size(),
+                       in.fromOutput ? "backward_input output"
+                                     : "backward_input input");
+      const TensorSlot &slot = weight->inputs[in.input];
+      int64_t bytes = slot.byteSize();
+      if (sources[in.index].byteSize() != bytes)
+        throw BundleError(where + "'" + slot.name +
+                          "' differs between the backward's parts");
+      if (c.value("kept", false)) {
+        in.stashOffset = integer<int64_t>(c.at("stash_offset"));
+        if (in.stashOffset < 0 || in.stashOffset > kMaxOffset ||
+            in.stashOffset + bytes > w.stashBytes)
+          throw BundleError(where + "a kept tensor lies outside the stash");
+      } else if (in.fromOutput) {
+        throw BundleError(where + "an output of backward_input that " +
+                          "backward_weight reads must be kept");
+      } else if (static_cast<int64_t>(in.index) == w.lossGrad) {
+        in.from = From::LossSeed;
+      } else {
+        // As the input part reads it: from the stash or the batch.
+        auto carried = std::find_if(
+            w.carried.begin(), w.carried.end(),
+            [&](const WiringSpec::Carried &c) { return c.input == in.index; });
+        if (carried == w.carried.end())
+          throw BundleError(where + "backward_weight input '" + slot.name +
+                            "' is neither kept nor read again");
+        bool batch = carried->from == WiringSpec::Carried::From::Batch;
+        in.from = batch ? From::Batch : From::Stash;
+        in.index = batch ? carried->index : in.index;
+        in.stashOffset = carried->stashOffset;
+      }
+      seen[in.input] = true;
+      w.weightInputs.push_back(in);
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end())
+      throw BundleError(where + "an input of backward_weight comes from "
+                                "nowhere");
+  }
   return w;
 }
 /// Stages that share a weight agree on it: each one they name has the same

@@ -84,7 +84,7 @@ StreamRunner::StreamRunner(const StageSpec &spec, const StreamSpec &stream,
   for (const Instruction &instr : stream.instructions) {
     using Op = Instruction::Op;
     if (wgtSpec)
-      break;
+      break; // none carried directly
     if (instr.op == Op::Forward) {
       pending = instr.microBatch;
     } else if (instr.op == Op::Backward || instr.op == Op::Recompute) {
@@ -336,10 +336,15 @@ void StreamRunner::loadStash(int64_t mb, const StepContext &context) {
 
 void StreamRunner::loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
                                  const StepContext &context) {
-  const TensorSlot &in = bwdSpec->inputs[c.input];
+  loadFromBatch(bwd, bwdSpec->inputs[c.input], c.index, mb, context);
+}
+
+void StreamRunner::loadFromBatch(size_t phase, const TensorSlot &in,
+                                 size_t forwardInput, int64_t mb,
+                                 const StepContext &context) {
   exec->device().copyToDevice(
-      exec->arena(bwd) + in.offset,
-      bytesOf(context.batch->at(fwdSpec->inputs[c.index].name)) +
+      exec->arena(phase) + in.offset,
+      bytesOf(context.batch->at(fwdSpec->inputs[forwardInput].name)) +
           mb * in.byteSize(),
       in.byteSize());
 }
@@ -430,8 +435,8 @@ void StreamRunner::writeLossSeed(size_t phase, const TensorSlot &slot,
   exec->write(phase, slot, &seed);
 }
 
-void StreamRunner::backward(int64_t mb, const StepContext &context,
-                            bool split) {
+void StreamRunner::backward(int64_t mb, const StepContext &context) {
+  bool split = wgtSpec != nullptr;
   if (!restored.count(mb)) {
     Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     loadStash(mb, context);
@@ -454,7 +459,8 @@ void StreamRunner::backward(int64_t mb, const StepContext &context,
     Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     char *stash = stashSlots[slotOf.at(mb)].get();
     for (const WiringSpec::WeightInput &w : wiring.weightInputs)
-      if (w.kept && w.fromOutput == outputs) {
+      if (w.from == WiringSpec::WeightInput::From::Kept &&
+          w.fromOutput == outputs) {
         const TensorSlot &source =
             outputs ? bwdSpec->outputs[w.index] : bwdSpec->inputs[w.index];
         exec->device().copyOnDevice(stash + w.stashOffset, ba + source.offset,
@@ -494,32 +500,20 @@ void StreamRunner::backwardWeight(int64_t mb, const StepContext &context) {
     Part stashing(*this, breakdown_.stash[1], &kStashCopies);
     for (const WiringSpec::WeightInput &w : wiring.weightInputs) {
       const TensorSlot &in = wgtSpec->inputs[w.input];
-      if (w.kept) {
+      using From = WiringSpec::WeightInput::From;
+      switch (w.from) {
+      case From::Kept:
+      case From::Stash:
         device.copyOnDevice(wa + in.offset, stash + w.stashOffset,
                             in.byteSize());
-        continue;
-      }
-      // An input of the input part: as it read it.
-      if (static_cast<int64_t>(w.index) == wiring.lossGrad) {
+        break;
+      case From::Batch:
+        loadFromBatch(wgt, in, w.index, mb, context);
+        break;
+      case From::LossSeed:
         writeLossSeed(wgt, in, context);
-        continue;
+        break;
       }
-      auto c = std::find_if(
-          wiring.carried.begin(), wiring.carried.end(),
-          [&](const WiringSpec::Carried &c) { return c.input == w.index; });
-      if (c == wiring.carried.end())
-        throw BundleError("stage " + std::to_string(spec_.index) +
-                          ": backward_weight input '" + in.name +
-                          "' is neither kept nor stashed");
-      if (c->from == WiringSpec::Carried::From::Batch)
-        device.copyToDevice(
-            wa + in.offset,
-            bytesOf(context.batch->at(fwdSpec->inputs[c->index].name)) +
-                mb * in.byteSize(),
-            in.byteSize());
-      else
-        device.copyOnDevice(wa + in.offset, stash + c->stashOffset,
-                            in.byteSize());
     }
   }
   exec->setRandomState({context.seed, context.step, mb});
@@ -687,7 +681,7 @@ void StreamRunner::run(const Instruction &instr, const StepContext &context) {
     backward(mb, context);
     return;
   case Instruction::Op::BackwardInput:
-    backward(mb, context, /*split=*/true);
+    backward(mb, context); // its input part: the stage splits them
     return;
   case Instruction::Op::BackwardWeight:
     backwardWeight(mb, context);

@@ -127,9 +127,10 @@ public:
 private:
   void run(const Instruction &instr, const StepContext &context);
   void forward(int64_t mb, const StepContext &context);
-  /// A whole backward, or (`split`) its input part: the stash stays for
-  /// the weight part, with what it reads of the input part's.
-  void backward(int64_t mb, const StepContext &context, bool split = false);
+  /// A whole backward, or, where the stage splits them, its input part:
+  /// the stash stays for the weight part, with what it keeps of the input
+  /// part's.
+  void backward(int64_t mb, const StepContext &context);
   /// A split backward's weight part: its inputs from the stash slot, the
   /// batch and the loss gradient's seed; its gradients summed.
   void backwardWeight(int64_t mb, const StepContext &context);
@@ -154,6 +155,10 @@ private:
   /// Copies a data input the backward reads again from the step's batch.
   void loadFromBatch(const WiringSpec::Carried &c, int64_t mb,
                      const StepContext &context);
+  /// Micro-batch `mb`'s rows of forward input `forwardInput` from the
+  /// step's batch into `in` of `phase`.
+  void loadFromBatch(size_t phase, const TensorSlot &in, size_t forwardInput,
+                     int64_t mb, const StepContext &context);
   /// A message of `layout`'s tensors of `phase`'s outputs in `arena`.
   Transport::Message fill(const MessageLayout &layout, const PhaseSpec &phase,
                           const char *arena, const MessageKey &key);

@@ -41,6 +41,14 @@ enum class Role {
   Hyper,
 };
 
+/// Whether an input of a split backward's weight part with this role is
+/// kept in the micro-batch's stash slot from the input part's run to its
+/// own (a carry the input part computed, a gradient it received); its other
+/// inputs are read again as the input part reads them.
+constexpr bool keptForWeightPart(Role role) {
+  return role == Role::Carry || role == Role::OutputGrad;
+}
+
 /// "data", "activation", "param_grad", ...
 std::string_view roleName(Role role);
 /// The role of a manifest name, or none.

@@ -146,16 +146,18 @@ struct WiringSpec {
   };
   std::vector<Carried> carried;
   /// An input of a split backward's weight part (phase "backward_weight";
-  /// the input part is "backward_input"): an input of the input part (its
-  /// stash, batch or loss-gradient input, read again as the input part
-  /// reads it) or one of its outputs. `kept`: copied after the input part
-  /// ran into the micro-batch's stash slot at stashOffset, after the
-  /// stashed values (a received gradient, a value the input part computed).
+  /// the input part is "backward_input"), resolved when the bundle is read:
+  /// Kept, one of the input part's inputs (or outputs: fromOutput) copied
+  /// into the micro-batch's stash slot at stashOffset as the input part
+  /// runs (a received gradient, a value it computed); else read again as
+  /// the input part reads it: the stash at stashOffset, forward input
+  /// `index` from the batch, or the loss gradient's seed.
   struct WeightInput {
+    enum class From { Kept, Stash, Batch, LossSeed } from = From::Kept;
     size_t input = 0; // weight part input
     bool fromOutput = false;
-    size_t index = 0; // input part input (or output)
-    bool kept = false;
+    size_t index = 0; // Kept: input part input (or output); Batch: forward
+                      // input
     int64_t stashOffset = 0;
   };
   std::vector<WeightInput> weightInputs;
