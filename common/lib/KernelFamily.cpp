@@ -33,6 +33,13 @@ constexpr KernelFamily kFamilies[] = {
     {"elementwise", L, false, false, ""},
     {"copy", L, false, false, ""},
     {"gelu", L, false, false, ""},
+    // Products multiplied in bfloat16 (compute_type "bf16"): a profile
+    // calibrated without them prices them as float32 ones.
+    {"matmul_bf16", F, false, false, "matmul"},
+    {"narrow_matmul_bf16", F, false, false, "narrow_matmul"},
+    {"batched_matmul_bf16", F, false, false, "batched_matmul"},
+    {"conv_bf16", F, true, true, "conv"},
+    {"shallow_conv_bf16", F, true, true, "shallow_conv"},
 };
 
 } // namespace

@@ -13,11 +13,14 @@ constexpr std::string_view kInput[] = {"input"}, kOutput[] = {"output"},
                            kGradInput[] = {"grad_input"};
 constexpr std::string_view kGemmOperands[] = {"a", "b", "c"},
                            kGemmAttributes[] = {"alpha", "beta", "trans_a",
-                                                "trans_b"};
-constexpr std::string_view kMatmulOperands[] = {"lhs", "rhs"};
+                                                "trans_b", "compute_type"};
+// compute_type: "f32" or "bf16" (operands multiplied in bfloat16, summed
+// in float32; nn's ComputeTypeOpInterface).
+constexpr std::string_view kMatmulOperands[] = {"lhs", "rhs"},
+                           kMatmulAttributes[] = {"compute_type"};
 constexpr std::string_view kConvOperands[] = {"input", "weight", "bias"},
                            kConvAttributes[] = {"strides", "pads", "dilations",
-                                                "group"};
+                                                "group", "compute_type"};
 constexpr std::string_view kMaxPoolAttributes[] = {
     "kernel_shape", "strides", "pads", "dilations", "ceil_mode"};
 constexpr std::string_view kAvgPoolAttributes[] = {
@@ -76,7 +79,7 @@ kind(std::string_view name, const std::string_view (&operands)[O],
 
 constexpr KernelKind kKinds[] = {
     kind("gemm", kGemmOperands, 1, kOutput, kGemmAttributes),
-    kind("matmul", kMatmulOperands, 0, kOutput),
+    kind("matmul", kMatmulOperands, 0, kOutput, kMatmulAttributes),
     kind("conv", kConvOperands, 1, kOutput, kConvAttributes),
     kind("max_pool", kInput, 0, kOutput, kMaxPoolAttributes),
     kind("avg_pool", kInput, 0, kOutput, kAvgPoolAttributes),

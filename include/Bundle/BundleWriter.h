@@ -52,6 +52,9 @@ struct BundleOptions {
   std::optional<llvm::json::Value> schedule;
   /// What the stage targets take (--cuda-arch).
   StageTargetOptions target;
+  /// --precision: "fp32", or "bf16" (the products' compute type; the
+  /// manifest's "precision").
+  std::string precision = "fp32";
 };
 
 /// Compiles the stage modules (one per stage, in order; each must have gone

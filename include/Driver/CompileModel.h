@@ -57,6 +57,9 @@ struct CompileOptions {
   /// batchSize is filled from `batchSize` or the model).
   TrainingOptions training;
   std::string stages = "auto", schedule = "gpipe", recompute = "never";
+  /// --precision: "fp32", or "bf16" (products of matrices multiplied in
+  /// bfloat16 with float32 sums; gpipe-set-precision).
+  std::string precision = "fp32";
   /// "given": the devices, micro-batches, schedule and recompute as
   /// written; "auto": the fastest plan the search predicts for the cores
   /// of `devices`.

@@ -90,6 +90,24 @@ def SetInferenceMode : Pass<"gpipe-set-inference-mode"> {
   }];
 }
 
+def SetPrecision : Pass<"gpipe-set-precision"> {
+  let summary = "Multiply the products of matrices in bfloat16 (--precision)";
+  let description = [{
+    With `precision=bf16`, every op that implements ComputeTypeOpInterface
+    (Gemm, MatMul, the convolution and its gradients) gets
+    `compute_type = "bf16"`: its kernel rounds the operands to bfloat16 and
+    sums the products in float32, what `torch.autocast(dtype=torch.bfloat16)`
+    does to the same ops. Tensors, the other ops (element-wise ops,
+    normalizations, softmax, attention, losses) and the parameters stay
+    float32. Run before autodiff: the gradients of a product multiply in
+    its compute type. `precision=fp32` leaves the ops as they are.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"fp32\"",
+           "fp32 or bf16">,
+  ];
+}
+
 def MarkBatchPlacement : Pass<"gpipe-mark-batch-placement", "mlir::ModuleOp"> {
   let summary = "Record where the batch sits in each output of @forward";
   let description = [{

@@ -134,6 +134,10 @@ std::vector<std::string> validate(const CompileOptions &o) {
     problems.push_back("--emit=" + compileOutputName(o.emit).str() +
                        " shows a phase of the training pipeline (add "
                        "--mode=train)");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    problems.push_back("--precision=" + o.precision +
+                       " is not a precision: use fp32 or bf16 (products of "
+                       "matrices in bfloat16, float32 sums and weights)");
   if (o.emit == CompileOutput::NN || o.emit == CompileOutput::Summary)
     return problems;
   if (o.train && !parseRecomputePolicy(o.recompute))
@@ -389,7 +393,11 @@ std::string targetLine(const CompileOptions &o) {
          (o.targetFeatures.empty() ? ""
                                    : " --target-features=" + o.targetFeatures) +
          "): needs " + std::to_string(o.native.required.size()) +
-         " CPU features, which gpipe-run checks at load";
+         " CPU features, which gpipe-run checks at load; " +
+         (o.precision == "bf16"
+              ? "products of matrices in bfloat16 with float32 sums, the "
+                "rest float32 (--precision=bf16)"
+              : "float32 throughout (--precision=fp32)");
 }
 
 /// --schedule=auto with the rest of the plan given: the schedule kind the
@@ -511,6 +519,7 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   bundle.ranks = ranks;
   bundle.target = {o.cudaArch, o.native};
   bundle.mode = "train";
+  bundle.precision = o.precision;
   bundle.schedule = std::move(result->schedule);
   bundle.training = o.training;
   bundle.training.batchSize = o.batchSize.value_or(0); // 0: from the model
@@ -557,6 +566,7 @@ int compileInference(const CompileOptions &o, ModuleOp module,
     bundle.sourcePath = o.input;
     bundle.devices = devices;
     bundle.target = {o.cudaArch, o.native};
+    bundle.precision = o.precision;
     return failed(writeBundle(module, o.output, bundle)) ? 1 : 0;
   }
   auto target =
@@ -659,8 +669,22 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
     return rc;
   import.freeze = options.freeze;
   import.trainable = options.trainable;
-  OwningOpRef<ModuleOp> module =
-      importONNXFile(options.input, &context, import);
+  // The model as imported, its products given --precision's compute type
+  // before anything prices or cuts it.
+  auto importModel = [&]() -> OwningOpRef<ModuleOp> {
+    OwningOpRef<ModuleOp> imported =
+        importONNXFile(options.input, &context, import);
+    if (!imported)
+      return nullptr;
+    PassManager pm(&context);
+    SetPrecisionOptions precision;
+    precision.precision = options.precision;
+    pm.addPass(createSetPrecision(precision));
+    if (failed(pm.run(*imported)))
+      return nullptr;
+    return imported;
+  };
+  OwningOpRef<ModuleOp> module = importModel();
   if (!module)
     return 1;
   if (training) {
@@ -711,7 +735,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       int64_t rows = best.replicaBatch / best.plan.microBatches;
       if (import.batchSize != rows) {
         import.batchSize = rows;
-        module = importONNXFile(options.input, &context, import);
+        module = importModel();
         if (!module)
           return 1;
       }

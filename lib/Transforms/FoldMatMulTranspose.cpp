@@ -53,7 +53,7 @@ struct MatMulByTransposedMatrix : OpRewritePattern<nn::MatMulOp> {
                                            SmallVector<int64_t>{rows, k});
     Value product = rewriter.create<nn::GemmOp>(
         loc, lhs, w, /*c=*/Value(), APFloat(1.0f), APFloat(1.0f),
-        /*trans_a=*/false, /*trans_b=*/true);
+        /*trans_a=*/false, /*trans_b=*/true, op.getComputeType());
     if (x.getRank() != 2)
       product = rewriter.create<nn::ReshapeOp>(rowsLoc, product, shape);
     rewriter.replaceOp(op, product);
@@ -95,7 +95,8 @@ struct GemmPlusBias : OpRewritePattern<nn::AddOp> {
         continue; // the reshape must keep the rows' last axis
       Value fused = rewriter.create<nn::GemmOp>(
           gemm.getLoc(), gemm.getA(), gemm.getB(), bias, gemm.getAlpha(),
-          APFloat(1.0f), gemm.getTransA(), gemm.getTransB());
+          APFloat(1.0f), gemm.getTransA(), gemm.getTransB(),
+          gemm.getComputeType());
       Value result = fused;
       if (reshape)
         result = rewriter.create<nn::ReshapeOp>(

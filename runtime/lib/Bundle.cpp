@@ -733,6 +733,10 @@ Bundle loadBundle(const std::string &path) {
                " (recompile the model with a matching gpipe-opt)");
     b.model = m.at("model").get<std::string>();
     b.mode = m.at("mode").get<std::string>();
+    b.precision = m.at("precision").get<std::string>();
+    if (b.precision != "fp32" && b.precision != "bf16")
+      fail(path, "manifest.json",
+           "precision '" + b.precision + "' is not fp32 or bf16");
     b.targetCpu = m.value("target_cpu", "");
     b.targetFeatures = m.value("target_features", std::vector<std::string>{});
     if (!b.targetFeatures.empty()) // (older bundles: nothing to check)

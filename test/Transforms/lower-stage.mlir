@@ -10,7 +10,7 @@ gpipe.parameter @w = dense<0.5> : tensor<4x6xf32>
 // CHECK-SAME: (%[[ARENA:.*]]: memref<128xi8>, %[[PARAMS:.*]]: memref<192xi8>, %[[CTX:.*]]: i64)
 // CHECK-SAME: gpipe.arena_size = 128 : i64
 // CHECK-SAME: gpipe.inputs = [{dtype = "f32", name = "x", offset = 0 : i64, role = #gpipe.role<data>, shape = [2, 6]}]
-// CHECK-SAME: gpipe.kernels = [{attributes = {alpha = 1.000000e+00 : f32, beta = 1.000000e+00 : f32, trans_a = false, trans_b = true}, id = 0 : i64, kind = "gemm", op = "", operands = [{dtype = "f32", offset = 0 : i64, shape = [2, 6], space = "arena"}, {dtype = "f32", offset = 0 : i64, shape = [4, 6], space = "params"}], results = [{dtype = "f32", offset = 64 : i64, shape = [2, 4], space = "arena"}]}]
+// CHECK-SAME: gpipe.kernels = [{attributes = {alpha = 1.000000e+00 : f32, beta = 1.000000e+00 : f32, compute_type = "f32", trans_a = false, trans_b = true}, id = 0 : i64, kind = "gemm", op = "", operands = [{dtype = "f32", offset = 0 : i64, shape = [2, 6], space = "arena"}, {dtype = "f32", offset = 0 : i64, shape = [4, 6], space = "params"}], results = [{dtype = "f32", offset = 64 : i64, shape = [2, 4], space = "arena"}]}]
 // CHECK-SAME: gpipe.outputs = [{dtype = "f32", name = "y", offset = 0 : i64, role = #gpipe.role<output>, shape = [8]}]
 // CHECK-SAME: gpipe.params_size = 192 : i64
 // CHECK-SAME: gpipe.phase = "forward"

@@ -11,8 +11,11 @@
 #include "KernelSpecBuilder.h"
 
 #include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 
 using namespace gpipe::runtime;
@@ -56,12 +59,29 @@ void drawOperands(const KernelSpec &spec, std::vector<char> &arena,
   }
 }
 
-void checkGradWeight(const ConvCase &c) {
+/// `x` rounded to the nearest bfloat16 (ties to even), as oneDNN's
+/// conversion rounds it; `x` itself unless `inBf16`.
+double rounded(float x, bool inBf16) {
+  if (!inBf16)
+    return x;
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+/// The weights' gradient against the direct sum in double; `inBf16`: of
+/// the operands rounded to bfloat16 (compute_type "bf16"), summed in
+/// float32 all the same.
+void checkGradWeight(const ConvCase &c, bool inBf16 = false) {
   Shape out = outputShape(c);
   test::KernelCase built("conv_grad_weight");
   built.operand("grad_output", out).operand("input", c.input);
   built.result("grad_weight", c.weight);
   setGeometry(built, c);
+  built.text("compute_type", inBf16 ? "bf16" : "f32");
   const KernelSpec &spec = built.spec;
 
   std::vector<char> arena(static_cast<size_t>(built.arenaBytes()), 0);
@@ -97,8 +117,9 @@ void checkGradWeight(const ConvCase &c) {
                 int64_t iz = z * c.stride - c.pad + j * c.dilation;
                 if (iy < 0 || iy >= h || iz < 0 || iz >= w)
                   continue;
-                double product = double(dy[((b * co + o) * oh + y) * ow + z]) *
-                                 x[((b * ci + channel) * h + iy) * w + iz];
+                double product =
+                    rounded(dy[((b * co + o) * oh + y) * ow + z], inBf16) *
+                    rounded(x[((b * ci + channel) * h + iy) * w + iz], inBf16);
                 sum += product;
                 magnitude += std::abs(product);
                 ++terms;
@@ -114,15 +135,17 @@ void checkGradWeight(const ConvCase &c) {
           worst = std::max(worst, std::abs(got - sum) / std::max(bound, 1e-30));
         }
   EXPECT_LE(worst, 1.0) << "input " << c.input[2] << "x" << c.input[3]
-                        << ", group " << c.group;
+                        << ", group " << c.group << (inBf16 ? ", bf16" : "");
 }
 
 /// The convolution (`gradInput`: its input gradient) against the direct
 /// sum in double, element by element within the float32 bound of a sum of
 /// its products (as checkGradWeight); with `bias`, the forward adds one.
-void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias) {
+void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias,
+                          bool inBf16 = false) {
   Shape out = outputShape(c);
   test::KernelCase built(gradInput ? "conv_grad_input" : "conv");
+  built.text("compute_type", inBf16 ? "bf16" : "f32");
   if (gradInput)
     built.operand("grad_output", out).operand("weight", c.weight);
   else
@@ -173,8 +196,10 @@ void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias) {
                   continue;
                 int64_t xi = ((s * ci + k) * h + iy) * wd + iz;
                 int64_t yi = ((s * co + o) * oh + y) * ow + z;
-                double weight = w[((o * ci + k) * kh + i) * kw + j];
-                double product = weight * (gradInput ? first[yi] : first[xi]);
+                double weight =
+                    rounded(w[((o * ci + k) * kh + i) * kw + j], inBf16);
+                double product =
+                    weight * rounded(gradInput ? first[yi] : first[xi], inBf16);
                 size_t r = static_cast<size_t>(gradInput ? xi : yi);
                 sum[r] += product;
                 magnitude[r] += std::abs(product);
@@ -196,7 +221,7 @@ void checkConvOrGradInput(const ConvCase &c, bool gradInput, bool bias) {
   EXPECT_LE(worst, 1.0) << (gradInput ? "conv_grad_input" : "conv") << " input "
                         << c.input[2] << "x" << c.input[3] << ", kernel " << kh
                         << "x" << kw << ", stride " << c.stride
-                        << (bias ? ", bias" : "");
+                        << (bias ? ", bias" : "") << (inBf16 ? ", bf16" : "");
 }
 
 } // namespace
@@ -413,4 +438,28 @@ TEST(CpuConvKernels, NarrowConvolutions) {
   checkForwardsAndInputGradients(cases);
   for (const ConvCase &c : cases)
     checkGradWeight(c);
+}
+
+// In bfloat16 (compute_type "bf16", oneDNN's bfloat16 kernels wherever
+// the backend would run its own float32 products): a ResNet block's 3x3,
+// a strided one, a grouped one, one on maps smaller than its kernel and
+// one to one pixel; forward with and without bias, both gradients (the
+// grouped one's weights' gradient only, what checkGradWeight's reference
+// covers).
+TEST(CpuConvKernels, Bfloat16Convolutions) {
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
+    GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
+  for (const ConvCase &c :
+       {ConvCase{{2, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1, 1},
+        ConvCase{{2, 32, 9, 9}, {16, 32, 3, 3}, 1, 2, 1, 1},
+        ConvCase{{2, 32, 6, 6}, {32, 8, 3, 3}, 4, 1, 1, 1},
+        ConvCase{{4, 16, 2, 3}, {8, 16, 3, 3}, 1, 1, 1, 1},
+        ConvCase{{8, 64, 1, 1}, {32, 64, 3, 3}, 1, 1, 1, 1}}) {
+    for (bool gradInput : {false, true})
+      for (bool bias : {false, true})
+        if (!(gradInput && bias) && c.group == 1) // its reference: one group
+          checkConvOrGradInput(c, gradInput, bias, /*inBf16=*/true);
+    checkGradWeight(c, /*inBf16=*/true);
+  }
 }

@@ -5,7 +5,8 @@
 // row-major copy, which all gemm kernels of a backend share: the shapes here
 // leave partial tiles (32 x 32) at the edge, and two kernels of different sizes
 // share one backend, the larger created second, so the buffer grows after the
-// first kernel was made.
+// first kernel was made. In bfloat16 (compute_type "bf16") the products
+// are those of the operands rounded to bfloat16, summed in float32.
 #include "cpu/CpuBackend.h"
 
 #include "KernelSpecBuilder.h"
@@ -28,9 +29,27 @@ struct GemmCase {
   bool transA, transB;
 };
 
+/// `x` rounded to the nearest bfloat16 (ties to even), as oneDNN's
+/// conversion rounds it.
+double bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+/// Whether oneDNN runs bfloat16 products on this CPU (AVX-512).
+bool hasBf16Kernels() {
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 /// A gemm kernel over its own arena, its operands drawn at random.
 struct GemmRun {
-  explicit GemmRun(const GemmCase &g, std::mt19937 &rng) : g(g), spec("gemm") {
+  GemmRun(const GemmCase &g, std::mt19937 &rng, bool inBf16 = false)
+      : g(g), spec("gemm"), inBf16(inBf16) {
     spec.operand("a", g.transA ? std::vector<int64_t>{g.k, g.m}
                                : std::vector<int64_t>{g.m, g.k});
     spec.operand("b", g.transB ? std::vector<int64_t>{g.n, g.k}
@@ -39,6 +58,7 @@ struct GemmRun {
     spec.number("alpha", {1.0}).number("beta", {1.0});
     spec.number("trans_a", {g.transA ? 1.0 : 0.0});
     spec.number("trans_b", {g.transB ? 1.0 : 0.0});
+    spec.text("compute_type", inBf16 ? "bf16" : "f32");
     arena.resize(static_cast<size_t>(spec.arenaBytes()));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int i = 0; i < 2; ++i) {
@@ -59,12 +79,14 @@ struct GemmRun {
                                      spec.spec.results[0].offset);
   }
   std::unique_ptr<Kernel> create(cpu::CpuBackend &cpu) {
-    KernelMemory mem{arena.data(), arena.data(), false, &update, &random};
+    KernelMemory mem{arena.data(), arena.data(), false,
+                     &update,      &random,      &version};
     return cpu.createKernel(spec.spec, mem);
   }
-  /// Elements further from the float64 product than float32 summation of
-  /// k products can be (k units in the last place of the sum of the terms'
-  /// magnitudes, the classical bound).
+  /// Elements further from the float64 product (of the operands rounded to
+  /// bfloat16, in bfloat16) than float32 summation of k products can be
+  /// (k units in the last place of the sum of the terms' magnitudes, the
+  /// classical bound).
   int64_t wrongElements() {
     const float *a = operand(0), *b = operand(1), *c = output();
     int64_t wrong = 0;
@@ -74,6 +96,10 @@ struct GemmRun {
         for (int64_t l = 0; l < g.k; ++l) {
           double x = g.transA ? a[l * g.m + i] : a[i * g.k + l];
           double y = g.transB ? b[j * g.k + l] : b[l * g.n + j];
+          if (inBf16) {
+            x = bf16(static_cast<float>(x));
+            y = bf16(static_cast<float>(y));
+          }
           sum += x * y;
           magnitude += std::fabs(x * y);
         }
@@ -85,9 +111,11 @@ struct GemmRun {
 
   GemmCase g;
   test::KernelCase spec;
+  bool inBf16;
   std::vector<char> arena;
   bool update = true;
   RandomState random{1, 0, 0};
+  uint64_t version = 1;
 };
 
 /// Each product on a backend of its own, checked element by element.
@@ -147,6 +175,56 @@ TEST(CpuMatmulKernels, TransposedLeftOperandCopiedBelowAvx512) {
   };
   expectProducts(cases, rng);
   expectCopiesShareTheirBuffer(rng);
+}
+
+// In bfloat16: the Linear layer's forward and both gradients, and a
+// weight read from the parameters, whose bfloat16 copy is made again when
+// the parameters' version changes (an optimizer step).
+TEST(CpuMatmulKernels, Bfloat16Products) {
+  if (!hasBf16Kernels())
+    GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
+  std::mt19937 rng(7);
+  const GemmCase cases[] = {
+      {37, 29, 80, false, true},    // a Linear layer's forward
+      {41, 53, 72, false, false},   // its input's gradient
+      {1024, 45, 130, true, false}, // its weights' gradient
+      {64, 1024, 256, false, true}, // a long sum
+  };
+  for (const GemmCase &g : cases) {
+    cpu::CpuBackend cpu("cpu:0");
+    GemmRun run(g, rng, /*inBf16=*/true);
+    run.create(cpu)->run();
+    EXPECT_EQ(run.wrongElements(), 0)
+        << g.m << "x" << g.k << "x" << g.n << " trans_a " << g.transA
+        << " trans_b " << g.transB;
+  }
+  cpu::CpuBackend cpu("cpu:0");
+  GemmRun run({33, 40, 24, false, true}, rng, /*inBf16=*/true);
+  run.spec.spec.operands[1].space = "params";
+  std::unique_ptr<Kernel> kernel = run.create(cpu);
+  kernel->run();
+  EXPECT_EQ(run.wrongElements(), 0);
+  float *w = run.operand(1);
+  for (int64_t e = 0; e < 24 * 40; ++e)
+    w[e] = -2.0f * w[e] + 0.3f;
+  ++run.version;
+  kernel->run();
+  EXPECT_EQ(run.wrongElements(), 0) << "the weights' new version";
+}
+
+TEST(CpuMatmulKernels, UnknownComputeTypeRefused) {
+  std::mt19937 rng(8);
+  cpu::CpuBackend cpu("cpu:0");
+  GemmRun run({4, 4, 4, false, false}, rng);
+  run.spec.text("compute_type", "f16");
+  try {
+    run.create(cpu);
+    FAIL() << "an unknown compute type was accepted";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("compute_type 'f16'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace

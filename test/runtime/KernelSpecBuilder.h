@@ -36,6 +36,10 @@ public:
     spec.numbers[key] = std::move(value);
     return static_cast<Self &>(*this);
   }
+  Self &text(const std::string &key, std::string value) {
+    spec.strings[key] = std::move(value);
+    return static_cast<Self &>(*this);
+  }
   /// Bytes of the arena the tensors so far need.
   int64_t arenaBytes() const { return size; }
 

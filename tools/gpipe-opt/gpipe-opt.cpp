@@ -225,6 +225,15 @@ cl::opt<std::string> cudaArchOption(
              "H100)"),
     cl::value_desc("sm_NN"), cl::init("sm_80"), cl::cat(pipelineCategory));
 
+cl::opt<std::string> precisionOption(
+    "precision",
+    cl::desc("fp32 (default) or bf16: the products of matrices (Gemm, "
+             "MatMul, convolutions and their gradients) multiply bfloat16 "
+             "operands and sum in float32, as torch.autocast's bfloat16 "
+             "does; other ops, activations, parameters, gradients and the "
+             "optimizer stay float32 (docs/training.md)"),
+    cl::value_desc("fp32|bf16"), cl::init("fp32"), cl::cat(pipelineCategory));
+
 cl::opt<std::string> targetCpuOption(
     "target-cpu",
     cl::desc("CPU the stages' native code is generated for: host (this "
@@ -470,6 +479,7 @@ int compileOptions(StringRef input, StringRef output,
   o.costTable = costTableOption;
   o.cudaArch = cudaArchOption;
   o.targetCpu = targetCpuOption;
+  o.precision = precisionOption;
   o.targetFeatures = targetFeaturesOption;
   o.reportPath = reportOption;
   return 0;

@@ -236,6 +236,21 @@ StringRef GeluOp::getKernelFamily() { return "gelu"; }
 StringRef DropoutOp::getKernelFamily() {
   return isRandom() ? "dropout" : "elementwise";
 }
+/// `family` in the compute type of `op`'s products: bfloat16 products are
+/// kernels of their own ("matmul_bf16", priced by their own fits); a
+/// convolution on small maps is oneDNN's there (the backend's own float32
+/// kernel for them is left out), the backend's float32 loops of a narrow
+/// first layer and the memory-bound depthwise kernels stay as they are.
+static StringRef inComputeType(ComputeTypeOpInterface op, StringRef family) {
+  if (op.getComputeType() != "bf16")
+    return family;
+  if (family == "small_map_conv")
+    family = "conv";
+  const gpipe::KernelFamily *f =
+      gpipe::findKernelFamily((family + "_bf16").str());
+  return f ? StringRef(f->name.data(), f->name.size()) : family;
+}
+
 /// Whether a product's result has fewer columns than one AVX-512 vector of
 /// floats (a classifier's 10 classes): oneDNN's products of such shapes
 /// ran at 15-30 GFLOP/s on a core whose wide ones reach 110, plus a fixed
@@ -251,7 +266,9 @@ static bool hasNarrowColumns(Type result) {
 }
 
 StringRef GemmOp::getKernelFamily() {
-  return hasNarrowColumns(getResult().getType()) ? "narrow_matmul" : "matmul";
+  return inComputeType(*this, hasNarrowColumns(getResult().getType())
+                                  ? "narrow_matmul"
+                                  : "matmul");
 }
 // A product of stacks of matrices (attention's q k^T and its weights times
 // v: many small products in one call) is a kernel of its own: per FLOP
@@ -260,11 +277,13 @@ StringRef GemmOp::getKernelFamily() {
 StringRef MatMulOp::getKernelFamily() {
   auto rhs = llvm::dyn_cast<RankedTensorType>(getRhs().getType());
   if (!rhs || rhs.getRank() <= 2)
-    return hasNarrowColumns(getResult().getType()) ? "narrow_matmul" : "matmul";
+    return inComputeType(*this, hasNarrowColumns(getResult().getType())
+                                    ? "narrow_matmul"
+                                    : "matmul");
   int64_t stack = 1;
   for (int64_t d : rhs.getShape().drop_back(2))
     stack *= d;
-  return stack > 1 ? "batched_matmul" : "matmul";
+  return inComputeType(*this, stack > 1 ? "batched_matmul" : "matmul");
 }
 // A depthwise convolution (a group per input channel) is a kernel of its
 // own: memory-bound, a hundredth of a dense convolution's FLOPs.
@@ -278,7 +297,7 @@ StringRef ConvOp::getKernelFamily() {
   bool depthwise = getGroup() > 1 && input.hasRank() && input.getRank() > 1 &&
                    input.getDimSize(1) == getGroup();
   if (depthwise)
-    return "depthwise_conv";
+    return inComputeType(*this, "depthwise_conv");
   // The CPU backend's own loops (gpipe::isNarrowConv2d): at stride 1
   // without dilation only; a strided first layer (ResNet's 7x7 at stride
   // 2) is oneDNN's, a shallow convolution below.
@@ -289,7 +308,7 @@ StringRef ConvOp::getKernelFamily() {
       gpipe::isNarrowConv2d(input.getDimSize(1), getGroup(), strides[0],
                             strides[1], dilations[0], dilations[1]);
   if (narrow)
-    return "narrow_conv";
+    return inComputeType(*this, "narrow_conv");
   // So is a 2-D convolution (one group) whose output maps are one pixel or
   // smaller than its kernel (ResNet-18's last blocks on small images: 3x3
   // kernels on 2x2 and 1x1 maps): the CPU backend runs it as one sgemm
@@ -300,14 +319,14 @@ StringRef ConvOp::getKernelFamily() {
   auto weight = cast<ShapedType>(getWeight().getType());
   if (getGroup() != 1 || !output.hasRank() || output.getRank() != 4 ||
       !weight.hasRank() || weight.getRank() != 4)
-    return "conv";
+    return inComputeType(*this, "conv");
   bool onePixel = isOnePixel(output.getShape());
   bool smallerThanKernel = llvm::any_of(llvm::seq(2, 4), [&](int a) {
     return !output.isDynamicDim(a) && !weight.isDynamicDim(a) &&
            output.getDimSize(a) < weight.getDimSize(a);
   });
   if (onePixel || smallerThanKernel)
-    return "small_map_conv";
+    return inComputeType(*this, "small_map_conv");
   // And so is one of fewer than 16 channels in or out (a small CNN's
   // second layer, 8 -> 16, or a bottleneck to 8): oneDNN blocks channels by
   // 16 floats, one AVX-512 vector, and leaves the rest of the vector idle
@@ -317,15 +336,16 @@ StringRef ConvOp::getKernelFamily() {
     return t.isDynamicDim(1) ? ShapedType::kDynamic : t.getDimSize(1);
   };
   auto few = [](int64_t c) { return c != ShapedType::kDynamic && c < 16; };
-  return few(channels(input)) || few(channels(output)) ? "shallow_conv"
-                                                       : "conv";
+  return inComputeType(*this, few(channels(input)) || few(channels(output))
+                                  ? "shallow_conv"
+                                  : "conv");
 }
 // As a layer (a transposed convolution), the convolution's kernels.
 StringRef ConvGradInputOp::getKernelFamily() {
   auto result = cast<ShapedType>(getGradInput().getType());
   bool depthwise = getGroup() > 1 && result.hasRank() && result.getRank() > 1 &&
                    result.getDimSize(1) == getGroup();
-  return depthwise ? "depthwise_conv" : "conv";
+  return inComputeType(*this, depthwise ? "depthwise_conv" : "conv");
 }
 // Batch and layer normalization differ as kernels: per channel over the
 // batch and the map (training statistics), per row over its features. The
@@ -473,5 +493,17 @@ LogicalResult gpipe::nn::detail::verifyKernelFamilies(Operation *op) {
       return op->emitOpError("names kernel family '")
              << family
              << "', which common/'s kernel family table does not hold";
+  return success();
+}
+
+bool gpipe::nn::detail::isComputeType(StringRef type) {
+  return type == "f32" || type == "bf16";
+}
+
+LogicalResult gpipe::nn::detail::verifyComputeType(Operation *op) {
+  StringRef type = cast<ComputeTypeOpInterface>(op).getComputeType();
+  if (!isComputeType(type))
+    return op->emitOpError("has compute_type '")
+           << type << "'; expected \"f32\" or \"bf16\"";
   return success();
 }

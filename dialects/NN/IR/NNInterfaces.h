@@ -18,6 +18,11 @@ int64_t defaultBytesMoved(mlir::Operation *op);
 /// backward, are families of common/'s table (gpipe/common/KernelFamily.h)
 /// that the calibrator fits and the cost model prices.
 mlir::LogicalResult verifyKernelFamilies(mlir::Operation *op);
+/// ComputeTypeOpInterface's verifier: `compute_type` names a type the
+/// backends multiply in (isComputeType).
+mlir::LogicalResult verifyComputeType(mlir::Operation *op);
+/// Whether `type` is a compute_type the backends know: "f32" or "bf16".
+bool isComputeType(llvm::StringRef type);
 } // namespace gpipe::nn::detail
 
 #include "NN/IR/NNInterfaces.h.inc"

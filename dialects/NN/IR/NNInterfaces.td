@@ -117,4 +117,31 @@ def NN_VJPOpInterface : OpInterface<"VJPOpInterface"> {
   ];
 }
 
+def NN_ComputeTypeOpInterface : OpInterface<"ComputeTypeOpInterface"> {
+  let description = [{
+    An op whose work is products of matrices (a Gemm, a MatMul, a
+    convolution and the convolution's gradients): its operands may be
+    multiplied in a narrower type, the products summed in float32. The
+    `compute_type` attribute says which: "f32" (the default) or "bf16"
+    (operands rounded to bfloat16, sums and result in float32: what
+    `torch.autocast` does to these ops, less the result's rounding). Its
+    tensors stay float32; gpipe-set-precision sets it, the backends' kernels
+    read it from the kernel table.
+  }];
+  let cppNamespace = "::gpipe::nn";
+  let methods = [
+    InterfaceMethod<
+      /*desc=*/"The type the operands are multiplied in: \"f32\" or \"bf16\".",
+      /*retTy=*/"::llvm::StringRef", /*methodName=*/"getComputeType",
+      /*args=*/(ins)>,
+    InterfaceMethod<
+      /*desc=*/"Sets the type the operands are multiplied in.",
+      /*retTy=*/"void", /*methodName=*/"setComputeType",
+      /*args=*/(ins "::llvm::StringRef":$type)>,
+  ];
+  let verify = [{
+    return ::gpipe::nn::detail::verifyComputeType($_op);
+  }];
+}
+
 #endif // GPIPE_NN_INTERFACES

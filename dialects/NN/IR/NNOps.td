@@ -258,25 +258,27 @@ def NN_WhereOp : NN_ForwardOp<"where",
 //===----------------------------------------------------------------------===//
 
 def NN_GemmOp : NN_ForwardOp<"gemm",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>, NN_ComputeTypeOpInterface]> {
   let summary = "alpha * op(a) * op(b) + beta * c, op = optional transpose";
   let arguments = (ins NN_Tensor:$a, NN_Tensor:$b, Optional<NN_Tensor>:$c,
                    DefaultValuedAttr<F32Attr, "1.0">:$alpha,
                    DefaultValuedAttr<F32Attr, "1.0">:$beta,
                    DefaultValuedAttr<BoolAttr, "false">:$trans_a,
-                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b,
+                   DefaultValuedStrAttr<StrAttr, "f32">:$compute_type);
   let results = (outs NN_Tensor:$output);
 }
 
 def NN_MatMulOp : NN_ForwardOp<"matmul",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>, NN_ComputeTypeOpInterface]> {
   let summary = "NumPy matmul with batch broadcasting";
-  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
+  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs,
+                   DefaultValuedStrAttr<StrAttr, "f32">:$compute_type);
   let results = (outs NN_Tensor:$output);
 }
 
 def NN_ConvOp : NN_ForwardOp<"conv",
-    [DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    [DeclareOpInterfaceMethods<NN_VJPOpInterface>, NN_ComputeTypeOpInterface]> {
   let summary = "N-d grouped convolution (NCHW, OIHW)";
   let description = [{
     `pads` holds the begin paddings of every spatial axis, then the end
@@ -286,7 +288,8 @@ def NN_ConvOp : NN_ForwardOp<"conv",
                    Optional<NN_Tensor>:$bias,
                    NN_IntArray:$strides, NN_IntArray:$pads,
                    NN_IntArray:$dilations,
-                   DefaultValuedAttr<I64Attr, "1">:$group);
+                   DefaultValuedAttr<I64Attr, "1">:$group,
+                   DefaultValuedStrAttr<StrAttr, "f32">:$compute_type);
   let results = (outs NN_Tensor:$output);
 }
 
@@ -568,7 +571,7 @@ class NN_GradOp<string mnemonic, list<Trait> traits = []>
 def NN_ConvGradInputOp : NN_Op<"conv_grad_input", [Pure,
     DeclareOpInterfaceMethods<NN_CostOpInterface,
                               ["getFlops", "getKernelFamily"]>,
-    DeclareOpInterfaceMethods<NN_VJPOpInterface>]> {
+    DeclareOpInterfaceMethods<NN_VJPOpInterface>, NN_ComputeTypeOpInterface]> {
   let summary = "Gradient of conv with respect to its input";
   let description = [{
     The result type is explicit: a transposed convolution's output padding
@@ -581,15 +584,18 @@ def NN_ConvGradInputOp : NN_Op<"conv_grad_input", [Pure,
   let hasVerifier = 1;
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$weight,
                    NN_IntArray:$strides, NN_IntArray:$pads,
-                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                   DefaultValuedStrAttr<StrAttr, "f32">:$compute_type);
   let results = (outs NN_Tensor:$grad_input);
 }
 
-def NN_ConvGradWeightOp : NN_GradOp<"conv_grad_weight"> {
+def NN_ConvGradWeightOp : NN_GradOp<"conv_grad_weight",
+    [NN_ComputeTypeOpInterface]> {
   let summary = "Gradient of conv with respect to its weight";
   let arguments = (ins NN_Tensor:$grad_output, NN_Tensor:$input,
                    NN_IntArray:$strides, NN_IntArray:$pads,
-                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+                   NN_IntArray:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                   DefaultValuedStrAttr<StrAttr, "f32">:$compute_type);
   let results = (outs NN_Tensor:$grad_weight);
 }
 

@@ -74,14 +74,17 @@ Value binary(OpBuilder &b, Location loc, Value lhs, Value rhs) {
   return b.create<OpTy>(loc, ValueRange{lhs, rhs}, ArrayRef<NamedAttribute>{});
 }
 
+/// A product of a gradient: in the forward product's compute type (the
+/// gradients of a bfloat16 product multiply in bfloat16, as autocast's do).
 Value gemm(OpBuilder &b, Location loc, Value a, Value c, bool transA,
-           bool transB, double alpha) {
+           bool transB, double alpha, StringRef computeType) {
   return b.create<GemmOp>(
       loc, ValueRange{a, c},
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("alpha", b.getF32FloatAttr(alpha)),
           b.getNamedAttr("trans_a", b.getBoolAttr(transA)),
-          b.getNamedAttr("trans_b", b.getBoolAttr(transB))});
+          b.getNamedAttr("trans_b", b.getBoolAttr(transB)),
+          b.getNamedAttr("compute_type", b.getStringAttr(computeType))});
 }
 
 } // namespace
@@ -258,12 +261,13 @@ LogicalResult GemmOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   Value g = resultGrads[0];
   double alpha = getAlpha().convertToDouble();
   bool ta = getTransA(), tb = getTransB();
+  StringRef type = getComputeType();
   // dop(A) = alpha dY op(B)^T; dA is its transpose when A is transposed.
-  operandGrads.push_back(ta ? gemm(b, loc, getB(), g, tb, true, alpha)
-                            : gemm(b, loc, g, getB(), false, !tb, alpha));
+  operandGrads.push_back(ta ? gemm(b, loc, getB(), g, tb, true, alpha, type)
+                            : gemm(b, loc, g, getB(), false, !tb, alpha, type));
   // dop(B) = alpha op(A)^T dY.
-  operandGrads.push_back(tb ? gemm(b, loc, g, getA(), true, ta, alpha)
-                            : gemm(b, loc, getA(), g, !ta, false, alpha));
+  operandGrads.push_back(tb ? gemm(b, loc, g, getA(), true, ta, alpha, type)
+                            : gemm(b, loc, getA(), g, !ta, false, alpha, type));
   if (Value c = getC()) {
     Value dc = unbroadcast(b, loc, g, rankedType(c));
     double beta = getBeta().convertToDouble();
@@ -286,14 +290,15 @@ SoftmaxCrossEntropyOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   return success();
 }
 
-// The window of a convolution op (conv, conv_grad_input), for the ops of
-// its gradient.
+// The window and compute type of a convolution op (conv, conv_grad_input),
+// for the ops of its gradient.
 template <typename ConvLike>
 static SmallVector<NamedAttribute> convWindowAttrs(OpBuilder &b, ConvLike op) {
   return {b.getNamedAttr("strides", op.getStridesAttr()),
           b.getNamedAttr("pads", op.getPadsAttr()),
           b.getNamedAttr("dilations", op.getDilationsAttr()),
-          b.getNamedAttr("group", b.getI64IntegerAttr(op.getGroup()))};
+          b.getNamedAttr("group", b.getI64IntegerAttr(op.getGroup())),
+          b.getNamedAttr("compute_type", op.getComputeTypeAttr())};
 }
 
 // out = conv_grad_input(dy, W) is linear in each operand: its adjoint in
@@ -560,10 +565,10 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   RankedTensorType lt = rankedType(lhs), rt = rankedType(rhs);
   if (lt.getRank() < 2 || rt.getRank() < 2)
     return emitOpError("has a VJP rule for operands of rank 2 or more only");
+  NamedAttribute type = b.getNamedAttr("compute_type", getComputeTypeAttr());
   // dA = g B^T, summed over the batch axes A was broadcast along.
-  Value da =
-      b.create<MatMulOp>(loc, ValueRange{g, transposeLastTwo(b, loc, rhs)},
-                         ArrayRef<NamedAttribute>{});
+  Value da = b.create<MatMulOp>(
+      loc, ValueRange{g, transposeLastTwo(b, loc, rhs)}, type);
   operandGrads.push_back(unbroadcast(b, loc, da, lt));
   if (rt.getRank() == 2) {
     // A shared weight: dB = A^T g with the batch axes folded into rows.
@@ -572,12 +577,12 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
     int64_t rows = lt.getNumElements() / k;
     Value a2 = reshapeTo(b, loc, lhs, {rows, k});
     Value g2 = reshapeTo(b, loc, g, {rows, n});
-    operandGrads.push_back(gemm(b, loc, a2, g2, true, false, 1.0));
+    operandGrads.push_back(
+        gemm(b, loc, a2, g2, true, false, 1.0, getComputeType()));
     return success();
   }
-  Value db =
-      b.create<MatMulOp>(loc, ValueRange{transposeLastTwo(b, loc, lhs), g},
-                         ArrayRef<NamedAttribute>{});
+  Value db = b.create<MatMulOp>(
+      loc, ValueRange{transposeLastTwo(b, loc, lhs), g}, type);
   operandGrads.push_back(unbroadcast(b, loc, db, rt));
   return success();
 }

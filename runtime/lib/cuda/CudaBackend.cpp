@@ -319,6 +319,11 @@ std::unique_ptr<StageCode> CudaBackend::loadCode(const Bundle &bundle,
 std::unique_ptr<Kernel> CudaBackend::createKernel(const KernelSpec &spec,
                                                   const KernelMemory &memory) {
   device->use();
+  auto type = spec.strings.find("compute_type");
+  if (type != spec.strings.end() && type->second != "f32")
+    spec.fail("multiplies in " + type->second +
+              " (--precision=bf16), which the CUDA backend does not do yet: "
+              "compile the model's GPU stages with --precision=fp32");
   for (auto create : {createBlasKernel, createConvKernel, createCudaBodyKernel})
     if (std::unique_ptr<Kernel> kernel = create(*device, spec, memory))
       return std::make_unique<OnDevice>(*device, std::move(kernel));

@@ -330,3 +330,11 @@ func.func @conv_grad_input_spatial(%g: tensor<2x8x3x3xf32>, %w: tensor<8x4x3x3xf
       : (tensor<2x8x3x3xf32>, tensor<8x4x3x3xf32>) -> tensor<2x4x7x5xf32>
   return
 }
+
+// -----
+
+func.func @compute_type(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) {
+  // expected-error @+1 {{'nn.matmul' op has compute_type 'f16'; expected "f32" or "bf16"}}
+  %0 = nn.matmul %a, %b {compute_type = "f16"} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return
+}

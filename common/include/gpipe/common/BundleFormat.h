@@ -10,8 +10,10 @@ namespace gpipe {
 /// 6: roles, message layouts, backward wiring and per-stage parameters in
 /// the manifest. 7: each parameter tensor has a kind (weight, buffer,
 /// optimizer_state, constant) in place of "trainable". 8: the cross-entropy
-/// kernels take `ignore_index`; the training section names it.
-constexpr int64_t kBundleFormatVersion = 8;
+/// kernels take `ignore_index`; the training section names it. 9: the
+/// products' kernels (gemm, matmul, conv and its gradients) take
+/// `compute_type`; the manifest says the bundle's `precision`.
+constexpr int64_t kBundleFormatVersion = 9;
 
 } // namespace gpipe
 

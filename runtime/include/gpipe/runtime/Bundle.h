@@ -292,6 +292,9 @@ struct ScheduleSpec {
 struct Bundle {
   std::string path;
   std::string model, mode, targetCpu;
+  /// "fp32", or "bf16": the products of matrices multiply in bfloat16
+  /// (their kernels' compute_type; manifest "precision").
+  std::string precision = "fp32";
   /// The x86-64 extensions the stages' native code may use (LLVM's names;
   /// manifest "target_features"): load() refuses a bundle whose features
   /// this machine lacks (gpipe/common/CpuFeatures.h).

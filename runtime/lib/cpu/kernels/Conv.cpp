@@ -535,12 +535,18 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   const TensorSlot &x = spec.operand("input"), &w = spec.operand("weight");
   const TensorSlot *b = spec.optionalOperand("bias");
   checkConv(spec, x, w, spec.result("output"));
+  // A first layer of few channels runs as the backend's own float32 loops
+  // whatever the compute type (NarrowConvShape: a hundredth of a net's
+  // work, and the image as given); the other special kernels are float32
+  // products, left out in bfloat16.
+  memory::data_type type = productType(spec);
+  bool bf16 = type == memory::data_type::bf16;
   if (NarrowConvShape::applies(spec, x, w, spec.result("output")))
     return std::make_unique<NarrowConvKernel>(spec, mem);
-  if (PixelOutputConvKernel::applies(spec, x, spec.result("output")))
+  if (!bf16 && PixelOutputConvKernel::applies(spec, x, spec.result("output")))
     return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/false);
-  if (SmallMapConvKernel::applies(spec, x, spec.result("output"), w))
+  if (!bf16 && SmallMapConvKernel::applies(spec, x, spec.result("output"), w))
     return std::make_unique<SmallMapConvKernel>(spec, mem, dnn);
   ConvGeometry g = convGeometry(spec, x, w);
   memory src = bindSlot(spec, x, mem, dnn);
@@ -549,16 +555,19 @@ std::unique_ptr<Kernel> createConv(const KernelSpec &spec,
   std::optional<memory> bias;
   if (b)
     bias = bindSlot(spec, *b, mem, dnn);
-  auto desc = bias ? dnnl::convolution_forward::desc(
-                         dnnl::prop_kind::forward_inference,
-                         dnnl::algorithm::convolution_direct, anyLayout(src),
-                         anyLayout(weights), bias->get_desc(), anyLayout(dst),
-                         g.strides, g.dilations, g.padL, g.padR)
-                   : dnnl::convolution_forward::desc(
-                         dnnl::prop_kind::forward_inference,
-                         dnnl::algorithm::convolution_direct, anyLayout(src),
-                         anyLayout(weights), anyLayout(dst), g.strides,
-                         g.dilations, g.padL, g.padR);
+  // In bfloat16: the input and weights rounded, the result and the bias
+  // float32.
+  auto desc =
+      bias ? dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_inference,
+                 dnnl::algorithm::convolution_direct, anyLayout(src, type),
+                 anyLayout(weights, type), bias->get_desc(), anyLayout(dst),
+                 g.strides, g.dilations, g.padL, g.padR)
+           : dnnl::convolution_forward::desc(
+                 dnnl::prop_kind::forward_inference,
+                 dnnl::algorithm::convolution_direct, anyLayout(src, type),
+                 anyLayout(weights, type), anyLayout(dst), g.strides,
+                 g.dilations, g.padL, g.padR);
   dnnl::convolution_forward::primitive_desc pd(desc, dnn.attr, dnn.engine);
   auto kernel =
       std::make_unique<ReorderedKernel>(dnn, dnnl::convolution_forward(pd));
@@ -836,7 +845,11 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
       spec.result(wrtInput ? "grad_input" : "grad_weight");
   checkConv(spec, gradOut, other, result);
   const TensorSlot &data = wrtInput ? result : other;
-  if (wrtInput && PixelOutputConvKernel::applies(spec, data, gradOut))
+  // bfloat16 as in createConv: the narrow first layer's loops stay, the
+  // other float32 kernels are left out.
+  memory::data_type type = productType(spec);
+  bool bf16 = type == memory::data_type::bf16;
+  if (!bf16 && wrtInput && PixelOutputConvKernel::applies(spec, data, gradOut))
     return std::make_unique<PixelOutputConvKernel>(spec, mem, dnn,
                                                    /*wrtInput=*/true);
   const TensorSlot &weight = wrtInput ? other : result;
@@ -848,22 +861,25 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
   // one AVX-512 core: a 512-channel 3x3 on 1x1 maps 9.3 -> 3.4 ms for both
   // gradients, 256 channels on 2x2 maps 4.7 -> 3.3 ms; its step 127 -> 102
   // ms). (Its gemm implementation was slower still.)
-  if (!wrtInput && !isDepthwise2d(spec, data, weight) &&
+  if (!bf16 && !wrtInput && !isDepthwise2d(spec, data, weight) &&
       mapsSmallerThanKernel(gradOut, weight))
     return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);
   ConvGeometry g = convGeometry(spec, data, weight);
   memory src = bindSlot(spec, data, mem, dnn);
   memory weights = bindSlot(spec, weight, mem, dnn, g.weightDims);
   memory dst = bindSlot(spec, gradOut, mem, dnn);
+  // In bfloat16 the operands are rounded (the output gradient, and the
+  // weights or the input), the gradient computed is float32.
   dnnl::convolution_forward::desc fwd(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      anyLayout(src), anyLayout(weights), anyLayout(dst), g.strides,
-      g.dilations, g.padL, g.padR);
+      anyLayout(src, type), anyLayout(weights, type), anyLayout(dst, type),
+      g.strides, g.dilations, g.padL, g.padR);
   dnnl::convolution_forward::primitive_desc hint(fwd, dnn.attr, dnn.engine);
   if (wrtInput) {
     dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
-        anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
+        dnnl::algorithm::convolution_direct, anyLayout(src),
+        anyLayout(weights, type), anyLayout(dst, type), g.strides, g.dilations,
+        g.padL, g.padR);
     dnnl::convolution_backward_data::primitive_desc pd(desc, dnn.attr,
                                                        dnn.engine, hint);
     auto kernel = std::make_unique<ReorderedKernel>(
@@ -875,14 +891,17 @@ std::unique_ptr<Kernel> createConvGrad(const KernelSpec &spec,
     return kernel;
   }
   dnnl::convolution_backward_weights::desc desc(
-      dnnl::algorithm::convolution_direct, anyLayout(src), anyLayout(weights),
-      anyLayout(dst), g.strides, g.dilations, g.padL, g.padR);
+      dnnl::algorithm::convolution_direct, anyLayout(src, type),
+      anyLayout(weights), anyLayout(dst, type), g.strides, g.dilations, g.padL,
+      g.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, dnn.attr,
                                                         dnn.engine, hint);
   std::string impl = pd.impl_info_str();
-  if (isSingleChannel2d(spec, data) && impl.find("avx512") == std::string::npos)
+  if (!bf16 && isSingleChannel2d(spec, data) &&
+      impl.find("avx512") == std::string::npos)
     return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);
-  if (impl.find("gemm") != std::string::npos && data.shape.size() == 4) {
+  if (!bf16 && impl.find("gemm") != std::string::npos &&
+      data.shape.size() == 4) {
     if (isDepthwise2d(spec, data, weight))
       return std::make_unique<DepthwiseGradWeightKernel>(spec, mem);
     return std::make_unique<Im2colGradWeightKernel>(spec, mem, dnn);

@@ -3,10 +3,52 @@
 #include "Families.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace gpipe::runtime::cpu {
 
 namespace {
+
+/// A product's operand: its float32 memory (plain or strided) and the
+/// tensor it views (a parameter's converted copy is kept per version).
+struct ProductOperand {
+  memory plain;
+  const TensorSlot *slot;
+};
+
+/// dst = src weights (+ bias) multiplied in bfloat16, summed in float32:
+/// the operands rounded into oneDNN's chosen bfloat16 layouts before each
+/// run (in the device's workspace; a parameter once per version, in a copy
+/// the device's kernels share), the float32 result written in place. The
+/// bias stays float32, added by the primitive.
+std::unique_ptr<ReorderedKernel>
+bf16Product(const KernelSpec &spec, OneDnn &dnn, const KernelMemory &mem,
+            const ProductOperand &src, const ProductOperand &weights,
+            const std::optional<memory> &bias, const memory &dst) {
+  auto bf16 = memory::data_type::bf16;
+  memory::desc srcDesc = anyLayout(src.plain, bf16),
+               weightsDesc = anyLayout(weights.plain, bf16);
+  std::optional<dnnl::matmul::primitive_desc> pd;
+  try {
+    pd.emplace(bias ? dnnl::matmul::desc(srcDesc, weightsDesc, bias->get_desc(),
+                                         dst.get_desc())
+                    : dnnl::matmul::desc(srcDesc, weightsDesc, dst.get_desc()),
+               dnn.attr, dnn.engine);
+  } catch (const dnnl::error &e) {
+    spec.fail(std::string("oneDNN has no bfloat16 product of these shapes on "
+                          "this CPU (") +
+              e.what() + "): compile the model with --precision=fp32");
+  }
+  auto kernel = std::make_unique<ReorderedKernel>(dnn, dnnl::matmul(*pd));
+  kernel->bind(DNNL_ARG_SRC, src.plain, pd->src_desc(), false,
+               mem.constantOf(*src.slot), mem.versionOf(*src.slot));
+  kernel->bind(DNNL_ARG_WEIGHTS, weights.plain, pd->weights_desc(), false,
+               mem.constantOf(*weights.slot), mem.versionOf(*weights.slot));
+  if (bias)
+    kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
+  kernel->bind(DNNL_ARG_DST, dst, pd->dst_desc(), true);
+  return kernel;
+}
 
 std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
                                      const KernelMemory &mem, OneDnn &dnn) {
@@ -39,6 +81,9 @@ std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
   memory src = bindSlot(spec, a, mem, dnn, ld);
   memory weights = bindSlot(spec, b, mem, dnn, rd);
   memory dst = bindSlot(spec, out, mem, dnn, od);
+  if (productType(spec) == memory::data_type::bf16)
+    return bf16Product(spec, dnn, mem, {src, &a}, {weights, &b}, std::nullopt,
+                       dst);
   dnnl::matmul::desc desc(src.get_desc(), weights.get_desc(), dst.get_desc());
   dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
   return std::make_unique<PrimitiveKernel>(
@@ -125,7 +170,36 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
   if (c && c->dtype != DType::F32)
     spec.fail("only float32 kernels are implemented");
-  if (c && alpha == 1.0f && beta == 1.0f) {
+  // alpha op(A) op(B) + beta C where C is not a bias the primitive adds:
+  // scaled and added on the host after the product.
+  std::function<void()> epilogue;
+  bool biasByPrimitive = c && alpha == 1.0f && beta == 1.0f;
+  if (alpha != 1.0f || (c && !biasByPrimitive)) {
+    float *d = reinterpret_cast<float *>(mem.address(out));
+    const float *cData =
+        c ? reinterpret_cast<const float *>(mem.address(*c)) : nullptr;
+    dims cShape = c ? padLeft(c->shape, 2) : dims{1, 1};
+    epilogue = [=] {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = alpha * d[i * n + j];
+          if (cData)
+            v += beta * cData[(cShape[0] == 1 ? 0 : i) * cShape[1] +
+                              (cShape[1] == 1 ? 0 : j)];
+          d[i * n + j] = v;
+        }
+    };
+  }
+  if (productType(spec) == memory::data_type::bf16) {
+    std::optional<memory> bias;
+    if (biasByPrimitive)
+      bias = bindSlot(spec, *c, mem, dnn, padLeft(c->shape, 2));
+    std::unique_ptr<ReorderedKernel> kernel =
+        bf16Product(spec, dnn, mem, {src, &a}, {weights, &b}, bias, dst);
+    kernel->setEpilogue(std::move(epilogue));
+    return kernel;
+  }
+  if (biasByPrimitive) {
     // The common case: C is a bias added by the primitive.
     memory bias = bindSlot(spec, *c, mem, dnn, padLeft(c->shape, 2));
     dnnl::matmul::desc desc(srcDesc, weightsDesc, bias.get_desc(),
@@ -150,23 +224,6 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   }
   dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
   dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
-  std::function<void()> epilogue;
-  if (alpha != 1.0f || c) {
-    float *d = reinterpret_cast<float *>(mem.address(out));
-    const float *cData =
-        c ? reinterpret_cast<const float *>(mem.address(*c)) : nullptr;
-    dims cShape = c ? padLeft(c->shape, 2) : dims{1, 1};
-    epilogue = [=] {
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          float v = alpha * d[i * n + j];
-          if (cData)
-            v += beta * cData[(cShape[0] == 1 ? 0 : i) * cShape[1] +
-                              (cShape[1] == 1 ? 0 : j)];
-          d[i * n + j] = v;
-        }
-    };
-  }
   return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args,
                                            epilogue);
 }

@@ -112,6 +112,29 @@ memory::desc anyLayout(const memory &m) {
                       memory::format_tag::any);
 }
 
+memory::desc anyLayout(const memory &m, memory::data_type type) {
+  return memory::desc(m.get_desc().dims(), type, memory::format_tag::any);
+}
+
+memory::data_type productType(const KernelSpec &spec) {
+  auto it = spec.strings.find("compute_type");
+  std::string type = it == spec.strings.end() ? "f32" : it->second;
+  if (type == "f32")
+    return memory::data_type::f32;
+  if (type != "bf16")
+    spec.fail("compute_type '" + type +
+              "' is not one the CPU backend knows "
+              "(f32 or bf16)");
+  // oneDNN's bfloat16 kernels need AVX-512 (avx512_core: converted in
+  // software; avx512_core_bf16 and AMX: in hardware).
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
+    spec.fail("multiplies in bfloat16 (--precision=bf16), which oneDNN "
+              "computes only on CPUs with AVX-512, and this one has none: "
+              "compile the model with --precision=fp32");
+  return memory::data_type::bf16;
+}
+
 memory zeroShift(const memory::desc &desc, OneDnn &dnn) {
   memory shift(desc, dnn.engine);
   dnn.keptBytes += static_cast<int64_t>(desc.get_size());
@@ -209,6 +232,8 @@ void ReorderedKernel::run() {
   for (LayoutCopy &copy : after)
     copy.run(dnn.stream);
   dnn.stream.wait();
+  if (epilogue)
+    epilogue();
 }
 
 void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,

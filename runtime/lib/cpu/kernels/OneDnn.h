@@ -152,8 +152,16 @@ memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
 void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
            const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
            float *c, int64_t ldc);
-/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones).
+/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones),
+/// in float32 or in `type`.
 memory::desc anyLayout(const memory &m);
+memory::desc anyLayout(const memory &m, memory::data_type type);
+/// The type a product's operands are multiplied in (the kernel's
+/// "compute_type", nn's ComputeTypeOpInterface): f32, or bf16 (products
+/// summed in float32 by oneDNN's bfloat16 kernels). BundleError for a type
+/// the backend does not know, and for bf16 on a CPU whose oneDNN kernels
+/// have no bfloat16 (below AVX-512), saying what to do.
+memory::data_type productType(const KernelSpec &spec);
 /// Zeros in the layout of a normalization's scale/shift: the shift changes
 /// neither the statistics nor the gradients, and stands in for the one a
 /// backward primitive asks for.
@@ -208,6 +216,8 @@ public:
   void bind(int arg, const memory &plain, const memory::desc &chosen,
             bool output, bool constant = false,
             const uint64_t *version = nullptr);
+  /// Runs `f` on the host after the results are copied back.
+  void setEpilogue(std::function<void()> f) { epilogue = std::move(f); }
   void run() override;
 
 private:
@@ -216,6 +226,7 @@ private:
   std::unordered_map<int, memory> args;
   ScratchLayout scratch;
   std::vector<LayoutCopy> before, after;
+  std::function<void()> epilogue;
   std::vector<std::shared_ptr<ConvertedParam>> params;
 };
 
