@@ -369,9 +369,11 @@ HostTensor
 TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
   if (bundle_.stages.back().wiring.output < 0)
     throw InputError("the model has no output besides its loss");
-  // The stages' forwards one after the other on this thread, each reading
-  // its stage inputs straight from the previous stage's arena, or (the
-  // previous stage on another rank) from a message.
+  // The stages' forwards one after the other, each on its device's thread
+  // (its cores and the oneDNN threads its primitives were made for: on
+  // this thread they contend with the workers' pinned threads), each
+  // reading its stage inputs straight from the previous stage's arena, or
+  // (the previous stage on another rank) from a message.
   struct Restore {
     std::vector<std::unique_ptr<Stage>> &stages;
     ~Restore() {
@@ -385,11 +387,20 @@ TrainingSession::evaluate(const std::map<std::string, HostTensor> &microBatch) {
     StreamRunner &runner = *st->runner;
     int64_t s = runner.spec().index;
     bool fromRank = s > 0 && (!previous || previous->spec().index != s - 1);
-    if (fromRank)
-      runner.receiveForEvaluation();
-    runner.evaluate(microBatch, fromRank ? nullptr : previous);
-    if (s + 1 < k && bundle_.stages[s + 1].rank != localRank)
-      runner.sendForEvaluation();
+    bool toRank = s + 1 < k && bundle_.stages[s + 1].rank != localRank;
+    auto forward = [&] {
+      if (fromRank)
+        runner.receiveForEvaluation();
+      runner.evaluate(microBatch, fromRank ? nullptr : previous);
+      if (toRank)
+        runner.sendForEvaluation();
+    };
+    if (st->worker) {
+      st->worker->start(forward);
+      st->worker->wait();
+    } else {
+      forward();
+    }
     previous = &runner;
   }
   if (acrossRanks())
