@@ -49,7 +49,7 @@ _COMPILE_FLAGS = {
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
     "plan", "device_profile", "cost_table", "report", "const_input",
     "freeze", "trainable", "batch_axis", "memory_per_device", "cuda_arch",
-    "target_cpu", "target_features",
+    "target_cpu", "target_features", "precision",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
@@ -165,6 +165,8 @@ def compile(model, example_input=None, *, output=None, quiet=False,
     options: gpipe-opt's flags with underscores, e.g. devices="cpu:0,cpu:1"
         (or a list), micro_batches=8, batch_size=64, optimizer="adamw",
         lr=3e-4, schedule="1f1b", recompute="always", mode="train",
+        precision="bf16" (products of matrices in bfloat16 with float32
+        sums and float32 weights; default "fp32"; docs/training.md),
         plan="auto" or "given" (devices alone: auto, as on the command
         line),
         freeze=["pe"] (names or patterns of initializers not to train),
@@ -289,6 +291,8 @@ class Bundle:
         except OSError as e:
             raise BundleError("%s: not a bundle (%s)" % (self.path, e))
         self.mode = m.get("mode")
+        # "fp32" or "bf16": how the bundle's kernels multiply.
+        self.precision = m.get("precision", "fp32")
         self._session = None
         self._inference = None      # (steps taken, InferenceSession)
         self._work = None
@@ -299,13 +303,15 @@ class Bundle:
 
     def __repr__(self):
         if self._session is None:
-            return "<gpipe.Bundle %s: inference, batch %d>" % (
-                self.path, self._inference[1].compiled_batch)
+            return "<gpipe.Bundle %s: inference, batch %d%s>" % (
+                self.path, self._inference[1].compiled_batch,
+                ", bf16" if self.precision == "bf16" else "")
         s = self._session
         return "<gpipe.Bundle %s: training on %s, batch %d in %d " \
-            "micro-batches, %d steps taken>" % (
+            "micro-batches%s, %d steps taken>" % (
                 self.path, ",".join(s.devices), s.batch_size,
-                s.micro_batches, s.steps_taken)
+                s.micro_batches,
+                ", bf16" if self.precision == "bf16" else "", s.steps_taken)
 
     # Training -------------------------------------------------------------
 

@@ -17,6 +17,12 @@
 
 namespace gpipe::runtime {
 
+bool cpuMultipliesBf16() {
+  // As the CPU backend's productType (kernels/OneDnn.cpp) asks.
+  auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 double cpuSgemmGflops() {
   const dnnl_dim_t n = 1024;
   std::vector<float> a(n * n), b(n * n), c(n * n);

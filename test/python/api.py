@@ -8,6 +8,7 @@
 - .train leaves the calling thread on the cores it had;
 - .train on a torch DataLoader (shuffle off) takes the steps gpipe-run
   --no-shuffle takes, to the last bit;
+- precision="bf16" trains as gpipe-opt --precision=bf16, to the last bit;
 - .infer of the trained bundle equals the PyTorch module loaded with
   .parameters() in eval mode; .save_onnx writes an inference model;
 - gpipe.compile of an ONNX path (an inference bundle) equals PyTorch;
@@ -69,10 +70,10 @@ subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o", bundle_cli,
                stdout=subprocess.DEVNULL)
 
 
-def cli_losses(*extra):
+def cli_losses(*extra, bundle_path=bundle_cli):
     log = os.path.join(work, "loss.csv")
     params = os.path.join(work, "params")
-    subprocess.run(["gpipe-run", bundle_cli, "--train", "--data",
+    subprocess.run(["gpipe-run", bundle_path, "--train", "--data",
                     os.path.join(work, "train.npz"), "--steps=20", "--seed=3",
                     "--loss-log", log, "--save-params", params] + list(extra),
                    check=True, stdout=subprocess.DEVNULL)
@@ -124,6 +125,26 @@ streamed = bundle_s.train(os.path.join(work, "train.npz"), steps=20, seed=3,
                           quiet=True, stream_data="always")
 check("stream_data='always' trains as the command line, bit for bit",
       streamed == cli, "%s vs %s" % (streamed[:3], cli[:3]))
+
+# precision="bf16" is gpipe-opt's --precision=bf16: the same bundle, the
+# same steps to the last bit.
+bundle_bf16_cli = os.path.join(work, "cnn-bf16.gpipe")
+subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o",
+                bundle_bf16_cli, "--devices=cpu:0,cpu:1", "--micro-batches=4",
+                "--optimizer=adamw", "--lr=2e-3", "--precision=bf16"],
+               check=True, stdout=subprocess.DEVNULL)
+cli_bf16, _ = cli_losses(bundle_path=bundle_bf16_cli)
+bundle_bf16 = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
+                            precision="bf16", **flags)
+check("a bf16 bundle says so", bundle_bf16.precision == "bf16" and
+      ", bf16," in repr(bundle_bf16) and bundle.precision == "fp32",
+      repr(bundle_bf16))
+bf16_losses = bundle_bf16.train((x, y), steps=20, seed=3, quiet=True)
+check("precision='bf16' trains as --precision=bf16, bit for bit",
+      bf16_losses == cli_bf16, "%s vs %s" % (bf16_losses[:3], cli_bf16[:3]))
+check("bf16 losses near float32's (within 5% at the first step)",
+      abs(bf16_losses[0] - cli[0]) <= 0.05 * abs(cli[0]) and
+      bf16_losses != cli, "%s vs %s" % (bf16_losses[:3], cli[:3]))
 
 # A DataLoader, in order, against gpipe-run --no-shuffle.
 cli_in_order, _ = cli_losses("--no-shuffle")
@@ -299,6 +320,10 @@ raises("compiler errors raise CompileError", gpipe.CompileError,
        "--devices", lambda: gpipe.compile(cnn(), torch.randn(32, 1, 14, 14),
                                           devices="gpu:0,cpu:1",
                                           quiet=True))
+raises("a bad precision is gpipe-opt's error", gpipe.CompileError,
+       "--precision",
+       lambda: gpipe.compile(cnn(), torch.randn(32, 1, 14, 14),
+                             precision="fp16", quiet=True, **flags))
 raises("a device's memory too small for the plan", gpipe.CompileError,
        "does not fit the devices' memory",
        lambda: gpipe.compile(cnn(), torch.randn(32, 1, 14, 14),

@@ -619,177 +619,197 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   context.getDiagEngine().registerHandler([](mlir::Diagnostic &) {
     return mlir::success(); // reported by compileModel's own handler
   });
-  for (auto [i, spec] : llvm::enumerate(specs)) {
-    GraphBuilder g(rng);
-    if (spec.kind == Conv)
-      convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
-    else if (spec.kind == Sequence)
-      sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
-    else
-      headsNet(g, spec.b, spec.m, spec.n, spec.vocab);
-    std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
-    if (!g.write(onnxPath))
-      return failure("cannot write " + onnxPath);
-    ONNXImportOptions import;
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        importONNXFile(onnxPath, &context, import);
-    if (!module)
-      return failure("cannot import the calibration model " + onnxPath);
-    // Attention fused at any length in the sequence models (the
-    // calibration's sequences are short; the attention families' fits are
-    // for the long ones), as models of short sequences run it (unfused) in
-    // the models of heads. The same in the table of the ops as the
-    // compiler prices them and in the bundle timed.
-    FuseAttentionOptions attention;
-    if (spec.kind == Sequence)
-      attention.minKeys = 1;
-    {
-      mlir::PassManager pm(&context);
-      buildTrainingModelPipeline(pm, AppendLossOptions{}, attention);
-      if (mlir::failed(pm.run(*module)))
-        return failure("cannot append the loss to " + onnxPath);
-    }
-    LayerTable table = LayerTable::build(
-        module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
-    double trainableBytes = 0;
-    for (int64_t l = 0; l < table.size(); ++l)
-      trainableBytes += table.trainableBytes[l];
-    // Per micro-batch of `rows` rows: each op's family and work, bytes and
-    // parameters' bytes, by its node name; the generated loops' forward
-    // and backward bytes, by the op they are timed as (a fused chain's by
-    // its last op, whose bytes the layer table counts the chain's).
-    struct LoopBytes {
-      double forward = 0, backward = 0;
-      std::string family;
-    };
-    struct Figures {
-      std::map<std::string, std::pair<std::string, double>> work;
-      std::map<std::string, LoopBytes> elementwise;
-      std::map<std::string, double> bytesOf, parameterBytesOf, planesOf;
-      std::set<std::string> partialBackward;
-    };
-    auto figuresAt = [&](int64_t rows) {
-      Figures f;
-      for (int64_t l = 0; l < table.size(); ++l) {
-        std::string key = costTableKey(table.layers[l]);
-        if (key.empty())
-          continue;
-        if (isGeneratedLoop(table.family[l])) {
-          // (An alias, such as the loss's reshapes, runs no loop.)
-          if (table.bytesMoved[l] > 0) {
-            LoopBytes &loop = f.elementwise[key];
-            loop.forward += table.bytes(l, rows);
-            loop.backward += table.backwardBytes(l, rows);
-            loop.family = table.family[l];
-          }
-          continue;
-        }
-        f.work[key] = {table.family[l], table.work(l, rows)};
-        f.bytesOf[key] = table.bytes(l, rows);
-        f.parameterBytesOf[key] = table.constantBytes[l];
-        f.planesOf[key] = table.planesAt(l, rows);
-        // A first layer computes no input gradient: its backward is not
-        // the family's.
-        if (table.backwardShare[l] != 1)
-          f.partialBackward.insert(key);
-      }
-      return f;
-    };
-    // Each model as one stage on the whole batch and on micro-batches of
-    // a quarter of it: a kernel run once a step and one run again and
-    // again on few rows (in caches its previous run filled), as a plan of
-    // many micro-batches runs it.
-    for (int64_t micro : {int64_t(1), int64_t(4)}) {
-      if (spec.b % micro)
+  // Each model in float32, and where this CPU multiplies in bfloat16 the
+  // models with products (not the heads' attention) again in bfloat16:
+  // the samples of the "_bf16" families (the rest of such a bundle runs
+  // the float32 kernels, timed in the float32 runs).
+  std::vector<std::string> precisions{"fp32"};
+  if (runtime::cpuMultipliesBf16())
+    precisions.push_back("bf16");
+  for (auto [i, spec] : llvm::enumerate(specs))
+    for (const std::string &precision : precisions) {
+      bool bf16 = precision == "bf16";
+      if (bf16 && spec.kind == Heads)
         continue;
-      auto [work, elementwise, bytesOf, parameterBytesOf, planesOf,
-            partialBackward] = figuresAt(spec.b / micro);
-      for (auto [cores, devices] : deviceSets) {
-        CompileOptions o;
-        o.input = onnxPath;
-        o.output = (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
-                    "_" + llvm::Twine(micro) + ".gpipe")
-                       .str();
-        o.train = true;
-        o.batchSize = spec.b;
-        o.training.microBatches = micro;
-        o.devices = devices;
-        o.training.optimizer = "sgd";
-        o.attentionMinKeys = attention.minKeys; // as the table's
-        o.quiet = true;
-        if (compileModel(o, registry) != 0)
-          return failure("cannot compile the calibration model " + onnxPath);
-        // In this process whatever launched it (mpirun included).
-        runtime::TrainingSession session(o.output, /*allStagesHere=*/true);
-        auto batch = randomBatch(session, rng);
-        for (int s = 0; s < 3; ++s)
-          session.step(batch);
-        // The machine's pace right before the timed steps (and right after
-        // them, below).
-        double paceBefore = runtime::cpuSgemmGflops();
-        // Each step timed on its own and the median step of each figure
-        // kept: one step slowed by the machine (a preemption is hundreds of
-        // microseconds, a small kernel's whole time) moves a mean of a few
-        // steps, and with it the fits' fixed costs (a 1-core convolution's
-        // measured 4, 8 and 22 us in three calibrations with means of 5).
-        const int steps = 9;
-        std::vector<double> optimizerSteps;
-        std::map<std::string,
-                 std::pair<std::vector<double>, std::vector<double>>>
-            opSteps;
-        for (int s = 0; s < steps; ++s) {
-          session.enableOpProfile();
-          runtime::TrainingSession::Stats before = session.stats();
-          session.step(batch);
-          runtime::TrainingSession::Stats after = session.stats();
-          optimizerSteps.push_back(after.stages[0].optimizerSeconds -
-                                   before.stages[0].optimizerSeconds);
-          for (const auto &[name, seconds] : session.opProfile()) {
-            opSteps[name].first.push_back(seconds.first);
-            opSteps[name].second.push_back(seconds.second);
+      GraphBuilder g(rng);
+      if (spec.kind == Conv)
+        convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
+      else if (spec.kind == Sequence)
+        sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
+      else
+        headsNet(g, spec.b, spec.m, spec.n, spec.vocab);
+      std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
+      if (!g.write(onnxPath))
+        return failure("cannot write " + onnxPath);
+      ONNXImportOptions import;
+      mlir::OwningOpRef<mlir::ModuleOp> module =
+          importONNXFile(onnxPath, &context, import);
+      if (!module)
+        return failure("cannot import the calibration model " + onnxPath);
+      // Attention fused at any length in the sequence models (the
+      // calibration's sequences are short; the attention families' fits are
+      // for the long ones), as models of short sequences run it (unfused) in
+      // the models of heads. The same in the table of the ops as the
+      // compiler prices them and in the bundle timed.
+      FuseAttentionOptions attention;
+      if (spec.kind == Sequence)
+        attention.minKeys = 1;
+      {
+        mlir::PassManager pm(&context);
+        SetPrecisionOptions setPrecision;
+        setPrecision.precision = precision;
+        pm.addPass(createSetPrecision(setPrecision));
+        buildTrainingModelPipeline(pm, AppendLossOptions{}, attention);
+        if (mlir::failed(pm.run(*module)))
+          return failure("cannot append the loss to " + onnxPath);
+      }
+      LayerTable table = LayerTable::build(
+          module->lookupSymbol<mlir::func::FuncOp>("forward"), 0, nullptr);
+      double trainableBytes = 0;
+      for (int64_t l = 0; l < table.size(); ++l)
+        trainableBytes += table.trainableBytes[l];
+      // Per micro-batch of `rows` rows: each op's family and work, bytes and
+      // parameters' bytes, by its node name; the generated loops' forward
+      // and backward bytes, by the op they are timed as (a fused chain's by
+      // its last op, whose bytes the layer table counts the chain's).
+      struct LoopBytes {
+        double forward = 0, backward = 0;
+        std::string family;
+      };
+      struct Figures {
+        std::map<std::string, std::pair<std::string, double>> work;
+        std::map<std::string, LoopBytes> elementwise;
+        std::map<std::string, double> bytesOf, parameterBytesOf, planesOf;
+        std::set<std::string> partialBackward;
+      };
+      auto figuresAt = [&](int64_t rows) {
+        Figures f;
+        for (int64_t l = 0; l < table.size(); ++l) {
+          std::string key = costTableKey(table.layers[l]);
+          if (key.empty())
+            continue;
+          if (isGeneratedLoop(table.family[l])) {
+            // (An alias, such as the loss's reshapes, runs no loop.)
+            if (table.bytesMoved[l] > 0) {
+              LoopBytes &loop = f.elementwise[key];
+              loop.forward += table.bytes(l, rows);
+              loop.backward += table.backwardBytes(l, rows);
+              loop.family = table.family[l];
+            }
+            continue;
           }
+          f.work[key] = {table.family[l], table.work(l, rows)};
+          f.bytesOf[key] = table.bytes(l, rows);
+          f.parameterBytesOf[key] = table.constantBytes[l];
+          f.planesOf[key] = table.planesAt(l, rows);
+          // A first layer computes no input gradient: its backward is not
+          // the family's.
+          if (table.backwardShare[l] != 1)
+            f.partialBackward.insert(key);
         }
-        // The faster of the probes around the steps: a probe slowed by a
-        // moment's preemption (one read 126 GFLOP/s between probes of 170
-        // around it) scaled a whole model's kernels by 0.75, and they set
-        // their families' fastest rates; a machine slow for the whole
-        // steps reads slow in both.
-        double pace = std::max(paceBefore, runtime::cpuSgemmGflops());
-        paces.push_back(pace);
-        // The library kernels and the generated loops one by one.
-        double optimizer = median(optimizerSteps);
-        if (optimizer > 0 && micro == 1)
-          samples["optimizer"][cores].push_back({/*work=*/trainableBytes,
-                                                 /*bytes=*/trainableBytes,
-                                                 /*parameterBytes=*/0,
-                                                 /*planes=*/0,
-                                                 /*forward=*/optimizer,
-                                                 /*backward=*/0,
-                                                 /*microBatches=*/1, pace});
-        for (auto &[name, times] : opSteps) {
-          double forward = median(times.first), backward = median(times.second);
-          if (auto loop = elementwise.find(name); loop != elementwise.end()) {
-            const LoopBytes &bytes = loop->second;
-            auto &into = loops[bytes.family][cores];
-            if (bytes.forward > 0 && forward > 0)
-              into[0].push_back({bytes.forward, forward, pace});
-            if (bytes.backward > 0 && backward > 0)
-              into[1].push_back({bytes.backward, backward, pace});
-            continue;
+        return f;
+      };
+      // Each model as one stage on the whole batch and on micro-batches of
+      // a quarter of it: a kernel run once a step and one run again and
+      // again on few rows (in caches its previous run filled), as a plan of
+      // many micro-batches runs it.
+      for (int64_t micro : {int64_t(1), int64_t(4)}) {
+        if (spec.b % micro)
+          continue;
+        auto [work, elementwise, bytesOf, parameterBytesOf, planesOf,
+              partialBackward] = figuresAt(spec.b / micro);
+        for (auto [cores, devices] : deviceSets) {
+          CompileOptions o;
+          o.input = onnxPath;
+          o.output =
+              (dir + "/model" + llvm::Twine(i) + "_" + llvm::Twine(cores) +
+               "_" + llvm::Twine(micro) + "_" + precision + ".gpipe")
+                  .str();
+          o.precision = precision;
+          o.train = true;
+          o.batchSize = spec.b;
+          o.training.microBatches = micro;
+          o.devices = devices;
+          o.training.optimizer = "sgd";
+          o.attentionMinKeys = attention.minKeys; // as the table's
+          o.quiet = true;
+          if (compileModel(o, registry) != 0)
+            return failure("cannot compile the calibration model " + onnxPath);
+          // In this process whatever launched it (mpirun included).
+          runtime::TrainingSession session(o.output, /*allStagesHere=*/true);
+          auto batch = randomBatch(session, rng);
+          for (int s = 0; s < 3; ++s)
+            session.step(batch);
+          // The machine's pace right before the timed steps (and right after
+          // them, below).
+          double paceBefore = runtime::cpuSgemmGflops();
+          // Each step timed on its own and the median step of each figure
+          // kept: one step slowed by the machine (a preemption is hundreds of
+          // microseconds, a small kernel's whole time) moves a mean of a few
+          // steps, and with it the fits' fixed costs (a 1-core convolution's
+          // measured 4, 8 and 22 us in three calibrations with means of 5).
+          const int steps = 9;
+          std::vector<double> optimizerSteps;
+          std::map<std::string,
+                   std::pair<std::vector<double>, std::vector<double>>>
+              opSteps;
+          for (int s = 0; s < steps; ++s) {
+            session.enableOpProfile();
+            runtime::TrainingSession::Stats before = session.stats();
+            session.step(batch);
+            runtime::TrainingSession::Stats after = session.stats();
+            optimizerSteps.push_back(after.stages[0].optimizerSeconds -
+                                     before.stages[0].optimizerSeconds);
+            for (const auto &[name, seconds] : session.opProfile()) {
+              opSteps[name].first.push_back(seconds.first);
+              opSteps[name].second.push_back(seconds.second);
+            }
           }
-          auto it = work.find(name);
-          if (it == work.end() || it->second.second <= 0)
-            continue;
-          samples[it->second.first][cores].push_back(
-              {it->second.second, bytesOf[name], parameterBytesOf[name],
-               planesOf[name], forward,
-               partialBackward.count(name) ? 0 : backward, micro, pace});
+          // The faster of the probes around the steps: a probe slowed by a
+          // moment's preemption (one read 126 GFLOP/s between probes of 170
+          // around it) scaled a whole model's kernels by 0.75, and they set
+          // their families' fastest rates; a machine slow for the whole
+          // steps reads slow in both.
+          double pace = std::max(paceBefore, runtime::cpuSgemmGflops());
+          paces.push_back(pace);
+          // The library kernels and the generated loops one by one.
+          double optimizer = median(optimizerSteps);
+          if (optimizer > 0 && micro == 1 && !bf16)
+            samples["optimizer"][cores].push_back({/*work=*/trainableBytes,
+                                                   /*bytes=*/trainableBytes,
+                                                   /*parameterBytes=*/0,
+                                                   /*planes=*/0,
+                                                   /*forward=*/optimizer,
+                                                   /*backward=*/0,
+                                                   /*microBatches=*/1, pace});
+          for (auto &[name, times] : opSteps) {
+            double forward = median(times.first),
+                   backward = median(times.second);
+            if (auto loop = elementwise.find(name); loop != elementwise.end()) {
+              if (bf16)
+                continue;
+              const LoopBytes &bytes = loop->second;
+              auto &into = loops[bytes.family][cores];
+              if (bytes.forward > 0 && forward > 0)
+                into[0].push_back({bytes.forward, forward, pace});
+              if (bytes.backward > 0 && backward > 0)
+                into[1].push_back({bytes.backward, backward, pace});
+              continue;
+            }
+            auto it = work.find(name);
+            if (it == work.end() || it->second.second <= 0 ||
+                bf16 != llvm::StringRef(it->second.first).ends_with("_bf16"))
+              continue;
+            samples[it->second.first][cores].push_back(
+                {it->second.second, bytesOf[name], parameterBytesOf[name],
+                 planesOf[name], forward,
+                 partialBackward.count(name) ? 0 : backward, micro, pace});
+          }
         }
       }
+      log << llvm::format("calibrate: kernels of model %zu of %zu timed (%s)\r",
+                          i + 1, std::size(specs), precision.c_str());
     }
-    log << llvm::format("calibrate: kernels of model %zu of %zu timed\r", i + 1,
-                        std::size(specs));
-  }
   log << "\n";
   if (const char *dump = std::getenv("GPIPE_CALIBRATION_SAMPLES")) {
     std::ofstream out(dump);

@@ -43,6 +43,11 @@ std::string calibrateGpu(int ordinal, std::ostream &log);
 /// 0.15 s). How fast this machine runs at the moment, beside the profile.
 double cpuSgemmGflops();
 
+/// Whether this CPU runs the products of --precision=bf16 (oneDNN's
+/// bfloat16 kernels: AVX-512, the bfloat16 instructions or AMX where the
+/// core has them).
+bool cpuMultipliesBf16();
+
 /// The rate of the runtime's gradient sum (a micro-batch's gradients added
 /// where the optimizer reads them, acc += x over floats, as the CPU backend
 /// runs it) on one thread when acc and x are `workingSetBytes` together,
