@@ -2,6 +2,7 @@
 #include "Bundle/StageWiring.h"
 
 #include "GPipe/IR/GPipeOps.h"
+#include "Transforms/StashPrecision.h"
 
 #include "gpipe/common/DType.h"
 
@@ -20,6 +21,9 @@ struct Slot {
   StringRef name;
   Role role;
   int64_t bytes;
+  /// A backward input the stash may keep in bfloat16 (LowerStage's
+  /// stash_dtype).
+  bool keptBf16 = false;
 };
 
 SmallVector<Slot> slotsOf(func::FuncOp phase, StringRef which) {
@@ -33,9 +37,11 @@ SmallVector<Slot> slotsOf(func::FuncOp phase, StringRef which) {
     std::optional<DType> dtype =
         dtypeFromMlirName(dict.getAs<StringAttr>("dtype").getValue().str());
     bytes *= dtype ? static_cast<int64_t>(dtypeSize(*dtype)) : 1;
+    auto stashType = dict.getAs<StringAttr>("stash_dtype");
     out.push_back({static_cast<int64_t>(i),
                    dict.getAs<StringAttr>("name").getValue(),
-                   dict.getAs<RoleAttr>("role").getValue(), bytes});
+                   dict.getAs<RoleAttr>("role").getValue(), bytes,
+                   stashType && stashType.getValue() == "bf16"});
   }
   return out;
 }
@@ -187,8 +193,14 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       c["from"] = from.str();
       c["index"] = source->index;
       if (from != "batch") {
+        // In bfloat16 where the backward only multiplies it in bfloat16,
+        // and so does a split backward's weight part that reads it again.
+        const Slot *again = p.split ? findSlot(p.weightIn, in.name) : nullptr;
+        bool bf16 = in.keptBf16 && (!again || again->keptBf16);
         c["stash_offset"] = stashBytes;
-        stashBytes += in.bytes;
+        if (bf16)
+          c["stash_dtype"] = "bf16";
+        stashBytes += bf16 ? bf16StashBytes(in.bytes) : in.bytes;
       }
       carried.push_back(std::move(c));
     }

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "Transforms/MemoryPlan.h"
 #include "Transforms/Passes.h"
+#include "Transforms/StashPrecision.h"
 
 #include "Analysis/CostModel.h"
 #include "gpipe/common/KernelKind.h"
@@ -942,6 +943,12 @@ LogicalResult StageLowering::emit() {
   MLIRContext *context = module.getContext();
   OpBuilder b(context);
   b.setInsertionPoint(forward);
+  // The kept values the stash may hold in bfloat16 (StashPrecision.h),
+  // while the phase's ops are those of the model.
+  SmallVector<bool> keptBf16;
+  bool readsStash = forward.getSymName().starts_with("backward");
+  for (unsigned i = 0; i < forward.getNumArguments(); ++i)
+    keptBf16.push_back(readsStash && keptInBf16(forward, i));
   auto arenaType =
       MemRefType::get({std::max<int64_t>(plan.size, 1)}, b.getI8Type());
   auto paramsType =
@@ -1133,9 +1140,17 @@ LogicalResult StageLowering::emit() {
   for (BlockArgument arg : forward.getArguments()) {
     auto name =
         forward.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "gpipe.name");
-    inputs.push_back(ioEntry(name ? name : builder.getStringAttr("input"),
-                             argRole(forward, arg.getArgNumber()),
-                             arg.getType(), where[arg].cls));
+    DictionaryAttr entry = ioEntry(name ? name : builder.getStringAttr("input"),
+                                   argRole(forward, arg.getArgNumber()),
+                                   arg.getType(), where[arg].cls);
+    // Kept in bfloat16 between the phases (the runtime rounds it into the
+    // stash and widens it back).
+    if (keptBf16[arg.getArgNumber()]) {
+      NamedAttrList attrs(entry);
+      attrs.set("stash_dtype", builder.getStringAttr("bf16"));
+      entry = attrs.getDictionary(builder.getContext());
+    }
+    inputs.push_back(entry);
   }
   for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
     auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");

@@ -3,6 +3,7 @@
 
 #include "NN/IR/NNOps.h"
 #include "Transforms/Passes.h"
+#include "Transforms/StashPrecision.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -38,8 +39,12 @@ gpipe::stashByLayer(ModuleOp module, const LayerTable &table) {
   llvm::DenseSet<Operation *> forward = forwardOps(fb);
   std::vector<LayerTable::StashedValue> stashed;
   for (Value v : gpipe::stashedValues(fb, forward)) {
-    LayerTable::StashedValue s{
-        -1, -1, static_cast<double>(nn::detail::numBytes(v.getType()))};
+    // Kept in bfloat16 where the backward only multiplies it in bfloat16.
+    int64_t bytes = nn::detail::numBytes(v.getType());
+    if (onlyMultipliedInBf16(
+            v, [&](Operation *user) { return !forward.contains(user); }))
+      bytes = bf16StashBytes(bytes);
+    LayerTable::StashedValue s{-1, -1, static_cast<double>(bytes)};
     if (Operation *def = v.getDefiningOp())
       s.layer = layerOf(def).value_or(-1);
     for (Operation *user : v.getUsers()) {

@@ -521,6 +521,17 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
                         "' differs between the phases");
     if (carried.from != WiringSpec::Carried::From::Batch) {
       carried.stashOffset = integer<int64_t>(c.at("stash_offset"));
+      std::string type = c.value("stash_dtype", std::string("f32"));
+      if (type != "f32" && type != "bf16")
+        throw BundleError(where + "stash_dtype '" + type +
+                          "' is not f32 or bf16");
+      carried.bf16 = type == "bf16";
+      if (carried.bf16) {
+        if (bwd->inputs[carried.input].dtype != DType::F32)
+          throw BundleError(where + "'" + bwd->inputs[carried.input].name +
+                            "' is kept in bfloat16 but is not float32");
+        bytes = bwd->inputs[carried.input].numElements() * 2;
+      }
       if (carried.stashOffset < 0 || carried.stashOffset > kMaxOffset ||
           carried.stashOffset + bytes > w.stashBytes)
         throw BundleError(where + "a stashed tensor lies outside the stash");
@@ -628,6 +639,7 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
         in.from = batch ? From::Batch : From::Stash;
         in.index = batch ? carried->index : in.index;
         in.stashOffset = carried->stashOffset;
+        in.bf16 = carried->bf16;
       }
       seen[in.input] = true;
       w.weightInputs.push_back(in);

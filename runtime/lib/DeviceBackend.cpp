@@ -1,5 +1,7 @@
 #include "DeviceBackend.h"
 
+#include <stdexcept>
+
 #include "Clock.h"
 #include "CudaPlugin.h"
 #include "cpu/CpuBackend.h"
@@ -7,6 +9,18 @@
 #include "gpipe/runtime/DeviceList.h"
 
 namespace gpipe::runtime {
+
+void DeviceBackend::roundToBf16(char *, const char *, int64_t) {
+  throw std::runtime_error(name() +
+                           ": this device keeps no bfloat16 stash "
+                           "(compile the model with --precision=fp32)");
+}
+
+void DeviceBackend::widenBf16(char *, const char *, int64_t) {
+  throw std::runtime_error(name() +
+                           ": this device keeps no bfloat16 stash "
+                           "(compile the model with --precision=fp32)");
+}
 
 int64_t DeviceBackend::mark() {
   marks.push_back(steadySeconds());

@@ -122,6 +122,14 @@ public:
   /// dst[i] += src[i] for `count` float32 elements in device memory
   /// (gradient accumulation), in an order that does not depend on threads.
   virtual void accumulate(float *dst, const float *src, int64_t count) = 0;
+  /// The stash's bfloat16 copies (WiringSpec::Carried::bf16): `count`
+  /// float32 elements rounded to bfloat16 exactly as the device's bfloat16
+  /// products round their operands, and bfloat16 elements widened back to
+  /// float32 (exactly), in device memory. A device whose products
+  /// do not multiply in bfloat16 never keeps such a stash: by default an
+  /// error.
+  virtual void roundToBf16(char *dst, const char *src, int64_t count);
+  virtual void widenBf16(char *dst, const char *src, int64_t count);
 
   /// Loads the code of `stage` of `bundle`: its library (host code) and,
   /// for a GPU, its device code.

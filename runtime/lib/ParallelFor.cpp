@@ -41,4 +41,14 @@ void parallelAccumulate(float *acc, const float *x, int64_t n) {
                  });
 }
 
+void parallelWidenBf16(float *x, const uint16_t *bf, int64_t n) {
+  parallelChunks(n, kParallelGrainBytes / sizeof(float),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t i = begin; i < end; ++i) {
+                     uint32_t u = static_cast<uint32_t>(bf[i]) << 16;
+                     std::memcpy(x + i, &u, sizeof u);
+                   }
+                 });
+}
+
 } // namespace gpipe::runtime

@@ -31,6 +31,10 @@ void parallelCopy(void *dst, const void *src, size_t bytes);
 /// one float addition, so the result does not depend on the thread count.
 void parallelAccumulate(float *acc, const float *x, int64_t n);
 
+/// x[i] = bf[i], a bfloat16, widened to float32 (exactly), for `n`
+/// elements.
+void parallelWidenBf16(float *x, const uint16_t *bf, int64_t n);
+
 } // namespace gpipe::runtime
 
 #endif // GPIPE_RUNTIME_PARALLELFOR_H

@@ -326,10 +326,12 @@ void StreamRunner::loadStash(int64_t mb, const StepContext &context) {
   DeviceBackend &device = exec->device();
   for (const WiringSpec::Carried &c : wiring.carried) {
     const TensorSlot &in = bwdSpec->inputs[c.input];
-    if (c.from != WiringSpec::Carried::From::Batch)
-      device.copyOnDevice(ba + in.offset, stash + c.stashOffset, in.byteSize());
-    else
+    if (c.from == WiringSpec::Carried::From::Batch)
       loadFromBatch(c, mb, context);
+    else if (c.bf16)
+      device.widenBf16(ba + in.offset, stash + c.stashOffset, in.numElements());
+    else
+      device.copyOnDevice(ba + in.offset, stash + c.stashOffset, in.byteSize());
   }
   restored.insert(mb);
 }
@@ -377,15 +379,17 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
     slotOf[mb] = slot;
     stash = stashSlots[slot].get();
   }
-  // Where a kept value goes: the stash, or its backward input (in an arena
-  // the phases share: where it is, no copy).
-  auto keep = [&](const WiringSpec::Carried &c) {
-    return direct ? ba + bwdSpec->inputs[c.input].offset
-                  : stash + c.stashOffset;
-  };
-  auto copy = [&](char *to, const char *from, int64_t bytes) {
-    if (to != from)
-      device.copyOnDevice(to, from, bytes);
+  // Where a kept value goes: the stash (rounded to bfloat16 where the
+  // wiring says so), or its backward input (in an arena the phases share:
+  // where it is, no copy; unrounded: the backward's products round it).
+  auto keep = [&](const WiringSpec::Carried &c, const TensorSlot &source) {
+    const char *from = fa + source.offset;
+    char *to =
+        direct ? ba + bwdSpec->inputs[c.input].offset : stash + c.stashOffset;
+    if (!direct && c.bf16)
+      device.roundToBf16(to, from, source.numElements());
+    else if (to != from)
+      device.copyOnDevice(to, from, source.byteSize());
   };
   using From = WiringSpec::Carried::From;
   // Kept inputs before the run (the arena reuses their memory), kept
@@ -393,10 +397,8 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   {
     Part stashing(*this, breakdown_.stash[0], &kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
-      if (c.from == From::ForwardInput) {
-        const TensorSlot &source = fwdSpec->inputs[c.index];
-        copy(keep(c), fa + source.offset, source.byteSize());
-      }
+      if (c.from == From::ForwardInput)
+        keep(c, fwdSpec->inputs[c.index]);
   }
   exec->setRandomState({context.seed, context.step, mb});
   {
@@ -411,10 +413,8 @@ void StreamRunner::forward(int64_t mb, const StepContext &context) {
   {
     Part stashing(*this, breakdown_.stash[0], &kStashCopies);
     for (const WiringSpec::Carried &c : wiring.carried)
-      if (c.from == From::ForwardOutput) {
-        const TensorSlot &source = fwdSpec->outputs[c.index];
-        copy(keep(c), fa + source.offset, source.byteSize());
-      }
+      if (c.from == From::ForwardOutput)
+        keep(c, fwdSpec->outputs[c.index]);
   }
   // The message before anything of the backward's goes into the arena.
   fillOutgoing(MessageKind::Activation, mb);
@@ -504,8 +504,12 @@ void StreamRunner::backwardWeight(int64_t mb, const StepContext &context) {
       switch (w.from) {
       case From::Kept:
       case From::Stash:
-        device.copyOnDevice(wa + in.offset, stash + w.stashOffset,
-                            in.byteSize());
+        if (w.bf16)
+          device.widenBf16(wa + in.offset, stash + w.stashOffset,
+                           in.numElements());
+        else
+          device.copyOnDevice(wa + in.offset, stash + w.stashOffset,
+                              in.byteSize());
         break;
       case From::Batch:
         loadFromBatch(wgt, in, w.index, mb, context);

@@ -212,6 +212,51 @@ TEST(CpuMatmulKernels, Bfloat16Products) {
   EXPECT_EQ(run.wrongElements(), 0) << "the weights' new version";
 }
 
+TEST(CpuMatmulKernels, Bfloat16StashGivesTheSameProducts) {
+  // A tensor the backward only multiplies in bfloat16 is kept in the stash
+  // as bfloat16 (the backend's roundToBf16, widened back by widenBf16): the
+  // product of the widened copy equals the product of the float32 tensor
+  // to the last bit. Operands with values far below and above 1, ties of
+  // bfloat16's rounding and denormals.
+  if (!hasBf16Kernels())
+    GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> exponent(-140, 60);
+  const GemmCase cases[] = {{37, 29, 80, false, true},
+                            {1024, 45, 130, true, false}};
+  for (const GemmCase &g : cases)
+    for (int kept = 0; kept < 2; ++kept) {
+      cpu::CpuBackend cpu("cpu:0");
+      GemmRun run(g, rng, /*inBf16=*/true);
+      float *x = run.operand(kept);
+      int64_t n = run.spec.spec.operands[kept].numElements();
+      for (int64_t e = 0; e < n; ++e) {
+        if (e % 7 == 0)
+          x[e] = std::ldexp(x[e], exponent(rng));
+        if (e % 11 == 0) { // halfway between two bfloat16 values
+          uint32_t u;
+          std::memcpy(&u, &x[e], sizeof u);
+          u = (u & 0xffff0000u) | 0x8000u;
+          std::memcpy(&x[e], &u, sizeof u);
+        }
+      }
+      std::unique_ptr<Kernel> kernel = run.create(cpu);
+      kernel->run();
+      std::vector<float> direct(run.output(), run.output() + g.m * g.n);
+      std::vector<char> stash(static_cast<size_t>(2 * n));
+      cpu.roundToBf16(stash.data(), reinterpret_cast<const char *>(x), n);
+      std::fill_n(x, n, 7.0f);
+      cpu.widenBf16(reinterpret_cast<char *>(x), stash.data(), n);
+      std::fill_n(run.output(), g.m * g.n, 1e30f);
+      kernel->run();
+      EXPECT_EQ(std::memcmp(direct.data(), run.output(),
+                            direct.size() * sizeof(float)),
+                0)
+          << g.m << "x" << g.k << "x" << g.n << ", operand " << kept
+          << " kept in bfloat16";
+    }
+}
+
 TEST(CpuMatmulKernels, UnknownComputeTypeRefused) {
   std::mt19937 rng(8);
   cpu::CpuBackend cpu("cpu:0");

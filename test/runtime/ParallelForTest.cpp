@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -63,6 +64,21 @@ TEST_P(ParallelForTest, ChunksCoverTheRangeOnce) {
     EXPECT_TRUE(
         std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }))
         << n << " elements";
+  }
+}
+
+TEST_P(ParallelForTest, WidensBfloat16Exactly) {
+  // Every bfloat16 bit pattern: its float32 has the same upper half and a
+  // zero lower half.
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(all.size());
+  parallelWidenBf16(wide.data(), all.data(), static_cast<int64_t>(all.size()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &wide[i], sizeof u);
+    ASSERT_EQ(u, static_cast<uint32_t>(i) << 16) << i;
   }
 }
 

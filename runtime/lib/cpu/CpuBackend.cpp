@@ -48,6 +48,25 @@ void CpuBackend::accumulate(float *dst, const float *src, int64_t count) {
   parallelAccumulate(dst, src, count);
 }
 
+void CpuBackend::roundToBf16(char *dst, const char *src, int64_t count) {
+  // oneDNN's own conversion, the one the bfloat16 products' operand
+  // reorders run (a denormal becomes a zero of its sign where the CPU's
+  // conversion instruction does so): the products then read the same
+  // bfloat16 values from a kept copy as from the float32 tensor.
+  using dnnl::memory;
+  memory::desc from({count}, memory::data_type::f32, memory::format_tag::a),
+      to({count}, memory::data_type::bf16, memory::format_tag::a);
+  memory source(from, dnn->engine, const_cast<char *>(src));
+  memory target(to, dnn->engine, dst);
+  dnnl::reorder(source, target).execute(dnn->stream, source, target);
+  dnn->stream.wait();
+}
+
+void CpuBackend::widenBf16(char *dst, const char *src, int64_t count) {
+  parallelWidenBf16(reinterpret_cast<float *>(dst),
+                    reinterpret_cast<const uint16_t *>(src), count);
+}
+
 std::unique_ptr<StageCode> CpuBackend::loadCode(const Bundle &bundle,
                                                 const StageSpec &stage) {
   if (stage.deviceCode && !stage.deviceCode->kernels.empty())

@@ -23,6 +23,8 @@ public:
   void copyToHost(void *dst, const char *src, int64_t bytes) override;
   void copyOnDevice(char *dst, const char *src, int64_t bytes) override;
   void accumulate(float *dst, const float *src, int64_t count) override;
+  void roundToBf16(char *dst, const char *src, int64_t count) override;
+  void widenBf16(char *dst, const char *src, int64_t count) override;
   std::unique_ptr<StageCode> loadCode(const Bundle &bundle,
                                       const StageSpec &stage) override;
   std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,

@@ -13,7 +13,7 @@ namespace gpipe {
 /// kernels take `ignore_index`; the training section names it. 9: the
 /// products' kernels (gemm, matmul, conv and its gradients) take
 /// `compute_type`; the manifest says the bundle's `precision`.
-constexpr int64_t kBundleFormatVersion = 9;
+constexpr int64_t kBundleFormatVersion = 10;
 
 } // namespace gpipe
 

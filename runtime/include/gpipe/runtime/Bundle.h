@@ -143,6 +143,9 @@ struct WiringSpec {
     size_t input = 0; // backward input
     size_t index = 0; // forward output or input
     int64_t stashOffset = 0;
+    /// Kept in the stash as bfloat16 (a float32 tensor its backward only
+    /// multiplies in bfloat16): rounded in, widened out.
+    bool bf16 = false;
   };
   std::vector<Carried> carried;
   /// An input of a split backward's weight part (phase "backward_weight";
@@ -159,6 +162,7 @@ struct WiringSpec {
     size_t index = 0; // Kept: input part input (or output); Batch: forward
                       // input
     int64_t stashOffset = 0;
+    bool bf16 = false; // Stash: the carried tensor's Carried::bf16
   };
   std::vector<WeightInput> weightInputs;
   /// The whole stash slot of a micro-batch, kept values included.

@@ -1,11 +1,13 @@
 """Makes a damaged copy of a bundle: corrupt_bundle.py SRC DST HOW.
 
 HOW: flip-params, flip-code, truncate-manifest, flip-manifest,
-other-version, missing-code, too-many-cores, bad-sender, arena-of. Those that
+other-version, missing-code, too-many-cores, bad-sender, arena-of,
+stash-dtype. Those that
 rewrite the manifest give it a valid checksum, as a bundle of another
 version or for another machine would have; bad-sender points stage 1's
 received activation at a forward output stage 0 does not have; arena-of
-has stage 0's backward share the arena of a phase that does not exist.
+has stage 0's backward share the arena of a phase that does not exist;
+stash-dtype keeps stage 0's first stashed tensor in a type that is none.
 """
 import json
 import shutil
@@ -31,7 +33,7 @@ elif how == "truncate-manifest":
     text = open(manifest_path).read()
     open(manifest_path, "w").write(text[: len(text) // 2])
 elif how in ("other-version", "too-many-cores", "bad-sender", "kernel-contract",
-             "param-kind", "arena-of"):
+             "param-kind", "arena-of", "stash-dtype"):
     manifest = json.load(open(manifest_path))
     if how == "other-version":
         manifest["version"] = 99
@@ -42,6 +44,10 @@ elif how in ("other-version", "too-many-cores", "bad-sender", "kernel-contract",
     elif how == "bad-sender":
         wiring = manifest["stages"][1]["wiring"]
         wiring["recv_activations"]["tensors"][0]["sender_output"] = 99
+    elif how == "stash-dtype":
+        wiring = manifest["stages"][0]["wiring"]
+        next(c for c in wiring["carried"]
+             if c["from"] != "batch")["stash_dtype"] = "f16"
     elif how == "arena-of":
         for phase in manifest["stages"][0]["phases"]:
             if phase["role"] == "backward":
