@@ -22,7 +22,7 @@ would measure the move.
 
 usage: bench/run_precision_benchmarks.py [--build build]
        [--out docs/precision-benchmarks.md] [--steps 20] [--rounds 3]
-       [--models mlp,gpt,...]
+       [--models mlp,gpt,...] [--device-profile profile.json]
 """
 import argparse
 import datetime
@@ -120,11 +120,12 @@ def torch_step(name, steps, autocast, blas_threads):
     return float(re.search(r"median_s=([\d.e+-]+)", proc.stdout).group(1))
 
 
-def compile_bundle(build, onnx_path, bundle, batch, plan, precision):
+def compile_bundle(build, onnx_path, bundle, batch, plan, precision, profile):
     proc = subprocess.run(
         [os.path.join(build, "bin", "gpipe-opt"), onnx_path, "--mode=train",
          f"--batch-size={batch}", *plan, f"--precision={precision}",
-         "--optimizer=sgd", "--lr=0.01", "--momentum=0.9", "-o", bundle],
+         "--optimizer=sgd", "--lr=0.01", "--momentum=0.9",
+         f"--device-profile={profile}", "-o", bundle],
         capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"gpipe-opt failed on {onnx_path}: {proc.stderr}")
@@ -141,6 +142,9 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--device-profile",
+                        help="a profile of gpipe-opt --calibrate (default: "
+                             "calibrate first)")
     parser.add_argument("--torch-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
@@ -149,6 +153,16 @@ def main():
         return
     work = work_dir("gpipe-precision-")
     names = args.models.split(",")
+    # The cost model's figures for this machine, the bfloat16 products'
+    # included (gpipe-opt --calibrate), for the predicted columns.
+    profile = args.device_profile
+    if not profile:
+        profile = os.path.join(work, "profile.json")
+        print("calibrating: gpipe-opt --calibrate (about 5 minutes)",
+              flush=True)
+        subprocess.run([os.path.join(args.build, "bin", "gpipe-opt"),
+                        "--calibrate", "-o", profile], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
     for name in names:
         title, make = MODELS[name]
@@ -168,7 +182,8 @@ def main():
                 bundle = os.path.join(
                     work, f"{name}_{plan.split()[0]}_{precision}.gpipe")
                 predicted[plan, precision] = compile_bundle(
-                    args.build, onnx_path, bundle, batch, flags, precision)
+                    args.build, onnx_path, bundle, batch, flags, precision,
+                    profile)
                 bundles[plan, precision] = bundle
         times = {key: [] for key in bundles}
         peaks = {key: [] for key in bundles}
@@ -203,7 +218,9 @@ def main():
         f"{args.steps} steps each, medians.",
         "",
         "gpipe: `gpipe-opt model.onnx --mode=train --precision=fp32|bf16` "
-        "with the plan of the row, SGD with momentum, timed in process "
+        "with the plan of the row, SGD with momentum, predicted with a "
+        "profile of `gpipe-opt --calibrate` (the bfloat16 products' figures "
+        "included), timed in process "
         "(`gpipe-bench train`); peak: the process's maximum resident set. "
         "PyTorch: eager, the same module, 2 threads pinned to both cores, "
         "float32 (the faster of OpenBLAS on 1 and 2 threads) and under "
@@ -211,7 +228,7 @@ def main():
         "",
         "| model | plan | gpipe fp32 ms | gpipe bf16 ms | bf16 speed-up | "
         "peak fp32 / bf16 MiB | predicted fp32 / bf16 ms | PyTorch fp32 ms | "
-        "PyTorch autocast bf16 ms | gpipe bf16 against autocast |",
+        "PyTorch autocast bf16 ms | gpipe bf16's speed over autocast's |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (title, plan, f, b, pf, pb, qf, qb, tf, tb) in rows:
