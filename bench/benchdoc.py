@@ -1,7 +1,24 @@
 """What the benchmark scripts write their results with: the machine's CPU
-name for the header, and the Markdown page, written and printed."""
+name for the header, and the Markdown page, written and printed; and how
+their PyTorch workers time a step."""
 import os
 import platform
+import statistics
+import time
+
+
+def print_median_step(step, steps, warmup):
+    """Runs `step` `warmup` times, then `steps` times each timed on its own,
+    and prints the median as `median_s=SECONDS` (what the scripts parse
+    from their worker processes)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    print(f"median_s={statistics.median(times)}")
 
 
 def cpu_name():

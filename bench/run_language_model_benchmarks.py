@@ -53,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import language_models  # noqa: E402  (the GPT-2-style module)
 import run_plan_benchmarks as plans_bench  # noqa: E402
-from benchdoc import write_doc, work_dir  # noqa: E402
+from benchdoc import print_median_step, write_doc, work_dir  # noqa: E402
 from parameter_training import export  # noqa: E402
 
 BATCH, SEQ, VOCAB, MICRO = 8, 256, 50257, 4
@@ -140,14 +140,7 @@ def torch_step_worker(steps, name, threads):
         F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1)).backward()
         opt.step()
 
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    print(f"median_s={statistics.median(times)}")
+    print_median_step(step, steps, warmup=2)
 
 
 def torch_step(steps, name="gpt2_small", threads=None, blas_threads=None):

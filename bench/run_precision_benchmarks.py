@@ -3,7 +3,8 @@ gpipe --precision=bf16 and --precision=fp32, PyTorch float32 and PyTorch
 under torch.autocast("cpu", dtype=torch.bfloat16), on the same cores.
 
 For each model (the 4x1024 MLP of bench/run_benchmarks.py at batch 256,
-the 6-layer GPT of bench/run_language_model_benchmarks.py at batch 8,
+the 6-layer GPT of bench/run_language_model_benchmarks.py at batch 8 (and,
+with `--models gpt2_small`, that benchmark's GPT-2-small),
 torchvision's ResNet-18 on 32x32 images at batch 64, and the
 TransformerEncoder of test/e2e at batch 64), exported as users export
 (training mode, opset 17):
@@ -31,7 +32,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import reference_models  # noqa: E402
 import run_language_model_benchmarks as lm_bench  # noqa: E402
-from benchdoc import cpu_name, work_dir, write_doc  # noqa: E402
+from benchdoc import cpu_name, print_median_step, work_dir, write_doc  # noqa: E402,E501
 
 
 def mlp():
@@ -59,6 +59,12 @@ def gpt():
     return model, torch.randint(0, lm_bench.SMALL_VOCAB,
                                 (lm_bench.BATCH, lm_bench.SMALL_SEQ)), \
         lm_bench.SMALL_VOCAB
+
+
+def gpt2_small():
+    model = lm_bench.gpt2_small()
+    return model, torch.randint(0, lm_bench.VOCAB,
+                                (lm_bench.BATCH, lm_bench.SEQ)), lm_bench.VOCAB
 
 
 def resnet18():
@@ -78,7 +84,12 @@ MODELS = {
     "resnet18": ("ResNet-18 32x32, batch 64", resnet18),
     "transformer": ("TransformerEncoder 2x64 (test/e2e), batch 64",
                     transformer),
+    # Not in the default run (a float32 step takes 10-25 s here):
+    # --models gpt2_small --rounds 1 --steps 3.
+    "gpt2_small": (f"GPT-2-small (sequence {lm_bench.SEQ}, vocabulary "
+                   f"{lm_bench.VOCAB}), batch {lm_bench.BATCH}", gpt2_small),
 }
+DEFAULT_MODELS = ["mlp", "gpt", "resnet18", "transformer"]
 PLANS = {"one stage on both cores": ["--devices=cpu:0-1", "--plan=given"],
          "two stages, M = 4": ["--devices=cpu:0,cpu:1", "--micro-batches=4"]}
 
@@ -87,7 +98,8 @@ def torch_worker(name, steps, autocast):
     torch.set_num_threads(2)
     model, x, classes = MODELS[name][1]()
     model.train()
-    y = torch.randint(0, classes, x.shape[:2] if name == "gpt" else x.shape[:1])
+    y = torch.randint(0, classes,
+                      x.shape[:2] if name.startswith("gpt") else x.shape[:1])
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
@@ -98,14 +110,7 @@ def torch_worker(name, steps, autocast):
         F.cross_entropy(out.reshape(-1, classes), y.reshape(-1)).backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    print(f"median_s={statistics.median(times)}")
+    print_median_step(step, steps, warmup=3)
 
 
 def torch_step(name, steps, autocast, blas_threads):
@@ -141,7 +146,7 @@ def main():
                                              "precision-benchmarks.md"))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--device-profile",
                         help="a profile of gpipe-opt --calibrate (default: "
                              "calibrate first)")
