@@ -527,9 +527,13 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
                           "' is not f32 or bf16");
       carried.bf16 = type == "bf16";
       if (carried.bf16) {
-        if (bwd->inputs[carried.input].dtype != DType::F32)
+        if (bwd->inputs[carried.input].dtype != DType::F32 ||
+            (*sources)[carried.index].dtype != DType::F32)
           throw BundleError(where + "'" + bwd->inputs[carried.input].name +
                             "' is kept in bfloat16 but is not float32");
+        if (carried.stashOffset % 4 != 0)
+          throw BundleError(where + "'" + bwd->inputs[carried.input].name +
+                            "' is kept in bfloat16 at an unaligned offset");
         bytes = bwd->inputs[carried.input].numElements() * 2;
       }
       if (carried.stashOffset < 0 || carried.stashOffset > kMaxOffset ||
