@@ -58,7 +58,10 @@ void CpuBackend::roundToBf16(char *dst, const char *src, int64_t count) {
       to({count}, memory::data_type::bf16, memory::format_tag::a);
   memory source(from, dnn->engine, const_cast<char *>(src));
   memory target(to, dnn->engine, dst);
-  dnnl::reorder(source, target).execute(dnn->stream, source, target);
+  auto it = dnn->toBf16.find(count);
+  if (it == dnn->toBf16.end())
+    it = dnn->toBf16.emplace(count, dnnl::reorder(source, target)).first;
+  it->second.execute(dnn->stream, source, target);
   dnn->stream.wait();
 }
 

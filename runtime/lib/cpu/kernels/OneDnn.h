@@ -118,6 +118,9 @@ struct OneDnn {
   /// Bytes kernels keep between runs: converted parameters, gathered
   /// weights, saved statistics.
   int64_t keptBytes = 0;
+  /// The stash's float32-to-bfloat16 reorders, by element count
+  /// (CpuBackend::roundToBf16: one per kept tensor's size, made once).
+  std::map<int64_t, dnnl::reorder> toBf16;
   /// `from` in layout `to`: the device's copy if a kernel made one, else a
   /// new one (counted in keptBytes).
   std::shared_ptr<ConvertedParam> convertedParam(const memory &from,
