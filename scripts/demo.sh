@@ -29,8 +29,8 @@ echo "== gpipe-opt fashion_mnist_cnn.onnx --emit=summary --batch-size=64 =="
 "$build/bin/gpipe-opt" "$out/fashion_mnist_cnn.onnx" --emit=summary --batch-size=64
 
 echo
-echo "== gpipe-opt --calibrate -o profile.json (the cost model's figures for this machine's cores) =="
-"$build/bin/gpipe-opt" --calibrate -o "$out/profile.json"
+echo "== gpipe-opt --calibrate --precision=fp32 -o profile.json (the cost model's figures for this machine's cores, float32 kernels) =="
+"$build/bin/gpipe-opt" --calibrate --precision=fp32 -o "$out/profile.json"
 
 common=(--batch-size=64 --optimizer=sgd --lr=0.05 --momentum=0.9
         --device-profile "$out/profile.json")

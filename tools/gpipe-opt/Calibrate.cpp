@@ -349,7 +349,7 @@ gpipe::HostFigures measureHost(llvm::raw_ostream &log) {
 } // namespace
 
 std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
-                                llvm::raw_ostream &log) {
+                                llvm::raw_ostream &log, bool bf16) {
   bool answering = false;
   NetworkFigures network = measureNetwork(log, answering);
   if (answering)
@@ -360,7 +360,7 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   // gpipe's own kernels, before this thread is pinned to one core.
   std::array<double, 3> pace{};
   llvm::Expected<llvm::json::Array> kernels =
-      calibrateKernels(registry, host.privateCacheMiBPerCore, log, &pace);
+      calibrateKernels(registry, host.privateCacheMiBPerCore, log, bf16, &pace);
   if (!kernels)
     throw std::runtime_error(llvm::toString(kernels.takeError()));
   // One core: one OpenMP thread for oneDNN, this thread pinned to the core

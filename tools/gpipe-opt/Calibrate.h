@@ -21,9 +21,10 @@ namespace gpipe {
 /// Returns an empty profile on those ranks. With several cores it also
 /// measures the whole host (every core busy) and times gpipe's own kernels
 /// on one core and on all of them (CalibrateKernels.h). Throws
-/// std::runtime_error when the kernels cannot be timed.
+/// std::runtime_error when the kernels cannot be timed. `bf16`: the
+/// bfloat16 products are timed too (where the CPU multiplies in bfloat16).
 std::string calibrateCpu(mlir::DialectRegistry &registry,
-                         llvm::raw_ostream &log);
+                         llvm::raw_ostream &log, bool bf16 = true);
 
 /// The cores this process may run on, in order.
 std::vector<int> affinityCores();

@@ -535,7 +535,7 @@ randomBatch(const runtime::TrainingSession &session, std::mt19937 &rng) {
 
 llvm::Expected<llvm::json::Array>
 gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
-                        llvm::raw_ostream &log,
+                        llvm::raw_ostream &log, bool timeBf16,
                         std::array<double, 3> *paceRange) {
   auto failure = [](const llvm::Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), why);
@@ -624,7 +624,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   // the samples of the "_bf16" families (the rest of such a bundle runs
   // the float32 kernels, timed in the float32 runs).
   std::vector<std::string> precisions{"fp32"};
-  if (runtime::cpuMultipliesBf16())
+  if (timeBf16 && runtime::cpuMultipliesBf16())
     precisions.push_back("bf16");
   for (auto [i, spec] : llvm::enumerate(specs))
     for (const std::string &precision : precisions) {

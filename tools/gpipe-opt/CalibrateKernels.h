@@ -26,10 +26,12 @@ namespace gpipe {
 /// The machine's pace (runtime::cpuSgemmGflops) is probed before and
 /// after each model's timed steps (the faster kept) and every time is
 /// scaled to the median pace, which with the slowest and fastest is
-/// returned in `paceRange` (GFLOP/s).
+/// returned in `paceRange` (GFLOP/s). `bf16`: the models with products are
+/// timed again in bfloat16 where the CPU multiplies in bfloat16 (the
+/// "_bf16" families).
 llvm::Expected<llvm::json::Array>
 calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
-                 llvm::raw_ostream &log,
+                 llvm::raw_ostream &log, bool bf16 = true,
                  std::array<double, 3> *paceRange = nullptr);
 
 } // namespace gpipe

@@ -231,7 +231,8 @@ cl::opt<std::string> precisionOption(
              "MatMul, convolutions and their gradients) multiply bfloat16 "
              "operands and sum in float32, as torch.autocast's bfloat16 "
              "does; other ops, activations, parameters, gradients and the "
-             "optimizer stay float32 (docs/training.md)"),
+             "optimizer stay float32 (docs/training.md); with --calibrate, "
+             "fp32 times the float32 kernels alone"),
     cl::value_desc("fp32|bf16"), cl::init("fp32"), cl::cat(pipelineCategory));
 
 cl::opt<std::string> targetCpuOption(
@@ -560,7 +561,11 @@ int main(int argc, char **argv) {
     }
     std::string profile;
     try {
-      profile = gpipe::calibrateCpu(registry, llvm::errs());
+      // --precision=fp32 given: the float32 kernels alone (quicker);
+      // otherwise the bfloat16 products too.
+      bool fp32Only =
+          precisionOption.getNumOccurrences() > 0 && precisionOption == "fp32";
+      profile = gpipe::calibrateCpu(registry, llvm::errs(), !fp32Only);
     } catch (const std::exception &e) {
       llvm::errs() << "gpipe-opt: error: --calibrate: " << e.what() << "\n";
       return 1;
