@@ -27,8 +27,12 @@ bool onlyMultipliedInBf16(
     mlir::Value v,
     llvm::function_ref<bool(mlir::Operation *)> counts = nullptr);
 
-/// Whether the phase `f`'s argument `index`, a value the forward kept (its
-/// role is stash or activation), may be kept in bfloat16.
+/// Whether the backward phase `f`'s argument `index`, a value the forward
+/// kept (its role is stash or activation), may be kept in bfloat16: what
+/// the memory plan counts and the bundle's wiring lays out. For a split
+/// backward's input part ("backward_input"), the weight part
+/// ("backward_weight", beside it in the module, not yet lowered) that
+/// reads the same value again must only multiply it in bfloat16 too.
 bool keptInBf16(mlir::func::FuncOp f, unsigned index);
 
 /// The stash bytes of a float32 tensor of `bytes` kept in bfloat16: half,

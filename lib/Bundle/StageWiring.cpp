@@ -193,14 +193,12 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       c["from"] = from.str();
       c["index"] = source->index;
       if (from != "batch") {
-        // In bfloat16 where the backward only multiplies it in bfloat16,
-        // and so does a split backward's weight part that reads it again.
-        const Slot *again = p.split ? findSlot(p.weightIn, in.name) : nullptr;
-        bool bf16 = in.keptBf16 && (!again || again->keptBf16);
+        // In bfloat16 where LowerStage found that the backward (both
+        // parts of a split one) only multiplies it in bfloat16.
         c["stash_offset"] = stashBytes;
-        if (bf16)
+        if (in.keptBf16)
           c["stash_dtype"] = "bf16";
-        stashBytes += bf16 ? bf16StashBytes(in.bytes) : in.bytes;
+        stashBytes += in.keptBf16 ? bf16StashBytes(in.bytes) : in.bytes;
       }
       carried.push_back(std::move(c));
     }

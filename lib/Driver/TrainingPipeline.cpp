@@ -158,25 +158,17 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // A split backward's weight part also reads what its input part leaves
     // it and the received gradients: kept with the stash until it runs.
     // Values the backward only multiplies in bfloat16 are kept in bfloat16
-    // (StashPrecision.h; a split backward's weight part reading one again
-    // must too, as the bundle's wiring decides).
-    func::FuncOp weight =
-        splitBackward ? stage.lookupSymbol<func::FuncOp>("backward_weight")
-                      : nullptr;
+    // (StashPrecision.h).
     int64_t stashBytes = 0;
     for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
       Role role = argRole(bwd, i);
       if (role != Role::Stash && role != Role::Activation)
         continue;
       int64_t bytes = nn::detail::numBytes(bwd.getArgumentTypes()[i]);
-      bool bf16 = keptInBf16(bwd, i);
-      if (bf16 && weight)
-        for (unsigned j = 0; j < weight.getNumArguments(); ++j)
-          if (nameOf(weight.getArgAttrDict(j)) == nameOf(bwd.getArgAttrDict(i)))
-            bf16 = keptInBf16(weight, j);
-      stashBytes += bf16 ? bf16StashBytes(bytes) : bytes;
+      stashBytes += keptInBf16(bwd, i) ? bf16StashBytes(bytes) : bytes;
     }
-    if (weight) {
+    if (splitBackward) {
+      auto weight = stage.lookupSymbol<func::FuncOp>("backward_weight");
       for (unsigned i = 0; i < weight.getNumArguments(); ++i)
         if (keptForWeightPart(argRole(weight, i)))
           stashBytes += nn::detail::numBytes(weight.getArgumentTypes()[i]);

@@ -944,9 +944,12 @@ LogicalResult StageLowering::emit() {
   OpBuilder b(context);
   b.setInsertionPoint(forward);
   // The kept values the stash may hold in bfloat16 (StashPrecision.h),
-  // while the phase's ops are those of the model.
+  // while the phase's ops are those of the model: the inputs of the phase
+  // the wiring lays the stash out by (a split backward's weight part reads
+  // it as its input part does).
   SmallVector<bool> keptBf16;
-  bool readsStash = forward.getSymName().starts_with("backward");
+  bool readsStash = forward.getSymName() == "backward" ||
+                    forward.getSymName() == "backward_input";
   for (unsigned i = 0; i < forward.getNumArguments(); ++i)
     keptBf16.push_back(readsStash && keptInBf16(forward, i));
   auto arenaType =

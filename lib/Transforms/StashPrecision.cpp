@@ -4,6 +4,8 @@
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 
+#include "mlir/IR/BuiltinOps.h"
+
 using namespace mlir;
 
 namespace gpipe {
@@ -49,9 +51,23 @@ bool onlyMultipliedInBf16(Value v, function_ref<bool(Operation *)> counts) {
 
 bool keptInBf16(func::FuncOp f, unsigned index) {
   Role role = argRole(f, index);
-  if (role != Role::Stash && role != Role::Activation)
+  if ((role != Role::Stash && role != Role::Activation) ||
+      !onlyMultipliedInBf16(f.getArgument(index)))
     return false;
-  return onlyMultipliedInBf16(f.getArgument(index));
+  // A split backward's weight part reads the input part's stash again: it
+  // must only multiply the value in bfloat16 too.
+  if (f.getSymName() != "backward_input")
+    return true;
+  auto module = f->getParentOfType<ModuleOp>();
+  auto weight =
+      module ? module.lookupSymbol<func::FuncOp>("backward_weight") : nullptr;
+  if (!weight)
+    return true;
+  StringRef name = nameOf(f.getArgAttrDict(index));
+  for (unsigned j = 0; j < weight.getNumArguments(); ++j)
+    if (nameOf(weight.getArgAttrDict(j)) == name)
+      return onlyMultipliedInBf16(weight.getArgument(j));
+  return true;
 }
 
 } // namespace gpipe

@@ -10,16 +10,20 @@
 
 namespace gpipe::runtime {
 
-void DeviceBackend::roundToBf16(char *, const char *, int64_t) {
-  throw std::runtime_error(name() +
+namespace {
+[[noreturn]] void noBf16Stash(const std::string &device) {
+  throw std::runtime_error(device +
                            ": this device keeps no bfloat16 stash "
                            "(compile the model with --precision=fp32)");
 }
+} // namespace
+
+void DeviceBackend::roundToBf16(char *, const char *, int64_t) {
+  noBf16Stash(name());
+}
 
 void DeviceBackend::widenBf16(char *, const char *, int64_t) {
-  throw std::runtime_error(name() +
-                           ": this device keeps no bfloat16 stash "
-                           "(compile the model with --precision=fp32)");
+  noBf16Stash(name());
 }
 
 int64_t DeviceBackend::mark() {

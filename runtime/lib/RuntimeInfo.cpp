@@ -18,7 +18,9 @@
 namespace gpipe::runtime {
 
 bool cpuMultipliesBf16() {
-  // As the CPU backend's productType (kernels/OneDnn.cpp) asks.
+  // oneDNN's bfloat16 kernels need AVX-512 (avx512_core: converted in
+  // software; avx512_core_bf16 and AMX: in hardware). The CPU backend's
+  // productType (kernels/OneDnn.cpp) asks this.
   auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
   return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }

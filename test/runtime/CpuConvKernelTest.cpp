@@ -7,6 +7,7 @@
 // channel (the same product); and a convolution whose weights are parameters,
 // converted to oneDNN's layout once per parameter version.
 #include "cpu/CpuBackend.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 
 #include "KernelSpecBuilder.h"
 
@@ -447,8 +448,7 @@ TEST(CpuConvKernels, NarrowConvolutions) {
 // grouped one's weights' gradient only, what checkGradWeight's reference
 // covers).
 TEST(CpuConvKernels, Bfloat16Convolutions) {
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
+  if (!cpuMultipliesBf16())
     GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
   for (const ConvCase &c :
        {ConvCase{{2, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1, 1},

@@ -8,6 +8,7 @@
 // first kernel was made. In bfloat16 (compute_type "bf16") the products
 // are those of the operands rounded to bfloat16, summed in float32.
 #include "cpu/CpuBackend.h"
+#include "gpipe/runtime/RuntimeInfo.h"
 
 #include "KernelSpecBuilder.h"
 
@@ -38,12 +39,6 @@ double bf16(float x) {
   float r;
   std::memcpy(&r, &u, sizeof r);
   return r;
-}
-
-/// Whether oneDNN runs bfloat16 products on this CPU (AVX-512).
-bool hasBf16Kernels() {
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
 /// A gemm kernel over its own arena, its operands drawn at random.
@@ -181,7 +176,7 @@ TEST(CpuMatmulKernels, TransposedLeftOperandCopiedBelowAvx512) {
 // weight read from the parameters, whose bfloat16 copy is made again when
 // the parameters' version changes (an optimizer step).
 TEST(CpuMatmulKernels, Bfloat16Products) {
-  if (!hasBf16Kernels())
+  if (!cpuMultipliesBf16())
     GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
   std::mt19937 rng(7);
   const GemmCase cases[] = {
@@ -218,7 +213,7 @@ TEST(CpuMatmulKernels, Bfloat16StashGivesTheSameProducts) {
   // product of the widened copy equals the product of the float32 tensor
   // to the last bit. Operands with values far below and above 1, ties of
   // bfloat16's rounding and denormals.
-  if (!hasBf16Kernels())
+  if (!cpuMultipliesBf16())
     GTEST_SKIP() << "oneDNN has no bfloat16 kernels below AVX-512";
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> exponent(-140, 60);

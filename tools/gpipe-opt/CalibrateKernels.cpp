@@ -626,21 +626,22 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
   std::vector<std::string> precisions{"fp32"};
   if (timeBf16 && runtime::cpuMultipliesBf16())
     precisions.push_back("bf16");
-  for (auto [i, spec] : llvm::enumerate(specs))
+  for (auto [i, spec] : llvm::enumerate(specs)) {
+    // One model, the same weights in both precisions.
+    GraphBuilder g(rng);
+    if (spec.kind == Conv)
+      convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
+    else if (spec.kind == Sequence)
+      sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
+    else
+      headsNet(g, spec.b, spec.m, spec.n, spec.vocab);
+    std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
+    if (!g.write(onnxPath))
+      return failure("cannot write " + onnxPath);
     for (const std::string &precision : precisions) {
       bool bf16 = precision == "bf16";
       if (bf16 && spec.kind == Heads)
         continue;
-      GraphBuilder g(rng);
-      if (spec.kind == Conv)
-        convNet(g, spec.b, spec.m, spec.n, i % 2 ? 3 : 1);
-      else if (spec.kind == Sequence)
-        sequenceNet(g, spec.b, spec.m, spec.n, spec.vocab);
-      else
-        headsNet(g, spec.b, spec.m, spec.n, spec.vocab);
-      std::string onnxPath = (dir + "/model" + llvm::Twine(i) + ".onnx").str();
-      if (!g.write(onnxPath))
-        return failure("cannot write " + onnxPath);
       ONNXImportOptions import;
       mlir::OwningOpRef<mlir::ModuleOp> module =
           importONNXFile(onnxPath, &context, import);
@@ -810,6 +811,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       log << llvm::format("calibrate: kernels of model %zu of %zu timed (%s)\r",
                           i + 1, std::size(specs), precision.c_str());
     }
+  }
   log << "\n";
   if (const char *dump = std::getenv("GPIPE_CALIBRATION_SAMPLES")) {
     std::ofstream out(dump);

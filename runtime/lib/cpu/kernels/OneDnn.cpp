@@ -1,5 +1,7 @@
 #include "OneDnn.h"
 
+#include "gpipe/runtime/RuntimeInfo.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -125,10 +127,7 @@ memory::data_type productType(const KernelSpec &spec) {
     spec.fail("compute_type '" + type +
               "' is not one the CPU backend knows "
               "(f32 or bf16)");
-  // oneDNN's bfloat16 kernels need AVX-512 (avx512_core: converted in
-  // software; avx512_core_bf16 and AMX: in hardware).
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
+  if (!cpuMultipliesBf16())
     spec.fail("multiplies in bfloat16 (--precision=bf16), which oneDNN "
               "computes only on CPUs with AVX-512, and this one has none: "
               "compile the model with --precision=fp32");
