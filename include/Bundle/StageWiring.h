@@ -1,6 +1,6 @@
 //===- StageWiring.h - How a pipeline's stages connect ----------*- C++ -*-===//
 //
-// The part of a training bundle's manifest that tells the runtime how each
+// The part of a pipeline bundle's manifest that tells the runtime how each
 // stage's phases connect, by index, so that it never matches names: the
 // layouts of the messages between neighbouring stages, what the backward
 // reads from the forward (the stash) or the batch, which optimizer input
@@ -30,6 +30,12 @@ struct StagePhases {
 /// the passes before).
 mlir::FailureOr<llvm::SmallVector<llvm::json::Object>>
 wireStages(llvm::ArrayRef<StagePhases> stages);
+
+/// The "wiring" of every stage of an inference bundle of several stages,
+/// one forward each: the activations each sends and receives, and the last
+/// stage's model output.
+mlir::FailureOr<llvm::SmallVector<llvm::json::Object>>
+wireInferenceStages(llvm::ArrayRef<mlir::func::FuncOp> forwards);
 
 } // namespace gpipe
 

@@ -41,6 +41,14 @@ bool usesCudaDevice(llvm::StringRef devices);
 
 /// An imported nn module to one lowered inference stage.
 void buildInferencePipeline(mlir::OpPassManager &pm, bool fuseAttention = true);
+/// Its two halves, for pipelined inference (Driver/InferencePipeline.h):
+/// the model's rewrites (GELU and attention fused, MatMul by W^T as a
+/// Gemm, dropout and BatchNorm in their inference behaviour), which the
+/// partitioner prices and cuts; and one stage's lowering, entry
+/// gpipe_stage<stage>_forward.
+void buildInferenceModelPipeline(mlir::OpPassManager &pm,
+                                 bool fuseAttention = true);
+void buildLowerInferenceStagePipeline(mlir::OpPassManager &pm, int64_t stage);
 
 struct PartitionPipelineOptions
     : public mlir::PassPipelineOptions<PartitionPipelineOptions> {

@@ -336,6 +336,10 @@ def Partition : Pass<"gpipe-partition", "::mlir::ModuleOp"> {
     Option<"deviceNames", "device-names", "std::string", "\"\"",
            "The devices as the user listed them, rank prefixes kept "
            "(r1:cpu:0), for messages; empty: as `devices` lists them">,
+    Option<"inference", "inference", "bool", "false",
+           "Cut for pipelined inference: a stage's time is its forward and "
+           "its messages, its memory its parameters and one micro-batch's "
+           "results (no loss, gradients or optimizer state)">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::gpipe::GPipeDialect"];
 }

@@ -321,6 +321,16 @@ LogicalResult gpipe::writeBundle(ArrayRef<ModuleOp> stageModules,
     if (failed(wired))
       return failure();
     wiring = std::move(*wired);
+  } else if (phases.size() > 1) {
+    // Pipelined inference: each stage's forward, and the activations it
+    // passes on.
+    SmallVector<func::FuncOp> forwards;
+    for (auto &stagePhases : phases)
+      forwards.push_back(stagePhases.front());
+    FailureOr<SmallVector<json::Object>> wired = wireInferenceStages(forwards);
+    if (failed(wired))
+      return failure();
+    wiring = std::move(*wired);
   }
   SmallVector<json::Object> stageJSONs;
   for (auto [k, stagePhases] : llvm::enumerate(phases)) {

@@ -65,6 +65,45 @@ json::Object layout(ArrayRef<Slot> slots, Role role, StringRef key) {
   return json::Object{{"bytes", bytes}, {"tensors", std::move(tensors)}};
 }
 
+/// A forward's messages: the activations it sends, and each it receives
+/// at its offset in the message of the stage before (`prevOut`, its
+/// forward's outputs; null for the first stage).
+LogicalResult wireActivations(const SmallVector<Slot> *prevOut,
+                              ArrayRef<Slot> fwdIn, ArrayRef<Slot> fwdOut,
+                              size_t k, func::FuncOp forward,
+                              json::Object &wiring) {
+  auto fail = [&](const Twine &why) {
+    return forward.emitError("internal: stage ") << k << ": " << why;
+  };
+  wiring["send_activations"] = layout(fwdOut, Role::Activation, "output");
+  json::Array recvAct;
+  int64_t recvActBytes = 0;
+  if (prevOut) {
+    int64_t offset = 0;
+    for (const Slot &sent : *prevOut) {
+      if (sent.role != Role::Activation)
+        continue;
+      if (const Slot *in = findSlot(fwdIn, sent.name)) {
+        if (in->role != Role::Activation || in->bytes != sent.bytes)
+          return fail("input '" + in->name + "' does not match stage " +
+                      Twine(k - 1) + "'s output");
+        recvAct.push_back(json::Object{{"input", in->index},
+                                       {"offset", offset},
+                                       {"sender_output", sent.index}});
+      }
+      offset += sent.bytes;
+    }
+    recvActBytes = offset;
+  }
+  for (const Slot &in : fwdIn)
+    if (in.role == Role::Activation &&
+        (!prevOut || !findSlot(*prevOut, in.name)))
+      return fail("input '" + in.name + "' is no output of the stage before");
+  wiring["recv_activations"] =
+      json::Object{{"bytes", recvActBytes}, {"tensors", std::move(recvAct)}};
+  return success();
+}
+
 /// The activation a gradient belongs to: "output_grad:act:3" and
 /// "input_grad:act:3" are both of "act:3" (Autodiff's names).
 StringRef gradientOf(StringRef name) { return name.split(':').second; }
@@ -111,36 +150,10 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       return forward.emitError("internal: stage ") << k << ": " << why;
     };
     json::Object wiring;
-    wiring["send_activations"] = layout(p.fwdOut, Role::Activation, "output");
+    if (failed(wireActivations(k == 0 ? nullptr : &all[k - 1].fwdOut, p.fwdIn,
+                               p.fwdOut, k, stage.forward, wiring)))
+      return failure();
     wiring["send_gradients"] = layout(p.bwdOut, Role::InputGrad, "output");
-
-    // Each received activation at its offset in the sender's message.
-    json::Array recvAct;
-    int64_t recvActBytes = 0;
-    if (k > 0) {
-      const Phases &prev = all[k - 1];
-      int64_t offset = 0;
-      for (const Slot &sent : prev.fwdOut) {
-        if (sent.role != Role::Activation)
-          continue;
-        if (const Slot *in = findSlot(p.fwdIn, sent.name)) {
-          if (in->role != Role::Activation || in->bytes != sent.bytes)
-            return fail("input '" + in->name + "' does not match stage " +
-                        Twine(k - 1) + "'s output");
-          recvAct.push_back(json::Object{{"input", in->index},
-                                         {"offset", offset},
-                                         {"sender_output", sent.index}});
-        }
-        offset += sent.bytes;
-      }
-      recvActBytes = offset;
-    }
-    for (const Slot &in : p.fwdIn)
-      if (in.role == Role::Activation &&
-          (k == 0 || !findSlot(all[k - 1].fwdOut, in.name)))
-        return fail("input '" + in.name + "' is no output of the stage before");
-    wiring["recv_activations"] =
-        json::Object{{"bytes", recvActBytes}, {"tensors", std::move(recvAct)}};
 
     // Each received gradient at its offset in the next stage's message.
     json::Array recvGrad;
@@ -275,6 +288,30 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
         wiring["output"] = o.index;
         break;
       }
+    out.push_back(std::move(wiring));
+  }
+  return out;
+}
+
+FailureOr<SmallVector<json::Object>>
+wireInferenceStages(ArrayRef<func::FuncOp> forwards) {
+  SmallVector<SmallVector<Slot>> ins, outs;
+  for (func::FuncOp f : forwards) {
+    ins.push_back(slotsOf(f, "gpipe.inputs"));
+    outs.push_back(slotsOf(f, "gpipe.outputs"));
+  }
+  SmallVector<json::Object> out;
+  for (size_t k = 0; k < forwards.size(); ++k) {
+    json::Object wiring;
+    if (failed(wireActivations(k == 0 ? nullptr : &outs[k - 1], ins[k], outs[k],
+                               k, forwards[k], wiring)))
+      return failure();
+    if (k + 1 == forwards.size())
+      for (const Slot &o : outs[k])
+        if (o.role == Role::Output) {
+          wiring["output"] = o.index;
+          break;
+        }
     out.push_back(std::move(wiring));
   }
   return out;

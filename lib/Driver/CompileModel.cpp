@@ -5,6 +5,7 @@
 #include "Analysis/ModelSummary.h"
 #include "Analysis/Planner/PipelinePlan.h"
 #include "Analysis/Planner/ScheduleGenerator.h"
+#include "Driver/InferencePipeline.h"
 #include "Driver/PlanSearch.h"
 #include "Driver/TrainingPipeline.h"
 #include "GPipe/IR/GPipeOps.h"
@@ -213,11 +214,6 @@ int parseStageDevices(const CompileOptions &o,
   devices.clear();
   for (const Device &d : *parsed)
     devices.push_back(d.str());
-  if (devices.size() > 1 && !o.train)
-    return error("--devices=" + flag +
-                     ": pipelined inference is not implemented; compile "
-                     "inference for one device, or add --mode=train",
-                 2);
   if (!anyRank) {
     ranks.clear();
     return 0;
@@ -228,8 +224,9 @@ int parseStageDevices(const CompileOptions &o,
                  "per stage (cpu:N or cpu:A-B, not a list)");
   if (!o.train)
     return error("--devices=" + flag +
-                 ": ranks apply to training bundles "
-                 "(add --mode=train)");
+                 ": ranks apply to training bundles (add "
+                 "--mode=train); pipelined inference runs its stages in "
+                 "one process (--devices=cpu:0,cpu:1)");
   // Every rank from 0 to the largest has a stage.
   int64_t count = *std::max_element(ranks.begin(), ranks.end()) + 1;
   for (int64_t r = 0; r < count; ++r)
@@ -552,8 +549,79 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   return writeText(o.reportPath, [&](llvm::raw_ostream &os) { os << html; });
 }
 
+/// The stages' cores as one device ("cpu:0,cpu:1" -> "cpu:0-1"), for the
+/// one-stage comparison; none unless every device is CPU cores and they
+/// are contiguous.
+std::optional<std::string>
+oneDeviceOf(const std::vector<std::string> &devices) {
+  std::set<int> cores;
+  for (const std::string &text : devices) {
+    std::vector<Device> parsed;
+    if (!parseDeviceList(text, parsed).empty() || parsed.size() != 1 ||
+        parsed[0].kind != DeviceKind::Cpu || parsed[0].ids.empty())
+      return std::nullopt;
+    cores.insert(parsed[0].ids.begin(), parsed[0].ids.end());
+  }
+  int first = *cores.begin(), last = *cores.rbegin();
+  if (last - first + 1 != static_cast<int>(cores.size()))
+    return std::nullopt;
+  return first == last
+             ? "cpu:" + std::to_string(first)
+             : "cpu:" + std::to_string(first) + "-" + std::to_string(last);
+}
+
+/// --mode=infer with several devices: the stages' forwards, micro-batches
+/// streaming through them (Driver/InferencePipeline.h).
+int compilePipelinedInference(const CompileOptions &o, ModuleOp module,
+                              const std::vector<std::string> &devices,
+                              const std::string &deviceList) {
+  InferencePipelineOptions p;
+  p.devices = deviceList;
+  p.stages = o.stages;
+  p.profile = o.deviceProfile;
+  p.costTable = o.costTable;
+  p.memoryPerDevice = o.memoryPerDevice;
+  p.fuseAttention = llvm::none_of(
+      devices, [](const std::string &d) { return usesCudaDevice(d); });
+  p.oneStageDevice = oneDeviceOf(devices);
+  FailureOr<InferencePipelineResult> result =
+      compileInferencePipeline(module, p);
+  if (failed(result))
+    return 1;
+  if (o.emit == CompileOutput::LLVM)
+    return writeText(o.output, [&](llvm::raw_ostream &os) {
+      for (auto [k, stage] : llvm::enumerate(result->stages)) {
+        auto target =
+            createStageTarget(devices[k], *stage, {o.cudaArch, o.native});
+        if (failed(target) || failed((*target)->lower(*stage)))
+          return;
+        stage->print(os, OpPrintingFlags());
+        os << "\n";
+      }
+    });
+  BundleOptions bundle;
+  bundle.sourceName = llvm::sys::path::filename(o.input).str();
+  bundle.sourcePath = o.input;
+  bundle.devices = devices;
+  bundle.target = {o.cudaArch, o.native};
+  bundle.precision = o.precision;
+  SmallVector<ModuleOp> stages;
+  for (auto &stage : result->stages)
+    stages.push_back(*stage);
+  if (failed(writeBundle(stages, o.output, bundle)))
+    return 1;
+  if (!o.quiet) {
+    llvm::outs() << targetLine(o) << "\n";
+    printInferenceReport(*result, llvm::outs());
+  }
+  return 0;
+}
+
 int compileInference(const CompileOptions &o, ModuleOp module,
-                     const std::vector<std::string> &devices) {
+                     const std::vector<std::string> &devices,
+                     const std::string &deviceList) {
+  if (devices.size() > 1)
+    return compilePipelinedInference(o, module, devices, deviceList);
   PassManager pm(module.getContext());
   buildInferencePipeline(pm, llvm::none_of(devices, [](const std::string &d) {
                            return usesCudaDevice(d);
@@ -750,7 +818,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
                            std::move(weighed));
   }
   if (lowered)
-    return compileInference(resolved, *module, devices);
+    return compileInference(resolved, *module, devices, deviceList);
   return writeText(options.output, [&](llvm::raw_ostream &os) {
     if (options.emit == CompileOutput::Summary) {
       printModelSummary(*module, os);

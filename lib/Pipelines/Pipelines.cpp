@@ -18,16 +18,24 @@ bool gpipe::usesCudaDevice(StringRef devices) {
       *parsed, [](const Device &d) { return d.kind == DeviceKind::Cuda; });
 }
 
-void gpipe::buildInferencePipeline(OpPassManager &pm, bool fuseAttention) {
+void gpipe::buildInferenceModelPipeline(OpPassManager &pm, bool fuseAttention) {
   pm.addPass(createFuseGelu());
   if (fuseAttention)
     pm.addPass(createFuseAttention());
   pm.addPass(createFoldMatMulTranspose());
   pm.addPass(createSetInferenceMode());
+}
+void gpipe::buildLowerInferenceStagePipeline(OpPassManager &pm, int64_t stage) {
   pm.addPass(createMarkBatchPlacement());
   pm.addPass(createConvertElementwiseToLinalg());
   pm.addPass(createLinalgElementwiseOpFusionPass());
-  pm.addPass(createLowerStage());
+  LowerStageOptions lower;
+  lower.entryName = ("gpipe_stage" + Twine(stage) + "_forward").str();
+  pm.addPass(createLowerStage(lower));
+}
+void gpipe::buildInferencePipeline(OpPassManager &pm, bool fuseAttention) {
+  buildInferenceModelPipeline(pm, fuseAttention);
+  buildLowerInferenceStagePipeline(pm, 0);
 }
 
 void gpipe::buildTrainingModelPipeline(

@@ -88,6 +88,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     if (microBatches < 1)
       return module.emitError("micro-batches must be at least 1");
     plan.microBatches = microBatches;
+    plan.inference = inference;
     for (const Device &d : this->devices) {
       plan.stages.push_back({d.str(), 0});
       llvm::Expected<DeviceProfile> p = profileFor(profile, d);
@@ -125,7 +126,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     // stash as the backward will keep it, for every cut (manual ones
     // too): without it a stage is taken to keep every result of its
     // layers (GPT 4x256: 64 MiB where the plan had 37).
-    if (plan.recompute == RecomputePolicy::Auto || memoryPerDevice > 0)
+    if (!plan.inference &&
+        (plan.recompute == RecomputePolicy::Auto || memoryPerDevice > 0))
       setStash(module);
     if (table.size() < static_cast<int64_t>(this->devices.size()))
       return forward.emitError("the model has ")
@@ -175,7 +177,7 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     FailureOr<SmallVector<int64_t>> best =
         StagePartitioner(table, plan, profiles, table.rows)
             .solve(/*withMemory=*/true);
-    if (failed(best) && !stashKnown) {
+    if (failed(best) && !stashKnown && !plan.inference) {
       setStash(forward->getParentOfType<ModuleOp>());
       best = StagePartitioner(table, plan, profiles, table.rows)
                  .solve(/*withMemory=*/true);
@@ -232,7 +234,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       }
       return succeeded(StagePartitioner(table, p, ps, table.rows).solve(true));
     };
-    bool recomputing = plan.recompute == RecomputePolicy::Always ||
+    // (Inference keeps nothing for a backward: recomputing saves nothing.)
+    bool recomputing = plan.inference ||
+                       plan.recompute == RecomputePolicy::Always ||
                        plan.recompute == RecomputePolicy::Auto;
     if (!recomputing && fits(k, RecomputePolicy::Auto))
       return "--recompute=auto fits it on these devices (the stages that "

@@ -451,14 +451,18 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
 } // namespace
 
 namespace {
-/// The wiring of a training stage (docs/bundle.md), its indices checked
-/// against the stage's phases.
-WiringSpec parseWiring(const json &j, const StageSpec &stage) {
+/// The wiring of a training stage, or (`training` false) of a stage of
+/// pipelined inference, which has only a forward and its activations
+/// (docs/bundle.md), its indices checked against the stage's phases.
+WiringSpec parseWiring(const json &j, const StageSpec &stage, bool training) {
   const PhaseSpec *fwd = stage.phase("forward"),
                   *bwd = stage.phase(stage.backwardRole()),
                   *opt = stage.phase("optimizer"),
                   *weight = stage.phase("backward_weight");
-  if (!fwd || !bwd || !opt)
+  if (!training && (!fwd || stage.phases.size() != 1))
+    throw BundleError("a stage of pipelined inference has one phase, its "
+                      "forward");
+  if (training && (!fwd || !bwd || !opt))
     throw BundleError("a training stage needs forward, backward (or "
                       "backward_input and backward_weight) and optimizer "
                       "phases");
@@ -494,6 +498,12 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage) {
                              "forward output");
   w.recvActivations =
       layout(j.at("recv_activations"), fwd->inputs, "input", "forward input");
+  if (!training) {
+    if (j.contains("output"))
+      w.output = static_cast<int64_t>(
+          index(j.at("output"), fwd->outputs.size(), "forward output"));
+    return w;
+  }
   w.sendGradients =
       layout(j.at("send_gradients"), bwd->outputs, "output", "backward output");
   w.recvGradients =
@@ -879,7 +889,9 @@ Bundle loadBundle(const std::string &path) {
                    "', which is no other phase with an arena of its own");
       }
       if (b.mode == "train")
-        s.wiring = parseWiring(j.at("wiring"), s);
+        s.wiring = parseWiring(j.at("wiring"), s, /*training=*/true);
+      else if (j.contains("wiring"))
+        s.wiring = parseWiring(j.at("wiring"), s, /*training=*/false);
       b.stages.push_back(std::move(s));
     }
     // Replica r of a stage on rank r * (ranks of a replica) + its rank.
@@ -906,9 +918,21 @@ Bundle loadBundle(const std::string &path) {
       checkMessages(b.stages);
       checkTies(b.stages);
     } else if (b.stages.size() != 1) {
-      fail(path, "manifest.json",
-           "an inference bundle has one stage (pipelined inference is not "
-           "implemented)");
+      // Pipelined inference: the stages' forwards in one process, each
+      // passing its activations on.
+      for (size_t i = 0; i < b.stages.size(); ++i) {
+        const StageSpec &s = b.stages[i];
+        if (!m.at("stages")[i].contains("wiring"))
+          fail(path, "manifest.json",
+               "stage " + std::to_string(s.index) +
+                   " of an inference bundle of several stages has no wiring");
+        if (s.rank != 0)
+          fail(path, "manifest.json",
+               "stage " + std::to_string(s.index) + " is on rank " +
+                   std::to_string(s.rank) +
+                   ": pipelined inference runs in one process");
+      }
+      checkMessages(b.stages);
     }
   } catch (const json::exception &e) {
     fail(path, "manifest.json", std::string("malformed: ") + e.what());

@@ -1,19 +1,65 @@
 #include "gpipe/runtime/InferenceSession.h"
 
+#include "DeviceWorker.h"
 #include "StageExecutor.h"
+#include "StageHandoff.h"
+
+#include "gpipe/runtime/DeviceList.h"
 
 #include <cstring>
+#include <exception>
 
 namespace gpipe::runtime {
+
+/// A stage of pipelined inference: its code on its device's thread, and
+/// the data inputs its forward reads.
+struct InferenceSession::PipelineStage {
+  std::unique_ptr<DeviceWorker> worker;
+  std::unique_ptr<StageExecutor> executor;
+  std::vector<const TensorSlot *> dataInputs;
+};
 
 InferenceSession::InferenceSession(const std::string &bundlePath)
     : bundle_(loadBundle(bundlePath)) {
   if (bundle_.mode != "infer")
     throw BundleError(bundlePath + ": manifest.json: a '" + bundle_.mode +
                       "' bundle cannot run inference");
-  StageSpec &spec = bundle_.stages.front();
-  stage = std::make_unique<StageExecutor>(bundle_, spec,
-                                          createBackend(spec.device));
+  if (bundle_.stages.size() == 1) {
+    StageSpec &spec = bundle_.stages.front();
+    stage = std::make_unique<StageExecutor>(bundle_, spec,
+                                            createBackend(spec.device));
+    return;
+  }
+  for (StageSpec &spec : bundle_.stages) {
+    std::vector<Device> devices;
+    try {
+      devices = parseDevices(spec.device);
+    } catch (const std::exception &e) {
+      throw BundleError(bundlePath + ": manifest.json: stage " +
+                        std::to_string(spec.index) + ": " + e.what());
+    }
+    if (devices.size() != 1)
+      throw BundleError(bundlePath + ": manifest.json: stage " +
+                        std::to_string(spec.index) + " is on '" + spec.device +
+                        "': a pipeline stage runs on one device");
+    auto st = std::make_unique<PipelineStage>();
+    // A CPU stage's thread is pinned to its cores (its oneDNN threads
+    // with it); a GPU stage's only drives its GPU.
+    st->worker = std::make_unique<DeviceWorker>(
+        devices[0].kind == DeviceKind::Cpu ? devices[0].ids
+                                           : std::vector<int>{});
+    // oneDNN sizes a primitive's work for the threads of the thread that
+    // creates it: the device's own.
+    st->worker->start([&] {
+      st->executor = std::make_unique<StageExecutor>(
+          bundle_, spec, createBackend(spec.device));
+    });
+    st->worker->wait();
+    for (const TensorSlot &in : spec.phases.front().inputs)
+      if (in.role == Role::Data)
+        st->dataInputs.push_back(&in);
+    pipeline.push_back(std::move(st));
+  }
 }
 
 InferenceSession::~InferenceSession() = default;
@@ -143,41 +189,126 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
     t.data.resize(t.numElements() * dtypeSize(t.dtype));
     outputs[slot.name] = std::move(t);
   }
-  DeviceBackend &device = stage->device();
-  std::vector<char> zeros; // the padding of a last, partial micro-batch
-  for (int64_t c = 0; c < chunks; ++c) {
+  // Micro-batch c's inputs into a stage's arena: every input of the model
+  // it reads (`slots`: offsets in its arena), rows [c * batch, ...), a
+  // last partial micro-batch padded with zeros.
+  auto writeChunk = [&](StageExecutor &st,
+                        const std::vector<const TensorSlot *> &slots,
+                        int64_t c) {
+    DeviceBackend &device = st.device();
     int64_t first = c * batch,
             count = exact ? 1 : std::min(batch, rows - first);
-    for (const TensorSlot &slot : bundle_.inputs) {
+    for (const TensorSlot *slot : slots) {
       const char *src =
-          reinterpret_cast<const char *>(inputs.at(slot.name)->data.data());
+          reinterpret_cast<const char *>(inputs.at(slot->name)->data.data());
       if (exact) {
-        stage->write(0, slot, src);
+        st.write(0, *slot, src);
         continue;
       }
-      char *dst = stage->arena() + slot.offset;
-      int64_t rowBytes = slot.byteSize() / batch;
+      char *dst = st.arena() + slot->offset;
+      int64_t rowBytes = slot->byteSize() / batch;
       device.copyToDevice(dst, src + first * rowBytes, count * rowBytes);
       if (count < batch) {
-        zeros.assign((batch - count) * rowBytes, 0);
-        device.copyToDevice(dst + count * rowBytes, zeros.data(),
-                            (batch - count) * rowBytes);
+        std::vector<char> zeros((batch - count) * rowBytes, 0);
+        device.copyToDevice(dst + count * rowBytes, zeros.data(), zeros.size());
       }
     }
-    stage->run();
+  };
+  // Micro-batch c's outputs from the last stage's arena.
+  auto readChunk = [&](StageExecutor &st, int64_t c) {
+    DeviceBackend &device = st.device();
+    int64_t first = c * batch,
+            count = exact ? 1 : std::min(batch, rows - first);
     for (const TensorSlot &slot : bundle_.outputs) {
       char *dst = reinterpret_cast<char *>(outputs[slot.name].data.data());
       if (exact) {
-        stage->read(0, slot, dst);
+        st.read(0, slot, dst);
         continue;
       }
       const Split &s = splits.at(slot.name);
       for (int64_t o = 0; o < s.outer; ++o)
         device.copyToHost(dst + (o * rows + first) * s.span,
-                          stage->arena() + slot.offset + o * batch * s.span,
+                          st.arena() + slot.offset + o * batch * s.span,
                           count * s.span);
     }
+  };
+  if (stage) {
+    std::vector<const TensorSlot *> slots;
+    for (const TensorSlot &slot : bundle_.inputs)
+      slots.push_back(&slot);
+    for (int64_t c = 0; c < chunks; ++c) {
+      writeChunk(*stage, slots, c);
+      stage->run();
+      readChunk(*stage, c);
+    }
+    return outputs;
   }
+  // Pipelined: each stage's thread takes the micro-batches in order, from
+  // the stage before through a ring of two messages, and passes its
+  // activations on the same way; the last stage writes the outputs.
+  size_t k = pipeline.size();
+  std::vector<std::unique_ptr<StageHandoff>> links;
+  for (size_t s = 0; s + 1 < k; ++s)
+    links.push_back(std::make_unique<StageHandoff>(
+        bundle_.stages[s].wiring.sendActivations.bytes));
+  auto abortAll = [&] {
+    for (auto &link : links)
+      link->abort();
+  };
+  for (size_t s = 0; s < k; ++s) {
+    pipeline[s]->worker->start([&, s] {
+      StageExecutor &st = *pipeline[s]->executor;
+      const StageSpec &spec = bundle_.stages[s];
+      const PhaseSpec &fwd = spec.phases.front();
+      DeviceBackend &device = st.device();
+      try {
+        for (int64_t c = 0; c < chunks; ++c) {
+          if (s > 0) {
+            const char *message = links[s - 1]->acquireFull();
+            if (!message)
+              return; // another stage failed
+            for (const MessageLayout::Entry &e :
+                 spec.wiring.recvActivations.tensors) {
+              const TensorSlot &in = fwd.inputs[e.slot];
+              device.copyToDevice(st.arena() + in.offset, message + e.offset,
+                                  in.byteSize());
+            }
+            links[s - 1]->release();
+          }
+          writeChunk(st, pipeline[s]->dataInputs, c);
+          st.run();
+          if (s + 1 == k) {
+            readChunk(st, c);
+            continue;
+          }
+          char *message = links[s]->acquireFree();
+          if (!message)
+            return;
+          for (const MessageLayout::Entry &e :
+               spec.wiring.sendActivations.tensors) {
+            const TensorSlot &out = fwd.outputs[e.slot];
+            device.copyToHost(message + e.offset, st.arena() + out.offset,
+                              out.byteSize());
+          }
+          links[s]->publish();
+        }
+      } catch (...) {
+        abortAll();
+        throw;
+      }
+    });
+  }
+  std::exception_ptr failure;
+  for (auto &st : pipeline) {
+    try {
+      st->worker->wait();
+    } catch (...) {
+      if (!failure)
+        failure = std::current_exception();
+    }
+  }
+  if (failure)
+    std::rethrow_exception(failure);
   return outputs;
 }
 

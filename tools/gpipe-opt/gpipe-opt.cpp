@@ -36,6 +36,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+#include <set>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -369,13 +370,27 @@ int compileOptions(StringRef input, StringRef output,
   if (devicesOption.getNumOccurrences() &&
       StringRef(devicesOption).contains(','))
     trainingFlags.push_back(
-        "--devices with several devices (pipelined inference is not "
-        "implemented yet)");
+        "--devices with several devices (--mode=infer for pipelined "
+        "inference)");
   if (o.emit == CompileOutput::Stages || o.emit == CompileOutput::Autodiff ||
       o.emit == CompileOutput::Schedule || o.emit == CompileOutput::Plans)
     trainingFlags.push_back("--emit=" + compileOutputName(o.emit).str());
   bool explicitMode = modeOption.getNumOccurrences() > 0;
   o.train = explicitMode ? modeOption == Mode::Train : !trainingFlags.empty();
+  // --mode=infer with several devices: pipelined inference, which the
+  // partition's flags shape too.
+  if (explicitMode && !o.train && devicesOption.getNumOccurrences() &&
+      StringRef(devicesOption).contains(',')) {
+    std::set<std::string> pipelineFlags;
+    for (cl::Option *flag : std::initializer_list<cl::Option *>{
+             &stagesOption, &memoryPerDeviceOption, &deviceProfileOption,
+             &costTableOption})
+      pipelineFlags.insert("--" + flag->ArgStr.str());
+    llvm::erase_if(trainingFlags, [&](const std::string &f) {
+      return pipelineFlags.count(f) ||
+             StringRef(f).starts_with("--devices with several");
+    });
+  }
   if (explicitMode && !o.train && o.emit != CompileOutput::NN &&
       o.emit != CompileOutput::Summary && !trainingFlags.empty()) {
     llvm::errs() << "gpipe-opt: error: --mode=infer, but ";

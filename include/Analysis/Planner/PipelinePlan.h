@@ -62,6 +62,9 @@ struct PipelinePlan {
   /// Under RecomputePolicy::Auto, the stages that recompute (as the
   /// partitioner chose them for their memory); empty until it has.
   llvm::SmallVector<bool> autoRecompute;
+  /// A plan for pipelined inference: micro-batches stream through the
+  /// stages' forwards; nothing is kept for a backward.
+  bool inference = false;
 
   int64_t numStages() const { return static_cast<int64_t>(stages.size()); }
   /// The stages' devices as --devices lists them ("cpu:0,cpu:1"; with

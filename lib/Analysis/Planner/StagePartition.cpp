@@ -86,6 +86,23 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   StageSlice c;
   c.recomputes = recomputes;
   c.forward = forward[stage][end] - forward[stage][begin];
+  if (plan.inference) {
+    // Pipelined inference: a micro-batch's forward, its input received
+    // and its output sent; its parameters (converted once, not once a
+    // step), one micro-batch's results and the message out held.
+    double s = table.scale(rows);
+    double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
+    c.transfer = (in + out) / profiles[stage].linkBandwidth;
+    double acts = activations[end] - activations[begin];
+    // params counts a trainable weight with its gradient (no optimizer
+    // state here): the weights' own bytes once.
+    double weights =
+        params[end] - params[begin] - (trainable[end] - trainable[begin]);
+    c.memory = weights + acts + out;
+    c.forward += profiles[stage].beyondLastLevelSeconds(
+        forwardBytes[end] - forwardBytes[begin], weights + acts);
+    return c;
+  }
   c.backward = backward[stage][end] - backward[stage][begin];
   c.backwardWeight = backwardWeight[stage][end] - backwardWeight[stage][begin];
   c.forwardConversion =

@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gpipe::runtime {
 
@@ -35,13 +36,21 @@ public:
   /// Runs the model. Inputs match the bundle's by name, dtype and shape,
   /// except that the first (batch) dimension may be any size: inputs larger
   /// than the compiled batch run in micro-batches of it (the last one padded
-  /// with zeros), and outputs are cut back to the rows given.
+  /// with zeros), and outputs are cut back to the rows given. A bundle of
+  /// several stages streams the micro-batches through them: stage s runs
+  /// micro-batch c while stage s+1 runs c-1.
   std::map<std::string, HostTensor>
   run(const std::map<std::string, HostTensor> &inputs);
 
+  /// The bundle's stages (more than one: pipelined inference, each
+  /// stage's forward on its device's thread).
+  size_t stageCount() const { return bundle_.stages.size(); }
+
 private:
+  struct PipelineStage;
   Bundle bundle_;
-  std::unique_ptr<StageExecutor> stage;
+  std::unique_ptr<StageExecutor> stage;                 // one stage
+  std::vector<std::unique_ptr<PipelineStage>> pipeline; // several
 };
 
 } // namespace gpipe::runtime

@@ -1,0 +1,81 @@
+//===- InferencePipeline.h - From nn to pipelined inference -----*- C++ -*-===//
+//
+// The compiler's flow for an inference bundle of several stages: the
+// model's inference rewrites, the cut (each stage's forward and messages
+// balanced, docs/pipeline.md "Pipelined inference"), one lowered module per
+// stage, and the predicted pace of micro-batches streaming through them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GPIPE_DRIVER_INFERENCEPIPELINE_H
+#define GPIPE_DRIVER_INFERENCEPIPELINE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Support/LogicalResult.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+struct InferencePipelineOptions {
+  /// The stages' devices as the partitioner sees them ("cpu:0,cpu:1").
+  std::string devices;
+  std::string stages = "auto"; // or manual:i,j,...
+  std::string profile, costTable;
+  int64_t memoryPerDevice = 0;
+  /// Attention fused (CPU stages only).
+  bool fuseAttention = true;
+  /// The same model as one stage on this device is predicted beside the
+  /// pipeline ("cpu:0-1" for stages on cores 0 and 1); none: no comparison.
+  std::optional<std::string> oneStageDevice;
+};
+
+struct InferenceStageReport {
+  int64_t index = 0;
+  std::string device;
+  int64_t firstLayer = 0, endLayer = 0;
+  int64_t parameters = 0; // elements
+  int64_t flops = 0;      // per micro-batch
+  /// Predicted seconds per micro-batch: the forward's kernels and loops,
+  /// and receiving and sending its messages.
+  double forward = 0, transfer = 0;
+  int64_t memoryBytes = 0; // parameters, one micro-batch's results
+  double busy() const { return forward + transfer; }
+};
+
+struct InferencePipelineResult {
+  std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
+  std::vector<InferenceStageReport> report;
+  int64_t rows = 1; // of a micro-batch (the compiled batch)
+  /// The same model as one stage on InferencePipelineOptions::
+  /// oneStageDevice: its predicted seconds a micro-batch.
+  std::optional<double> oneStage;
+  std::string oneStageDevice;
+
+  /// Streaming, a micro-batch leaves the last stage every interval(): the
+  /// slowest stage's busy time; latency(): one micro-batch through all.
+  double interval() const;
+  double latency() const;
+  /// Seconds for `chunks` micro-batches: the first through every stage,
+  /// the rest one interval apart.
+  double streamSeconds(int64_t chunks) const;
+};
+
+/// Partitions and lowers `module` (imported, not yet rewritten) into one
+/// module per device of `o.devices`; the errors (a model that does not
+/// fit, fewer layers than devices) are reported on the module.
+mlir::FailureOr<InferencePipelineResult>
+compileInferencePipeline(mlir::ModuleOp module,
+                         const InferencePipelineOptions &o);
+
+/// The per-stage table and the predicted pace, beside one stage on all the
+/// cores where it was predicted.
+void printInferenceReport(const InferencePipelineResult &r,
+                          llvm::raw_ostream &os);
+
+} // namespace gpipe
+
+#endif // GPIPE_DRIVER_INFERENCEPIPELINE_H

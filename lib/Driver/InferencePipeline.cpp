@@ -1,0 +1,162 @@
+//===- InferencePipeline.cpp - From nn to pipelined inference -------------===//
+#include "Driver/InferencePipeline.h"
+
+#include "GPipe/IR/GPipeOps.h"
+#include "Pipelines/Pipelines.h"
+#include "Transforms/OutlineStages.h"
+#include "Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace gpipe {
+
+double InferencePipelineResult::interval() const {
+  double slowest = 0;
+  for (const InferenceStageReport &s : report)
+    slowest = std::max(slowest, s.busy());
+  return slowest;
+}
+
+double InferencePipelineResult::latency() const {
+  double sum = 0;
+  for (const InferenceStageReport &s : report)
+    sum += s.busy();
+  return sum;
+}
+
+double InferencePipelineResult::streamSeconds(int64_t chunks) const {
+  if (chunks < 1)
+    return 0;
+  return latency() + static_cast<double>(chunks - 1) * interval();
+}
+
+namespace {
+
+PartitionOptions partitionOptions(const InferencePipelineOptions &o,
+                                  const std::string &devices) {
+  PartitionOptions p;
+  p.deviceList = devices;
+  p.stages = o.stages;
+  p.profile = o.profile;
+  p.costTable = o.costTable;
+  p.memoryPerDevice = o.memoryPerDevice;
+  p.optimizerSlots = 0; // StagePartitioner's inference memory counts on it
+  p.inference = true;
+  return p;
+}
+
+double attr(Operation *op, StringRef name) {
+  auto a = op->getAttrOfType<FloatAttr>(name);
+  return a ? a.getValueAsDouble() : 0.0;
+}
+
+} // namespace
+
+FailureOr<InferencePipelineResult>
+compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
+  MLIRContext *context = module.getContext();
+  {
+    PassManager pm(context);
+    buildInferenceModelPipeline(pm, o.fuseAttention);
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  InferencePipelineResult result;
+  // The same rewritten model as one stage on all the cores, for the
+  // comparison (before the cut consumes it).
+  if (o.oneStageDevice) {
+    OwningOpRef<ModuleOp> whole = module.clone();
+    PassManager pm(context);
+    PartitionOptions p = partitionOptions(o, *o.oneStageDevice);
+    pm.addPass(createPartition(p));
+    if (succeeded(pm.run(*whole))) {
+      auto forward = whole->lookupSymbol<func::FuncOp>("forward");
+      for (StageOp stage : forward.front().getOps<StageOp>()) {
+        result.oneStage = attr(stage, "gpipe.forward_time") +
+                          attr(stage, "gpipe.transfer_time");
+        result.oneStageDevice = *o.oneStageDevice;
+      }
+    }
+  }
+  {
+    PassManager pm(context);
+    pm.addPass(createPartition(partitionOptions(o, o.devices)));
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  auto forward = module.lookupSymbol<func::FuncOp>("forward");
+  SmallVector<StageOp> stageOps(forward.front().getOps<StageOp>());
+  for (StageOp op : stageOps) {
+    InferenceStageReport row;
+    row.index = static_cast<int64_t>(op.getIndex());
+    row.device = op.getDevice().str();
+    auto layers = op->getAttrOfType<DenseI64ArrayAttr>("gpipe.layers");
+    row.firstLayer = layers[0];
+    row.endLayer = layers[1];
+    row.flops = op->getAttrOfType<IntegerAttr>("gpipe.flops").getInt();
+    row.forward = attr(op, "gpipe.forward_time");
+    row.transfer = attr(op, "gpipe.transfer_time");
+    if (auto m = op->getAttrOfType<IntegerAttr>("gpipe.predicted_memory"))
+      row.memoryBytes = m.getInt();
+    result.report.push_back(row);
+  }
+  FailureOr<SmallVector<OwningOpRef<ModuleOp>>> outlined =
+      outlineStages(module);
+  if (failed(outlined))
+    return failure();
+  // A micro-batch's rows: the first dimension of the first stage's first
+  // data input.
+  if (auto fwd = (*outlined).front()->lookupSymbol<func::FuncOp>("forward"))
+    if (fwd.getNumArguments() > 0)
+      if (auto t = dyn_cast<RankedTensorType>(fwd.getArgumentTypes()[0]);
+          t && t.getRank() > 0)
+        result.rows = t.getDimSize(0);
+  for (auto [s, stage] : llvm::enumerate(*outlined)) {
+    for (auto p : stage->getOps<ParameterOp>())
+      result.report[s].parameters += p.getType().getNumElements();
+    PassManager pm(context);
+    buildLowerInferenceStagePipeline(pm, static_cast<int64_t>(s));
+    if (failed(pm.run(*stage)))
+      return failure();
+    result.stages.push_back(std::move(stage));
+  }
+  return result;
+}
+
+void printInferenceReport(const InferencePipelineResult &r,
+                          llvm::raw_ostream &os) {
+  os << "pipelined inference: " << r.report.size()
+     << " stages, micro-batches of " << r.rows << " rows\n";
+  os << "stage  device     layers           params   forward ms  "
+        "messages ms     memory\n";
+  for (const InferenceStageReport &s : r.report)
+    os << llvm::format(
+        "%-6lld %-10s %4lld-%-5lld %12lld %12.3f %12.3f %7.1f MiB\n",
+        static_cast<long long>(s.index), s.device.c_str(),
+        static_cast<long long>(s.firstLayer),
+        static_cast<long long>(s.endLayer - 1),
+        static_cast<long long>(s.parameters), s.forward * 1e3, s.transfer * 1e3,
+        s.memoryBytes / 1048576.0);
+  double interval = r.interval();
+  os << llvm::format("predicted: a micro-batch every %.3f ms streaming (%.0f "
+                     "rows/s), %.3f ms through all stages\n",
+                     interval * 1e3, interval > 0 ? r.rows / interval : 0.0,
+                     r.latency() * 1e3);
+  if (!r.oneStage || *r.oneStage <= 0 || interval <= 0)
+    return;
+  os << llvm::format("predicted: one stage on %s: %.3f ms a micro-batch "
+                     "(%.0f rows/s); the pipeline streams at %.2fx its rate",
+                     r.oneStageDevice.c_str(), *r.oneStage * 1e3,
+                     r.rows / *r.oneStage, *r.oneStage / interval);
+  if (*r.oneStage < interval)
+    os << " (slower: compile for --devices=" << r.oneStageDevice << " instead)";
+  os << "\n";
+}
+
+} // namespace gpipe
