@@ -74,6 +74,7 @@ compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
     OwningOpRef<ModuleOp> whole = module.clone();
     PassManager pm(context);
     PartitionOptions p = partitionOptions(o, *o.oneStageDevice);
+    p.stages = "auto"; // one stage: no cut
     pm.addPass(createPartition(p));
     if (succeeded(pm.run(*whole))) {
       auto forward = whole->lookupSymbol<func::FuncOp>("forward");
@@ -137,20 +138,20 @@ void printInferenceReport(const InferencePipelineResult &r,
         "messages ms     memory\n";
   for (const InferenceStageReport &s : r.report)
     os << llvm::format(
-        "%-6lld %-10s %4lld-%-5lld %12lld %12.3f %12.3f %7.1f MiB\n",
+        "%-6lld %-10s %4lld-%-5lld %12lld %12.4g %12.4g %7.1f MiB\n",
         static_cast<long long>(s.index), s.device.c_str(),
         static_cast<long long>(s.firstLayer),
         static_cast<long long>(s.endLayer - 1),
         static_cast<long long>(s.parameters), s.forward * 1e3, s.transfer * 1e3,
         s.memoryBytes / 1048576.0);
   double interval = r.interval();
-  os << llvm::format("predicted: a micro-batch every %.3f ms streaming (%.0f "
-                     "rows/s), %.3f ms through all stages\n",
+  os << llvm::format("predicted: a micro-batch every %.4g ms streaming (%.0f "
+                     "rows/s), %.4g ms through all stages\n",
                      interval * 1e3, interval > 0 ? r.rows / interval : 0.0,
                      r.latency() * 1e3);
   if (!r.oneStage || *r.oneStage <= 0 || interval <= 0)
     return;
-  os << llvm::format("predicted: one stage on %s: %.3f ms a micro-batch "
+  os << llvm::format("predicted: one stage on %s: %.4g ms a micro-batch "
                      "(%.0f rows/s); the pipeline streams at %.2fx its rate",
                      r.oneStageDevice.c_str(), *r.oneStage * 1e3,
                      r.rows / *r.oneStage, *r.oneStage / interval);
