@@ -1,6 +1,10 @@
 // gpipe-bench: timings for bench/run_benchmarks.py.
 //
-//   gpipe-bench infer BUNDLE ITERATIONS   median seconds of one inference run
+//   gpipe-bench infer BUNDLE ITERATIONS [ROWS]
+//                                         median seconds of one inference run
+//                                         (of ROWS rows: micro-batches of the
+//                                         compiled batch, streamed through
+//                                         the stages of a pipeline)
 //   gpipe-bench train BUNDLE ITERATIONS   median seconds of one training
 //                                         step (all micro-batches and the
 //                                         optimizer update)
@@ -65,13 +69,13 @@ gpipe::runtime::HostTensor randomTensor(const gpipe::runtime::TensorSlot &slot,
   return t;
 }
 
-int infer(const std::string &bundle, int iterations) {
+int infer(const std::string &bundle, int iterations, int64_t rows) {
   using namespace gpipe::runtime;
   InferenceSession session(bundle);
   std::map<std::string, HostTensor> inputs;
   std::mt19937 rng(0);
   for (const TensorSlot &slot : session.bundle().inputs)
-    inputs[slot.name] = randomTensor(slot, 0, 1, rng);
+    inputs[slot.name] = randomTensor(slot, rows, 2, rng);
   double s = medianSeconds(iterations, [&] { session.run(inputs); });
   std::cout << "median_s=" << s << "\n";
   return 0;
@@ -114,8 +118,9 @@ int matmul(int64_t m, int64_t k, int64_t n, int iterations) {
 
 int main(int argc, char **argv) {
   try {
-    if (argc == 4 && std::strcmp(argv[1], "infer") == 0)
-      return infer(argv[2], std::atoi(argv[3]));
+    if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "infer") == 0)
+      return infer(argv[2], std::atoi(argv[3]),
+                   argc == 5 ? std::atoll(argv[4]) : 0);
     if (argc == 4 && std::strcmp(argv[1], "train") == 0)
       return train(argv[2], std::atoi(argv[3]));
     if (argc == 6 && std::strcmp(argv[1], "matmul") == 0)
@@ -125,7 +130,7 @@ int main(int argc, char **argv) {
     std::cerr << "gpipe-bench: error: " << e.what() << "\n";
     return 1;
   }
-  std::cerr << "usage: gpipe-bench infer BUNDLE ITERATIONS\n"
+  std::cerr << "usage: gpipe-bench infer BUNDLE ITERATIONS [ROWS]\n"
                "       gpipe-bench train BUNDLE ITERATIONS\n"
                "       gpipe-bench matmul M K N ITERATIONS\n";
   return 1;

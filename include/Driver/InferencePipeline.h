@@ -71,6 +71,13 @@ mlir::FailureOr<InferencePipelineResult>
 compileInferencePipeline(mlir::ModuleOp module,
                          const InferencePipelineOptions &o);
 
+/// The predicted seconds a micro-batch of `rewritten` (past
+/// buildInferenceModelPipeline) as one stage on `device`; none if it
+/// cannot be priced there (the errors are reported on the module).
+std::optional<double> predictOneStage(mlir::ModuleOp rewritten,
+                                      const std::string &device,
+                                      const InferencePipelineOptions &o);
+
 /// The per-stage table and the predicted pace, beside one stage on all the
 /// cores where it was predicted.
 void printInferenceReport(const InferencePipelineResult &r,

@@ -622,6 +622,26 @@ int compileInference(const CompileOptions &o, ModuleOp module,
                      const std::string &deviceList) {
   if (devices.size() > 1)
     return compilePipelinedInference(o, module, devices, deviceList);
+  // A stage on named CPU cores: its predicted pace, as a pipeline's.
+  std::optional<double> predicted;
+  int64_t rows = 1;
+  if (o.devices && o.emit == CompileOutput::Bundle && !o.quiet &&
+      oneDeviceOf(devices)) {
+    OwningOpRef<ModuleOp> rewritten = module.clone();
+    PassManager pm(module.getContext());
+    buildInferenceModelPipeline(pm);
+    InferencePipelineOptions p;
+    p.profile = o.deviceProfile;
+    p.costTable = o.costTable;
+    p.memoryPerDevice = o.memoryPerDevice;
+    if (succeeded(pm.run(*rewritten)))
+      predicted = predictOneStage(*rewritten, devices.front(), p);
+    auto fwd = rewritten->lookupSymbol<func::FuncOp>("forward");
+    if (fwd && fwd.getNumArguments() > 0)
+      if (auto t = dyn_cast<RankedTensorType>(fwd.getArgumentTypes()[0]);
+          t && t.getRank() > 0)
+        rows = t.getDimSize(0);
+  }
   PassManager pm(module.getContext());
   buildInferencePipeline(pm, llvm::none_of(devices, [](const std::string &d) {
                            return usesCudaDevice(d);
@@ -635,7 +655,15 @@ int compileInference(const CompileOptions &o, ModuleOp module,
     bundle.devices = devices;
     bundle.target = {o.cudaArch, o.native};
     bundle.precision = o.precision;
-    return failed(writeBundle(module, o.output, bundle)) ? 1 : 0;
+    if (failed(writeBundle(module, o.output, bundle)))
+      return 1;
+    if (predicted && *predicted > 0)
+      llvm::outs() << llvm::format("predicted: %.4g ms a micro-batch of "
+                                   "%lld rows on %s (%.0f rows/s)\n",
+                                   *predicted * 1e3,
+                                   static_cast<long long>(rows),
+                                   devices.front().c_str(), rows / *predicted);
+    return 0;
   }
   auto target =
       createStageTarget(devices.front(), module, {o.cudaArch, o.native});

@@ -58,6 +58,23 @@ double attr(Operation *op, StringRef name) {
 
 } // namespace
 
+std::optional<double> predictOneStage(ModuleOp rewritten,
+                                      const std::string &device,
+                                      const InferencePipelineOptions &o) {
+  OwningOpRef<ModuleOp> whole = rewritten.clone();
+  PassManager pm(rewritten.getContext());
+  PartitionOptions p = partitionOptions(o, device);
+  p.stages = "auto"; // one stage: no cut
+  pm.addPass(createPartition(p));
+  if (failed(pm.run(*whole)))
+    return std::nullopt;
+  auto forward = whole->lookupSymbol<func::FuncOp>("forward");
+  for (StageOp stage : forward.front().getOps<StageOp>())
+    return attr(stage, "gpipe.forward_time") +
+           attr(stage, "gpipe.transfer_time");
+  return std::nullopt;
+}
+
 FailureOr<InferencePipelineResult>
 compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
   MLIRContext *context = module.getContext();
@@ -71,19 +88,8 @@ compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
   // The same rewritten model as one stage on all the cores, for the
   // comparison (before the cut consumes it).
   if (o.oneStageDevice) {
-    OwningOpRef<ModuleOp> whole = module.clone();
-    PassManager pm(context);
-    PartitionOptions p = partitionOptions(o, *o.oneStageDevice);
-    p.stages = "auto"; // one stage: no cut
-    pm.addPass(createPartition(p));
-    if (succeeded(pm.run(*whole))) {
-      auto forward = whole->lookupSymbol<func::FuncOp>("forward");
-      for (StageOp stage : forward.front().getOps<StageOp>()) {
-        result.oneStage = attr(stage, "gpipe.forward_time") +
-                          attr(stage, "gpipe.transfer_time");
-        result.oneStageDevice = *o.oneStageDevice;
-      }
-    }
+    result.oneStage = predictOneStage(module, *o.oneStageDevice, o);
+    result.oneStageDevice = *o.oneStageDevice;
   }
   {
     PassManager pm(context);

@@ -24,7 +24,10 @@ InferenceSession::InferenceSession(const std::string &bundlePath)
   if (bundle_.mode != "infer")
     throw BundleError(bundlePath + ": manifest.json: a '" + bundle_.mode +
                       "' bundle cannot run inference");
-  if (bundle_.stages.size() == 1) {
+  // A stage on the whole host ("cpu", unpinned) runs on the caller's
+  // thread; a stage that names its device, on that device's thread (a
+  // CPU's cores pinned), as every stage of a pipeline does.
+  if (bundle_.stages.size() == 1 && bundle_.stages.front().device == "cpu") {
     StageSpec &spec = bundle_.stages.front();
     stage = std::make_unique<StageExecutor>(bundle_, spec,
                                             createBackend(spec.device));
@@ -243,9 +246,10 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
     }
     return outputs;
   }
-  // Pipelined: each stage's thread takes the micro-batches in order, from
-  // the stage before through a ring of two messages, and passes its
-  // activations on the same way; the last stage writes the outputs.
+  // On the stages' threads (one stage: its device's): each takes the
+  // micro-batches in order, from the stage before through a ring of two
+  // messages, and passes its activations on the same way; the last stage
+  // writes the outputs.
   size_t k = pipeline.size();
   std::vector<std::unique_ptr<StageHandoff>> links;
   for (size_t s = 0; s + 1 < k; ++s)

@@ -377,15 +377,17 @@ int compileOptions(StringRef input, StringRef output,
     trainingFlags.push_back("--emit=" + compileOutputName(o.emit).str());
   bool explicitMode = modeOption.getNumOccurrences() > 0;
   o.train = explicitMode ? modeOption == Mode::Train : !trainingFlags.empty();
-  // --mode=infer with several devices: pipelined inference, which the
-  // partition's flags shape too.
-  if (explicitMode && !o.train && devicesOption.getNumOccurrences() &&
-      StringRef(devicesOption).contains(',')) {
+  // --mode=infer with devices: a stage's pace is predicted, and with
+  // several devices the model is cut for pipelined inference: the
+  // partition's flags shape both (--stages: a cut, several devices).
+  if (explicitMode && !o.train && devicesOption.getNumOccurrences()) {
+    bool several = StringRef(devicesOption).contains(',');
     std::set<std::string> pipelineFlags;
     for (cl::Option *flag : std::initializer_list<cl::Option *>{
-             &stagesOption, &memoryPerDeviceOption, &deviceProfileOption,
-             &costTableOption})
+             &memoryPerDeviceOption, &deviceProfileOption, &costTableOption})
       pipelineFlags.insert("--" + flag->ArgStr.str());
+    if (several)
+      pipelineFlags.insert("--" + stagesOption.ArgStr.str());
     llvm::erase_if(trainingFlags, [&](const std::string &f) {
       return pipelineFlags.count(f) ||
              StringRef(f).starts_with("--devices with several");
