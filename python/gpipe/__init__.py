@@ -293,6 +293,8 @@ class Bundle:
         self.mode = m.get("mode")
         # "fp32" or "bf16": how the bundle's kernels multiply.
         self.precision = m.get("precision", "fp32")
+        # One per stage (an inference bundle of several: pipelined).
+        self.devices = list(m.get("devices") or [])
         self._session = None
         self._inference = None      # (steps taken, InferenceSession)
         self._work = None
@@ -303,8 +305,12 @@ class Bundle:
 
     def __repr__(self):
         if self._session is None:
-            return "<gpipe.Bundle %s: inference, batch %d%s>" % (
-                self.path, self._inference[1].compiled_batch,
+            stages = ""
+            if len(self.devices) > 1:
+                stages = " on %s (%d stages, pipelined)" % (
+                    ",".join(self.devices), len(self.devices))
+            return "<gpipe.Bundle %s: inference%s, batch %d%s>" % (
+                self.path, stages, self._inference[1].compiled_batch,
                 ", bf16" if self.precision == "bf16" else "")
         s = self._session
         return "<gpipe.Bundle %s: training on %s, batch %d in %d " \

@@ -283,6 +283,17 @@ check("an inference bundle", infer_bundle.mode == "infer" and
 got2 = infer_bundle.infer(x_test)
 check("infer of a compiled ONNX file equals PyTorch eval",
       np.abs(got2 - want).max() < 1e-4, str(np.abs(got2 - want).max()))
+# Pipelined inference: mode="infer" with several devices, the same outputs.
+piped = gpipe.compile(path, quiet=True, mode="infer",
+                      devices=["cpu:0", "cpu:1"])
+check("a pipelined inference bundle says its stages",
+      piped.devices == ["cpu:0", "cpu:1"] and
+      "inference on cpu:0,cpu:1 (2 stages, pipelined)" in repr(piped),
+      repr(piped))
+got_piped = piped.infer(x_test)
+check("pipelined inference equals one stage",
+      np.linalg.norm(got_piped - got2) <= 1e-6 * np.linalg.norm(got2),
+      str(np.abs(got_piped - got2).max()))
 # For another machine's CPU: a portable level, with features taken away.
 portable = gpipe.compile(path, quiet=True, target_cpu="x86-64-v2",
                          target_features=["-popcnt"])

@@ -99,8 +99,6 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
     double weights =
         params[end] - params[begin] - (trainable[end] - trainable[begin]);
     c.memory = weights + acts + out;
-    c.forward += profiles[stage].beyondLastLevelSeconds(
-        forwardBytes[end] - forwardBytes[begin], weights + acts);
     return c;
   }
   c.backward = backward[stage][end] - backward[stage][begin];
