@@ -78,6 +78,28 @@ std::optional<double> predictOneStage(mlir::ModuleOp rewritten,
                                       const std::string &device,
                                       const InferencePipelineOptions &o);
 
+/// A plan for pipelined inference on given cores: its stages' devices
+/// and predicted pace (InferencePipelineResult's interval and latency).
+struct InferencePlan {
+  std::string devices; // the --devices list
+  int64_t stages = 1;
+  double interval = 0, latency = 0;
+  bool fits = true;
+};
+
+/// The plans for `cores` (CPU cores of one host): one stage on all of
+/// them and K stages of equal groups of contiguous cores for each K > 1
+/// dividing their number, each cut by the partitioner and predicted;
+/// fastest streaming pace (interval) first, those that do not fit last.
+/// `imported`: the module as imported (it is cloned).
+std::vector<InferencePlan>
+weighInferencePlans(mlir::ModuleOp imported, const std::vector<int> &cores,
+                    const InferencePipelineOptions &o);
+
+/// The plans weighed, one per line, the first (the fastest) marked.
+void printInferencePlans(const std::vector<InferencePlan> &plans, int64_t rows,
+                         llvm::raw_ostream &os);
+
 /// The per-stage table and the predicted pace, beside one stage on all the
 /// cores where it was predicted.
 void printInferenceReport(const InferencePipelineResult &r,

@@ -131,7 +131,7 @@ void printTrainingConfiguration(const CompileOptions &o,
 /// problem, so that one run names them all.
 std::vector<std::string> validate(const CompileOptions &o) {
   std::vector<std::string> problems;
-  if (isTrainingPhase(o.emit) && !o.train)
+  if (isTrainingPhase(o.emit) && o.emit != CompileOutput::Plans && !o.train)
     problems.push_back("--emit=" + compileOutputName(o.emit).str() +
                        " shows a phase of the training pipeline (add "
                        "--mode=train)");
@@ -844,6 +844,56 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
     }
     return compileTraining(resolved, *module, devices, ranks, deviceList, space,
                            std::move(weighed));
+  }
+  if (!options.train &&
+      (options.plan == "auto" || options.emit == CompileOutput::Plans)) {
+    // Pipelined inference's plans for the cores given: one stage on all of
+    // them, or stages of equal groups of them.
+    std::string flag =
+        options.emit == CompileOutput::Plans ? "--emit=plans" : "--plan=auto";
+    std::set<int> cores;
+    bool cpu = options.devices.has_value();
+    for (const std::string &text : devices) {
+      std::vector<Device> parsed;
+      cpu &= parseDeviceList(text, parsed).empty();
+      for (const Device &d : parsed) {
+        cpu &= d.kind == DeviceKind::Cpu && !d.ids.empty();
+        cores.insert(d.ids.begin(), d.ids.end());
+      }
+    }
+    if (!cpu)
+      return error(flag + " with --mode=infer weighs plans for CPU cores: "
+                          "give them with --devices=cpu:A-B");
+    InferencePipelineOptions p;
+    p.profile = options.deviceProfile;
+    p.costTable = options.costTable;
+    p.memoryPerDevice = options.memoryPerDevice;
+    std::vector<InferencePlan> plans = weighInferencePlans(
+        *module, std::vector<int>(cores.begin(), cores.end()), p);
+    int64_t rows = 1;
+    if (auto fwd = module->lookupSymbol<func::FuncOp>("forward"))
+      if (fwd.getNumArguments() > 0)
+        if (auto t = dyn_cast<RankedTensorType>(fwd.getArgumentTypes()[0]);
+            t && t.getRank() > 0)
+          rows = t.getDimSize(0);
+    if (options.emit == CompileOutput::Plans)
+      return writeText(options.output, [&](llvm::raw_ostream &os) {
+        printInferencePlans(plans, rows, os);
+      });
+    if (plans.empty() || !plans.front().fits)
+      return error("--plan=auto: no plan for --devices=" + *options.devices +
+                   " fits the cores' memory (--emit=plans lists the plans "
+                   "weighed)");
+    const InferencePlan &best = plans.front();
+    if (!options.quiet)
+      llvm::outs() << "plan: --devices=" << best.devices
+                   << llvm::format(" (a micro-batch every %.4g ms predicted "
+                                   "streaming, the fastest of %zu plans "
+                                   "weighed; --emit=plans lists them)\n",
+                                   best.interval * 1e3, plans.size());
+    resolved.devices = best.devices;
+    if (int rc = parseStageDevices(resolved, devices, ranks, deviceList))
+      return rc;
   }
   if (lowered)
     return compileInference(resolved, *module, devices, deviceList);

@@ -7,6 +7,7 @@
 #include "Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/Format.h"
 
@@ -134,6 +135,92 @@ compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
     result.stages.push_back(std::move(stage));
   }
   return result;
+}
+
+std::vector<InferencePlan>
+weighInferencePlans(ModuleOp imported, const std::vector<int> &cores,
+                    const InferencePipelineOptions &o) {
+  std::vector<InferencePlan> plans;
+  if (cores.empty())
+    return plans;
+  MLIRContext *context = imported.getContext();
+  // A plan that does not fit (or has more stages than layers) is said in
+  // its row, not as an error.
+  ScopedDiagnosticHandler quiet(context,
+                                [](Diagnostic &) { return success(); });
+  OwningOpRef<ModuleOp> rewritten = imported.clone();
+  {
+    PassManager pm(context);
+    buildInferenceModelPipeline(pm, o.fuseAttention);
+    if (failed(pm.run(*rewritten)))
+      return plans;
+  }
+  auto group = [&](size_t begin, size_t end) {
+    std::string text = "cpu:" + std::to_string(cores[begin]);
+    bool contiguous =
+        cores[end - 1] - cores[begin] == static_cast<int>(end - begin - 1);
+    if (end - begin == 1)
+      return text;
+    if (contiguous)
+      return text + "-" + std::to_string(cores[end - 1]);
+    for (size_t i = begin + 1; i < end; ++i)
+      text += "," + std::to_string(cores[i]);
+    return text;
+  };
+  size_t n = cores.size();
+  for (size_t k = 1; k <= n; ++k) {
+    if (n % k != 0)
+      continue;
+    InferencePlan plan;
+    plan.stages = static_cast<int64_t>(k);
+    size_t per = n / k;
+    for (size_t s = 0; s < k; ++s)
+      plan.devices += (s ? "," : "") + group(s * per, (s + 1) * per);
+    OwningOpRef<ModuleOp> cut = rewritten->clone();
+    PassManager pm(context);
+    PartitionOptions p = partitionOptions(o, plan.devices);
+    p.stages = "auto";
+    pm.addPass(createPartition(p));
+    if (failed(pm.run(*cut))) {
+      plan.fits = false;
+    } else {
+      auto forward = cut->lookupSymbol<func::FuncOp>("forward");
+      for (StageOp stage : forward.front().getOps<StageOp>()) {
+        double busy = attr(stage, "gpipe.forward_time") +
+                      attr(stage, "gpipe.transfer_time");
+        plan.interval = std::max(plan.interval, busy);
+        plan.latency += busy;
+      }
+    }
+    plans.push_back(plan);
+  }
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const InferencePlan &a, const InferencePlan &b) {
+                     if (a.fits != b.fits)
+                       return a.fits;
+                     return a.interval < b.interval;
+                   });
+  return plans;
+}
+
+void printInferencePlans(const std::vector<InferencePlan> &plans, int64_t rows,
+                         llvm::raw_ostream &os) {
+  os << "plans for pipelined inference, micro-batches of " << rows
+     << " rows streaming (fastest first):\n";
+  os << "  stages  devices              interval ms       rows/s   "
+        "latency ms\n";
+  for (auto [i, p] : llvm::enumerate(plans)) {
+    const char *mark = i == 0 && p.fits ? "*" : " ";
+    os << llvm::format("%s %6lld  %-20s", mark,
+                       static_cast<long long>(p.stages), p.devices.c_str());
+    if (!p.fits) {
+      os << "  does not fit (or has more stages than layers)\n";
+      continue;
+    }
+    os << llvm::format(" %11.4g %12.0f %12.4g\n", p.interval * 1e3,
+                       p.interval > 0 ? rows / p.interval : 0.0,
+                       p.latency * 1e3);
+  }
 }
 
 void printInferenceReport(const InferencePipelineResult &r,

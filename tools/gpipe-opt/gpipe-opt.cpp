@@ -386,6 +386,8 @@ int compileOptions(StringRef input, StringRef output,
     for (cl::Option *flag : std::initializer_list<cl::Option *>{
              &memoryPerDeviceOption, &deviceProfileOption, &costTableOption})
       pipelineFlags.insert("--" + flag->ArgStr.str());
+    pipelineFlags.insert("--" + planOption.ArgStr.str());
+    pipelineFlags.insert("--emit=plans");
     if (several)
       pipelineFlags.insert("--" + stagesOption.ArgStr.str());
     llvm::erase_if(trainingFlags, [&](const std::string &f) {
