@@ -28,6 +28,10 @@ struct InferencePipelineOptions {
   int64_t memoryPerDevice = 0;
   /// Attention fused (CPU stages only).
   bool fuseAttention = true;
+  /// The MPI rank of each stage (empty: one process): a message between
+  /// ranks costs the network's time (the profile's, else built-in figures)
+  /// besides its copies.
+  std::vector<int64_t> ranks;
   /// The same model as one stage on this device is predicted beside the
   /// pipeline ("cpu:0-1" for stages on cores 0 and 1); none: no comparison.
   std::optional<std::string> oneStageDevice;

@@ -222,11 +222,6 @@ int parseStageDevices(const CompileOptions &o,
     return error("--devices=" + flag +
                  ": a rank prefix needs one device "
                  "per stage (cpu:N or cpu:A-B, not a list)");
-  if (!o.train)
-    return error("--devices=" + flag +
-                 ": ranks apply to training bundles (add "
-                 "--mode=train); pipelined inference runs its stages in "
-                 "one process (--devices=cpu:0,cpu:1)");
   // Every rank from 0 to the largest has a stage.
   int64_t count = *std::max_element(ranks.begin(), ranks.end()) + 1;
   for (int64_t r = 0; r < count; ++r)
@@ -574,6 +569,7 @@ oneDeviceOf(const std::vector<std::string> &devices) {
 /// streaming through them (Driver/InferencePipeline.h).
 int compilePipelinedInference(const CompileOptions &o, ModuleOp module,
                               const std::vector<std::string> &devices,
+                              const std::vector<int64_t> &ranks,
                               const std::string &deviceList) {
   InferencePipelineOptions p;
   p.devices = deviceList;
@@ -583,7 +579,11 @@ int compilePipelinedInference(const CompileOptions &o, ModuleOp module,
   p.memoryPerDevice = o.memoryPerDevice;
   p.fuseAttention = llvm::none_of(
       devices, [](const std::string &d) { return usesCudaDevice(d); });
-  p.oneStageDevice = oneDeviceOf(devices);
+  p.ranks = ranks;
+  // One stage on the cores of one process: the comparison where the
+  // stages share one.
+  if (llvm::all_of(ranks, [&](int64_t r) { return r == ranks.front(); }))
+    p.oneStageDevice = oneDeviceOf(devices);
   FailureOr<InferencePipelineResult> result =
       compileInferencePipeline(module, p);
   if (failed(result))
@@ -603,6 +603,7 @@ int compilePipelinedInference(const CompileOptions &o, ModuleOp module,
   bundle.sourceName = llvm::sys::path::filename(o.input).str();
   bundle.sourcePath = o.input;
   bundle.devices = devices;
+  bundle.ranks = ranks;
   bundle.target = {o.cudaArch, o.native};
   bundle.precision = o.precision;
   SmallVector<ModuleOp> stages;
@@ -619,9 +620,10 @@ int compilePipelinedInference(const CompileOptions &o, ModuleOp module,
 
 int compileInference(const CompileOptions &o, ModuleOp module,
                      const std::vector<std::string> &devices,
+                     const std::vector<int64_t> &ranks,
                      const std::string &deviceList) {
   if (devices.size() > 1)
-    return compilePipelinedInference(o, module, devices, deviceList);
+    return compilePipelinedInference(o, module, devices, ranks, deviceList);
   // A stage on named CPU cores: its predicted pace, as a pipeline's.
   std::optional<double> predicted;
   int64_t rows = 1;
@@ -861,9 +863,9 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
         cores.insert(d.ids.begin(), d.ids.end());
       }
     }
-    if (!cpu)
-      return error(flag + " with --mode=infer weighs plans for CPU cores: "
-                          "give them with --devices=cpu:A-B");
+    if (!cpu || !ranks.empty())
+      return error(flag + " with --mode=infer weighs plans for the CPU cores "
+                          "of one process: give them with --devices=cpu:A-B");
     InferencePipelineOptions p;
     p.profile = options.deviceProfile;
     p.costTable = options.costTable;
@@ -896,7 +898,7 @@ int compileModel(const CompileOptions &options, DialectRegistry &registry) {
       return rc;
   }
   if (lowered)
-    return compileInference(resolved, *module, devices, deviceList);
+    return compileInference(resolved, *module, devices, ranks, deviceList);
   return writeText(options.output, [&](llvm::raw_ostream &os) {
     if (options.emit == CompileOutput::Summary) {
       printModelSummary(*module, os);

@@ -1,7 +1,9 @@
 //===- InferencePipeline.cpp - From nn to pipelined inference -------------===//
 #include "Driver/InferencePipeline.h"
 
+#include "Analysis/CostModel.h"
 #include "GPipe/IR/GPipeOps.h"
+#include "NN/IR/NNOps.h"
 #include "Pipelines/Pipelines.h"
 #include "Transforms/OutlineStages.h"
 #include "Transforms/Passes.h"
@@ -118,6 +120,42 @@ compileInferencePipeline(ModuleOp module, const InferencePipelineOptions &o) {
       outlineStages(module);
   if (failed(outlined))
     return failure();
+  // Stages on MPI ranks: the rank in the device's name, and each message
+  // that crosses ranks at the network's latency and bandwidth (once sent,
+  // once received).
+  if (!o.ranks.empty()) {
+    DeviceProfile network = defaultProfile(Device{DeviceKind::Cpu, {0}});
+    if (!o.profile.empty()) {
+      llvm::Expected<DeviceProfile> read =
+          profileFor(o.profile, Device{DeviceKind::Cpu, {0}});
+      if (read)
+        network = *read;
+      else
+        llvm::consumeError(read.takeError());
+    }
+    auto activationBytes = [](func::FuncOp f, bool results) {
+      int64_t bytes = 0;
+      unsigned n = results ? f.getNumResults() : f.getNumArguments();
+      for (unsigned i = 0; i < n; ++i) {
+        auto role = results ? f.getResultAttrOfType<RoleAttr>(i, kRoleAttrName)
+                            : f.getArgAttrOfType<RoleAttr>(i, kRoleAttrName);
+        if (role && role.getValue() == Role::Activation)
+          bytes += nn::detail::numBytes(results ? f.getResultTypes()[i]
+                                                : f.getArgumentTypes()[i]);
+      }
+      return bytes;
+    };
+    for (auto [s, row] : llvm::enumerate(result.report)) {
+      row.device = "r" + std::to_string(o.ranks[s]) + ":" + row.device;
+      auto fwd = (*outlined)[s]->lookupSymbol<func::FuncOp>("forward");
+      if (s > 0 && o.ranks[s - 1] != o.ranks[s])
+        row.transfer += network.networkLatency +
+                        activationBytes(fwd, false) / network.networkBandwidth;
+      if (s + 1 < result.report.size() && o.ranks[s + 1] != o.ranks[s])
+        row.transfer += network.networkLatency +
+                        activationBytes(fwd, true) / network.networkBandwidth;
+    }
+  }
   // A micro-batch's rows: the first dimension of the first stage's first
   // data input.
   if (auto fwd = (*outlined).front()->lookupSymbol<func::FuncOp>("forward"))

@@ -926,11 +926,6 @@ Bundle loadBundle(const std::string &path) {
           fail(path, "manifest.json",
                "stage " + std::to_string(s.index) +
                    " of an inference bundle of several stages has no wiring");
-        if (s.rank != 0)
-          fail(path, "manifest.json",
-               "stage " + std::to_string(s.index) + " is on rank " +
-                   std::to_string(s.rank) +
-                   ": pipelined inference runs in one process");
       }
       checkMessages(b.stages);
     }

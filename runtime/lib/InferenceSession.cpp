@@ -3,8 +3,10 @@
 #include "DeviceWorker.h"
 #include "StageExecutor.h"
 #include "StageHandoff.h"
+#include "Transport.h"
 
 #include "gpipe/runtime/DeviceList.h"
+#include "gpipe/runtime/ProcessGroup.h"
 
 #include <cstring>
 #include <exception>
@@ -19,7 +21,8 @@ struct InferenceSession::PipelineStage {
   std::vector<const TensorSlot *> dataInputs;
 };
 
-InferenceSession::InferenceSession(const std::string &bundlePath)
+InferenceSession::InferenceSession(const std::string &bundlePath,
+                                   ProcessGroup *group)
     : bundle_(loadBundle(bundlePath)) {
   if (bundle_.mode != "infer")
     throw BundleError(bundlePath + ": manifest.json: a '" + bundle_.mode +
@@ -33,7 +36,37 @@ InferenceSession::InferenceSession(const std::string &bundlePath)
                                             createBackend(spec.device));
     return;
   }
+  int64_t ranks = bundle_.rankCount();
+  if (ranks > 1 && !group)
+    throw BundleError(bundlePath + ": the bundle's stages run in " +
+                      std::to_string(ranks) + " processes (ranks 0.." +
+                      std::to_string(ranks - 1) +
+                      "): launch it with mpirun -np " + std::to_string(ranks) +
+                      " gpipe-run ...");
+  if (group && group->size() != ranks)
+    throw BundleError(bundlePath + ": the bundle's stages are on " +
+                      std::to_string(ranks) + " rank(s), but mpirun started " +
+                      std::to_string(group->size()) + " processes (use " +
+                      "mpirun -np " + std::to_string(ranks) + ")");
+  rank = group ? group->rank() : 0;
+  if (ranks > 1) {
+    std::vector<std::string> localDevices;
+    std::vector<int64_t> stageRanks;
+    for (const StageSpec &spec : bundle_.stages) {
+      stageRanks.push_back(spec.rank);
+      if (spec.rank == rank)
+        localDevices.push_back(spec.device);
+    }
+    // Each rank checks its own devices on its own host (loadBundle
+    // checked those of a bundle of one rank).
+    checkHostHasDevices(bundle_, localDevices);
+    transport = group->createTransport(stageRanks);
+  }
   for (StageSpec &spec : bundle_.stages) {
+    if (spec.rank != rank) {
+      pipeline.push_back(nullptr); // another rank's
+      continue;
+    }
     std::vector<Device> devices;
     try {
       devices = parseDevices(spec.device);
@@ -66,6 +99,10 @@ InferenceSession::InferenceSession(const std::string &bundlePath)
 }
 
 InferenceSession::~InferenceSession() = default;
+
+bool InferenceSession::ownsOutputs() const {
+  return bundle_.stages.back().rank == rank;
+}
 
 int64_t InferenceSession::compiledBatch() const {
   if (bundle_.inputs.empty() || bundle_.inputs.front().shape.empty())
@@ -251,33 +288,55 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
   // messages, and passes its activations on the same way; the last stage
   // writes the outputs.
   size_t k = pipeline.size();
-  std::vector<std::unique_ptr<StageHandoff>> links;
+  // Between two stages of this process a ring of buffers; to or from a
+  // stage on another rank, the transport's messages.
+  std::vector<std::unique_ptr<StageHandoff>> links(k > 0 ? k - 1 : 0);
   for (size_t s = 0; s + 1 < k; ++s)
-    links.push_back(std::make_unique<StageHandoff>(
-        bundle_.stages[s].wiring.sendActivations.bytes));
-  auto abortAll = [&] {
+    if (pipeline[s] && pipeline[s + 1])
+      links[s] = std::make_unique<StageHandoff>(
+          bundle_.stages[s].wiring.sendActivations.bytes);
+  auto abortAll = [&](const std::string &why) {
     for (auto &link : links)
-      link->abort();
+      if (link)
+        link->abort();
+    if (transport)
+      transport->abort(why);
   };
   for (size_t s = 0; s < k; ++s) {
+    if (!pipeline[s])
+      continue;
     pipeline[s]->worker->start([&, s] {
       StageExecutor &st = *pipeline[s]->executor;
       const StageSpec &spec = bundle_.stages[s];
       const PhaseSpec &fwd = spec.phases.front();
       DeviceBackend &device = st.device();
+      const MessageLayout &in = spec.wiring.recvActivations,
+                          &out = spec.wiring.sendActivations;
       try {
         for (int64_t c = 0; c < chunks; ++c) {
           if (s > 0) {
-            const char *message = links[s - 1]->acquireFull();
-            if (!message)
-              return; // another stage failed
-            for (const MessageLayout::Entry &e :
-                 spec.wiring.recvActivations.tensors) {
-              const TensorSlot &in = fwd.inputs[e.slot];
-              device.copyToDevice(st.arena() + in.offset, message + e.offset,
-                                  in.byteSize());
+            MessageKey key{static_cast<int64_t>(s) - 1, static_cast<int64_t>(s),
+                           MessageKind::Activation, c};
+            Transport::Message received;
+            const char *message = nullptr;
+            if (links[s - 1]) {
+              message = links[s - 1]->acquireFull();
+              if (!message)
+                return; // another stage failed
+            } else {
+              transport->postReceive(key, static_cast<size_t>(in.bytes));
+              received = transport->wait(key);
+              message = received.data();
             }
-            links[s - 1]->release();
+            for (const MessageLayout::Entry &e : in.tensors) {
+              const TensorSlot &slot = fwd.inputs[e.slot];
+              device.copyToDevice(st.arena() + slot.offset, message + e.offset,
+                                  slot.byteSize());
+            }
+            if (links[s - 1])
+              links[s - 1]->release();
+            else
+              transport->release(key, std::move(received));
           }
           writeChunk(st, pipeline[s]->dataInputs, c);
           st.run();
@@ -285,25 +344,41 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
             readChunk(st, c);
             continue;
           }
-          char *message = links[s]->acquireFree();
-          if (!message)
-            return;
-          for (const MessageLayout::Entry &e :
-               spec.wiring.sendActivations.tensors) {
-            const TensorSlot &out = fwd.outputs[e.slot];
-            device.copyToHost(message + e.offset, st.arena() + out.offset,
-                              out.byteSize());
+          MessageKey key{static_cast<int64_t>(s), static_cast<int64_t>(s) + 1,
+                         MessageKind::Activation, c};
+          Transport::Message sent;
+          char *message = nullptr;
+          if (links[s]) {
+            message = links[s]->acquireFree();
+            if (!message)
+              return;
+          } else {
+            sent = transport->acquire(key, static_cast<size_t>(out.bytes));
+            message = sent.data();
           }
-          links[s]->publish();
+          for (const MessageLayout::Entry &e : out.tensors) {
+            const TensorSlot &slot = fwd.outputs[e.slot];
+            device.copyToHost(message + e.offset, st.arena() + slot.offset,
+                              slot.byteSize());
+          }
+          if (links[s])
+            links[s]->publish();
+          else
+            transport->postSend(key, std::move(sent));
         }
+      } catch (const std::exception &e) {
+        abortAll(e.what());
+        throw;
       } catch (...) {
-        abortAll();
+        abortAll("a stage failed");
         throw;
       }
     });
   }
   std::exception_ptr failure;
   for (auto &st : pipeline) {
+    if (!st)
+      continue;
     try {
       st->worker->wait();
     } catch (...) {
@@ -313,6 +388,10 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
   }
   if (failure)
     std::rethrow_exception(failure);
+  if (transport)
+    transport->reset(); // the sends taken; ready for the next run
+  if (!ownsOutputs())
+    return {};
   return outputs;
 }
 

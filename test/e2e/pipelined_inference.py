@@ -6,7 +6,7 @@ For models written with torch.nn and torchvision and exported as users do
 (training mode, so dropout and BatchNorm must take their inference
 behaviour; the GPT with `dynamic_axes` and compiled with --batch-size):
 compiled as one stage and as two stages (one model as three, two of them
-on one core), run with gpipe-run --infer on random inputs of 2.5 compiled
+on one core; two models also on two MPI ranks under mpirun), run with gpipe-run --infer on random inputs of 2.5 compiled
 batches plus one row (a last, partial micro-batch) and of exactly one
 batch.
 
@@ -45,11 +45,12 @@ MODELS = {
     "cnn_bn": ["cpu:0,cpu:1", "cpu:0,cpu:1,cpu:1"],
     "cnn_upsample": ["cpu:0,cpu:1"],
     "unet_transpose": ["cpu:0,cpu:1"],
-    "resnet18": ["cpu:0,cpu:1"],
+    "resnet18": ["cpu:0,cpu:1", "r0:cpu:0,r1:cpu:1"],
     "transformer": ["cpu:0,cpu:1"],
-    "gpt": ["cpu:0,cpu:1"],
+    "gpt": ["cpu:0,cpu:1", "r0:cpu:0,r1:cpu:1"],
 }
 GPT_BATCH = 4
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 
 
 def export(name, path):
@@ -89,11 +90,14 @@ def check(name, gpipe_opt, gpipe_run, work):
     run([gpipe_opt, onnx_path, *flags, "-o", bundles["one stage"]])
     errors = []
     for devices in MODELS[name]:
-        bundle = os.path.join(work, f"{name}_{devices.count(',') + 1}.gpipe")
+        ranks = "r1:" in devices
+        bundle = os.path.join(work, f"{name}_{devices.count(',') + 1}"
+                              f"{'_ranks' if ranks else ''}.gpipe")
         out = run([gpipe_opt, onnx_path, *flags, "--mode=infer",
                    f"--devices={devices}", "-o", bundle])
-        if not re.search(r"predicted: a micro-batch every [0-9.]+ ms", out) \
-                or not re.search(r"predicted: one stage on cpu:0-1", out):
+        if not re.search(r"predicted: a micro-batch every [0-9.e+-]+ ms", out) \
+                or not (ranks or re.search(r"predicted: one stage on cpu:0-1",
+                                           out)):
             errors.append(f"{devices}: no predicted pace printed:\n{out}")
         bundles[devices] = bundle
     rng = np.random.RandomState(1)
@@ -111,8 +115,9 @@ def check(name, gpipe_opt, gpipe_run, work):
         got = {}
         for label, bundle in bundles.items():
             out_dir = os.path.join(work, f"{name}_{rows}_{len(got)}_out")
-            run([gpipe_run, bundle, "--infer", f"--input={in_name}={x_path}",
-                 "--output", out_dir])
+            launch = MPIRUN if "r1:" in label else []
+            run(launch + [gpipe_run, bundle, "--infer",
+                          f"--input={in_name}={x_path}", "--output", out_dir])
             got[label] = np.load(os.path.join(out_dir, out_name + ".npy"))
             if got[label].shape != ref.shape:
                 errors.append(f"{label}, {rows} rows: shape "

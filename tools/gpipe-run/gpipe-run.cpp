@@ -105,8 +105,24 @@ int runInference(const std::string &bundlePath,
       return 1;
     }
   }
+  // Under mpirun, one rank of a bundle whose stages are on several: each
+  // rank runs its own stages, the last stage's rank writes the outputs,
+  // and an error on any rank ends every rank.
+  std::unique_ptr<ProcessGroup> group;
   try {
-    InferenceSession session(bundlePath);
+    group = ProcessGroup::fromLauncher();
+  } catch (const std::exception &e) {
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  }
+  auto fail = [&](const std::exception &e) {
+    if (group && group->size() > 1)
+      group->abort(e.what()); // every rank ends, now
+    std::cerr << "gpipe-run: error: " << e.what() << "\n";
+    return 1;
+  };
+  try {
+    InferenceSession session(bundlePath, group.get());
     if (unnamed) {
       const std::vector<TensorSlot> &slots = session.bundle().inputs;
       if (slots.size() != 1) {
@@ -121,21 +137,16 @@ int runInference(const std::string &bundlePath,
       inputs[slots.front().name] = std::move(*unnamed);
     }
     std::map<std::string, HostTensor> outputs = session.run(inputs);
+    if (!session.ownsOutputs())
+      return 0;
     std::filesystem::create_directories(outputDir);
     for (const auto &[name, tensor] : outputs) {
       std::string path = outputDir + "/" + name + ".npy";
       writeNpy(path, tensor);
       std::cout << "wrote " << path << " " << tensor.describe() << "\n";
     }
-  } catch (const BundleError &e) {
-    std::cerr << "gpipe-run: error: " << e.what() << "\n";
-    return 1;
-  } catch (const InputError &e) {
-    std::cerr << "gpipe-run: error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception &e) {
-    std::cerr << "gpipe-run: error: " << e.what() << "\n";
-    return 1;
+    return fail(e);
   }
   return 0;
 }

@@ -20,11 +20,17 @@ public:
 };
 
 class StageExecutor;
+class ProcessGroup;
+class Transport;
 
 class InferenceSession {
 public:
-  /// Loads and checks the bundle (BundleError if it cannot be used).
-  explicit InferenceSession(const std::string &bundlePath);
+  /// Loads and checks the bundle (BundleError if it cannot be used). A
+  /// bundle whose stages are on several MPI ranks runs as one rank of
+  /// `group` (every rank creates its session and calls run() with the same
+  /// inputs; each runs its own stages).
+  explicit InferenceSession(const std::string &bundlePath,
+                            ProcessGroup *group = nullptr);
   ~InferenceSession();
   InferenceSession(const InferenceSession &) = delete;
   InferenceSession &operator=(const InferenceSession &) = delete;
@@ -45,12 +51,19 @@ public:
   /// The bundle's stages (more than one: pipelined inference, each
   /// stage's forward on its device's thread).
   size_t stageCount() const { return bundle_.stages.size(); }
+  /// Whether run() returns the outputs here: the rank of the last stage
+  /// (always, in one process); run() returns none elsewhere.
+  bool ownsOutputs() const;
 
 private:
   struct PipelineStage;
   Bundle bundle_;
-  std::unique_ptr<StageExecutor> stage;                 // one stage
-  std::vector<std::unique_ptr<PipelineStage>> pipeline; // several
+  int64_t rank = 0;
+  std::unique_ptr<StageExecutor> stage; // one stage
+  /// Several: one per stage, null for a stage on another rank.
+  std::vector<std::unique_ptr<PipelineStage>> pipeline;
+  /// Messages to and from stages on other ranks.
+  std::unique_ptr<Transport> transport;
 };
 
 } // namespace gpipe::runtime
