@@ -100,6 +100,40 @@ InferenceSession::InferenceSession(const std::string &bundlePath,
 
 InferenceSession::~InferenceSession() = default;
 
+void InferenceSession::setProfile(bool enable) {
+  profiling = enable;
+  profiledChunks = 0;
+  if (stage)
+    stage->setKernelProfile(enable);
+  for (auto &st : pipeline)
+    if (st)
+      st->executor->setKernelProfile(enable);
+}
+
+std::map<std::string, double> InferenceSession::opProfile() const {
+  std::map<std::string, double> out;
+  if (profiledChunks == 0)
+    return out;
+  auto add = [&](const StageExecutor &st) {
+    const PhaseSpec &fwd = st.phase(0);
+    auto sum = [&](const auto &specs, const std::vector<double> &seconds) {
+      for (size_t i = 0; i < specs.size() && i < seconds.size(); ++i)
+        if (!specs[i].op.empty())
+          out[specs[i].op] += seconds[i] / static_cast<double>(profiledChunks);
+    };
+    if (!st.kernelSeconds().empty())
+      sum(fwd.kernels, st.kernelSeconds().front());
+    if (!st.loopSeconds().empty())
+      sum(fwd.loops, st.loopSeconds().front());
+  };
+  if (stage)
+    add(*stage);
+  for (const auto &st : pipeline)
+    if (st)
+      add(*st->executor);
+  return out;
+}
+
 bool InferenceSession::ownsOutputs() const {
   return bundle_.stages.back().rank == rank;
 }
@@ -272,6 +306,8 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
                           count * s.span);
     }
   };
+  if (profiling)
+    profiledChunks += chunks;
   if (stage) {
     std::vector<const TensorSlot *> slots;
     for (const TensorSlot &slot : bundle_.inputs)

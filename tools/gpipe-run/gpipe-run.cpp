@@ -48,7 +48,7 @@ int terminalColumns() {
 /// gpipe-run --infer: read the inputs, run, write DIR/<output>.npy.
 int runInference(const std::string &bundlePath,
                  const std::vector<std::string> &inputSpecs,
-                 const std::string &outputDir) {
+                 const std::string &outputDir, const std::string &profileOps) {
   using namespace gpipe::runtime;
   std::map<std::string, HostTensor> inputs;
   std::optional<HostTensor> unnamed; // --input FILE
@@ -136,7 +136,24 @@ int runInference(const std::string &bundlePath,
       }
       inputs[slots.front().name] = std::move(*unnamed);
     }
+    if (!profileOps.empty() && group && group->size() > 1)
+      throw InputError("--profile-ops with --infer times the stages of one "
+                       "process: compile the bundle without rank prefixes");
     std::map<std::string, HostTensor> outputs = session.run(inputs);
+    if (!profileOps.empty()) {
+      // Timed after the run above warmed the caches and the code.
+      session.setProfile(true);
+      outputs = session.run(inputs);
+      std::ostringstream csv;
+      csv << "op,forward_seconds,backward_seconds,micro_batch_rows\n"
+          << std::setprecision(9);
+      for (const auto &[op, seconds] : session.opProfile())
+        csv << op << "," << seconds << ",0," << session.compiledBatch() << "\n";
+      writeFileAtomically(profileOps, csv.str());
+      std::cout << "wrote the per-op times of "
+                << session.profiledMicroBatches() << " micro-batches to "
+                << profileOps << " (for gpipe-opt --mode=infer --cost-table)\n";
+    }
     if (!session.ownsOutputs())
       return 0;
     std::filesystem::create_directories(outputDir);
@@ -355,7 +372,8 @@ int main(int argc, char **argv) {
   app.add_option("--profile-ops", trainOptions.profileOps,
                  "Time every kernel and write each model op's mean forward "
                  "and backward seconds per micro-batch (after the first "
-                 "step), the cost table of gpipe-opt --cost-table")
+                 "step; with --infer, of a second run of the inputs), the "
+                 "cost table of gpipe-opt --cost-table")
       ->type_name("FILE.csv");
   app.add_option("--trace", trainOptions.trace,
                  "Write a Chrome/Perfetto trace of every instruction and "
@@ -486,6 +504,6 @@ int main(int argc, char **argv) {
     return runGeneration(bundle, generate);
   }
   if (infer)
-    return runInference(bundle, inputSpecs, outputDir);
+    return runInference(bundle, inputSpecs, outputDir, trainOptions.profileOps);
   return runTraining(bundle, trainOptions, inOneProcess);
 }

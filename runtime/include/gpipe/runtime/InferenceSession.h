@@ -51,6 +51,15 @@ public:
   /// The bundle's stages (more than one: pipelined inference, each
   /// stage's forward on its device's thread).
   size_t stageCount() const { return bundle_.stages.size(); }
+  /// Times every kernel and generated loop of the runs that follow
+  /// (gpipe-run --infer --profile-ops); `enable` false stops it.
+  void setProfile(bool enable);
+  /// Each model op's mean seconds per micro-batch over the profiled runs,
+  /// its kernels' and generated loops' (this process's stages), and the
+  /// micro-batches those runs took.
+  std::map<std::string, double> opProfile() const;
+  int64_t profiledMicroBatches() const { return profiledChunks; }
+
   /// Whether run() returns the outputs here: the rank of the last stage
   /// (always, in one process); run() returns none elsewhere.
   bool ownsOutputs() const;
@@ -64,6 +73,8 @@ private:
   std::vector<std::unique_ptr<PipelineStage>> pipeline;
   /// Messages to and from stages on other ranks.
   std::unique_ptr<Transport> transport;
+  bool profiling = false;
+  int64_t profiledChunks = 0;
 };
 
 } // namespace gpipe::runtime
