@@ -331,6 +331,20 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
     if (pipeline[s] && pipeline[s + 1])
       links[s] = std::make_unique<StageHandoff>(
           bundle_.stages[s].wiring.sendActivations.bytes);
+  // Across ranks, flow control: the receiver of stage s's activations
+  // sends a one-byte credit back for each micro-batch it has unpacked, and
+  // the sender stays at most kCredits micro-batches ahead (without it a
+  // fast first stage would queue every micro-batch of the inputs).
+  constexpr int64_t kCredits = 2;
+  auto creditKey = [](size_t receiver, int64_t c) {
+    return MessageKey{static_cast<int64_t>(receiver),
+                      static_cast<int64_t>(receiver) - 1, MessageKind::Gradient,
+                      c};
+  };
+  auto waitCredit = [&](size_t receiver, int64_t c) {
+    MessageKey credit = creditKey(receiver, c);
+    transport->release(credit, transport->wait(credit));
+  };
   auto abortAll = [&](const std::string &why) {
     for (auto &link : links)
       if (link)
@@ -369,10 +383,14 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
               device.copyToDevice(st.arena() + slot.offset, message + e.offset,
                                   slot.byteSize());
             }
-            if (links[s - 1])
+            if (links[s - 1]) {
               links[s - 1]->release();
-            else
+            } else {
               transport->release(key, std::move(received));
+              // Its buffer is free: a credit back to the sender.
+              MessageKey credit = creditKey(s, c);
+              transport->postSend(credit, transport->acquire(credit, 1));
+            }
           }
           writeChunk(st, pipeline[s]->dataInputs, c);
           st.run();
@@ -389,6 +407,11 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
             if (!message)
               return;
           } else {
+            // At most kCredits messages ahead of the receiver: before
+            // micro-batch c, the credit for c - kCredits.
+            transport->postReceive(creditKey(s + 1, c), 1);
+            if (c >= kCredits)
+              waitCredit(s + 1, c - kCredits);
             sent = transport->acquire(key, static_cast<size_t>(out.bytes));
             message = sent.data();
           }
@@ -402,6 +425,11 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
           else
             transport->postSend(key, std::move(sent));
         }
+        // The last credits, so that every message of the run was taken.
+        if (s + 1 < k && !links[s])
+          for (int64_t c = std::max<int64_t>(0, chunks - kCredits); c < chunks;
+               ++c)
+            waitCredit(s + 1, c);
       } catch (const std::exception &e) {
         abortAll(e.what());
         throw;
