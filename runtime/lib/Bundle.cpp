@@ -716,6 +716,43 @@ void checkMessages(const std::vector<StageSpec> &stages) {
   }
 }
 
+/// Pipelined inference: every stage but the last passes activations on,
+/// each stage's data inputs are inputs of the model as the caller gives
+/// them, and the model's outputs are the last stage's forward outputs,
+/// where the runtime copies them from.
+void checkInferenceStages(const Bundle &b) {
+  for (size_t k = 0; k < b.stages.size(); ++k) {
+    const StageSpec &s = b.stages[k];
+    std::string where = "stage " + std::to_string(k) + " ";
+    if (k + 1 < b.stages.size() && s.wiring.sendActivations.bytes <= 0)
+      throw BundleError(where + "passes nothing on to stage " +
+                        std::to_string(k + 1));
+    for (const TensorSlot &in : s.phase("forward")->inputs) {
+      if (in.role != Role::Data)
+        continue;
+      auto model = std::find_if(
+          b.inputs.begin(), b.inputs.end(),
+          [&](const TensorSlot &m) { return m.name == in.name; });
+      if (model == b.inputs.end() || model->dtype != in.dtype ||
+          model->byteSize() != in.byteSize())
+        throw BundleError(where + "reads '" + in.name +
+                          "', which is no input of the model of that type "
+                          "and size");
+    }
+  }
+  const PhaseSpec &last = *b.stages.back().phase("forward");
+  for (const TensorSlot &out : b.outputs) {
+    bool found = std::any_of(
+        last.outputs.begin(), last.outputs.end(), [&](const TensorSlot &o) {
+          return o.name == out.name && o.dtype == out.dtype &&
+                 o.shape == out.shape && o.offset == out.offset;
+        });
+    if (!found)
+      throw BundleError("the model's output '" + out.name +
+                        "' is no forward output of the last stage");
+  }
+}
+
 } // namespace
 
 void checkTargetFeatures(const Bundle &bundle,
@@ -928,6 +965,7 @@ Bundle loadBundle(const std::string &path) {
                    " of an inference bundle of several stages has no wiring");
       }
       checkMessages(b.stages);
+      checkInferenceStages(b);
     }
   } catch (const json::exception &e) {
     fail(path, "manifest.json", std::string("malformed: ") + e.what());

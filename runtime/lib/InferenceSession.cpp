@@ -156,6 +156,8 @@ std::string describeSlot(const TensorSlot &s) {
 
 std::map<std::string, HostTensor>
 InferenceSession::run(const std::map<std::string, HostTensor> &given) {
+  if (!failedRun.empty())
+    throw TransportError(failedRun);
   // Inputs in the model's layout whose samples are not first (a
   // sequence-first [T, B] input) as the compiled phase takes them; the
   // others as given.
@@ -335,11 +337,15 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
   // sends a one-byte credit back for each micro-batch it has unpacked, and
   // the sender stays at most kCredits micro-batches ahead (without it a
   // fast first stage would queue every micro-batch of the inputs).
+  // Messages in flight are at most kCredits apart, so micro-batch c goes
+  // by c modulo 2 * kCredits: the MPI tags stay few however many
+  // micro-batches the inputs hold.
   constexpr int64_t kCredits = 2;
-  auto creditKey = [](size_t receiver, int64_t c) {
+  auto slotOf = [](int64_t c) { return c % (2 * kCredits); };
+  auto creditKey = [&](size_t receiver, int64_t c) {
     return MessageKey{static_cast<int64_t>(receiver),
                       static_cast<int64_t>(receiver) - 1, MessageKind::Gradient,
-                      c};
+                      slotOf(c)};
   };
   auto waitCredit = [&](size_t receiver, int64_t c) {
     MessageKey credit = creditKey(receiver, c);
@@ -366,7 +372,7 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
         for (int64_t c = 0; c < chunks; ++c) {
           if (s > 0) {
             MessageKey key{static_cast<int64_t>(s) - 1, static_cast<int64_t>(s),
-                           MessageKind::Activation, c};
+                           MessageKind::Activation, slotOf(c)};
             Transport::Message received;
             const char *message = nullptr;
             if (links[s - 1]) {
@@ -399,7 +405,7 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
             continue;
           }
           MessageKey key{static_cast<int64_t>(s), static_cast<int64_t>(s) + 1,
-                         MessageKind::Activation, c};
+                         MessageKind::Activation, slotOf(c)};
           Transport::Message sent;
           char *message = nullptr;
           if (links[s]) {
@@ -450,8 +456,12 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
         failure = std::current_exception();
     }
   }
-  if (failure)
+  if (failure) {
+    // An aborted transport takes no more messages: this session is done.
+    if (transport)
+      failedRun = "a run across ranks failed; load the bundle again";
     std::rethrow_exception(failure);
+  }
   if (transport)
     transport->reset(); // the sends taken; ready for the next run
   if (!ownsOutputs())

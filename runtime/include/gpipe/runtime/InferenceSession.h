@@ -75,6 +75,8 @@ private:
   std::unique_ptr<Transport> transport;
   bool profiling = false;
   int64_t profiledChunks = 0;
+  /// Why run() is refused: a run across ranks failed before.
+  std::string failedRun;
 };
 
 } // namespace gpipe::runtime
