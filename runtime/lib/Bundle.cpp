@@ -730,9 +730,9 @@ void checkInferenceStages(const Bundle &b) {
     for (const TensorSlot &in : s.phase("forward")->inputs) {
       if (in.role != Role::Data)
         continue;
-      auto model = std::find_if(
-          b.inputs.begin(), b.inputs.end(),
-          [&](const TensorSlot &m) { return m.name == in.name; });
+      auto model =
+          std::find_if(b.inputs.begin(), b.inputs.end(),
+                       [&](const TensorSlot &m) { return m.name == in.name; });
       if (model == b.inputs.end() || model->dtype != in.dtype ||
           model->byteSize() != in.byteSize())
         throw BundleError(where + "reads '" + in.name +
