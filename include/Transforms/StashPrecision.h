@@ -10,22 +10,12 @@
 #ifndef GPIPE_TRANSFORMS_STASHPRECISION_H
 #define GPIPE_TRANSFORMS_STASHPRECISION_H
 
+#include "Analysis/ProductPrecision.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Value.h"
-#include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace gpipe {
-
-/// Whether `v` is a float32 tensor whose every use that `counts` selects
-/// (all of them when null) is a product's operand rounded to bfloat16: the
-/// `a` or `b` of an nn.gemm, an operand of an nn.matmul, with compute_type
-/// "bf16", directly or through nn.reshape and nn.transpose (which move
-/// values without changing them). True for a value without such uses (a
-/// split backward's input part does not read what only its weight part
-/// multiplies).
-bool onlyMultipliedInBf16(
-    mlir::Value v,
-    llvm::function_ref<bool(mlir::Operation *)> counts = nullptr);
 
 /// Whether the backward phase `f`'s argument `index`, a value the forward
 /// kept (its role is stash or activation), may be kept in bfloat16: what
@@ -35,11 +25,13 @@ bool onlyMultipliedInBf16(
 /// reads the same value again must only multiply it in bfloat16 too.
 bool keptInBf16(mlir::func::FuncOp f, unsigned index);
 
-/// The stash bytes of a float32 tensor of `bytes` kept in bfloat16: half,
-/// rounded up to 4 (the next kept tensor's float32 alignment).
-constexpr int64_t bf16StashBytes(int64_t bytes) {
-  return (bytes / 2 + 3) / 4 * 4;
-}
+/// Whether the forward phase `f`'s argument `index`, an activation the
+/// stage before sends, may come in bfloat16: the forward and every
+/// backward phase beside it in the module that reads the value again
+/// (whole or split, with recompute too) only multiply it in bfloat16, so
+/// the stage trains the same to the last bit on half the message. What
+/// the bundle's wiring lays out (the receiver's `message_dtype`).
+bool receivedInBf16(mlir::func::FuncOp f, unsigned index);
 
 } // namespace gpipe
 

@@ -24,6 +24,9 @@ struct Slot {
   /// A backward input the stash may keep in bfloat16 (LowerStage's
   /// stash_dtype).
   bool keptBf16 = false;
+  /// A forward input that may come from the stage before in bfloat16
+  /// (LowerStage's message_dtype).
+  bool receivedBf16 = false;
 };
 
 SmallVector<Slot> slotsOf(func::FuncOp phase, StringRef which) {
@@ -38,10 +41,12 @@ SmallVector<Slot> slotsOf(func::FuncOp phase, StringRef which) {
         dtypeFromMlirName(dict.getAs<StringAttr>("dtype").getValue().str());
     bytes *= dtype ? static_cast<int64_t>(dtypeSize(*dtype)) : 1;
     auto stashType = dict.getAs<StringAttr>("stash_dtype");
+    auto messageType = dict.getAs<StringAttr>("message_dtype");
     out.push_back({static_cast<int64_t>(i),
                    dict.getAs<StringAttr>("name").getValue(),
                    dict.getAs<RoleAttr>("role").getValue(), bytes,
-                   stashType && stashType.getValue() == "bf16"});
+                   stashType && stashType.getValue() == "bf16",
+                   messageType && messageType.getValue() == "bf16"});
   }
   return out;
 }
@@ -65,17 +70,42 @@ json::Object layout(ArrayRef<Slot> slots, Role role, StringRef key) {
   return json::Object{{"bytes", bytes}, {"tensors", std::move(tensors)}};
 }
 
-/// A forward's messages: the activations it sends, and each it receives
-/// at its offset in the message of the stage before (`prevOut`, its
-/// forward's outputs; null for the first stage).
+/// Whether the activation `sent` goes to the stage after in bfloat16: its
+/// receiver (`nextIn`, that stage's forward inputs) takes it so.
+bool sentInBf16(const Slot &sent, const SmallVector<Slot> *nextIn) {
+  const Slot *in = nextIn ? findSlot(*nextIn, sent.name) : nullptr;
+  return in && in->receivedBf16;
+}
+
+/// A forward's messages: the activations it sends (in bfloat16 where the
+/// stage after, `nextIn`, takes them so), and each it receives at its
+/// offset in the message of the stage before (`prevOut`, its forward's
+/// outputs; null for the first stage). Both sides lay a message out by
+/// the same rule, the sender's outputs in order.
 LogicalResult wireActivations(const SmallVector<Slot> *prevOut,
+                              const SmallVector<Slot> *nextIn,
                               ArrayRef<Slot> fwdIn, ArrayRef<Slot> fwdOut,
                               size_t k, func::FuncOp forward,
                               json::Object &wiring) {
   auto fail = [&](const Twine &why) {
     return forward.emitError("internal: stage ") << k << ": " << why;
   };
-  wiring["send_activations"] = layout(fwdOut, Role::Activation, "output");
+  // A tensor of `bytes` in a message, and the next one's offset.
+  auto entry = [](json::Object e, int64_t bytes, bool bf16, int64_t &offset) {
+    e["offset"] = offset;
+    if (bf16)
+      e["dtype"] = "bf16";
+    offset += bf16 ? bf16StashBytes(bytes) : bytes;
+    return e;
+  };
+  json::Array sendAct;
+  int64_t sendActBytes = 0;
+  for (const Slot &out : fwdOut)
+    if (out.role == Role::Activation)
+      sendAct.push_back(entry(json::Object{{"output", out.index}}, out.bytes,
+                              sentInBf16(out, nextIn), sendActBytes));
+  wiring["send_activations"] =
+      json::Object{{"bytes", sendActBytes}, {"tensors", std::move(sendAct)}};
   json::Array recvAct;
   int64_t recvActBytes = 0;
   if (prevOut) {
@@ -83,15 +113,17 @@ LogicalResult wireActivations(const SmallVector<Slot> *prevOut,
     for (const Slot &sent : *prevOut) {
       if (sent.role != Role::Activation)
         continue;
-      if (const Slot *in = findSlot(fwdIn, sent.name)) {
-        if (in->role != Role::Activation || in->bytes != sent.bytes)
-          return fail("input '" + in->name + "' does not match stage " +
-                      Twine(k - 1) + "'s output");
-        recvAct.push_back(json::Object{{"input", in->index},
-                                       {"offset", offset},
-                                       {"sender_output", sent.index}});
+      const Slot *in = findSlot(fwdIn, sent.name);
+      if (!in) {
+        offset += sent.bytes;
+        continue;
       }
-      offset += sent.bytes;
+      if (in->role != Role::Activation || in->bytes != sent.bytes)
+        return fail("input '" + in->name + "' does not match stage " +
+                    Twine(k - 1) + "'s output");
+      recvAct.push_back(entry(
+          json::Object{{"input", in->index}, {"sender_output", sent.index}},
+          in->bytes, in->receivedBf16, offset));
     }
     recvActBytes = offset;
   }
@@ -150,8 +182,9 @@ FailureOr<SmallVector<json::Object>> wireStages(ArrayRef<StagePhases> stages) {
       return forward.emitError("internal: stage ") << k << ": " << why;
     };
     json::Object wiring;
-    if (failed(wireActivations(k == 0 ? nullptr : &all[k - 1].fwdOut, p.fwdIn,
-                               p.fwdOut, k, stage.forward, wiring)))
+    if (failed(wireActivations(k == 0 ? nullptr : &all[k - 1].fwdOut,
+                               k + 1 < all.size() ? &all[k + 1].fwdIn : nullptr,
+                               p.fwdIn, p.fwdOut, k, stage.forward, wiring)))
       return failure();
     wiring["send_gradients"] = layout(p.bwdOut, Role::InputGrad, "output");
 
@@ -303,8 +336,9 @@ wireInferenceStages(ArrayRef<func::FuncOp> forwards) {
   SmallVector<json::Object> out;
   for (size_t k = 0; k < forwards.size(); ++k) {
     json::Object wiring;
-    if (failed(wireActivations(k == 0 ? nullptr : &outs[k - 1], ins[k], outs[k],
-                               k, forwards[k], wiring)))
+    if (failed(wireActivations(k == 0 ? nullptr : &outs[k - 1],
+                               k + 1 < ins.size() ? &ins[k + 1] : nullptr,
+                               ins[k], outs[k], k, forwards[k], wiring)))
       return failure();
     if (k + 1 == forwards.size())
       for (const Slot &o : outs[k])

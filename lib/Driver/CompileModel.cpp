@@ -229,10 +229,16 @@ int parseStageDevices(const CompileOptions &o,
       return error("--devices=" + flag + ": rank " + std::to_string(r) +
                    " has no stage (number the ranks 0.." +
                    std::to_string(count - 1) + " without gaps)");
-  if (o.stages != "auto" && o.stages != std::to_string(devices.size()))
+  // One stage per device: auto, their count, or the cuts between them.
+  llvm::StringRef stages(o.stages);
+  bool cuts = stages.consume_front("manual:") &&
+              static_cast<size_t>(stages.count(',')) + 2 == devices.size();
+  if (o.stages != "auto" && o.stages != std::to_string(devices.size()) && !cuts)
     return error("--devices=" + flag +
-                 ": with rank prefixes every device "
-                 "is one stage; leave out --stages");
+                 ": with rank prefixes every device is one stage; leave out "
+                 "--stages or give its " +
+                 std::to_string(devices.size() - 1) +
+                 " cut(s) (--stages=manual:i,...)");
   return 0;
 }
 

@@ -121,7 +121,10 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.gradientSumPass = partitioner.gradientSumPass(s, begin, end);
     facts.inBytes = table.crossBytes[begin] * scale;
     facts.outBytes = table.crossBytes[end] * scale;
-    facts.messages = 2 * (facts.inBytes + facts.outBytes);
+    facts.inMessageBytes = slice.inMessageBytes;
+    facts.outMessageBytes = slice.outMessageBytes;
+    facts.messages = facts.inMessageBytes + facts.inBytes +
+                     facts.outMessageBytes + facts.outBytes;
     double activations = 0;
     for (int64_t i = begin; i < end; ++i)
       activations += table.activationBytes[i] * scale;

@@ -173,10 +173,25 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         if (keptForWeightPart(argRole(weight, i)))
           stashBytes += nn::detail::numBytes(weight.getArgumentTypes()[i]);
     }
-    // One received and one sent message each way.
+    // One received and one sent message each way; activations the stage
+    // only multiplies in bfloat16 come in bfloat16 (receivedInBf16), and
+    // what it sends as the partition counted it (LayerTable's
+    // crossMessageBytes: the next stage is not lowered yet).
     int64_t inBytes = roleBytes(fwd, false, {Role::Activation});
     int64_t outBytes = roleBytes(fwd, true, {Role::Activation});
-    int64_t messageBytes = 2 * (inBytes + outBytes);
+    int64_t inMessageBytes = 0;
+    for (unsigned i = 0; i < fwd.getNumArguments(); ++i)
+      if (argRole(fwd, i) == Role::Activation) {
+        int64_t bytes = nn::detail::numBytes(fwd.getArgumentTypes()[i]);
+        inMessageBytes +=
+            receivedInBf16(fwd, i) ? bf16StashBytes(bytes) : bytes;
+      }
+    int64_t outMessageBytes = outBytes;
+    if (auto sent = stageOps[s]->getAttrOfType<DenseI64ArrayAttr>(
+            "gpipe.activation_message_bytes"))
+      outMessageBytes = std::min(outBytes, sent[1]);
+    int64_t messageBytes =
+        inMessageBytes + inBytes + outMessageBytes + outBytes;
     int64_t entryIndex = s;
     {
       PassManager pm(context);
@@ -253,6 +268,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     facts.messages = messageBytes;
     facts.inBytes = inBytes;
     facts.outBytes = outBytes;
+    facts.inMessageBytes = inMessageBytes;
+    facts.outMessageBytes = outMessageBytes;
     facts.memoryBandwidth =
         op->getAttrOfType<FloatAttr>("gpipe.memory_bandwidth")
             .getValueAsDouble();

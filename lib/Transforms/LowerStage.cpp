@@ -952,6 +952,12 @@ LogicalResult StageLowering::emit() {
                     forward.getSymName() == "backward_input";
   for (unsigned i = 0; i < forward.getNumArguments(); ++i)
     keptBf16.push_back(readsStash && keptInBf16(forward, i));
+  // The activations that may come from the stage before in bfloat16
+  // (receivedInBf16), while the backward phases are still the model's.
+  SmallVector<bool> receivedBf16;
+  for (unsigned i = 0; i < forward.getNumArguments(); ++i)
+    receivedBf16.push_back(forward.getSymName() == "forward" &&
+                           receivedInBf16(forward, i));
   auto arenaType =
       MemRefType::get({std::max<int64_t>(plan.size, 1)}, b.getI8Type());
   auto paramsType =
@@ -1151,6 +1157,12 @@ LogicalResult StageLowering::emit() {
     if (keptBf16[arg.getArgNumber()]) {
       NamedAttrList attrs(entry);
       attrs.set("stash_dtype", builder.getStringAttr("bf16"));
+      entry = attrs.getDictionary(builder.getContext());
+    }
+    // Received in bfloat16 (the runtime widens it into the arena).
+    if (receivedBf16[arg.getArgNumber()]) {
+      NamedAttrList attrs(entry);
+      attrs.set("message_dtype", builder.getStringAttr("bf16"));
       entry = attrs.getDictionary(builder.getContext());
     }
     inputs.push_back(entry);

@@ -406,6 +406,10 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       stage->setAttr("gpipe.backward_weight_time",
                      b.getF64FloatAttr(c.backwardWeight));
       stage->setAttr("gpipe.transfer_time", b.getF64FloatAttr(c.transfer));
+      stage->setAttr(
+          "gpipe.activation_message_bytes",
+          b.getDenseI64ArrayAttr({static_cast<int64_t>(c.inMessageBytes),
+                                  static_cast<int64_t>(c.outMessageBytes)}));
       // Each layer's predicted seconds per micro-batch, by the name under
       // which gpipe-run --profile-ops times it, in the layers' order:
       // [name, forward, backward] (the layers of one ONNX node share a

@@ -10,45 +10,6 @@ using namespace mlir;
 
 namespace gpipe {
 
-namespace {
-
-/// Whether `use` rounds its value to bfloat16 before multiplying it.
-bool roundsToBf16(OpOperand &use) {
-  Operation *op = use.getOwner();
-  auto product = dyn_cast<nn::ComputeTypeOpInterface>(op);
-  if (!product || product.getComputeType() != "bf16")
-    return false;
-  // A gemm's c is added in float32; every operand of a matmul multiplies.
-  if (isa<nn::GemmOp>(op))
-    return use.getOperandNumber() < 2;
-  return isa<nn::MatMulOp>(op);
-}
-
-bool onlyRounded(Value v, function_ref<bool(Operation *)> counts) {
-  for (OpOperand &use : v.getUses()) {
-    Operation *op = use.getOwner();
-    if (counts && !counts(op))
-      continue;
-    if (isa<nn::ReshapeOp, nn::TransposeOp>(op)) {
-      if (!onlyRounded(op->getResult(0), nullptr))
-        return false;
-      continue;
-    }
-    if (!roundsToBf16(use))
-      return false;
-  }
-  return true;
-}
-
-} // namespace
-
-bool onlyMultipliedInBf16(Value v, function_ref<bool(Operation *)> counts) {
-  auto type = dyn_cast<RankedTensorType>(v.getType());
-  if (!type || !type.getElementType().isF32())
-    return false;
-  return onlyRounded(v, counts);
-}
-
 bool keptInBf16(func::FuncOp f, unsigned index) {
   Role role = argRole(f, index);
   if ((role != Role::Stash && role != Role::Activation) ||
@@ -67,6 +28,38 @@ bool keptInBf16(func::FuncOp f, unsigned index) {
   for (unsigned j = 0; j < weight.getNumArguments(); ++j)
     if (nameOf(weight.getArgAttrDict(j)) == name)
       return onlyMultipliedInBf16(weight.getArgument(j));
+  return true;
+}
+
+bool receivedInBf16(func::FuncOp f, unsigned index) {
+  // The forward multiplies it, or returns it to be kept for the backward
+  // (a stash output): the backward phases' reads are checked below.
+  auto returned = [](Operation *op) { return !isa<func::ReturnOp>(op); };
+  BlockArgument arg = f.getArgument(index);
+  if (argRole(f, index) != Role::Activation ||
+      !onlyMultipliedInBf16(arg, returned))
+    return false;
+  SmallVector<StringRef> names{nameOf(f.getArgAttrDict(index))};
+  for (OpOperand &use : arg.getUses()) {
+    if (!isa<func::ReturnOp>(use.getOwner()))
+      continue;
+    unsigned result = use.getOperandNumber();
+    if (resultRole(f, result) != Role::Stash)
+      return false; // sent on, or a model output: float32
+    names.push_back(nameOf(f.getResultAttrDict(result)));
+  }
+  auto module = f->getParentOfType<ModuleOp>();
+  if (!module)
+    return true;
+  for (StringRef phase : {"backward", "backward_input", "backward_weight"}) {
+    auto backward = module.lookupSymbol<func::FuncOp>(phase);
+    if (!backward)
+      continue;
+    for (unsigned j = 0; j < backward.getNumArguments(); ++j)
+      if (llvm::is_contained(names, nameOf(backward.getArgAttrDict(j))) &&
+          !onlyMultipliedInBf16(backward.getArgument(j)))
+        return false;
+  }
   return true;
 }
 

@@ -486,8 +486,18 @@ WiringSpec parseWiring(const json &j, const StageSpec &stage, bool training) {
       e.slot = index(t.at(key), slots.size(), what);
       e.offset = integer<int64_t>(t.at("offset"));
       e.senderSlot = integer(t, "sender_output", size_t(0));
-      if (e.offset < 0 || e.offset > kMaxOffset ||
-          e.offset + slots[e.slot].byteSize() > out.bytes)
+      std::string type = t.value("dtype", std::string("f32"));
+      const TensorSlot &slot = slots[e.slot];
+      if (type != "f32" && type != "bf16")
+        throw BundleError(where + "message dtype '" + type +
+                          "' is not f32 or bf16");
+      e.bf16 = type == "bf16";
+      if (e.bf16 && (slot.dtype != DType::F32 || e.offset % 4 != 0))
+        throw BundleError(where + "'" + slot.name +
+                          "' is carried in bfloat16 but is not float32 or "
+                          "lies at an unaligned offset");
+      int64_t bytes = e.bf16 ? slot.numElements() * 2 : slot.byteSize();
+      if (e.offset < 0 || e.offset > kMaxOffset || e.offset + bytes > out.bytes)
         throw BundleError(where + "a message tensor lies outside its message");
       out.tensors.push_back(e);
     }
@@ -708,8 +718,16 @@ void checkMessages(const std::vector<StageSpec> &stages) {
     for (const MessageLayout::Entry &e : w.recvActivations.tensors) {
       const std::vector<TensorSlot> &sent =
           stages[k - 1].phase("forward")->outputs;
+      const std::vector<MessageLayout::Entry> &from =
+          stages[k - 1].wiring.sendActivations.tensors;
+      auto sender = std::find_if(from.begin(), from.end(),
+                                 [&](const MessageLayout::Entry &s) {
+                                   return s.slot == e.senderSlot;
+                                 });
       if (e.senderSlot >= sent.size() ||
-          sent[e.senderSlot].byteSize() != fwd.inputs[e.slot].byteSize())
+          sent[e.senderSlot].byteSize() != fwd.inputs[e.slot].byteSize() ||
+          sender == from.end() || sender->offset != e.offset ||
+          sender->bf16 != e.bf16)
         throw BundleError(where + "input '" + fwd.inputs[e.slot].name +
                           "' does not match the output it comes from");
     }

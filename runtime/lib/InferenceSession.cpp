@@ -1,6 +1,7 @@
 #include "gpipe/runtime/InferenceSession.h"
 
 #include "DeviceWorker.h"
+#include "MessagePacking.h"
 #include "StageExecutor.h"
 #include "StageHandoff.h"
 #include "Transport.h"
@@ -384,11 +385,7 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
               received = transport->wait(key);
               message = received.data();
             }
-            for (const MessageLayout::Entry &e : in.tensors) {
-              const TensorSlot &slot = fwd.inputs[e.slot];
-              device.copyToDevice(st.arena() + slot.offset, message + e.offset,
-                                  slot.byteSize());
-            }
+            unpackMessage(device, in, fwd.inputs, message, st.arena());
             if (links[s - 1]) {
               links[s - 1]->release();
             } else {
@@ -421,11 +418,7 @@ InferenceSession::run(const std::map<std::string, HostTensor> &given) {
             sent = transport->acquire(key, static_cast<size_t>(out.bytes));
             message = sent.data();
           }
-          for (const MessageLayout::Entry &e : out.tensors) {
-            const TensorSlot &slot = fwd.outputs[e.slot];
-            device.copyToHost(message + e.offset, st.arena() + slot.offset,
-                              slot.byteSize());
-          }
+          packMessage(device, out, fwd.outputs, st.arena(), message);
           if (links[s])
             links[s]->publish();
           else

@@ -1,6 +1,7 @@
 #include "StreamRunner.h"
 
 #include "Clock.h"
+#include "MessagePacking.h"
 
 #include "gpipe/runtime/InferenceSession.h"
 
@@ -262,11 +263,7 @@ Transport::Message StreamRunner::fill(const MessageLayout &layout,
                                       const MessageKey &k) {
   Transport::Message msg =
       transport.acquire(k, static_cast<size_t>(layout.bytes));
-  for (const MessageLayout::Entry &e : layout.tensors) {
-    const TensorSlot &slot = phase.outputs[e.slot];
-    exec->device().copyToHost(msg.data() + e.offset, arena + slot.offset,
-                              slot.byteSize());
-  }
+  packMessage(exec->device(), layout, phase.outputs, arena, msg.data());
   return msg;
 }
 
@@ -306,11 +303,7 @@ void StreamRunner::receive(const MessageLayout &layout, const PhaseSpec &phase,
                              what + " of micro-batch " +
                              std::to_string(k.microBatch) +
                              " before its message");
-  for (const MessageLayout::Entry &e : layout.tensors) {
-    const TensorSlot &slot = phase.inputs[e.slot];
-    exec->device().copyToDevice(arena + slot.offset,
-                                it->second.data() + e.offset, slot.byteSize());
-  }
+  unpackMessage(exec->device(), layout, phase.inputs, it->second.data(), arena);
   transport.release(k, std::move(it->second));
   messages.erase(it);
 }

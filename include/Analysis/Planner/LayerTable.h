@@ -71,6 +71,12 @@ struct LayerTable {
   /// Per cut position c in [0, n], at `rows`: bytes of the tensors
   /// crossing it.
   llvm::SmallVector<double> crossBytes;
+  /// Per cut position, at `rows`: bytes of the activation message across
+  /// it, a tensor the model only multiplies in bfloat16 at half its bytes
+  /// (ProductPrecision.h; the compiler sends such a tensor so where the
+  /// receiving stage only multiplies it, which this counts from the
+  /// tensor's every use: it may price a message larger than it is).
+  llvm::SmallVector<double> crossMessageBytes;
   /// Per layer result: the position of its last user (n: the return).
   llvm::DenseMap<mlir::Value, int64_t> lastUse;
   /// Per layer: the share of its gradient the backward computes. 0 where

@@ -34,6 +34,10 @@ struct StageFacts {
   /// Bytes per micro-batch the runtime copies: the stash kept for the
   /// backward, the messages in and out (`messages` counts both ways).
   double stashBytes = 0, messages = 0, inBytes = 0, outBytes = 0;
+  /// Of those, the activation messages in and out as sent (a tensor the
+  /// receiver only multiplies in bfloat16 at half its bytes); inBytes and
+  /// outBytes are the activations' own, and their gradients'.
+  double inMessageBytes = 0, outMessageBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
   /// Seconds of one pass of the runtime's gradient sum over them as

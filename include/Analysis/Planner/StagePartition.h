@@ -27,7 +27,10 @@ struct StageSlice {
   /// Of the backward, the weights' gradients (LayerTable::weightShare).
   double backwardWeight = 0;
   double transfer = 0; // seconds to send and receive its cuts
-  double memory = 0;   // bytes at the schedule's peak
+  /// Bytes of the activation messages it receives and sends, as sent
+  /// (LayerTable::crossMessageBytes); its gradients' are the cuts' bytes.
+  double inMessageBytes = 0, outMessageBytes = 0;
+  double memory = 0; // bytes at the schedule's peak
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;

@@ -1,6 +1,8 @@
 //===- LayerTable.cpp - The layers of @forward as the planner weighs them -===//
 #include "Analysis/Planner/LayerTable.h"
 
+#include "Analysis/ProductPrecision.h"
+
 #include "GPipe/IR/GPipeOps.h"
 #include "NN/IR/NNOps.h"
 #include "gpipe/common/KernelFamily.h"
@@ -53,6 +55,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.paramBytes.assign(n, 0);
   t.trainableBytes.assign(n, 0);
   t.crossBytes.assign(n + 1, 0);
+  t.crossMessageBytes.assign(n + 1, 0);
   t.measured.assign(n, std::nullopt);
   t.family.assign(n, "");
   t.backwardFamily.assign(n, "");
@@ -145,8 +148,13 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
         last = std::max(last,
                         isa<func::ReturnOp>(user) ? n : position.lookup(user));
       t.lastUse[r] = last;
-      for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c)
+      double sent = onlyMultipliedInBf16(r)
+                        ? bf16StashBytes(static_cast<int64_t>(bytes))
+                        : bytes;
+      for (int64_t c = i + 1; c <= std::min(last, n - 1); ++c) {
         t.crossBytes[c] += bytes;
+        t.crossMessageBytes[c] += sent;
+      }
     }
     for (Value operand : op->getOperands()) {
       Operation *def = operand.getDefiningOp();

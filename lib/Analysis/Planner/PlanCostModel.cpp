@@ -60,7 +60,7 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   if (s + 1 < k && plan.stages[s + 1].rank != c.rank)
     c.activationWire =
         network.networkLatency +
-        static_cast<double>(f.outBytes) / network.networkBandwidth;
+        static_cast<double>(f.outMessageBytes) / network.networkBandwidth;
   if (s > 0 && plan.stages[s - 1].rank != c.rank)
     c.gradientWire = network.networkLatency +
                      static_cast<double>(f.inBytes) / network.networkBandwidth;

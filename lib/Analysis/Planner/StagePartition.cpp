@@ -91,14 +91,16 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
     // and its output sent; its parameters (converted once, not once a
     // step), one micro-batch's results and the message out held.
     double s = table.scale(rows);
-    double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
-    c.transfer = (in + out) / profiles[stage].linkBandwidth;
+    c.inMessageBytes = table.crossMessageBytes[begin] * s;
+    c.outMessageBytes = table.crossMessageBytes[end] * s;
+    c.transfer =
+        (c.inMessageBytes + c.outMessageBytes) / profiles[stage].linkBandwidth;
     double acts = activations[end] - activations[begin];
     // params counts a trainable weight with its gradient (no optimizer
     // state here): the weights' own bytes once.
     double weights =
         params[end] - params[begin] - (trainable[end] - trainable[begin]);
-    c.memory = weights + acts + out;
+    c.memory = weights + acts + c.outMessageBytes;
     return c;
   }
   c.backward = backward[stage][end] - backward[stage][begin];
@@ -115,7 +117,11 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   }
   double s = table.scale(rows);
   double in = table.crossBytes[begin] * s, out = table.crossBytes[end] * s;
-  c.transfer = 2 * (in + out) / profiles[stage].linkBandwidth;
+  // Activations one way (as sent), their gradients the other.
+  c.inMessageBytes = table.crossMessageBytes[begin] * s;
+  c.outMessageBytes = table.crossMessageBytes[end] * s;
+  c.transfer = (c.inMessageBytes + in + c.outMessageBytes + out) /
+               profiles[stage].linkBandwidth;
   double acts = activations[end] - activations[begin];
   // Kept per micro-batch: the stage input with recompute, else the stash
   // where it is known (LayerTable::setStash), every result otherwise. The

@@ -12,8 +12,10 @@ namespace gpipe {
 /// optimizer_state, constant) in place of "trainable". 8: the cross-entropy
 /// kernels take `ignore_index`; the training section names it. 9: the
 /// products' kernels (gemm, matmul, conv and its gradients) take
-/// `compute_type`; the manifest says the bundle's `precision`.
-constexpr int64_t kBundleFormatVersion = 10;
+/// `compute_type`; the manifest says the bundle's `precision`. 10: a
+/// carried tensor's `stash_dtype`. 11: a message tensor's `dtype` (an
+/// activation carried in bfloat16).
+constexpr int64_t kBundleFormatVersion = 11;
 
 } // namespace gpipe
 

@@ -126,6 +126,10 @@ struct MessageLayout {
     size_t slot = 0;
     int64_t offset = 0;
     size_t senderSlot = 0;
+    /// A float32 tensor carried in bfloat16 (manifest "dtype": "bf16"):
+    /// numElements() * 2 bytes at `offset`, its receiver only multiplies
+    /// it in bfloat16.
+    bool bf16 = false;
   };
   int64_t bytes = 0;
   std::vector<Entry> tensors;
