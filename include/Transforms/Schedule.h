@@ -19,6 +19,9 @@ struct ScheduleRequest {
   ScheduleKind kind = ScheduleKind::GPipe;
   int64_t microBatches = 1;
   llvm::SmallVector<std::string> devices;
+  /// Each stage's MPI rank (empty: all on rank 0); with the device, what
+  /// an interleaving kind reads as the stage's device.
+  llvm::SmallVector<int64_t> ranks;
   llvm::SmallVector<bool> recompute;
   /// Optional memory figures of each stage (see gpipe.stream).
   struct Memory {
@@ -27,8 +30,12 @@ struct ScheduleRequest {
   llvm::SmallVector<Memory> memory;
 };
 
+/// Each stage's (rank, device) key of `request` ("r0:cpu:0").
+llvm::SmallVector<std::string> deviceKeys(const ScheduleRequest &request);
+
 /// Builds the gpipe.schedule for `request` at the builder's insertion
-/// point. The caller verifies it.
+/// point. The caller verifies it; an interleaving kind needs a layout that
+/// interleavingError accepts.
 ScheduleOp buildSchedule(mlir::OpBuilder &builder, mlir::Location loc,
                          const ScheduleRequest &request);
 

@@ -184,6 +184,13 @@ void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
       ScheduleKind kind = info.kind;
       if (placement.size() == 1 && kind != ScheduleKind::GPipe)
         continue; // one stage: the schedules are the same
+      if (info.interleaves) {
+        llvm::SmallVector<std::string> keys;
+        for (const StagePlacement &p : placement)
+          keys.push_back("r" + std::to_string(p.rank) + ":" + p.device);
+        if (!interleavingError(keys, m).empty())
+          continue; // the devices are not listed over again
+      }
       // Recompute is for memory: weighed where keeping the activations
       // does not fit (its copies saved never repay the forward run again
       // in measurements, docs/pipeline-benchmarks.md), and then only on the

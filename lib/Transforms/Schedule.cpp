@@ -6,6 +6,7 @@
 #include "Analysis/Planner/ScheduleGenerator.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/ErrorHandling.h"
 
 namespace gpipe {
@@ -17,20 +18,50 @@ namespace gpipe {
 using namespace mlir;
 using namespace gpipe;
 
+llvm::SmallVector<std::string> gpipe::deviceKeys(const ScheduleRequest &r) {
+  llvm::SmallVector<std::string> keys;
+  for (auto [s, device] : llvm::enumerate(r.devices))
+    keys.push_back("r" + std::to_string(s < r.ranks.size() ? r.ranks[s] : 0) +
+                   ":" + device);
+  return keys;
+}
+
 ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
                                 const ScheduleRequest &r) {
   int64_t k = r.devices.size(), m = r.microBatches;
   const ScheduleKindInfo &info = scheduleKindInfo(r.kind);
-  llvm::SmallVector<StageActions> actions = info.generate(k, m);
+  int64_t v = info.interleaves ? virtualStagesOf(deviceKeys(r)) : 1;
+  llvm::SmallVector<StageActions> actions = info.generate(k, m, v);
   // The partitioner's memory estimate reads the closed form: every
   // schedule built checks it against the order (a new kind with a wrong
   // one fails its first test).
   for (int64_t s = 0; s < k; ++s)
-    if (maxInFlight(actions[s]) != info.inFlight(k, m, s))
+    if (maxInFlight(actions[s]) != info.inFlight(k, m, s, v))
       llvm::report_fatal_error(llvm::Twine("schedule '") + info.name +
                                "': its in-flight count disagrees with its "
                                "order on stage " +
                                llvm::Twine(s));
+  // Stages sharing a device in turns: the device's order counts
+  // instructions (a backward that recomputes is two), so each action's
+  // first instruction's turn follows from the actions before it there.
+  int64_t devices = k / v;
+  llvm::DenseMap<std::pair<int64_t, int64_t>, int64_t> firstTurn;
+  if (v > 1)
+    for (int64_t d = 0; d < devices; ++d) {
+      std::vector<std::tuple<int64_t, int64_t, int64_t>> order; // turn, s, i
+      for (int64_t s = d; s < k; s += devices)
+        for (auto [i, a] : llvm::enumerate(actions[s]))
+          order.emplace_back(a.turn, s, static_cast<int64_t>(i));
+      llvm::sort(order);
+      int64_t turn = 0;
+      for (auto [t, s, i] : order) {
+        firstTurn[{s, i}] = turn;
+        const ScheduleAction &a = actions[s][i];
+        bool recomputes = r.recompute[s] && a.op != InstructionOp::Forward &&
+                          a.op != InstructionOp::BackwardWeight;
+        turn += recomputes ? 2 : 1;
+      }
+    }
   auto schedule = b.create<ScheduleOp>(loc, k, m);
   Block *body = new Block();
   schedule.getBody().push_back(body);
@@ -42,9 +73,9 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
     auto i64 = [&](std::optional<int64_t> v) {
       return v ? sb.getI64IntegerAttr(*v) : IntegerAttr();
     };
-    auto stream =
-        sb.create<StreamOp>(loc, s, r.devices[s], i64(memory.staticBytes),
-                            i64(memory.stashBytes), i64(memory.limit));
+    auto stream = sb.create<StreamOp>(
+        loc, s, r.devices[s], i64(memory.staticBytes), i64(memory.stashBytes),
+        i64(memory.limit), v > 1 ? i64(s % devices) : IntegerAttr());
     Block *block = new Block();
     stream.getBody().push_back(block);
     OpBuilder ib = OpBuilder::atBlockEnd(block);
@@ -53,16 +84,25 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
     // to the next; a backward receives its output gradients, runs the
     // forward again first where the stage recomputes, and sends its input
     // gradients back.
-    for (const ScheduleAction &a : actions[s]) {
+    for (auto [i, a] : llvm::enumerate(actions[s])) {
+      std::optional<int64_t> turn;
+      if (v > 1)
+        turn = firstTurn.lookup({s, static_cast<int64_t>(i)});
+      // The next compute instruction's turn, where it has one.
+      auto next = [&]() -> IntegerAttr {
+        if (!turn)
+          return IntegerAttr();
+        return ib.getI64IntegerAttr((*turn)++);
+      };
       if (a.op == InstructionOp::Forward) {
         if (s > 0)
           ib.create<RecvActivationInstr>(loc, a.microBatch, s - 1);
-        ib.create<ForwardInstr>(loc, a.microBatch);
+        ib.create<ForwardInstr>(loc, a.microBatch, next());
         if (s + 1 < k)
           ib.create<SendActivationInstr>(loc, a.microBatch, s + 1);
       } else if (a.op == InstructionOp::BackwardWeight) {
         // The weights' part reads what its input part left: no transfer.
-        ib.create<BackwardWeightInstr>(loc, a.microBatch);
+        ib.create<BackwardWeightInstr>(loc, a.microBatch, next());
       } else {
         bool split = a.op == InstructionOp::BackwardInput;
         assert((split || a.op == InstructionOp::Backward) &&
@@ -70,11 +110,11 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
         if (s + 1 < k)
           ib.create<RecvGradientInstr>(loc, a.microBatch, s + 1);
         if (r.recompute[s])
-          ib.create<RecomputeInstr>(loc, a.microBatch);
+          ib.create<RecomputeInstr>(loc, a.microBatch, next());
         if (split)
-          ib.create<BackwardInputInstr>(loc, a.microBatch);
+          ib.create<BackwardInputInstr>(loc, a.microBatch, next());
         else
-          ib.create<BackwardInstr>(loc, a.microBatch);
+          ib.create<BackwardInstr>(loc, a.microBatch, next());
         if (s > 0)
           ib.create<SendGradientInstr>(loc, a.microBatch, s - 1);
       }
@@ -130,6 +170,13 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
       };
       r.memory.push_back({get("gpipe.static_bytes"), get("gpipe.stash_bytes"),
                           get("gpipe.memory_limit")});
+    }
+    if (scheduleKindInfo(r.kind).interleaves) {
+      std::string why = interleavingError(deviceKeys(r), r.microBatches);
+      if (!why.empty()) {
+        module.emitError("schedule ") << kind << " " << why;
+        return signalPassFailure();
+      }
     }
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     ScheduleOp schedule = buildSchedule(b, module.getLoc(), r);

@@ -6,7 +6,8 @@
 // registered schedule kind built as the compiler builds it, verified, and
 // played by the compiler's schedule simulator; its idle share beside the
 // papers' formulas: GPipe and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)(F+B-W) idle
-// per stage, (K-1)/(3M+K-1). Markdown rows for
+// per stage, (K-1)/(3M+K-1), interleaved 1F1B with v = 2 stages per device
+// (each 1/v of the device's model) (K-1)/(vM+K-1). Markdown rows for
 // bench/run_pipeline_benchmarks.py.
 //
 //===----------------------------------------------------------------------===//
@@ -30,9 +31,11 @@ using namespace gpipe;
 namespace {
 
 /// The papers' idle share of `kind` on K equal stages at M micro-batches.
-double formula(ScheduleKind kind, double k, double m) {
+double formula(ScheduleKind kind, double k, double m, double v) {
   if (kind == ScheduleKind::ZeroBubbleH1)
     return (k - 1) / (3 * m + k - 1);
+  if (kind == ScheduleKind::Interleaved1F1B)
+    return (k - 1) / (v * m + k - 1);
   return (k - 1) / (m + k - 1);
 }
 
@@ -48,14 +51,18 @@ int main(int argc, char **argv) {
   context.loadDialect<GPipeDialect>();
   llvm::outs() << "| schedule | K | M | predicted bubble | paper's formula |\n"
                << "|---|---|---|---|---|\n";
+  constexpr int64_t kVirtual = 2; // stages per device, interleaved
   for (const ScheduleKindInfo &info : scheduleKinds())
     for (int64_t k : stages)
       for (int64_t m : {8, 16, 32, 64}) {
         ScheduleRequest request;
         request.kind = info.kind;
         request.microBatches = m;
-        for (int64_t s = 0; s < k; ++s) {
-          request.devices.push_back("cpu:" + std::to_string(s));
+        // Interleaved: v stages on each of the K devices, stage s on
+        // device s mod K, each a v-th of the device's model.
+        int64_t v = info.interleaves ? kVirtual : 1, n = k * v;
+        for (int64_t s = 0; s < n; ++s) {
+          request.devices.push_back("cpu:" + std::to_string(s % k));
           request.recompute.push_back(false);
         }
         auto module = mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));
@@ -67,17 +74,19 @@ int main(int argc, char **argv) {
           return 1;
         }
         StageTimes unit;
-        unit.forward = 1;
-        unit.backward = 2;
-        unit.backwardInput = 1;
-        unit.backwardWeight = 1;
-        llvm::SmallVector<StageTimes> times(k, unit);
-        for (int64_t s = 0; s < k; ++s)
-          times[s].rank = s; // a device each
+        double share = 1.0 / static_cast<double>(v);
+        unit.forward = share;
+        unit.backward = 2 * share;
+        unit.backwardInput = share;
+        unit.backwardWeight = share;
+        llvm::SmallVector<StageTimes> times(n, unit);
         SchedulePrediction p = predictSchedule(schedule, times);
-        llvm::outs() << "| " << info.name << " | " << k << " | " << m << " | "
+        llvm::outs() << "| " << info.name
+                     << (v > 1 ? " (v=" + std::to_string(v) + ")" : "") << " | "
+                     << k << " | " << m << " | "
                      << llvm::format("%.1f%%", 100 * p.bubble) << " | "
-                     << llvm::format("%.1f%%", 100 * formula(info.kind, k, m))
+                     << llvm::format("%.1f%%",
+                                     100 * formula(info.kind, k, m, v))
                      << " |\n";
         module.erase();
       }

@@ -163,11 +163,18 @@ def GPipe_StreamOp : GPipe_Op<"stream", [NoTerminator, SingleBlock,
     (the device's capacity). The schedule verifier computes the stream's
     exact peak, static_bytes + stash_bytes times the most micro-batches
     alive at once in this order, and rejects a peak over the limit.
+
+    Streams with the same `device_group` run on one device in turns (an
+    interleaved schedule): each of their compute instructions has a
+    `turn`, its place in the device's order (0, 1, ... over the group's
+    streams, rising in each), and runs only after the one before it in
+    that order; their peaks together must fit the memory limit.
   }];
   let arguments = (ins I64Attr:$stage, StrAttr:$device,
                        OptionalAttr<I64Attr>:$static_bytes,
                        OptionalAttr<I64Attr>:$stash_bytes,
-                       OptionalAttr<I64Attr>:$memory_limit);
+                       OptionalAttr<I64Attr>:$memory_limit,
+                       OptionalAttr<I64Attr>:$device_group);
   let extraClassDeclaration = [{
     /// The most micro-batches whose forward has run and backward has not,
     /// and the first instruction after which that many are alive.
@@ -198,7 +205,9 @@ class GPipe_Instr<string mnemonic, list<Trait> traits = []>
     : GPipe_Op<mnemonic, !listconcat(traits, [HasParent<"StreamOp">])>;
 
 class GPipe_ComputeInstr<string mnemonic> : GPipe_Instr<mnemonic> {
-  let arguments = (ins I64Attr:$micro_batch);
+  // turn: its place in its device's order, where streams share the device
+  // (gpipe.stream's device_group).
+  let arguments = (ins I64Attr:$micro_batch, OptionalAttr<I64Attr>:$turn);
   let assemblyFormat = "$micro_batch attr-dict";
 }
 def GPipe_ForwardInstr : GPipe_ComputeInstr<"forward"> {

@@ -164,6 +164,57 @@ std::optional<Message> messageOf(Operation *op, int64_t stage, bool &isSend) {
       .Default([](Operation *) { return std::nullopt; });
 }
 
+/// A compute instruction's place in its device's order, where its stream
+/// shares the device (gpipe.stream's device_group).
+std::optional<int64_t> turnOf(Operation *op) {
+  if (auto turn = op->getAttrOfType<IntegerAttr>("turn"))
+    return turn.getInt();
+  return std::nullopt;
+}
+
+bool isCompute(Operation *op) {
+  return isa<ForwardInstr, RecomputeInstr, BackwardInstr, BackwardInputInstr,
+             BackwardWeightInstr>(op);
+}
+
+/// Streams of one device_group take turns: every compute instruction of
+/// theirs has a turn, rising within each stream, and the group's turns
+/// are 0, 1, ... once each; no other stream's instruction has one.
+LogicalResult verifyTurns(ArrayRef<StreamOp> streams) {
+  std::map<int64_t, std::map<int64_t, Operation *>> groups;
+  for (StreamOp stream : streams) {
+    std::optional<uint64_t> group = stream.getDeviceGroup();
+    int64_t last = -1;
+    for (Operation &op : stream.getBody().front()) {
+      std::optional<int64_t> turn = turnOf(&op);
+      if (!group) {
+        if (turn)
+          return op.emitOpError("has a turn, but stream ")
+                 << stream.getStage() << " has its device to itself";
+        continue;
+      }
+      if (!isCompute(&op))
+        continue;
+      if (!turn)
+        return op.emitOpError("has no turn on a device that stream ")
+               << stream.getStage() << " shares";
+      if (*turn <= last)
+        return op.emitOpError("turn ")
+               << *turn << " does not follow its stream's turn " << last;
+      last = *turn;
+      if (!groups[*group].emplace(*turn, &op).second)
+        return op.emitOpError("turn ")
+               << *turn << " is taken twice on device group " << *group;
+    }
+  }
+  for (auto &[group, turns] : groups)
+    if (turns.rbegin()->first + 1 != static_cast<int64_t>(turns.size()))
+      return turns.rbegin()->second->emitOpError("device group ")
+             << group << " skips turns: " << turns.size()
+             << " instructions up to turn " << turns.rbegin()->first;
+  return success();
+}
+
 /// Every send has one receive and vice versa; then the streams run to the
 /// end without blocking forever.
 LogicalResult verifyCommunication(ScheduleOp schedule,
@@ -190,8 +241,10 @@ LogicalResult verifyCommunication(ScheduleOp schedule,
       return op->emitOpError("has no matching receive on stage ")
              << std::get<2>(msg);
 
-  // Run the streams: a receive proceeds once its send has executed.
+  // Run the streams: a receive proceeds once its send has executed, an
+  // instruction with a turn once its device's turn before it has run.
   std::set<Message> delivered;
+  std::map<int64_t, int64_t> nextTurn; // device group -> turn
   std::vector<Block::iterator> pc;
   for (StreamOp s : streams)
     pc.push_back(s.getBody().front().begin());
@@ -206,6 +259,12 @@ LogicalResult verifyCommunication(ScheduleOp schedule,
             messageOf(&*pc[i], streams[i].getStage(), isSend);
         if (msg && !isSend && !delivered.count(*msg))
           break;
+        std::optional<int64_t> turn = turnOf(&*pc[i]);
+        std::optional<uint64_t> group = streams[i].getDeviceGroup();
+        if (turn && nextTurn[*group] != *turn)
+          break;
+        if (turn)
+          ++nextTurn[*group];
         if (msg && isSend)
           delivered.insert(*msg);
         ++pc[i];
@@ -219,6 +278,8 @@ LogicalResult verifyCommunication(ScheduleOp schedule,
     InFlightDiagnostic diag = schedule.emitOpError("deadlocks: stage ")
                               << streams[i].getStage()
                               << " waits forever at this instruction";
+    if (turnOf(&*pc[i]))
+      diag << " (a turn on a device it shares)";
     diag.attachNote(pc[i]->getLoc()) << "blocked here";
     return diag;
   }
@@ -343,6 +404,27 @@ LogicalResult ScheduleOp::verifyRegions() {
         diag.attachNote(at->getLoc()) << "the peak is reached here";
       return diag;
     }
+  }
+  if (failed(verifyTurns(streams)))
+    return failure();
+  // Streams sharing a device share its memory: their peaks together.
+  std::map<int64_t, std::pair<int64_t, StreamOp>> shared;
+  for (StreamOp s : streams)
+    if (std::optional<uint64_t> group = s.getDeviceGroup()) {
+      auto &[peak, first] = shared[*group];
+      peak += s.peakBytes();
+      if (!first)
+        first = s;
+    }
+  for (auto &[group, entry] : shared) {
+    auto [peak, first] = entry;
+    std::optional<uint64_t> limit = first.getMemoryLimit();
+    if (limit && peak > static_cast<int64_t>(*limit))
+      return first.emitOpError("the stages on ")
+             << first.getDevice() << " need " << peak
+             << " bytes at their peaks together, more than its memory limit "
+                "of "
+             << *limit;
   }
   return verifyCommunication(*this, streams);
 }

@@ -20,7 +20,7 @@
 namespace gpipe {
 
 /// The order of a stage's forwards and backwards over the micro-batches.
-enum class ScheduleKind { GPipe, OneFOneB, ZeroBubbleH1 };
+enum class ScheduleKind { GPipe, OneFOneB, ZeroBubbleH1, Interleaved1F1B };
 /// What a stage's forward keeps for its backward. Auto: each stage
 /// recomputes only if keeping its activations does not fit its device's
 /// memory (the partitioner decides, PipelinePlan::autoRecompute).
@@ -41,9 +41,10 @@ llvm::StringRef toString(RecomputePolicy policy);
 bool recomputesStage(RecomputePolicy policy, int64_t stage, int64_t numStages);
 
 /// Micro-batches whose activations stage `stage` of `numStages` keeps at
-/// once: all M under GPipe, at most K - stage under 1F1B.
+/// once: all M under GPipe, at most K - stage under 1F1B (`virtualStages`:
+/// the stages per device of an interleaved kind, 1 otherwise).
 int64_t activationsAlive(ScheduleKind kind, int64_t microBatches, int64_t stage,
-                         int64_t numStages);
+                         int64_t numStages, int64_t virtualStages = 1);
 
 /// One stage of a plan: where it runs.
 struct StagePlacement {
@@ -76,8 +77,14 @@ struct PipelinePlan {
              autoRecompute[stage];
     return recomputesStage(recompute, stage, numStages());
   }
+  /// Each stage's (rank, device) as one key ("r1:cpu:0").
+  llvm::SmallVector<std::string> deviceKeys() const;
+  /// The stages per device where the devices repeat in order
+  /// (virtualStagesOf), else 1.
+  int64_t virtualStages() const;
   int64_t alive(int64_t stage) const {
-    return activationsAlive(schedule, microBatches, stage, numStages());
+    return activationsAlive(schedule, microBatches, stage, numStages(),
+                            virtualStages());
   }
 };
 

@@ -26,18 +26,24 @@ namespace gpipe {
 
 /// One compute step of a stage: `op` (Forward, Backward, or a backward in
 /// two parts: BackwardInput then BackwardWeight) on micro-batch
-/// `microBatch`.
+/// `microBatch`. A kind that runs several stages on one device in turns
+/// (interleaved) numbers each step's place in its device's order: `turn`
+/// (-1: the stage has its device to itself).
 struct ScheduleAction {
   InstructionOp op;
   int64_t microBatch;
+  int64_t turn = -1;
 };
 using StageActions = llvm::SmallVector<ScheduleAction>;
 
 /// Each stage's compute steps in order, for `numStages` stages and
 /// `microBatches` micro-batches: every micro-batch's forward then its
-/// backward once per stage.
+/// backward once per stage. `virtualStages` v: the stages lie on
+/// numStages / v devices, stage s on device s mod (numStages / v) (1: a
+/// device each, or stages sharing a device without an order between
+/// them); only a kind that interleaves reads it.
 using ScheduleGenerator = llvm::SmallVector<StageActions> (*)(
-    int64_t numStages, int64_t microBatches);
+    int64_t numStages, int64_t microBatches, int64_t virtualStages);
 
 /// A schedule kind: its name (--schedule), its generator, the most
 /// micro-batches stage `stage` of `numStages` keeps at once under it (in
@@ -47,17 +53,32 @@ struct ScheduleKindInfo {
   ScheduleKind kind;
   llvm::StringRef name;
   ScheduleGenerator generate;
-  int64_t (*inFlight)(int64_t numStages, int64_t microBatches, int64_t stage);
+  int64_t (*inFlight)(int64_t numStages, int64_t microBatches, int64_t stage,
+                      int64_t virtualStages);
   llvm::StringRef summary;
   /// Whether its backwards run in two parts (the stages' code split by
   /// gpipe-split-backward-weights).
   bool splitsBackward = false;
+  /// Whether it runs v > 1 stages on each device in turns
+  /// (ScheduleAction::turn): the devices listed v times over, and the
+  /// micro-batches a multiple of the devices (interleavingError).
+  bool interleaves = false;
 };
 /// Every schedule kind, in the order the plan search weighs them.
 llvm::ArrayRef<ScheduleKindInfo> scheduleKinds();
 const ScheduleKindInfo &scheduleKindInfo(ScheduleKind kind);
 /// "gpipe or 1f1b": the kinds' names for messages.
 std::string scheduleKindNames();
+
+/// The virtual stages v of stages placed on `devices` (one (rank, device)
+/// key per stage): v > 1 where the list is its first numStages / v entries,
+/// all different, repeated v times; else 1.
+int64_t virtualStagesOf(llvm::ArrayRef<std::string> devices);
+
+/// Why an interleaving kind cannot run `microBatches` on stages placed on
+/// `devices` (as virtualStagesOf reads them); empty where it can.
+std::string interleavingError(llvm::ArrayRef<std::string> devices,
+                              int64_t microBatches);
 
 /// The most micro-batches of `actions` whose forward has run and whose
 /// backward (its weight part, when split) has not, at once.

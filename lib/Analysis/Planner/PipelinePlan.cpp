@@ -51,8 +51,21 @@ bool gpipe::recomputesStage(RecomputePolicy policy, int64_t stage,
 }
 
 int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
-                                int64_t stage, int64_t numStages) {
-  return scheduleKindInfo(kind).inFlight(numStages, microBatches, stage);
+                                int64_t stage, int64_t numStages,
+                                int64_t virtualStages) {
+  return scheduleKindInfo(kind).inFlight(numStages, microBatches, stage,
+                                         virtualStages);
+}
+
+llvm::SmallVector<std::string> gpipe::PipelinePlan::deviceKeys() const {
+  llvm::SmallVector<std::string> keys;
+  for (const StagePlacement &s : stages)
+    keys.push_back("r" + std::to_string(s.rank) + ":" + s.device);
+  return keys;
+}
+
+int64_t gpipe::PipelinePlan::virtualStages() const {
+  return virtualStagesOf(deviceKeys());
 }
 
 std::string gpipe::PipelinePlan::deviceList() const {

@@ -4,6 +4,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <cassert>
 
 using namespace gpipe;
 
@@ -11,7 +12,7 @@ namespace {
 
 /// GPipe (Huang et al. 2019): every forward, then every backward in
 /// reverse order; M micro-batches alive on every stage.
-llvm::SmallVector<StageActions> gpipeSchedule(int64_t k, int64_t m) {
+llvm::SmallVector<StageActions> gpipeSchedule(int64_t k, int64_t m, int64_t) {
   llvm::SmallVector<StageActions> stages(k);
   for (StageActions &actions : stages) {
     for (int64_t mb = 0; mb < m; ++mb)
@@ -25,7 +26,8 @@ llvm::SmallVector<StageActions> gpipeSchedule(int64_t k, int64_t m) {
 /// 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs K - s - 1
 /// forwards ahead, then alternates one forward and one backward, then
 /// drains; at most K - s micro-batches alive.
-llvm::SmallVector<StageActions> oneFOneBSchedule(int64_t k, int64_t m) {
+llvm::SmallVector<StageActions> oneFOneBSchedule(int64_t k, int64_t m,
+                                                 int64_t) {
   llvm::SmallVector<StageActions> stages(k);
   for (int64_t s = 0; s < k; ++s) {
     StageActions &actions = stages[s];
@@ -52,7 +54,8 @@ llvm::SmallVector<StageActions> oneFOneBSchedule(int64_t k, int64_t m) {
 /// one time unit each, the bubble falls from 1F1B's (K-1)(F+B+W) to
 /// (K-1)(F+B-W). Every stage keeps at most K micro-batches between their
 /// forward and their W: the most 1F1B keeps on its first stage.
-llvm::SmallVector<StageActions> zeroBubbleH1Schedule(int64_t k, int64_t m) {
+llvm::SmallVector<StageActions> zeroBubbleH1Schedule(int64_t k, int64_t m,
+                                                     int64_t) {
   llvm::SmallVector<StageActions> stages(k);
   for (int64_t s = 0; s < k; ++s) {
     StageActions &actions = stages[s];
@@ -85,19 +88,74 @@ llvm::SmallVector<StageActions> zeroBubbleH1Schedule(int64_t k, int64_t m) {
   return stages;
 }
 
+/// Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM): v stages on each
+/// of the K devices, stage c * K + d on device d. A device runs its
+/// stages' forwards in rounds of K micro-batches, its first stage's K,
+/// then its second's, ..., and its backwards likewise from its last stage
+/// down; (K - d - 1) * 2 + (v - 1) * K forwards ahead, then one forward
+/// and one backward in turn, then the backwards left. Each stage's
+/// backwards run in the order of its micro-batches, as 1F1B's. The fill
+/// and drain take (K - 1) stage steps of 1/v of a device's model each:
+/// the bubble falls from 1F1B's (K-1)/(M+K-1) to (K-1)/(vM+K-1).
+/// Needs M a multiple of K (interleavingError).
+llvm::SmallVector<StageActions> interleavedSchedule(int64_t numStages,
+                                                    int64_t m, int64_t v) {
+  if (v <= 1)
+    return oneFOneBSchedule(numStages, m, 1);
+  int64_t k = numStages / v;
+  assert(k * v == numStages && m % k == 0 && "an interleavable layout");
+  llvm::SmallVector<StageActions> stages(numStages);
+  int64_t total = m * v;
+  // The i-th forward (backward) step of device d: its stage and
+  // micro-batch.
+  auto stageOf = [&](int64_t d, int64_t i, bool forward) {
+    int64_t chunk = (i % (k * v)) / k;
+    return (forward ? chunk : v - 1 - chunk) * k + d;
+  };
+  auto microBatchOf = [&](int64_t i) { return (i / (k * v)) * k + i % k; };
+  for (int64_t d = 0; d < k; ++d) {
+    int64_t turn = 0;
+    auto step = [&](int64_t i, bool forward) {
+      stages[stageOf(d, i, forward)].push_back(
+          {forward ? InstructionOp::Forward : InstructionOp::Backward,
+           microBatchOf(i), turn++});
+    };
+    int64_t warmup = std::min((k - d - 1) * 2 + (v - 1) * k, total);
+    for (int64_t i = 0; i < warmup; ++i)
+      step(i, true);
+    for (int64_t i = 0; i < total - warmup; ++i) {
+      step(warmup + i, true);
+      step(i, false);
+    }
+    for (int64_t i = std::max<int64_t>(0, total - warmup); i < total; ++i)
+      step(i, false);
+  }
+  return stages;
+}
+
 const ScheduleKindInfo kinds[] = {
     {ScheduleKind::GPipe, "gpipe", gpipeSchedule,
-     [](int64_t, int64_t m, int64_t) { return m; },
+     [](int64_t, int64_t m, int64_t, int64_t) { return m; },
      "all forwards, then all backwards (M micro-batches alive)"},
     {ScheduleKind::OneFOneB, "1f1b", oneFOneBSchedule,
-     [](int64_t k, int64_t m, int64_t s) { return std::min(m, k - s); },
+     [](int64_t k, int64_t m, int64_t s, int64_t) {
+       return std::min(m, k - s);
+     },
      "one forward, one backward in the steady state (K - s alive on stage "
      "s)"},
     {ScheduleKind::ZeroBubbleH1, "zb-h1", zeroBubbleH1Schedule,
-     [](int64_t k, int64_t m, int64_t) { return std::min(m, k); },
+     [](int64_t k, int64_t m, int64_t, int64_t) { return std::min(m, k); },
      "1F1B with each backward split in input and weight gradients, the "
      "weights' held back to fill the drain (K alive on every stage)",
      /*splitsBackward=*/true},
+    {ScheduleKind::Interleaved1F1B, "interleaved-1f1b", interleavedSchedule,
+     // As generated: no closed form is simpler than the order itself.
+     [](int64_t k, int64_t m, int64_t s, int64_t v) {
+       return maxInFlight(interleavedSchedule(k, m, v)[s]);
+     },
+     "1F1B over v stages on each device in turns (--virtual-stages=v or "
+     "the devices listed v times): the fill and drain are 1/v as long",
+     /*splitsBackward=*/false, /*interleaves=*/true},
 };
 
 } // namespace
@@ -117,6 +175,38 @@ std::string gpipe::scheduleKindNames() {
                                           : ", ") +
              kinds[i].name.str();
   return names;
+}
+
+int64_t gpipe::virtualStagesOf(llvm::ArrayRef<std::string> devices) {
+  int64_t n = static_cast<int64_t>(devices.size());
+  for (int64_t k = 1; k < n; ++k) {
+    if (n % k != 0)
+      continue;
+    bool periodic = true;
+    for (int64_t s = k; s < n && periodic; ++s)
+      periodic = devices[s] == devices[s % k];
+    for (int64_t a = 0; a < k && periodic; ++a)
+      for (int64_t b = a + 1; b < k && periodic; ++b)
+        periodic = devices[a] != devices[b];
+    if (periodic)
+      return n / k;
+  }
+  return 1;
+}
+
+std::string gpipe::interleavingError(llvm::ArrayRef<std::string> devices,
+                                     int64_t microBatches) {
+  int64_t v = virtualStagesOf(devices);
+  int64_t n = static_cast<int64_t>(devices.size());
+  if (v < 2)
+    return "needs each device listed two or more times over, in the same "
+           "order (--devices=cpu:0,cpu:1,cpu:0,cpu:1, or --virtual-stages=2 "
+           "with --devices=cpu:0,cpu:1)";
+  int64_t k = n / v;
+  if (microBatches % k != 0)
+    return "needs the micro-batches a multiple of the " + std::to_string(k) +
+           " devices (--micro-batches=" + std::to_string(microBatches) + ")";
+  return "";
 }
 
 int64_t gpipe::maxInFlight(llvm::ArrayRef<ScheduleAction> actions) {

@@ -5,6 +5,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 using namespace mlir;
@@ -27,6 +28,9 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   SmallVector<bool> forwarded(k, false), backwarded(k, false);
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
+  // Stages taking turns on a device (an interleaved schedule): the turn
+  // each device group runs next.
+  std::map<int64_t, int64_t> nextTurn;
   SmallVector<llvm::DenseSet<int64_t>> direct(k);
   for (size_t i = 0; i < k; ++i) {
     pc.push_back(streams[i].getBody().front().begin());
@@ -111,8 +115,14 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
               mb = f.getMicroBatch();
               waitFor(1, f.getPeer());
             });
+        auto turn = op->getAttrOfType<IntegerAttr>("turn");
+        std::optional<uint64_t> group = streams[i].getDeviceGroup();
+        if (turn && group && nextTurn[*group] != turn.getInt())
+          blocked = true;
         if (blocked)
           break;
+        if (turn && group)
+          ++nextTurn[*group];
         double reached = clock[i];
         if (duration > 0) {
           double &free = deviceFree[{t.rank, streams[i].getDevice().str()}];
@@ -134,7 +144,12 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   double work = 0;
   for (double b : busy)
     work += b;
-  out.bubble =
-      out.stepTime > 0 ? 1 - work / (out.stepTime * static_cast<double>(k)) : 0;
+  // Idle of the devices: stages sharing one count as one.
+  std::set<std::pair<int64_t, std::string>> used;
+  for (size_t i = 0; i < k; ++i)
+    used.insert(
+        {times[streams[i].getStage()].rank, streams[i].getDevice().str()});
+  double devices = static_cast<double>(used.size());
+  out.bubble = out.stepTime > 0 ? 1 - work / (out.stepTime * devices) : 0;
   return out;
 }
