@@ -455,6 +455,18 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
                     const std::optional<PlanSearchSpace> &space,
                     std::optional<std::vector<PlanCandidate>> plans) {
   warnIfEvalModeExport(module);
+  // An interleaved schedule runs the stages of each device in turns: the
+  // devices listed over again, in order.
+  if (std::optional<ScheduleKind> kind = parseScheduleKind(o.schedule);
+      kind && scheduleKindInfo(*kind).interleaves) {
+    llvm::SmallVector<std::string> keys;
+    for (size_t s = 0; s < devices.size(); ++s)
+      keys.push_back("r" + std::to_string(s < ranks.size() ? ranks[s] : 0) +
+                     ":" + devices[s]);
+    std::string why = interleavingError(keys, o.training.microBatches);
+    if (!why.empty())
+      return error("--schedule=" + o.schedule + " " + why);
+  }
   TrainingPipelineOptions t;
   t.loss = lossOptions(o);
   t.partition.deviceList = o.devices ? deviceList : "cpu:0";

@@ -231,6 +231,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     StageOp op = stageOps[s];
     auto limit = op->getAttrOfType<IntegerAttr>("gpipe.memory_limit");
     request.devices.push_back(o.bundleDevices[s]);
+    request.ranks.push_back(rankOf(s));
     request.recompute.push_back(recompute);
     request.memory.push_back(
         {arenas + paramsSize + messageBytes + tiedBytes, stashBytes,
@@ -315,6 +316,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         instr.push_back(mb.getInt());
       if (auto peer = op.getAttrOfType<IntegerAttr>("peer"))
         instr.push_back(peer.getInt());
+      // A compute instruction's turn on a device its stream shares.
+      if (auto turn = op.getAttrOfType<IntegerAttr>("turn"))
+        instr.push_back(turn.getInt());
       instructions.push_back(std::move(instr));
     }
     auto [alive, at] = stream.maxAliveMicroBatches();
@@ -337,7 +341,7 @@ gpipe::compileTrainingPipeline(ModuleOp module,
                               cast<FloatAttr>(entry[2]).getValueAsDouble()});
     result.report[s].peakBytes = stream.peakBytes();
     result.report[s].maxAlive = alive;
-    streams.push_back(llvm::json::Object{
+    llvm::json::Object entry{
         {"stage", s},
         {"device", stream.getDevice()},
         {"recompute", static_cast<bool>(request.recompute[s])},
@@ -345,7 +349,10 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         {"predicted_peak_bytes", stream.peakBytes()},
         {"predicted_timeline", std::move(predicted)},
         {"predicted_ops", std::move(opTimes)},
-        {"instructions", std::move(instructions)}});
+        {"instructions", std::move(instructions)}};
+    if (std::optional<uint64_t> group = stream.getDeviceGroup())
+      entry["device_group"] = static_cast<int64_t>(*group);
+    streams.push_back(std::move(entry));
   }
   result.schedule =
       llvm::json::Object{{"kind", p.schedule},
@@ -421,11 +428,13 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        static_cast<long long>(perReplica), allReduce * 1e3);
   }
   PlanCostModel costModel(r.plan, DeviceProfile{}, 0);
+  bool interleaved = scheduleKindInfo(r.plan.schedule).interleaves;
   os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
-                     "ms, bubble %.1f%% (fill-drain (K-1)/(M+K-1) = %.1f%%)\n",
+                     "ms, bubble %.1f%% (fill-drain %s = %.1f%%)\n",
                      toString(r.plan.schedule).str().c_str(),
                      static_cast<long long>(r.plan.microBatches),
                      r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
+                     interleaved ? "(K-1)/(vM+K-1)" : "(K-1)/(M+K-1)",
                      costModel.fillDrainBubble() * 100);
 }
 

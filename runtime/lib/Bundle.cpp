@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 namespace gpipe::runtime {
@@ -373,6 +375,44 @@ int64_t StageSpec::arenaBytes(size_t phase) const {
 }
 
 namespace {
+/// Streams sharing a device take turns: each compute instruction of a
+/// grouped stream has a turn, rising within the stream, the group's turns
+/// 0, 1, ... once each (the order the compiler proved free of deadlock);
+/// a stream alone on its device has none.
+void checkTurns(const ScheduleSpec &s) {
+  std::map<int64_t, std::set<int64_t>> turns;
+  std::map<int64_t, std::string> devices;
+  for (const StreamSpec &stream : s.streams) {
+    std::string where = "the schedule of stage " + std::to_string(stream.stage);
+    if (stream.deviceGroup >= 0) {
+      auto [it, first] = devices.emplace(stream.deviceGroup, stream.device);
+      if (!first && it->second != stream.device)
+        throw BundleError(where + " shares device group " +
+                          std::to_string(stream.deviceGroup) +
+                          " with another device");
+    }
+    int64_t last = -1;
+    for (const Instruction &instr : stream.instructions) {
+      bool compute =
+          !isTransfer(instr.op) && instr.op != Instruction::Op::OptimizerStep;
+      if (stream.deviceGroup < 0
+              ? instr.turn >= 0
+              : compute &&
+                    (instr.turn <= last ||
+                     !turns[stream.deviceGroup].insert(instr.turn).second))
+        throw BundleError(where + " has a turn out of order");
+      if (compute && stream.deviceGroup >= 0)
+        last = instr.turn;
+    }
+  }
+  for (const auto &[group, taken] : turns)
+    if (!taken.empty() &&
+        (*taken.begin() != 0 ||
+         *taken.rbegin() + 1 != static_cast<int64_t>(taken.size())))
+      throw BundleError("device group " + std::to_string(group) +
+                        " of the schedule skips turns");
+}
+
 ScheduleSpec parseSchedule(const json &j, int64_t stages,
                            int64_t microBatches) {
   ScheduleSpec s;
@@ -392,6 +432,10 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
     stream.maxAlive = integer<int64_t>(sj.at("max_alive_micro_batches"));
     stream.predictedPeakBytes = integer(sj, "predicted_peak_bytes", int64_t(0));
     stream.recompute = sj.value("recompute", false);
+    stream.deviceGroup = integer(sj, "device_group", int64_t(-1));
+    if (stream.deviceGroup < -1 || stream.deviceGroup >= stages)
+      throw BundleError("malformed device group of schedule stream " +
+                        std::to_string(stream.stage));
     if (sj.contains("predicted_timeline"))
       for (const json &box : sj.at("predicted_timeline")) {
         TimelineBox b;
@@ -429,10 +473,10 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
       instr.op = *op;
       if (ij.size() > 1)
         instr.microBatch = integer<int64_t>(ij.at(1));
-      if (ij.size() > 2)
-        instr.peer = integer<int64_t>(ij.at(2));
       bool needsMicroBatch = instr.op != Instruction::Op::OptimizerStep;
       bool transfer = isTransfer(instr.op);
+      if (ij.size() > 2)
+        (transfer ? instr.peer : instr.turn) = integer<int64_t>(ij.at(2));
       if ((needsMicroBatch &&
            (instr.microBatch < 0 || instr.microBatch >= microBatches)) ||
           (transfer && (instr.peer < 0 || instr.peer >= stages ||
@@ -446,6 +490,7 @@ ScheduleSpec parseSchedule(const json &j, int64_t stages,
   if (static_cast<int64_t>(s.streams.size()) != stages)
     throw BundleError("the schedule has " + std::to_string(s.streams.size()) +
                       " streams for " + std::to_string(stages) + " stages");
+  checkTurns(s);
   return s;
 }
 } // namespace
@@ -972,6 +1017,15 @@ Bundle loadBundle(const std::string &path) {
                         b.training.microBatches);
       checkMessages(b.stages);
       checkTies(b.stages);
+      // Stages taking turns on a device run in one process.
+      std::map<int64_t, int64_t> groupRank;
+      for (const StreamSpec &stream : b.schedule.streams)
+        if (stream.deviceGroup >= 0 &&
+            groupRank.emplace(stream.deviceGroup, b.stages[stream.stage].rank)
+                    .first->second != b.stages[stream.stage].rank)
+          fail(path, "manifest.json",
+               "stage " + std::to_string(stream.stage) +
+                   " takes turns on a device of another rank");
     } else if (b.stages.size() != 1) {
       // Pipelined inference: the stages' forwards in one process, each
       // passing its activations on.

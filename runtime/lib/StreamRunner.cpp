@@ -176,6 +176,10 @@ void StreamRunner::runStep(const StepContext &context) {
       transport.postReceive(transferKey(instr), wiring.recvGradients.bytes);
   for (const Instruction &instr : stream.instructions) {
     bool compute = !isTransfer(instr.op);
+    // On a device other stages share: its turn in the device's order.
+    bool turn = deviceTurn && instr.turn >= 0;
+    if (turn)
+      deviceTurn->acquire(instr.turn);
     double begin = compute || tracing ? steadySeconds() : 0;
     run(instr, context);
     if (compute || tracing) {
@@ -197,6 +201,10 @@ void StreamRunner::runStep(const StepContext &context) {
         traceEvents.push_back({instr, tracedSteps, bytes, begin, end});
       }
     }
+    // The turn passes on after the clock is read: the next stage on the
+    // device may take the core at once.
+    if (turn)
+      deviceTurn->release();
   }
   if (tracing)
     ++tracedSteps;

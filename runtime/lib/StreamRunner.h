@@ -7,6 +7,7 @@
 #include "Reducer.h"
 #include "Transport.h"
 
+#include "DeviceTurn.h"
 #include "StageExecutor.h"
 #include "gpipe/runtime/Bundle.h"
 
@@ -119,6 +120,9 @@ public:
 
   /// Records every instruction and kernel while set.
   void setTracing(bool on) { tracing = on; }
+  /// The order of the device this stage shares with others (an
+  /// interleaved schedule; null: the device is its own).
+  void setDeviceTurn(DeviceTurn *turn) { deviceTurn = turn; }
   const std::vector<TraceEvent> &trace() const { return traceEvents; }
   const std::vector<StageExecutor::KernelEvent> &kernelTrace() const {
     return kernels;
@@ -246,6 +250,7 @@ private:
     double begin = 0;
   };
   bool tracing = false;
+  DeviceTurn *deviceTurn = nullptr;
   std::vector<TraceEvent> traceEvents;
   int64_t tracedSteps = 0;
   std::vector<StageExecutor::KernelEvent> kernels;

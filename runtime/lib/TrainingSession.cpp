@@ -186,6 +186,13 @@ TrainingSession::TrainingSession(const std::string &bundlePath,
       if (spec.wiring.output >= 0)
         modelOutput = &fwd.outputs[spec.wiring.output];
     }
+    // Stages of one device group take turns on it.
+    if (stream.deviceGroup >= 0) {
+      std::unique_ptr<DeviceTurn> &turn = deviceTurns[stream.deviceGroup];
+      if (!turn)
+        turn = std::make_unique<DeviceTurn>();
+      stage->runner->setDeviceTurn(turn.get());
+    }
     stages.push_back(std::move(stage));
   }
 }
@@ -271,6 +278,8 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   if (stages.size() == 1 && !stages[0]->worker) {
     stages[0]->runner->runStep(context);
   } else {
+    for (auto &[group, turn] : deviceTurns)
+      turn->reset();
     for (auto &st : stages) {
       StreamRunner *runner = st->runner.get();
       int64_t index = runner->spec().index;
@@ -285,6 +294,8 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
           for (auto &other : stages)
             if (other->reducer)
               other->reducer->abort(why);
+          for (auto &[group, turn] : deviceTurns)
+            turn->abort(why);
           throw;
         }
       });
@@ -612,10 +623,15 @@ TrainingSession::opProfile() const {
 double TrainingSession::Stats::bubble() const {
   if (stepSeconds <= 0 || stages.empty())
     return 0;
+  // The devices' idle share: stages sharing a device (an interleaved
+  // schedule's) count as one device.
   double busy = 0;
-  for (const StageStats &s : stages)
+  std::set<std::pair<int64_t, std::string>> devices;
+  for (const StageStats &s : stages) {
     busy += s.busySeconds;
-  return 1 - busy / (stepSeconds * static_cast<double>(stages.size()));
+    devices.insert({s.rank, s.device});
+  }
+  return 1 - busy / (stepSeconds * static_cast<double>(devices.size()));
 }
 
 TrainingSession::Stats TrainingSession::stats() const {

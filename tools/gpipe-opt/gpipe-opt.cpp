@@ -177,10 +177,21 @@ cl::opt<std::string> scheduleOption(
              "all backwards; default), 1f1b (one forward, one backward "
              "after a warm-up: at most K micro-batches alive per stage), "
              "zb-h1 (1f1b with each backward in two parts, the weights' "
-             "gradients filling the drain: K alive on every stage) or auto "
-             "(the one the cost model predicts the fastest for the rest of "
-             "the plan)"),
+             "gradients filling the drain: K alive on every stage), "
+             "interleaved-1f1b (v stages on each device in turns, the "
+             "devices listed v times over or --virtual-stages=v: the fill "
+             "and drain 1/v as long; micro-batches a multiple of the "
+             "devices) or auto (the one the cost model predicts the fastest "
+             "for the rest of the plan)"),
     cl::init("gpipe"), cl::cat(pipelineCategory));
+
+cl::opt<int64_t> virtualStagesOption(
+    "virtual-stages",
+    cl::desc("v stages on each device of --devices (--mode=train): the "
+             "devices listed v times over, stage s on the device s mod K, "
+             "trained with --schedule=interleaved-1f1b unless --schedule "
+             "says otherwise (default 1)"),
+    cl::value_desc("v"), cl::init(1), cl::cat(pipelineCategory));
 
 cl::opt<std::string> planOption(
     "plan",
@@ -360,6 +371,7 @@ int compileOptions(StringRef input, StringRef output,
                                            &beta2Option,
                                            &epsOption,
                                            &scheduleOption,
+                                           &virtualStagesOption,
                                            &stagesOption,
                                            &planOption,
                                            &deviceProfileOption,
@@ -410,6 +422,18 @@ int compileOptions(StringRef input, StringRef output,
     o.batchSize = batchSizeOption;
   if (devicesOption.getNumOccurrences())
     o.devices = devicesOption;
+  if (virtualStagesOption.getNumOccurrences()) {
+    if (virtualStagesOption < 1 || virtualStagesOption > 64 || !o.devices) {
+      llvm::errs() << "gpipe-opt: error: --virtual-stages="
+                   << virtualStagesOption
+                   << " needs --devices and a count from 1 to 64\n";
+      return 1;
+    }
+    // The devices listed v times over.
+    std::string list = *o.devices;
+    for (int64_t i = 1; i < virtualStagesOption; ++i)
+      *o.devices += "," + list;
+  }
   for (const std::string &binding : constInputOption) {
     auto [name, file] = StringRef(binding).split('=');
     if (name.empty() || file.empty()) {
@@ -459,8 +483,8 @@ int compileOptions(StringRef input, StringRef output,
   o.stages = stagesOption;
   o.plan = planOption;
   std::initializer_list<cl::Option *> planFlags{
-      &microBatchesOption, &scheduleOption, &recomputeOption, &stagesOption,
-      &dataParallelOption};
+      &microBatchesOption, &scheduleOption, &virtualStagesOption,
+      &recomputeOption,    &stagesOption,   &dataParallelOption};
   bool planGiven = llvm::any_of(
       planFlags, [](cl::Option *flag) { return flag->getNumOccurrences(); });
   if (o.plan == "auto")
@@ -476,6 +500,8 @@ int compileOptions(StringRef input, StringRef output,
       devicesOption.getNumOccurrences())
     o.autoPlanWherePossible = true;
   o.schedule = scheduleOption;
+  if (virtualStagesOption > 1 && !scheduleOption.getNumOccurrences())
+    o.schedule = "interleaved-1f1b";
   o.recompute = recomputeOption;
   if (memoryPerDeviceOption.getNumOccurrences()) {
     std::optional<int64_t> bytes =
@@ -551,7 +577,8 @@ int main(int argc, char **argv) {
       "  gpipe-opt model.onnx --devices=cpu:0,cpu:1 --micro-batches=M "
       "-o model.gpipe\n"
       "      [--batch-size=B] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
-      "      [--schedule=gpipe|1f1b|zb-h1|auto] [--recompute=...]\n"
+      "      [--schedule=gpipe|1f1b|zb-h1|interleaved-1f1b|auto] "
+      "[--virtual-stages=v] [--recompute=...]\n"
       "      compile a training bundle for gpipe-run --train (any training "
       "flag\n      implies --mode=train), pipelined across the devices; "
       "prints the\n      training configuration, the per-stage table and "

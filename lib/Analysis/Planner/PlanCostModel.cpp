@@ -1,5 +1,6 @@
 //===- PlanCostModel.cpp - One definition of a plan's times ---------------===//
 #include "Analysis/Planner/PlanCostModel.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 
 #include <algorithm>
 
@@ -83,7 +84,12 @@ PlanCostModel::predict(ScheduleOp schedule,
 }
 
 double PlanCostModel::fillDrainBubble() const {
-  double k = static_cast<double>(plan.numStages());
+  // An interleaved schedule's K devices run v stages each: its fill and
+  // drain are 1/v as long.
+  double v = scheduleKindInfo(plan.schedule).interleaves
+                 ? static_cast<double>(plan.virtualStages())
+                 : 1;
+  double k = static_cast<double>(plan.numStages()) / v;
   double m = static_cast<double>(plan.microBatches);
-  return (k - 1) / (m + k - 1);
+  return (k - 1) / (v * m + k - 1);
 }

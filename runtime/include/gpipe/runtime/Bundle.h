@@ -263,12 +263,18 @@ struct Instruction {
   Op op = Op::Forward;
   int64_t microBatch = -1;
   int64_t peer = -1;
+  /// A compute instruction's place in its device's order where stages
+  /// share the device (StreamSpec::deviceGroup); -1 otherwise.
+  int64_t turn = -1;
 };
 
 /// The ordered instructions of one stage's device.
 struct StreamSpec {
   int64_t stage = 0;
   std::string device;
+  /// Streams of one group run on one device in turns (an interleaved
+  /// schedule: Instruction::turn); -1: the stage has its device alone.
+  int64_t deviceGroup = -1;
   /// Stashes alive at once: the runtime allocates this many.
   int64_t maxAlive = 1;
   int64_t predictedPeakBytes = 0;

@@ -20,6 +20,7 @@ struct TraceTrack;
 class ProcessGroup;
 class StreamRunner;
 class Transport;
+class DeviceTurn;
 class DeviceWorker;
 class DeviceBackend;
 
@@ -264,6 +265,9 @@ private:
   /// This rank's stages.
   std::vector<std::unique_ptr<Stage>> stages;
   std::unique_ptr<Transport> transport;
+  /// The order of each device its stages share (an interleaved schedule:
+  /// StreamSpec::deviceGroup).
+  std::map<int64_t, std::unique_ptr<DeviceTurn>> deviceTurns;
   std::vector<const TensorSlot *> dataInputs_, localDataInputs_;
   std::vector<std::string> warnings_;
   const TensorSlot *modelOutput = nullptr;
