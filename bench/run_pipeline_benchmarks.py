@@ -11,7 +11,8 @@
    here, and with the per-op cost table that gpipe-run --profile-ops
    measured on a one-device bundle of the same model.
 4. Schedules: the deep MLP on K=2 (cpu:0,cpu:1) at M = 8 and 16 under
-   gpipe, 1f1b and zb-h1 (the backward in two parts), each with its
+   gpipe, 1f1b, zb-h1 (the backward in two parts) and interleaved-1f1b
+   (--virtual-stages=2: four stages, two on each core in turns), each with its
    measured and predicted step and bubble (calibrated profile, no cost
    table), beside the best one-stage plan on both cores (cpu:0-1, the whole
    batch); and the bubble the compiler predicts for K = 4 and 8 equal
@@ -40,6 +41,7 @@ import torch.nn as nn
 from benchdoc import write_doc, work_dir
 
 STEPS, BATCH, MICRO = 30, 256, 8
+SCHEDULES = ("gpipe", "1f1b", "zb-h1", "interleaved-1f1b")
 
 
 def deep_mlp():
@@ -97,9 +99,13 @@ def train(build, bundle, data):
     bubble = float(found.group(1)) if found else 0.0  # one stage: none
     # The stages' busy time a step: the idle share that is their imbalance,
     # (busiest - each) / (K x step), comes with any schedule.
-    busy = [float(b) for b in re.findall(
-        r"stage \d+ on \S+: busy [0-9.]+% of the steps \(([0-9.]+) ms a step",
-        proc.stdout)]
+    # Stages that share a device (interleaved) add up to the device's.
+    busy = {}
+    for device, b in re.findall(
+            r"stage \d+ on (\S+): busy [0-9.]+% of the steps "
+            r"\(([0-9.]+) ms a step", proc.stdout):
+        busy[device] = busy.get(device, 0.0) + float(b)
+    busy = list(busy.values())
     imbalance = (100 * sum(max(busy) - b for b in busy) / (len(busy) * step)
                  if len(busy) > 1 else 0.0)
     return step, allocated, bubble, imbalance
@@ -157,9 +163,10 @@ def main():
     # cores (calibrated profile, no cost table).
     schedules = {}
     for micro in (8, 16):
-        for kind in ("gpipe", "1f1b", "zb-h1"):
-            schedules[f"mlp M={micro} {kind}"] = ("cpu:0,cpu:1", micro,
-                                                  [f"--schedule={kind}"])
+        for kind in SCHEDULES:
+            virtual = ["--virtual-stages=2"] if "interleaved" in kind else []
+            schedules[f"mlp M={micro} {kind}"] = (
+                "cpu:0,cpu:1", micro, [f"--schedule={kind}"] + virtual)
     schedules["mlp one stage cpu:0-1 M=1"] = ("cpu:0-1", 1, [])
     sched_predicted = {}
     for name, (devices, micro, extra) in schedules.items():
@@ -258,7 +265,7 @@ def main():
     ]
     ratios = []
     for micro in (8, 16):
-        for kind in ("gpipe", "1f1b", "zb-h1"):
+        for kind in SCHEDULES:
             name = f"mlp M={micro} {kind}"
             step, _, bubble, imbalance = med[name]
             pstep, pbubble = sched_predicted[name]
@@ -282,7 +289,9 @@ def main():
         "played by its schedule simulator with K equal stages (F = B = W = "
         "1: a whole backward 2), beside the papers' formulas (GPipe and "
         "1F1B: (K-1)/(M+K-1); ZB-H1: (K-1)(F+B-W) idle per stage, "
-        "(K-1)/(3M+K-1)); `gpipe-schedule-bubbles 4 8`:",
+        "(K-1)/(3M+K-1); interleaved 1F1B with v stages on each of K "
+        "devices: Megatron-LM's (K-1)/(vM) of the ideal step, "
+        "(K-1)/(vM+K-1) of the step); `gpipe-schedule-bubbles 4 8`:",
         "",
     ] + bubbles
     write_doc(args.out, lines + [""])

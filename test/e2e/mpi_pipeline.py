@@ -16,7 +16,8 @@ is judged against a float64 replay in PyTorch (CHAOTIC).
 
 Cases: the MLP over two ranks (every schedule, recompute never and
 always) and four ranks (`--oversubscribe`, two stages per core), the CNN and the
-Transformer over two and four ranks. Then the rest: run without mpirun
+Transformer over two and four ranks; interleaved 1F1B with four stages on
+two ranks (two stages per rank, in turns), the MLP and the CNN. Then the rest: run without mpirun
 (an error that says how to launch), the wrong process count (every rank
 says so and exits non-zero), --eval-data, --profile-ops and --trace across
 ranks, a bundle damaged on one rank, SIGKILL of one rank during training
@@ -51,7 +52,10 @@ CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b", "zb-h1")
     ("cnn", 2, "1f1b", "never"), ("cnn", 4, "gpipe", "always"),
     ("cnn", 2, "zb-h1", "always"),
     ("transformer_no_dropout", 2, "gpipe", "always"),
-    ("transformer_no_dropout", 4, "1f1b", "never")]
+    ("transformer_no_dropout", 4, "1f1b", "never"),
+    ("mlp", 2, "interleaved-1f1b", "never"),
+    ("mlp", 2, "interleaved-1f1b", "always"),
+    ("cnn", 2, "interleaved-1f1b", "except-last")]
 # (model, replicas, devices of one replica, schedule, optimizer, steps).
 # Weights are compared for SGD only: Adam turns the rounding of a
 # near-zero gradient into a full-size update of either sign.
@@ -108,8 +112,12 @@ class Models:
             self.done[name] = (onnx_path, data)
         onnx_path, data = self.done[name]
         bundle = os.path.join(self.work, tag + ".gpipe")
+        # Interleaved: each rank's device holds two stages, in turns.
+        devices = RANK_DEVICES[ranks]
+        if schedule == "interleaved-1f1b":
+            devices = ",".join([devices] * 2)
         rc, out = run([self.opt, onnx_path, "--mode=train",
-                       f"--devices={RANK_DEVICES[ranks]}",
+                       f"--devices={devices}",
                        f"--batch-size={BATCH}", f"--micro-batches={micro}",
                        f"--schedule={schedule}", f"--recompute={recompute}",
                        "-o", bundle] + OPTIMIZER)

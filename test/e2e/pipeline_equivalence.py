@@ -1,5 +1,6 @@
 """Pipelining changes nothing but speed: for K devices, M micro-batches, the
-gpipe, 1f1b or zb-h1 schedule and every recompute mode, training gives the losses
+gpipe, 1f1b, zb-h1 or interleaved-1f1b schedule and every recompute mode,
+training gives the losses
 and final parameters of the same model trained on one device with M=1
 (models with BatchNorm: against one device with the same M and schedule,
 since each micro-batch normalizes with its own statistics and the schedule
@@ -9,7 +10,10 @@ Devices may outnumber the cores (cpu:0,cpu:1,cpu:0,cpu:1). MLP runs the full
 matrix K in {1,2,3,4} x M in {1,2,4,8} x {gpipe, 1f1b, zb-h1} x {never,
 always, except-last}; the larger models a covering subset in which every K,
 every M, every schedule and every recompute mode occur (compiling each
-configuration of ResNet-18 and the Transformer takes seconds).
+configuration of ResNet-18 and the Transformer takes seconds). The
+interleaved schedule runs four stages on the two devices in turns (K=4 over
+cpu:0,cpu:1,cpu:0,cpu:1, M a multiple of 2): the MLP at M in {2,4,8} with
+every recompute mode, each larger model at one or three of those.
 
 Tolerances: every step's loss within 1e-5 relative of the reference and
 every final parameter tensor within 1e-4 relative L2 (the micro-batches'
@@ -68,15 +72,32 @@ if os.environ.get("GPIPE_COVERING"):
     FULL = covering(int(os.environ["GPIPE_COVERING"]))
     covering = lambda count: FULL  # noqa: E731
 
+# Interleaved 1F1B: K=4 stages, two on each device (DEVICES[4]), M a
+# multiple of the two devices.
+INTERLEAVED = "interleaved-1f1b"
+INTERLEAVED_CONFIGS = {
+    "mlp": [(4, m, INTERLEAVED, r) for m in (2, 4, 8) for r in RECOMPUTE],
+    "cnn": [(4, 2, INTERLEAVED, "never"), (4, 4, INTERLEAVED, "always"),
+            (4, 8, INTERLEAVED, "except-last")],
+    "transformer_no_dropout": [(4, 4, INTERLEAVED, "always")],
+    "resnet18": [(4, 2, INTERLEAVED, "never")],
+}
+if os.environ.get("GPIPE_COVERING"):
+    INTERLEAVED_CONFIGS = {name: [(4, 4, INTERLEAVED, "never")]
+                           for name in INTERLEAVED_CONFIGS}
+
 # model -> (steps, batch norm, optimizer flags, configurations)
 MODELS = {
     "mlp": (4, False, ["--optimizer=sgd", "--lr=0.05", "--momentum=0.9"],
-            FULL),
-    "cnn": (3, False, ["--optimizer=adamw", "--lr=0.001"], covering(16)),
+            FULL + INTERLEAVED_CONFIGS["mlp"]),
+    "cnn": (3, False, ["--optimizer=adamw", "--lr=0.001"],
+            covering(16) + INTERLEAVED_CONFIGS["cnn"]),
     "transformer_no_dropout": (3, False, ["--optimizer=sgd", "--lr=0.05",
-                                          "--momentum=0.9"], covering(8)),
+                                          "--momentum=0.9"],
+                               covering(8) +
+                               INTERLEAVED_CONFIGS["transformer_no_dropout"]),
     "resnet18": (2, True, ["--optimizer=sgd", "--lr=0.01", "--momentum=0.9"],
-                 covering(6)),
+                 covering(6) + INTERLEAVED_CONFIGS["resnet18"]),
 }
 
 
@@ -183,7 +204,10 @@ def main():
         refs = {}
         for config in configs:
             k, m, schedule, recompute = config
-            ref_key = ((1, m, schedule, "never") if batch_norm
+            # One device cannot interleave; its micro-batches' gradients
+            # are summed in 1f1b's order (first to last on every stage).
+            ref_key = ((1, m, "1f1b" if schedule == INTERLEAVED else schedule,
+                        "never") if batch_norm
                        else (1, 1, "gpipe", "never"))
             label = f"{name} K={k} M={m} {schedule} recompute={recompute}"
             if ref_key not in refs:

@@ -182,8 +182,17 @@ bool isCompute(Operation *op) {
 /// are 0, 1, ... once each; no other stream's instruction has one.
 LogicalResult verifyTurns(ArrayRef<StreamOp> streams) {
   std::map<int64_t, std::map<int64_t, Operation *>> groups;
+  std::map<uint64_t, StreamOp> deviceOf; // device group -> its first stream
   for (StreamOp stream : streams) {
     std::optional<uint64_t> group = stream.getDeviceGroup();
+    if (group) {
+      StreamOp first = deviceOf.emplace(*group, stream).first->second;
+      if (first.getDevice() != stream.getDevice())
+        return stream.emitOpError("is on ")
+               << stream.getDevice() << ", but its device group " << *group
+               << " is stream " << first.getStage() << "'s, on "
+               << first.getDevice();
+    }
     int64_t last = -1;
     for (Operation &op : stream.getBody().front()) {
       std::optional<int64_t> turn = turnOf(&op);

@@ -282,3 +282,170 @@ gpipe.schedule stages(1) micro_batches(1) {
     gpipe.optimizer_step
   }
 }
+
+// -----
+
+// Interleaved schedules: streams of one device group take turns.
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" {
+    // expected-error @+1 {{'gpipe.forward' op has a turn, but stream 0 has its device to itself}}
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:1" {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0
+    gpipe.backward 0
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    // expected-error @+1 {{'gpipe.forward' op has no turn on a device that stream 1 shares}}
+    gpipe.forward 0
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.forward 0 {turn = 1 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    // expected-error @+1 {{'gpipe.backward' op turn 0 does not follow its stream's turn 1}}
+    gpipe.backward 0 {turn = 0 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0 {turn = 2 : i64}
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    // expected-error @+1 {{'gpipe.forward' op turn 0 is taken twice on device group 0}}
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    // expected-error @+1 {{'gpipe.backward' op device group 0 skips turns: 4 instructions up to turn 4}}
+    gpipe.backward 0 {turn = 4 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0 {turn = 1 : i64}
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.optimizer_step
+  }
+  // expected-error @+1 {{'gpipe.stream' op is on cpu:1, but its device group 0 is stream 0's, on cpu:0}}
+  gpipe.stream 1 on "cpu:1" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0 {turn = 1 : i64}
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+// Stage 0's forward waits for turn 1, but turn 0 is stage 1's forward,
+// which waits for stage 0's activation.
+// expected-error @+1 {{deadlocks: stage 0 waits forever at this instruction (a turn on a device it shares)}}
+gpipe.schedule stages(2) micro_batches(1) {
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64} {
+    // expected-note @+1 {{blocked here}}
+    gpipe.forward 0 {turn = 1 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64} {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}
+
+// -----
+
+// Two stages that fit the device's memory each (1000 and 500 bytes: each
+// micro-batch's backward follows its forward, nothing in the stash; the
+// limit 1200) do not fit it together.
+gpipe.schedule stages(2) micro_batches(1) {
+  // expected-error @+1 {{'gpipe.stream' op the stages on cpu:0 need 1500 bytes at their peaks together, more than its memory limit of 1200}}
+  gpipe.stream 0 on "cpu:0" attributes {device_group = 0 : i64, static_bytes = 1000 : i64, stash_bytes = 100 : i64, memory_limit = 1200 : i64} {
+    gpipe.forward 0 {turn = 0 : i64}
+    gpipe.send_activation 0 peer 1
+    gpipe.recv_gradient 0 peer 1
+    gpipe.backward 0 {turn = 3 : i64}
+    gpipe.optimizer_step
+  }
+  gpipe.stream 1 on "cpu:0" attributes {device_group = 0 : i64, static_bytes = 500 : i64, stash_bytes = 50 : i64, memory_limit = 1200 : i64} {
+    gpipe.recv_activation 0 peer 0
+    gpipe.forward 0 {turn = 1 : i64}
+    gpipe.backward 0 {turn = 2 : i64}
+    gpipe.send_gradient 0 peer 0
+    gpipe.optimizer_step
+  }
+}

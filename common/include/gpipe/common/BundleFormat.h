@@ -14,8 +14,9 @@ namespace gpipe {
 /// products' kernels (gemm, matmul, conv and its gradients) take
 /// `compute_type`; the manifest says the bundle's `precision`. 10: a
 /// carried tensor's `stash_dtype`. 11: a message tensor's `dtype` (an
-/// activation carried in bfloat16).
-constexpr int64_t kBundleFormatVersion = 11;
+/// activation carried in bfloat16). 12: a compute instruction's `turn` and
+/// a stream's `device_group` (stages taking turns on one device).
+constexpr int64_t kBundleFormatVersion = 12;
 
 } // namespace gpipe
 
