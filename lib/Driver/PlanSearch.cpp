@@ -169,14 +169,15 @@ int64_t busyCoresPerHost(const std::vector<std::vector<int>> &ranks) {
 }
 
 /// Every plan on `placement` with `replicas` replicas of `replicaBatch`
-/// samples: micro-batches dividing it, both schedules (one for one stage),
-/// recompute where keeping the activations does not fit; appended to
-/// `plans`.
-void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
-                    int64_t replicaBatch, ArrayRef<DeviceProfile> profiles,
-                    const LayerTable &table, const PlanSearchSpace &space,
-                    const DeviceProfile &network, MLIRContext *context,
-                    std::vector<PlanCandidate> &plans) {
+/// samples: micro-batches dividing it, every schedule kind (one for one
+/// stage; only the interleaving kinds where the placement lists its
+/// devices over again, `interleaved`), recompute where keeping the
+/// activations does not fit; appended to `plans`.
+void weighPlacement(ArrayRef<StagePlacement> placement, bool interleaved,
+                    int64_t replicas, int64_t replicaBatch,
+                    ArrayRef<DeviceProfile> profiles, const LayerTable &table,
+                    const PlanSearchSpace &space, const DeviceProfile &network,
+                    MLIRContext *context, std::vector<PlanCandidate> &plans) {
   for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches); ++m) {
     if (replicaBatch % m != 0)
       continue;
@@ -184,6 +185,8 @@ void weighPlacement(ArrayRef<StagePlacement> placement, int64_t replicas,
       ScheduleKind kind = info.kind;
       if (placement.size() == 1 && kind != ScheduleKind::GPipe)
         continue; // one stage: the schedules are the same
+      if (info.interleaves != interleaved)
+        continue;
       if (info.interleaves) {
         llvm::SmallVector<std::string> keys;
         for (const StagePlacement &p : placement)
@@ -268,8 +271,25 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       if (static_cast<int64_t>(placement.size()) != perReplica * k)
         continue; // a rank's cores are not ranges of k groups
       shareHost(profiles, busy);
-      weighPlacement(placement, d, replicaBatch, profiles, table, space,
-                     *network, context, plans);
+      weighPlacement(placement, /*interleaved=*/false, d, replicaBatch,
+                     profiles, table, space, *network, context, plans);
+      // Interleaved: the same devices listed twice, two stages on each in
+      // turns, where the model has the layers; each of the two stages
+      // plans within half its device's memory (the two together within
+      // all of it, as the schedule verifier checks).
+      if (placement.size() >= 2 &&
+          2 * static_cast<int64_t>(placement.size()) <= table.size()) {
+        std::vector<StagePlacement> twice = placement;
+        twice.insert(twice.end(), placement.begin(), placement.end());
+        SmallVector<DeviceProfile, 4> halves;
+        for (int copy = 0; copy < 2; ++copy)
+          for (DeviceProfile p : profiles) {
+            p.memoryCapacity /= 2;
+            halves.push_back(p);
+          }
+        weighPlacement(twice, /*interleaved=*/true, d, replicaBatch, halves,
+                       table, space, *network, context, plans);
+      }
     }
   }
   // Fastest first among those that fit; ties keep the simpler plan (fewer

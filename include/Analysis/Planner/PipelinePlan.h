@@ -82,10 +82,7 @@ struct PipelinePlan {
   /// The stages per device where the devices repeat in order
   /// (virtualStagesOf), else 1.
   int64_t virtualStages() const;
-  int64_t alive(int64_t stage) const {
-    return activationsAlive(schedule, microBatches, stage, numStages(),
-                            virtualStages());
-  }
+  int64_t alive(int64_t stage) const;
 };
 
 } // namespace gpipe

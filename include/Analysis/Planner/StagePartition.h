@@ -113,6 +113,12 @@ private:
   llvm::SmallVector<llvm::SmallVector<double>> sumThreadBytes;
   /// Prefix sums of the bytes the fitted ops move, forward and backward.
   llvm::SmallVector<double> forwardBytes, backwardBytes;
+  /// Each stage's micro-batches alive at once (PipelinePlan::alive), once:
+  /// solve() weighs every slice of every stage.
+  llvm::SmallVector<int64_t> alive;
+  /// Whether every layer's forward and backward seconds are >= 0 on every
+  /// stage's device (solve() prunes with them).
+  bool layerTimesNonNegative = true;
 };
 
 } // namespace gpipe

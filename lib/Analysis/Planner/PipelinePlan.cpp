@@ -68,6 +68,13 @@ int64_t gpipe::PipelinePlan::virtualStages() const {
   return virtualStagesOf(deviceKeys());
 }
 
+int64_t gpipe::PipelinePlan::alive(int64_t stage) const {
+  // Only an interleaving kind reads the virtual stages (and they take a
+  // pass over the devices).
+  int64_t v = scheduleKindInfo(schedule).interleaves ? virtualStages() : 1;
+  return activationsAlive(schedule, microBatches, stage, numStages(), v);
+}
+
 std::string gpipe::PipelinePlan::deviceList() const {
   std::string list;
   bool ranked =

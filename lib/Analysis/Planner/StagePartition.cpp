@@ -33,6 +33,14 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
     backwardConversion.push_back(std::move(cb));
     sumThreadBytes.push_back(std::move(st));
   }
+  for (int64_t stage = 0; stage < plan.numStages(); ++stage)
+    alive.push_back(plan.alive(stage));
+  // The prefix sums rise layer by layer (solve()'s bound) unless a fit
+  // prices a layer below zero.
+  for (size_t p = 0; p < forward.size(); ++p)
+    for (int64_t i = 0; i < n; ++i)
+      layerTimesNonNegative &= forward[p][i + 1] >= forward[p][i] &&
+                               backward[p][i + 1] >= backward[p][i];
   params.assign(n + 1, 0);
   trainable.assign(n + 1, 0);
   activations.assign(n + 1, 0);
@@ -158,8 +166,8 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   double working = recomputes ? acts + grads
                    : stash    ? std::max(acts, grads)
                               : 0;
-  c.memory = params[end] - params[begin] + sharedBytes +
-             plan.alive(stage) * kept + working + out;
+  c.memory = params[end] - params[begin] + sharedBytes + alive[stage] * kept +
+             working + out;
   // A micro-batch's pass over the stage touches its parameters and every
   // result; beyond the last cache level, it comes from memory.
   double pass = params[end] - params[begin] + acts;
@@ -194,17 +202,27 @@ StagePartitioner::solve(bool withMemory) const {
       k, llvm::SmallVector<double>(n + 1, inf));
   llvm::SmallVector<llvm::SmallVector<int64_t>> from(
       k, llvm::SmallVector<int64_t>(n + 1, -1));
+  // Stage s beginning at b, from the last layer down: its kernels' time
+  // alone (the prefix sums; slice() only adds to it) is a lower bound on
+  // its time that grows as b falls, so once it exceeds the best found no
+  // earlier b can do better; and a b whose stages before are already
+  // slower than the best needs no slice. Both skip only what cannot win
+  // or tie (ties keep the earliest b, as a forward scan would).
   for (int64_t s = 0; s < k; ++s)
     for (int64_t e = s + 1; e <= n - (k - 1 - s); ++e)
-      for (int64_t b = s; b < e; ++b) {
+      for (int64_t b = e - 1; b >= s; --b) {
+        double bound = forward[s][e] - forward[s][b] +
+                       (plan.inference ? 0.0 : backward[s][e] - backward[s][b]);
+        if (layerTimesNonNegative && bound > best[s][e])
+          break;
         double before = s == 0 ? (b == 0 ? 0 : inf) : best[s - 1][b];
-        if (before == inf)
+        if (before == inf || before > best[s][e])
           continue;
         StageSlice c = slice(s, b, e);
         if (withMemory && c.memory > profiles[s].memoryCapacity)
           continue;
         double value = std::max(before, c.time());
-        if (value < best[s][e]) {
+        if (value < best[s][e] || (value == best[s][e] && b < from[s][e])) {
           best[s][e] = value;
           from[s][e] = b;
         }
