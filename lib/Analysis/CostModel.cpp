@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "NN/IR/NNOps.h"
 #include "gpipe/common/KernelFamily.h"
@@ -121,6 +122,22 @@ void gpipe::shareHost(llvm::MutableArrayRef<DeviceProfile> profiles,
       p.beyondLastLevelBandwidth = c * std::min(p.beyondLastLevelBandwidth / c,
                                                 p.hostMemoryBandwidth / busy);
     p.hostCores = 0; // shared once
+  }
+}
+
+void gpipe::shareDevice(llvm::MutableArrayRef<DeviceProfile> profiles,
+                        llvm::ArrayRef<std::string> keys) {
+  std::map<std::string, int64_t> stagesOn;
+  for (const std::string &key : keys)
+    ++stagesOn[key];
+  for (size_t s = 0; s < profiles.size() && s < keys.size(); ++s) {
+    double c = static_cast<double>(stagesOn[keys[s]]);
+    if (c <= 1)
+      continue;
+    DeviceProfile &p = profiles[s];
+    p.cacheBytes /= c;
+    p.privateCacheBytes /= c;
+    p.lastLevelShareBytes /= c;
   }
 }
 

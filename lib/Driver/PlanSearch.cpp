@@ -274,19 +274,21 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       weighPlacement(placement, /*interleaved=*/false, d, replicaBatch,
                      profiles, table, space, *network, context, plans);
       // Interleaved: the same devices listed twice, two stages on each in
-      // turns, where the model has the layers; each of the two stages
-      // plans within half its device's memory (the two together within
-      // all of it, as the schedule verifier checks).
+      // turns, where the model has the layers; the two share the device's
+      // caches (shareDevice) and its memory.
       if (placement.size() >= 2 &&
           2 * static_cast<int64_t>(placement.size()) <= table.size()) {
         std::vector<StagePlacement> twice = placement;
         twice.insert(twice.end(), placement.begin(), placement.end());
-        SmallVector<DeviceProfile, 4> halves;
-        for (int copy = 0; copy < 2; ++copy)
-          for (DeviceProfile p : profiles) {
-            p.memoryCapacity /= 2;
-            halves.push_back(p);
-          }
+        SmallVector<DeviceProfile, 4> halves(profiles.begin(), profiles.end());
+        halves.append(profiles.begin(), profiles.end());
+        std::vector<std::string> keys;
+        for (const StagePlacement &p : twice)
+          keys.push_back("r" + std::to_string(p.rank) + ":" + p.device);
+        shareDevice(halves, keys);
+        // The search checks no schedule: each stage plans within half.
+        for (DeviceProfile &p : halves)
+          p.memoryCapacity /= 2;
         weighPlacement(twice, /*interleaved=*/true, d, replicaBatch, halves,
                        table, space, *network, context, plans);
       }
