@@ -49,7 +49,7 @@ _COMPILE_FLAGS = {
     "beta2", "eps", "schedule", "recompute", "stages", "data_parallel",
     "plan", "device_profile", "cost_table", "report", "const_input",
     "freeze", "trainable", "batch_axis", "memory_per_device", "cuda_arch",
-    "target_cpu", "target_features", "precision",
+    "target_cpu", "target_features", "precision", "virtual_stages",
 }
 # Keyword arguments of compile() that make a training bundle (as the
 # command line: a training flag implies --mode=train).
@@ -57,6 +57,7 @@ _TRAINING_FLAGS = {
     "micro_batches", "loss", "ignore_index", "class_axis", "optimizer", "lr",
     "momentum", "nesterov", "weight_decay", "beta1", "beta2", "eps", "schedule",
     "recompute", "stages", "data_parallel", "plan", "memory_per_device",
+    "virtual_stages",
 }
 
 
@@ -168,7 +169,8 @@ def compile(model, example_input=None, *, output=None, quiet=False,
         precision="bf16" (products of matrices in bfloat16 with float32
         sums and float32 weights; default "fp32"; docs/training.md),
         plan="auto" or "given" (devices alone: auto, as on the command
-        line),
+        line), virtual_stages=2 (two stages on each device in turns,
+        schedule "interleaved-1f1b"; docs/pipeline.md),
         freeze=["pe"] (names or patterns of initializers not to train),
         trainable=["head.*"] (the only ones to train). A module's
         floating-point buffers (named_buffers()) are always frozen.

@@ -8,7 +8,8 @@
 - .train leaves the calling thread on the cores it had;
 - .train on a torch DataLoader (shuffle off) takes the steps gpipe-run
   --no-shuffle takes, to the last bit;
-- precision="bf16" trains as gpipe-opt --precision=bf16, to the last bit;
+- precision="bf16" trains as gpipe-opt --precision=bf16, to the last bit,
+  virtual_stages=2 as --virtual-stages=2;
 - .infer of the trained bundle equals the PyTorch module loaded with
   .parameters() in eval mode; .save_onnx writes an inference model;
 - gpipe.compile of an ONNX path (an inference bundle) equals PyTorch;
@@ -145,6 +146,25 @@ check("precision='bf16' trains as --precision=bf16, bit for bit",
 check("bf16 losses near float32's (within 5% at the first step)",
       abs(bf16_losses[0] - cli[0]) <= 0.05 * abs(cli[0]) and
       bf16_losses != cli, "%s vs %s" % (bf16_losses[:3], cli[:3]))
+
+# virtual_stages=2 is gpipe-opt's --virtual-stages=2: four stages, two on
+# each core in turns, the same steps to the last bit.
+bundle_il_cli = os.path.join(work, "cnn-interleaved.gpipe")
+subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o",
+                bundle_il_cli, "--devices=cpu:0,cpu:1", "--micro-batches=4",
+                "--optimizer=adamw", "--lr=2e-3", "--virtual-stages=2"],
+               check=True, stdout=subprocess.DEVNULL)
+cli_il, _ = cli_losses(bundle_path=bundle_il_cli)
+bundle_il = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
+                          virtual_stages=2, **flags)
+il_kind = json.load(open(os.path.join(bundle_il.path, "manifest.json")))[
+    "schedule"]["kind"]
+check("virtual_stages=2 compiles interleaved-1f1b over four stages",
+      il_kind == "interleaved-1f1b" and len(bundle_il.devices) == 4,
+      "%s, %s" % (il_kind, bundle_il.devices))
+il_losses = bundle_il.train((x, y), steps=20, seed=3, quiet=True)
+check("virtual_stages=2 trains as --virtual-stages=2, bit for bit",
+      il_losses == cli_il, "%s vs %s" % (il_losses[:3], cli_il[:3]))
 
 # A DataLoader, in order, against gpipe-run --no-shuffle.
 cli_in_order, _ = cli_losses("--no-shuffle")
