@@ -459,11 +459,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   // devices listed over again, in order.
   if (std::optional<ScheduleKind> kind = parseScheduleKind(o.schedule);
       kind && scheduleKindInfo(*kind).interleaves) {
-    llvm::SmallVector<std::string> keys;
-    for (size_t s = 0; s < devices.size(); ++s)
-      keys.push_back("r" + std::to_string(s < ranks.size() ? ranks[s] : 0) +
-                     ":" + devices[s]);
-    std::string why = interleavingError(keys, o.training.microBatches);
+    std::string why = interleavingError(
+        givenPlan(o, devices, ranks).deviceKeys(), o.training.microBatches);
     if (!why.empty())
       return error("--schedule=" + o.schedule + " " + why);
   }

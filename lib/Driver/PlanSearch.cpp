@@ -178,6 +178,7 @@ void weighPlacement(ArrayRef<StagePlacement> placement, bool interleaved,
                     ArrayRef<DeviceProfile> profiles, const LayerTable &table,
                     const PlanSearchSpace &space, const DeviceProfile &network,
                     MLIRContext *context, std::vector<PlanCandidate> &plans) {
+  llvm::SmallVector<std::string> keys = deviceKeys(placement);
   for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches); ++m) {
     if (replicaBatch % m != 0)
       continue;
@@ -187,13 +188,8 @@ void weighPlacement(ArrayRef<StagePlacement> placement, bool interleaved,
         continue; // one stage: the schedules are the same
       if (info.interleaves != interleaved)
         continue;
-      if (info.interleaves) {
-        llvm::SmallVector<std::string> keys;
-        for (const StagePlacement &p : placement)
-          keys.push_back("r" + std::to_string(p.rank) + ":" + p.device);
-        if (!interleavingError(keys, m).empty())
-          continue; // the devices are not listed over again
-      }
+      if (info.interleaves && !interleavingError(keys, m).empty())
+        continue; // the devices are not listed over again
       // Recompute is for memory: weighed where keeping the activations
       // does not fit (its copies saved never repay the forward run again
       // in measurements, docs/pipeline-benchmarks.md), and then only on the
@@ -282,10 +278,7 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
         twice.insert(twice.end(), placement.begin(), placement.end());
         SmallVector<DeviceProfile, 4> halves(profiles.begin(), profiles.end());
         halves.append(profiles.begin(), profiles.end());
-        std::vector<std::string> keys;
-        for (const StagePlacement &p : twice)
-          keys.push_back("r" + std::to_string(p.rank) + ":" + p.device);
-        shareDevice(halves, keys);
+        shareDevice(halves, deviceKeys(twice));
         // The search checks no schedule: each stage plans within half.
         for (DeviceProfile &p : halves)
           p.memoryCapacity /= 2;

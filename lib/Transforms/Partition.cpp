@@ -106,16 +106,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
     shareHost(profiles, static_cast<int64_t>(busy.size()));
     // Stages listed on one device (of one rank) share its caches; their
     // ranks tell an interleaved plan's devices apart.
-    std::vector<std::string> keys;
-    for (int64_t s = 0; s < static_cast<int64_t>(this->devices.size()); ++s) {
-      keys.push_back(deviceName(s));
-      StringRef name(keys.back());
-      int64_t rank = 0;
-      if (name.consume_front("r") && !name.consumeInteger(10, rank) &&
-          name.starts_with(":"))
-        plan.stages[s].rank = rank;
-    }
-    shareDevice(profiles, keys);
+    for (int64_t s = 0; s < static_cast<int64_t>(this->devices.size()); ++s)
+      plan.stages[s].rank = rankOfDeviceName(deviceName(s));
+    shareDevice(profiles, plan.deviceKeys());
     std::optional<CostTable> costs;
     if (!costTable.empty()) {
       // Seconds as measured, for the rows of the micro-batch the stages are

@@ -21,8 +21,8 @@ using namespace gpipe;
 llvm::SmallVector<std::string> gpipe::deviceKeys(const ScheduleRequest &r) {
   llvm::SmallVector<std::string> keys;
   for (auto [s, device] : llvm::enumerate(r.devices))
-    keys.push_back("r" + std::to_string(s < r.ranks.size() ? r.ranks[s] : 0) +
-                   ":" + device);
+    keys.push_back(
+        StagePlacement{device, s < r.ranks.size() ? r.ranks[s] : 0}.key());
   return keys;
 }
 

@@ -64,11 +64,20 @@ torch.onnx.export(model, torch.randn(32, 1, 14, 14),
                   do_constant_folding=False, input_names=["input"],
                   output_names=["logits"])
 np.savez(os.path.join(work, "train.npz"), input=x, labels=y)
-bundle_cli = os.path.join(work, "cnn.gpipe")
-subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o", bundle_cli,
-                "--devices=cpu:0,cpu:1", "--micro-batches=4",
-                "--optimizer=adamw", "--lr=2e-3"], check=True,
-               stdout=subprocess.DEVNULL)
+
+
+def cli_bundle(name, *extra):
+    """The exported CNN compiled by gpipe-opt with the flags of `flags` and
+    `extra`, into WORK/name."""
+    path = os.path.join(work, name)
+    subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o", path,
+                    "--devices=cpu:0,cpu:1", "--micro-batches=4",
+                    "--optimizer=adamw", "--lr=2e-3"] + list(extra),
+                   check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+bundle_cli = cli_bundle("cnn.gpipe")
 
 
 def cli_losses(*extra, bundle_path=bundle_cli):
@@ -129,12 +138,8 @@ check("stream_data='always' trains as the command line, bit for bit",
 
 # precision="bf16" is gpipe-opt's --precision=bf16: the same bundle, the
 # same steps to the last bit.
-bundle_bf16_cli = os.path.join(work, "cnn-bf16.gpipe")
-subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o",
-                bundle_bf16_cli, "--devices=cpu:0,cpu:1", "--micro-batches=4",
-                "--optimizer=adamw", "--lr=2e-3", "--precision=bf16"],
-               check=True, stdout=subprocess.DEVNULL)
-cli_bf16, _ = cli_losses(bundle_path=bundle_bf16_cli)
+cli_bf16, _ = cli_losses(
+    bundle_path=cli_bundle("cnn-bf16.gpipe", "--precision=bf16"))
 bundle_bf16 = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
                             precision="bf16", **flags)
 check("a bf16 bundle says so", bundle_bf16.precision == "bf16" and
@@ -149,12 +154,8 @@ check("bf16 losses near float32's (within 5% at the first step)",
 
 # virtual_stages=2 is gpipe-opt's --virtual-stages=2: four stages, two on
 # each core in turns, the same steps to the last bit.
-bundle_il_cli = os.path.join(work, "cnn-interleaved.gpipe")
-subprocess.run(["gpipe-opt", os.path.join(work, "cnn.onnx"), "-o",
-                bundle_il_cli, "--devices=cpu:0,cpu:1", "--micro-batches=4",
-                "--optimizer=adamw", "--lr=2e-3", "--virtual-stages=2"],
-               check=True, stdout=subprocess.DEVNULL)
-cli_il, _ = cli_losses(bundle_path=bundle_il_cli)
+cli_il, _ = cli_losses(
+    bundle_path=cli_bundle("cnn-interleaved.gpipe", "--virtual-stages=2"))
 bundle_il = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
                           virtual_stages=2, **flags)
 il_kind = json.load(open(os.path.join(bundle_il.path, "manifest.json")))[

@@ -50,7 +50,17 @@ int64_t activationsAlive(ScheduleKind kind, int64_t microBatches, int64_t stage,
 struct StagePlacement {
   std::string device; // "cpu:0", "cpu:2-3", "cuda:0"
   int64_t rank = 0;   // the MPI rank that runs it
+  /// The stage's rank and device as one key ("r1:cpu:0"): stages with the
+  /// same key share a device.
+  std::string key() const;
 };
+
+/// Each placement's key (StagePlacement::key).
+llvm::SmallVector<std::string>
+deviceKeys(llvm::ArrayRef<StagePlacement> stages);
+/// The rank a device as the user names it gives ("r1:cpu:0": 1; "cpu:0":
+/// 0).
+int64_t rankOfDeviceName(llvm::StringRef name);
 
 struct PipelinePlan {
   /// The first layer of stages 1..K-1 (stage 0 starts at layer 0); empty

@@ -57,11 +57,28 @@ int64_t gpipe::activationsAlive(ScheduleKind kind, int64_t microBatches,
                                          virtualStages);
 }
 
-llvm::SmallVector<std::string> gpipe::PipelinePlan::deviceKeys() const {
+std::string gpipe::StagePlacement::key() const {
+  return "r" + std::to_string(rank) + ":" + device;
+}
+
+llvm::SmallVector<std::string>
+gpipe::deviceKeys(llvm::ArrayRef<StagePlacement> stages) {
   llvm::SmallVector<std::string> keys;
   for (const StagePlacement &s : stages)
-    keys.push_back("r" + std::to_string(s.rank) + ":" + s.device);
+    keys.push_back(s.key());
   return keys;
+}
+
+int64_t gpipe::rankOfDeviceName(llvm::StringRef name) {
+  int64_t rank = 0;
+  if (name.consume_front("r") && !name.consumeInteger(10, rank) &&
+      name.starts_with(":"))
+    return rank;
+  return 0;
+}
+
+llvm::SmallVector<std::string> gpipe::PipelinePlan::deviceKeys() const {
+  return gpipe::deviceKeys(stages);
 }
 
 int64_t gpipe::PipelinePlan::virtualStages() const {
