@@ -460,7 +460,8 @@ int compileTraining(const CompileOptions &o, ModuleOp module,
   if (std::optional<ScheduleKind> kind = parseScheduleKind(o.schedule);
       kind && scheduleKindInfo(*kind).interleaves) {
     std::string why = interleavingError(
-        givenPlan(o, devices, ranks).deviceKeys(), o.training.microBatches);
+        givenPlan(o, devices, ranks).deviceKeys(), o.training.microBatches,
+        scheduleKindInfo(*kind).layout);
     if (!why.empty())
       return error("--schedule=" + o.schedule + " " + why);
   }

@@ -170,14 +170,15 @@ int64_t busyCoresPerHost(const std::vector<std::vector<int>> &ranks) {
 
 /// Every plan on `placement` with `replicas` replicas of `replicaBatch`
 /// samples: micro-batches dividing it, every schedule kind (one for one
-/// stage; only the interleaving kinds where the placement lists its
-/// devices over again, `interleaved`), recompute where keeping the
-/// activations does not fit; appended to `plans`.
-void weighPlacement(ArrayRef<StagePlacement> placement, bool interleaved,
-                    int64_t replicas, int64_t replicaBatch,
-                    ArrayRef<DeviceProfile> profiles, const LayerTable &table,
-                    const PlanSearchSpace &space, const DeviceProfile &network,
-                    MLIRContext *context, std::vector<PlanCandidate> &plans) {
+/// stage; with a `layout`, only the interleaving kinds of that layout,
+/// whose placement lists the devices over again), recompute where keeping
+/// the activations does not fit; appended to `plans`.
+void weighPlacement(ArrayRef<StagePlacement> placement,
+                    std::optional<StageLayout> layout, int64_t replicas,
+                    int64_t replicaBatch, ArrayRef<DeviceProfile> profiles,
+                    const LayerTable &table, const PlanSearchSpace &space,
+                    const DeviceProfile &network, MLIRContext *context,
+                    std::vector<PlanCandidate> &plans) {
   llvm::SmallVector<std::string> keys = deviceKeys(placement);
   for (int64_t m = 1; m <= std::min(replicaBatch, space.maxMicroBatches); ++m) {
     if (replicaBatch % m != 0)
@@ -186,9 +187,10 @@ void weighPlacement(ArrayRef<StagePlacement> placement, bool interleaved,
       ScheduleKind kind = info.kind;
       if (placement.size() == 1 && kind != ScheduleKind::GPipe)
         continue; // one stage: the schedules are the same
-      if (info.interleaves != interleaved)
+      if (info.interleaves != layout.has_value() ||
+          (layout && info.layout != *layout))
         continue;
-      if (info.interleaves && !interleavingError(keys, m).empty())
+      if (info.interleaves && !interleavingError(keys, m, info.layout).empty())
         continue; // the devices are not listed over again
       // Recompute is for memory: weighed where keeping the activations
       // does not fit (its copies saved never repay the forward run again
@@ -267,24 +269,32 @@ gpipe::searchPlans(const LayerTable &table, const PlanSearchSpace &space,
       if (static_cast<int64_t>(placement.size()) != perReplica * k)
         continue; // a rank's cores are not ranges of k groups
       shareHost(profiles, busy);
-      weighPlacement(placement, /*interleaved=*/false, d, replicaBatch,
-                     profiles, table, space, *network, context, plans);
-      // Interleaved: the same devices listed twice, two stages on each in
-      // turns, where the model has the layers; the two share the device's
-      // caches (shareDevice) and its memory.
+      weighPlacement(placement, std::nullopt, d, replicaBatch, profiles, table,
+                     space, *network, context, plans);
+      // Interleaved: the same devices listed twice, looped (Megatron's) or
+      // forth and back (ZB-V's), two stages on each in turns, where the
+      // model has the layers; the two share the device's caches
+      // (shareDevice) and its memory.
       if (placement.size() >= 2 &&
-          2 * static_cast<int64_t>(placement.size()) <= table.size()) {
-        std::vector<StagePlacement> twice = placement;
-        twice.insert(twice.end(), placement.begin(), placement.end());
-        SmallVector<DeviceProfile, 4> halves(profiles.begin(), profiles.end());
-        halves.append(profiles.begin(), profiles.end());
-        shareDevice(halves, deviceKeys(twice));
-        // The search checks no schedule: each stage plans within half.
-        for (DeviceProfile &p : halves)
-          p.memoryCapacity /= 2;
-        weighPlacement(twice, /*interleaved=*/true, d, replicaBatch, halves,
-                       table, space, *network, context, plans);
-      }
+          2 * static_cast<int64_t>(placement.size()) <= table.size())
+        for (StageLayout layout : {StageLayout::Looped, StageLayout::V}) {
+          std::vector<StagePlacement> twice = placement;
+          SmallVector<DeviceProfile, 4> halves(profiles.begin(),
+                                               profiles.end());
+          if (layout == StageLayout::Looped) {
+            twice.insert(twice.end(), placement.begin(), placement.end());
+            halves.append(profiles.begin(), profiles.end());
+          } else {
+            twice.insert(twice.end(), placement.rbegin(), placement.rend());
+            halves.append(profiles.rbegin(), profiles.rend());
+          }
+          shareDevice(halves, deviceKeys(twice));
+          // The search checks no schedule: each stage plans within half.
+          for (DeviceProfile &p : halves)
+            p.memoryCapacity /= 2;
+          weighPlacement(twice, layout, d, replicaBatch, halves, table, space,
+                         *network, context, plans);
+        }
     }
   }
   // Fastest first among those that fit; ties keep the simpler plan (fewer

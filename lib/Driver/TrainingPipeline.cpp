@@ -428,7 +428,8 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        static_cast<long long>(perReplica), allReduce * 1e3);
   }
   PlanCostModel costModel(r.plan, DeviceProfile{}, 0);
-  bool interleaved = scheduleKindInfo(r.plan.schedule).interleaves;
+  const ScheduleKindInfo &kind = scheduleKindInfo(r.plan.schedule);
+  bool interleaved = kind.interleaves && kind.layout == StageLayout::Looped;
   os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
                      "ms, bubble %.1f%% (fill-drain %s = %.1f%%)\n",
                      toString(r.plan.schedule).str().c_str(),

@@ -30,7 +30,8 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
                                 const ScheduleRequest &r) {
   int64_t k = r.devices.size(), m = r.microBatches;
   const ScheduleKindInfo &info = scheduleKindInfo(r.kind);
-  int64_t v = info.interleaves ? virtualStagesOf(deviceKeys(r)) : 1;
+  int64_t v =
+      info.interleaves ? virtualStagesOf(deviceKeys(r), info.layout) : 1;
   llvm::SmallVector<StageActions> actions = info.generate(k, m, v);
   // The partitioner's memory estimate reads the closed form: every
   // schedule built checks it against the order (a new kind with a wrong
@@ -49,9 +50,10 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
   if (v > 1)
     for (int64_t d = 0; d < devices; ++d) {
       std::vector<std::tuple<int64_t, int64_t, int64_t>> order; // turn, s, i
-      for (int64_t s = d; s < k; s += devices)
-        for (auto [i, a] : llvm::enumerate(actions[s]))
-          order.emplace_back(a.turn, s, static_cast<int64_t>(i));
+      for (int64_t s = 0; s < k; ++s)
+        if (deviceOfStage(s, k, v, info.layout) == d)
+          for (auto [i, a] : llvm::enumerate(actions[s]))
+            order.emplace_back(a.turn, s, static_cast<int64_t>(i));
       llvm::sort(order);
       int64_t turn = 0;
       for (auto [t, s, i] : order) {
@@ -75,7 +77,8 @@ ScheduleOp gpipe::buildSchedule(OpBuilder &b, Location loc,
     };
     auto stream = sb.create<StreamOp>(
         loc, s, r.devices[s], i64(memory.staticBytes), i64(memory.stashBytes),
-        i64(memory.limit), v > 1 ? i64(s % devices) : IntegerAttr());
+        i64(memory.limit),
+        v > 1 ? i64(deviceOfStage(s, k, v, info.layout)) : IntegerAttr());
     Block *block = new Block();
     stream.getBody().push_back(block);
     OpBuilder ib = OpBuilder::atBlockEnd(block);
@@ -171,8 +174,10 @@ struct SchedulePass : public gpipe::impl::ScheduleBase<SchedulePass> {
       r.memory.push_back({get("gpipe.static_bytes"), get("gpipe.stash_bytes"),
                           get("gpipe.memory_limit")});
     }
-    if (scheduleKindInfo(r.kind).interleaves) {
-      std::string why = interleavingError(deviceKeys(r), r.microBatches);
+    if (const ScheduleKindInfo &info = scheduleKindInfo(r.kind);
+        info.interleaves) {
+      std::string why =
+          interleavingError(deviceKeys(r), r.microBatches, info.layout);
       if (!why.empty()) {
         module.emitError("schedule ") << kind << " " << why;
         return signalPassFailure();

@@ -94,7 +94,7 @@
 // ZB-NEXT: gpipe.backward_weight 2
 // ZB-NEXT: gpipe.optimizer_step
 
-// BAD: error: schedule kind must be gpipe, 1f1b, zb-h1 or interleaved-1f1b, not 'zigzag'
+// BAD: error: schedule kind must be gpipe, 1f1b, zb-h1, interleaved-1f1b or zb-v, not 'zigzag'
 
 module {
   func.func @forward(%x: tensor<4xf32> {gpipe.name = "x"}) -> (tensor<f32> {gpipe.name = "loss"}) {

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Analysis/CostModel.h"
+#include "Analysis/Planner/ScheduleGenerator.h"
 #include "Calibrate.h"
 #include "Driver/CompileModel.h"
 #include "Import/ONNX/ModelImporter.h"
@@ -181,16 +182,21 @@ cl::opt<std::string> scheduleOption(
              "interleaved-1f1b (v stages on each device in turns, the "
              "devices listed v times over or --virtual-stages=v: the fill "
              "and drain 1/v as long; micro-batches a multiple of the "
-             "devices) or auto (the one the cost model predicts the fastest "
-             "for the rest of the plan)"),
+             "devices), zb-v (zb-h1's split backward over two stages on "
+             "each device laid out as a V, the devices listed forth and "
+             "back or --virtual-stages=2: the first and the last stage on "
+             "one device) or auto (the one the cost model predicts the "
+             "fastest for the rest of the plan)"),
     cl::init("gpipe"), cl::cat(pipelineCategory));
 
 cl::opt<int64_t> virtualStagesOption(
     "virtual-stages",
     cl::desc("v stages on each device of --devices (--mode=train): the "
-             "devices listed v times over, stage s on the device s mod K, "
-             "trained with --schedule=interleaved-1f1b unless --schedule "
-             "says otherwise (default 1)"),
+             "devices listed v times over, stage s on the device s mod K "
+             "(with --schedule=zb-v, v = 2: forth and back, stage s on "
+             "device 2K - 1 - s from K on), trained with "
+             "--schedule=interleaved-1f1b unless --schedule says otherwise "
+             "(default 1)"),
     cl::value_desc("v"), cl::init(1), cl::cat(pipelineCategory));
 
 cl::opt<std::string> planOption(
@@ -429,10 +435,22 @@ int compileOptions(StringRef input, StringRef output,
                    << " needs --devices and a count from 1 to 64\n";
       return 1;
     }
-    // The devices listed v times over.
-    std::string list = *o.devices;
-    for (int64_t i = 1; i < virtualStagesOption; ++i)
-      *o.devices += "," + list;
+    // The devices listed v times over, forth and back for a V layout.
+    std::optional<gpipe::ScheduleKind> kind =
+        gpipe::parseScheduleKind(scheduleOption);
+    gpipe::StageLayout layout = kind ? gpipe::scheduleKindInfo(*kind).layout
+                                     : gpipe::StageLayout::Looped;
+    if (layout == gpipe::StageLayout::V && virtualStagesOption != 2) {
+      llvm::errs() << "gpipe-opt: error: --schedule=" << scheduleOption
+                   << " runs two stages on each device: --virtual-stages=2, "
+                      "not "
+                   << virtualStagesOption << "\n";
+      return 1;
+    }
+    llvm::SmallVector<std::string> list;
+    for (StringRef d : llvm::split(*o.devices, ','))
+      list.push_back(d.str());
+    *o.devices = gpipe::layDevices(list, virtualStagesOption, layout);
   }
   for (const std::string &binding : constInputOption) {
     auto [name, file] = StringRef(binding).split('=');
@@ -577,7 +595,7 @@ int main(int argc, char **argv) {
       "  gpipe-opt model.onnx --devices=cpu:0,cpu:1 --micro-batches=M "
       "-o model.gpipe\n"
       "      [--batch-size=B] [--loss=...] [--optimizer=sgd|adam|adamw]\n"
-      "      [--schedule=gpipe|1f1b|zb-h1|interleaved-1f1b|auto] "
+      "      [--schedule=gpipe|1f1b|zb-h1|interleaved-1f1b|zb-v|auto] "
       "[--virtual-stages=v] [--recompute=...]\n"
       "      compile a training bundle for gpipe-run --train (any training "
       "flag\n      implies --mode=train), pipelined across the devices; "

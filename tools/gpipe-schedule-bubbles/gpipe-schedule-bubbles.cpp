@@ -7,7 +7,9 @@
 // played by the compiler's schedule simulator; its idle share beside the
 // papers' formulas: GPipe and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)(F+B-W) idle
 // per stage, (K-1)/(3M+K-1), interleaved 1F1B with v = 2 stages per device
-// (each 1/v of the device's model) (K-1)/(vM+K-1). Markdown rows for
+// (each 1/v of the device's model) (K-1)/(vM+K-1), ZB-V (two stages on each
+// device as a V, each half of the device's model) the fill of its first
+// forwards, (K-1)/(6M+K-1). Markdown rows for
 // bench/run_pipeline_benchmarks.py.
 //
 //===----------------------------------------------------------------------===//
@@ -36,6 +38,12 @@ double formula(ScheduleKind kind, double k, double m, double v) {
     return (k - 1) / (3 * m + k - 1);
   if (kind == ScheduleKind::Interleaved1F1B)
     return (k - 1) / (v * m + k - 1);
+  // ZB-V: the paper's (K-1)(F+B-2W) idle per device, none at F = B = W,
+  // counts a step's fill as overlapping the step before; in one step on its
+  // own the first forwards reach device d after d forwards of a chunk: (K-1)
+  // of 6M units idle per device.
+  if (kind == ScheduleKind::ZeroBubbleV)
+    return (k - 1) / (6 * m + k - 1);
   return (k - 1) / (m + k - 1);
 }
 
@@ -62,7 +70,8 @@ int main(int argc, char **argv) {
         // device s mod K, each a v-th of the device's model.
         int64_t v = info.interleaves ? kVirtual : 1, n = k * v;
         for (int64_t s = 0; s < n; ++s) {
-          request.devices.push_back("cpu:" + std::to_string(s % k));
+          request.devices.push_back(
+              "cpu:" + std::to_string(deviceOfStage(s, n, v, info.layout)));
           request.recompute.push_back(false);
         }
         auto module = mlir::ModuleOp::create(mlir::UnknownLoc::get(&context));

@@ -20,7 +20,13 @@
 namespace gpipe {
 
 /// The order of a stage's forwards and backwards over the micro-batches.
-enum class ScheduleKind { GPipe, OneFOneB, ZeroBubbleH1, Interleaved1F1B };
+enum class ScheduleKind {
+  GPipe,
+  OneFOneB,
+  ZeroBubbleH1,
+  Interleaved1F1B,
+  ZeroBubbleV
+};
 /// What a stage's forward keeps for its backward. Auto: each stage
 /// recomputes only if keeping its activations does not fit its device's
 /// memory (the partitioner decides, PipelinePlan::autoRecompute).

@@ -82,7 +82,7 @@ llvm::SmallVector<std::string> gpipe::PipelinePlan::deviceKeys() const {
 }
 
 int64_t gpipe::PipelinePlan::virtualStages() const {
-  return virtualStagesOf(deviceKeys());
+  return virtualStagesOf(deviceKeys(), scheduleKindInfo(schedule).layout);
 }
 
 int64_t gpipe::PipelinePlan::alive(int64_t stage) const {

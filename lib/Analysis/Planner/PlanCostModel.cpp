@@ -86,10 +86,12 @@ PlanCostModel::predict(ScheduleOp schedule,
 double PlanCostModel::fillDrainBubble() const {
   // An interleaved schedule's K devices run v stages each: its fill and
   // drain are 1/v as long.
-  double v = scheduleKindInfo(plan.schedule).interleaves
-                 ? static_cast<double>(plan.virtualStages())
-                 : 1;
+  const ScheduleKindInfo &info = scheduleKindInfo(plan.schedule);
+  double v = info.interleaves ? static_cast<double>(plan.virtualStages()) : 1;
   double k = static_cast<double>(plan.numStages()) / v;
+  // ZB-V's reference is 1F1B's over its K devices.
+  if (info.layout == StageLayout::V)
+    v = 1;
   double m = static_cast<double>(plan.microBatches);
   return (k - 1) / (v * m + k - 1);
 }

@@ -133,6 +133,79 @@ llvm::SmallVector<StageActions> interleavedSchedule(int64_t numStages,
   return stages;
 }
 
+/// ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section
+/// 6): 2K stages laid out as a V on K devices, device d holding stage d
+/// (its first chunk, a) and stage 2K - 1 - d (its second, c), each backward
+/// in two parts as in ZB-H1. Device d's order: 2(K-d)-1 forwards of a;
+/// d rounds of a forward of c and one of a; K-d rounds of F, B and W of c;
+/// then rounds of (F of a while some are left), B and W of a, and F, B and
+/// W of c, until every forward has run; then d rounds of the Bs of a and c
+/// (their Ws held back), K-d of B and W of a, and the Ws left, c's first.
+/// With F, B and W of a time unit each per chunk the V keeps every device
+/// busy from its first forward to its last W: the first stage's device is
+/// also the last's, so the drain of one chunk fills with the other's work.
+/// Built for max(M, 2K - 1) micro-batches, those past M left out (the
+/// order of the rest stands).
+llvm::SmallVector<StageActions> zeroBubbleVSchedule(int64_t numStages,
+                                                    int64_t m, int64_t v) {
+  assert(v == 2 && numStages % 2 == 0 && "two stages on each device");
+  (void)v;
+  int64_t k = numStages / 2, n = std::max(m, 2 * k - 1);
+  llvm::SmallVector<StageActions> stages(numStages);
+  for (int64_t d = 0; d < k; ++d) {
+    int64_t a = d, c = numStages - 1 - d;
+    // Each chunk's next forward, input part and weight part.
+    struct Next {
+      int64_t f = 0, b = 0, w = 0;
+    } next[2];
+    int64_t turn = 0;
+    auto step = [&](int chunk, InstructionOp op) {
+      Next &x = next[chunk];
+      int64_t &count = op == InstructionOp::Forward         ? x.f
+                       : op == InstructionOp::BackwardInput ? x.b
+                                                            : x.w;
+      int64_t mb = count++;
+      if (mb < m)
+        stages[chunk == 0 ? a : c].push_back({op, mb, turn++});
+    };
+    auto fbw = [&](int chunk) {
+      step(chunk, InstructionOp::Forward);
+      step(chunk, InstructionOp::BackwardInput);
+      step(chunk, InstructionOp::BackwardWeight);
+    };
+    for (int64_t i = 0; i < 2 * (k - d) - 1; ++i)
+      step(0, InstructionOp::Forward);
+    for (int64_t i = 0; i < d; ++i) {
+      step(1, InstructionOp::Forward);
+      step(0, InstructionOp::Forward);
+    }
+    for (int64_t i = 0; i < k - d; ++i)
+      fbw(1);
+    while (next[0].f < n || next[1].f < next[0].f) {
+      if (next[0].f < n)
+        step(0, InstructionOp::Forward);
+      step(0, InstructionOp::BackwardInput);
+      step(0, InstructionOp::BackwardWeight);
+      fbw(1);
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      step(0, InstructionOp::BackwardInput);
+      step(1, InstructionOp::BackwardInput);
+    }
+    for (int64_t i = 0; i < k - d; ++i) {
+      step(0, InstructionOp::BackwardInput);
+      step(0, InstructionOp::BackwardWeight);
+    }
+    while (next[1].w < n)
+      step(1, InstructionOp::BackwardWeight);
+    while (next[0].w < n)
+      step(0, InstructionOp::BackwardWeight);
+    assert(next[0].b == n && next[1].b == n && next[1].f == n &&
+           "every chunk's micro-batches once");
+  }
+  return stages;
+}
+
 const ScheduleKindInfo kinds[] = {
     {ScheduleKind::GPipe, "gpipe", gpipeSchedule,
      [](int64_t, int64_t m, int64_t, int64_t) { return m; },
@@ -156,6 +229,15 @@ const ScheduleKindInfo kinds[] = {
      "1F1B over v stages on each device in turns (--virtual-stages=v or "
      "the devices listed v times): the fill and drain are 1/v as long",
      /*splitsBackward=*/false, /*interleaves=*/true},
+    {ScheduleKind::ZeroBubbleV, "zb-v", zeroBubbleVSchedule,
+     [](int64_t k, int64_t m, int64_t s, int64_t v) {
+       return maxInFlight(zeroBubbleVSchedule(k, m, v)[s]);
+     },
+     "ZB-H1's split backward over two stages on each device laid out as a V "
+     "(--virtual-stages=2 or the devices listed forth and back: the first "
+     "and the last stage on one device): the drain of one fills with the "
+     "other's work",
+     /*splitsBackward=*/true, /*interleaves=*/true, StageLayout::V},
 };
 
 } // namespace
@@ -177,27 +259,62 @@ std::string gpipe::scheduleKindNames() {
   return names;
 }
 
-int64_t gpipe::virtualStagesOf(llvm::ArrayRef<std::string> devices) {
+int64_t gpipe::virtualStagesOf(llvm::ArrayRef<std::string> devices,
+                               StageLayout layout) {
   int64_t n = static_cast<int64_t>(devices.size());
+  auto distinct = [&](int64_t k) {
+    for (int64_t a = 0; a < k; ++a)
+      for (int64_t b = a + 1; b < k; ++b)
+        if (devices[a] == devices[b])
+          return false;
+    return true;
+  };
+  if (layout == StageLayout::V) {
+    if (n < 2 || n % 2 != 0 || !distinct(n / 2))
+      return 1;
+    for (int64_t s = n / 2; s < n; ++s)
+      if (devices[s] != devices[n - 1 - s])
+        return 1;
+    return 2;
+  }
   for (int64_t k = 1; k < n; ++k) {
     if (n % k != 0)
       continue;
     bool periodic = true;
     for (int64_t s = k; s < n && periodic; ++s)
       periodic = devices[s] == devices[s % k];
-    for (int64_t a = 0; a < k && periodic; ++a)
-      for (int64_t b = a + 1; b < k && periodic; ++b)
-        periodic = devices[a] != devices[b];
-    if (periodic)
+    if (periodic && distinct(k))
       return n / k;
   }
   return 1;
 }
 
+int64_t gpipe::deviceOfStage(int64_t stage, int64_t numStages, int64_t v,
+                             StageLayout layout) {
+  int64_t k = numStages / v;
+  if (layout == StageLayout::V)
+    return stage < k ? stage : numStages - 1 - stage;
+  return stage % k;
+}
+
+std::string gpipe::layDevices(llvm::ArrayRef<std::string> devices, int64_t v,
+                              StageLayout layout) {
+  std::string list;
+  int64_t k = static_cast<int64_t>(devices.size());
+  for (int64_t s = 0; s < k * v; ++s)
+    list += (s ? "," : "") + devices[deviceOfStage(s, k * v, v, layout)];
+  return list;
+}
+
 std::string gpipe::interleavingError(llvm::ArrayRef<std::string> devices,
-                                     int64_t microBatches) {
-  int64_t v = virtualStagesOf(devices);
+                                     int64_t microBatches, StageLayout layout) {
+  int64_t v = virtualStagesOf(devices, layout);
   int64_t n = static_cast<int64_t>(devices.size());
+  if (layout == StageLayout::V)
+    return v == 2 ? ""
+                  : "needs each device listed twice, forth and back "
+                    "(--devices=cpu:0,cpu:1,cpu:1,cpu:0, or "
+                    "--virtual-stages=2 with --devices=cpu:0,cpu:1)";
   if (v < 2)
     return "needs each device listed two or more times over, in the same "
            "order (--devices=cpu:0,cpu:1,cpu:0,cpu:1, or --virtual-stages=2 "
