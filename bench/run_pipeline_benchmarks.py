@@ -11,8 +11,10 @@
    here, and with the per-op cost table that gpipe-run --profile-ops
    measured on a one-device bundle of the same model.
 4. Schedules: the deep MLP on K=2 (cpu:0,cpu:1) at M = 8 and 16 under
-   gpipe, 1f1b, zb-h1 (the backward in two parts) and interleaved-1f1b
-   (--virtual-stages=2: four stages, two on each core in turns), each with its
+   gpipe, 1f1b, zb-h1 (the backward in two parts), interleaved-1f1b
+   (--virtual-stages=2: four stages, two on each core in turns) and zb-v
+   (four stages as a V, cpu:0,cpu:1,cpu:1,cpu:0, the backward in two
+   parts), each with its
    measured and predicted step and bubble (calibrated profile, no cost
    table), beside the best one-stage plan on both cores (cpu:0-1, the whole
    batch); and the bubble the compiler predicts for K = 4 and 8 equal
@@ -41,7 +43,7 @@ import torch.nn as nn
 from benchdoc import write_doc, work_dir
 
 STEPS, BATCH, MICRO = 30, 256, 8
-SCHEDULES = ("gpipe", "1f1b", "zb-h1", "interleaved-1f1b")
+SCHEDULES = ("gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v")
 
 
 def deep_mlp():
@@ -164,7 +166,8 @@ def main():
     schedules = {}
     for micro in (8, 16):
         for kind in SCHEDULES:
-            virtual = ["--virtual-stages=2"] if "interleaved" in kind else []
+            virtual = (["--virtual-stages=2"]
+                       if kind in ("interleaved-1f1b", "zb-v") else [])
             schedules[f"mlp M={micro} {kind}"] = (
                 "cpu:0,cpu:1", micro, [f"--schedule={kind}"] + virtual)
     schedules["mlp one stage cpu:0-1 M=1"] = ("cpu:0-1", 1, [])
@@ -291,7 +294,11 @@ def main():
         "1F1B: (K-1)/(M+K-1); ZB-H1: (K-1)(F+B-W) idle per stage, "
         "(K-1)/(3M+K-1); interleaved 1F1B with v stages on each of K "
         "devices: Megatron-LM's (K-1)/(vM) of the ideal step, "
-        "(K-1)/(vM+K-1) of the step); `gpipe-schedule-bubbles 4 8`:",
+        "(K-1)/(vM+K-1) of the step; ZB-V, two stages on each device as a "
+        "V, each half the device's model: the paper's (K-1)(F+B-2W) idle "
+        "per device, none, counts the fill of a step's first forwards as "
+        "overlapping the step before, which one step on its own keeps: "
+        "(K-1)/(6M+K-1)); `gpipe-schedule-bubbles 4 8`:",
         "",
     ] + bubbles
     write_doc(args.out, lines + [""])

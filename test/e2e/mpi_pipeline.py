@@ -17,7 +17,8 @@ is judged against a float64 replay in PyTorch (CHAOTIC).
 Cases: the MLP over two ranks (every schedule, recompute never and
 always) and four ranks (`--oversubscribe`, two stages per core), the CNN and the
 Transformer over two and four ranks; interleaved 1F1B with four stages on
-two ranks (two stages per rank, in turns), the MLP and the CNN. Then the rest: run without mpirun
+two ranks (two stages per rank, in turns), the MLP and the CNN; ZB-V the
+same (its stages 1 and 2 on rank 1). Then the rest: run without mpirun
 (an error that says how to launch), the wrong process count (every rank
 says so and exits non-zero), --eval-data, --profile-ops and --trace across
 ranks, a bundle damaged on one rank, SIGKILL of one rank during training
@@ -55,7 +56,8 @@ CASES = [("mlp", 2, s, r) for s in ("gpipe", "1f1b", "zb-h1")
     ("transformer_no_dropout", 4, "1f1b", "never"),
     ("mlp", 2, "interleaved-1f1b", "never"),
     ("mlp", 2, "interleaved-1f1b", "always"),
-    ("cnn", 2, "interleaved-1f1b", "except-last")]
+    ("cnn", 2, "interleaved-1f1b", "except-last"),
+    ("mlp", 2, "zb-v", "never"), ("cnn", 2, "zb-v", "always")]
 # (model, replicas, devices of one replica, schedule, optimizer, steps).
 # Weights are compared for SGD only: Adam turns the rounding of a
 # near-zero gradient into a full-size update of either sign.
@@ -116,6 +118,11 @@ class Models:
         devices = RANK_DEVICES[ranks]
         if schedule == "interleaved-1f1b":
             devices = ",".join([devices] * 2)
+        # ZB-V: the same, forth and back (the middle two on the last rank,
+        # passing their messages in its process).
+        if schedule == "zb-v":
+            devices = ",".join(devices.split(",") +
+                               devices.split(",")[::-1])
         rc, out = run([self.opt, onnx_path, "--mode=train",
                        f"--devices={devices}",
                        f"--batch-size={BATCH}", f"--micro-batches={micro}",

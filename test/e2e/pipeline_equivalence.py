@@ -1,5 +1,6 @@
 """Pipelining changes nothing but speed: for K devices, M micro-batches, the
-gpipe, 1f1b, zb-h1 or interleaved-1f1b schedule and every recompute mode,
+gpipe, 1f1b, zb-h1, interleaved-1f1b or zb-v schedule and every recompute
+mode,
 training gives the losses
 and final parameters of the same model trained on one device with M=1
 (models with BatchNorm: against one device with the same M and schedule,
@@ -13,7 +14,10 @@ every M, every schedule and every recompute mode occur (compiling each
 configuration of ResNet-18 and the Transformer takes seconds). The
 interleaved schedule runs four stages on the two devices in turns (K=4 over
 cpu:0,cpu:1,cpu:0,cpu:1, M a multiple of 2): the MLP at M in {2,4,8} with
-every recompute mode, each larger model at one or three of those.
+every recompute mode, each larger model at one or three of those. ZB-V runs
+four stages on the two devices as a V (cpu:0,cpu:1,cpu:1,cpu:0): the MLP at
+M in {1,2,4,8} with every recompute mode, each larger model at one or three
+of those.
 
 Tolerances: every step's loss within 1e-5 relative of the reference and
 every final parameter tensor within 1e-4 relative L2 (the micro-batches'
@@ -82,8 +86,19 @@ INTERLEAVED_CONFIGS = {
     "transformer_no_dropout": [(4, 4, INTERLEAVED, "always")],
     "resnet18": [(4, 2, INTERLEAVED, "never")],
 }
+# ZB-V: K=4 stages, two on each device laid out as a V (V_DEVICES).
+ZBV = "zb-v"
+V_DEVICES = "cpu:0,cpu:1,cpu:1,cpu:0"
+for name, configs in {
+        "mlp": [(4, m, ZBV, r) for m in (1, 2, 4, 8) for r in RECOMPUTE],
+        "cnn": [(4, 1, ZBV, "always"), (4, 4, ZBV, "never"),
+                (4, 8, ZBV, "except-last")],
+        "transformer_no_dropout": [(4, 2, ZBV, "never")],
+        "resnet18": [(4, 4, ZBV, "except-last")]}.items():
+    INTERLEAVED_CONFIGS[name] += configs
 if os.environ.get("GPIPE_COVERING"):
-    INTERLEAVED_CONFIGS = {name: [(4, 4, INTERLEAVED, "never")]
+    INTERLEAVED_CONFIGS = {name: [(4, 4, INTERLEAVED, "never"),
+                                  (4, 4, ZBV, "never")]
                            for name in INTERLEAVED_CONFIGS}
 
 # model -> (steps, batch norm, optimizer flags, configurations)
@@ -137,7 +152,8 @@ class Runner:
         onnx_path, example = self.export(name, m)
         bundle = os.path.join(self.work, tag + ".gpipe")
         rc, out = run([self.opt, onnx_path, "--mode=train",
-                       f"--devices={DEVICES[k]}", f"--batch-size={BATCH}",
+                       f"--devices={V_DEVICES if schedule == ZBV else DEVICES[k]}",
+                       f"--batch-size={BATCH}",
                        f"--micro-batches={m}", f"--schedule={schedule}",
                        f"--recompute={recompute}", "-o", bundle] + flags)
         if rc != 0:
@@ -206,8 +222,8 @@ def main():
             k, m, schedule, recompute = config
             # One device cannot interleave; its micro-batches' gradients
             # are summed in 1f1b's order (first to last on every stage).
-            ref_key = ((1, m, "1f1b" if schedule == INTERLEAVED else schedule,
-                        "never") if batch_norm
+            ref_key = ((1, m, "1f1b" if schedule in (INTERLEAVED, ZBV)
+                        else schedule, "never") if batch_norm
                        else (1, 1, "gpipe", "never"))
             label = f"{name} K={k} M={m} {schedule} recompute={recompute}"
             if ref_key not in refs:

@@ -1,9 +1,12 @@
 """Reads or edits the turns of an interleaved bundle's schedule.
 
-usage: interleaved_manifest.py BUNDLE show
+usage: interleaved_manifest.py BUNDLE show|ops
        interleaved_manifest.py BUNDLE repeat|group|split|rank
   show: each stream's device, device group and its compute instructions'
         turns, one line per stream;
+  ops: each stream's compute instructions in order, F, B (a backward or
+       its input part), W (its weight part) and R (a recompute) with the
+       micro-batch, in the order of the device's turns;
   repeat: stage 1's first turn made its second's (a turn out of order);
   group: stage 1 put in stage 0's device group (a group over two devices);
   split: device group 0's last turn moved on by one (turns that skip);
@@ -31,6 +34,14 @@ def main():
             turns = [i[2] for i in s["instructions"] if i[0] in COMPUTE]
             print(f"stage {s['stage']} {s['device']} group "
                   f"{s.get('device_group', '-')} turns {turns}")
+        return 0
+    if what == "ops":
+        letter = {"forward": "F", "recompute": "R", "backward": "B",
+                  "backward_input": "B", "backward_weight": "W"}
+        for s in streams:
+            ops = [f"{letter[i[0]]}{i[1]}" for i in s["instructions"]
+                   if i[0] in COMPUTE]
+            print(f"stage {s['stage']} " + " ".join(ops))
         return 0
     if what == "repeat":
         compute = [i for i in streams[1]["instructions"] if i[0] in COMPUTE]
