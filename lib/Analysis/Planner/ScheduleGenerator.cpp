@@ -230,8 +230,11 @@ const ScheduleKindInfo kinds[] = {
      "the devices listed v times): the fill and drain are 1/v as long",
      /*splitsBackward=*/false, /*interleaves=*/true},
     {ScheduleKind::ZeroBubbleV, "zb-v", zeroBubbleVSchedule,
-     [](int64_t k, int64_t m, int64_t s, int64_t v) {
-       return maxInFlight(zeroBubbleVSchedule(k, m, v)[s]);
+     // Device d: 2K - d of its first stage's forwards before that stage's
+     // first W, d + 1 of its second's (K = numStages / 2).
+     [](int64_t n, int64_t m, int64_t s, int64_t) {
+       int64_t k = n / 2;
+       return std::min(m, s < k ? 2 * k - s : n - s);
      },
      "ZB-H1's split backward over two stages on each device laid out as a V "
      "(--virtual-stages=2 or the devices listed forth and back: the first "
