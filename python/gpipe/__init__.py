@@ -170,7 +170,8 @@ def compile(model, example_input=None, *, output=None, quiet=False,
         sums and float32 weights; default "fp32"; docs/training.md),
         plan="auto" or "given" (devices alone: auto, as on the command
         line), virtual_stages=2 (two stages on each device in turns,
-        schedule "interleaved-1f1b"; docs/pipeline.md),
+        schedule "interleaved-1f1b", or laid out as a V with
+        schedule="zb-v"; docs/pipeline.md),
         freeze=["pe"] (names or patterns of initializers not to train),
         trainable=["head.*"] (the only ones to train). A module's
         floating-point buffers (named_buffers()) are always frozen.

@@ -9,7 +9,8 @@
 - .train on a torch DataLoader (shuffle off) takes the steps gpipe-run
   --no-shuffle takes, to the last bit;
 - precision="bf16" trains as gpipe-opt --precision=bf16, to the last bit,
-  virtual_stages=2 as --virtual-stages=2;
+  virtual_stages=2 as --virtual-stages=2, and with schedule="zb-v" as
+  --schedule=zb-v (the stages as a V);
 - .infer of the trained bundle equals the PyTorch module loaded with
   .parameters() in eval mode; .save_onnx writes an inference model;
 - gpipe.compile of an ONNX path (an inference bundle) equals PyTorch;
@@ -166,6 +167,17 @@ check("virtual_stages=2 compiles interleaved-1f1b over four stages",
 il_losses = bundle_il.train((x, y), steps=20, seed=3, quiet=True)
 check("virtual_stages=2 trains as --virtual-stages=2, bit for bit",
       il_losses == cli_il, "%s vs %s" % (il_losses[:3], cli_il[:3]))
+# With schedule="zb-v" the two stages on each core lie as a V.
+cli_v, _ = cli_losses(bundle_path=cli_bundle(
+    "cnn-zb-v.gpipe", "--virtual-stages=2", "--schedule=zb-v"))
+bundle_v = gpipe.compile(cnn(), torch.randn(32, 1, 14, 14), quiet=True,
+                         virtual_stages=2, schedule="zb-v", **flags)
+check("schedule='zb-v' lays the four stages out as a V",
+      bundle_v.devices == ["cpu:0", "cpu:1", "cpu:1", "cpu:0"],
+      str(bundle_v.devices))
+v_losses = bundle_v.train((x, y), steps=20, seed=3, quiet=True)
+check("schedule='zb-v' trains as --schedule=zb-v, bit for bit",
+      v_losses == cli_v, "%s vs %s" % (v_losses[:3], cli_v[:3]))
 
 # A DataLoader, in order, against gpipe-run --no-shuffle.
 cli_in_order, _ = cli_losses("--no-shuffle")
