@@ -231,10 +231,10 @@ const ScheduleKindInfo kinds[] = {
      /*splitsBackward=*/false, /*interleaves=*/true},
     {ScheduleKind::ZeroBubbleV, "zb-v", zeroBubbleVSchedule,
      // Device d: 2K - d of its first stage's forwards before that stage's
-     // first W, d + 1 of its second's (K = numStages / 2).
+     // first W, d + 1 of its second's: 2K - s on stage s, as 1F1B's over
+     // 2K stages.
      [](int64_t n, int64_t m, int64_t s, int64_t) {
-       int64_t k = n / 2;
-       return std::min(m, s < k ? 2 * k - s : n - s);
+       return std::min(m, n - s);
      },
      "ZB-H1's split backward over two stages on each device laid out as a V "
      "(--virtual-stages=2 or the devices listed forth and back: the first "
