@@ -91,9 +91,10 @@ struct DeviceProfile {
   /// copy counting two passes, an addition three) when the device's cores
   /// hold `workingSet` bytes in all: the rate measured where a core holds
   /// workingSet / cores, interpolated between working sets in their
-  /// logarithm (the smallest's rate below them); none without a
-  /// measurement or beyond the largest working set measured (the copies'
-  /// pass rate then applies).
+  /// logarithm (the smallest's rate below them), the largest's beyond it
+  /// where that one was past twice a core's cache; none without a
+  /// measurement or beyond a largest working set within the caches (the
+  /// copies' pass rate then applies).
   std::optional<double> gradientSumRate(double workingSet) const;
   /// The threads the runtime sums a tensor of `bytes` on: min(cores,
   /// bytes / grain), at least one.

@@ -246,10 +246,16 @@ std::optional<double>
 gpipe::DeviceProfile::gradientSumRate(double workingSet) const {
   if (gradientSumRates.empty() || parallelGrainBytes <= 0)
     return std::nullopt;
-  double perCore =
-      workingSet / static_cast<double>(std::max<int64_t>(cores, 1));
-  if (perCore > gradientSumRates.back().first)
+  double c = static_cast<double>(std::max<int64_t>(cores, 1));
+  double perCore = workingSet / c;
+  // Beyond the largest working set measured: its rate where that set was
+  // past twice a core's cache already (the memory's regime, which larger
+  // sets stay in), else nothing known.
+  if (perCore > gradientSumRates.back().first) {
+    if (cacheBytes > 0 && gradientSumRates.back().first >= 2 * cacheBytes / c)
+      return gradientSumRates.back().second;
     return std::nullopt;
+  }
   double rate = gradientSumRates.front().second;
   for (size_t i = 1; i < gradientSumRates.size(); ++i) {
     auto [x0, r0] = gradientSumRates[i - 1];
