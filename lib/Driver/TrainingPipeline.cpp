@@ -428,15 +428,13 @@ void gpipe::printStageReport(const TrainingPipelineResult &r,
                        static_cast<long long>(perReplica), allReduce * 1e3);
   }
   PlanCostModel costModel(r.plan, DeviceProfile{}, 0);
-  const ScheduleKindInfo &kind = scheduleKindInfo(r.plan.schedule);
-  bool interleaved = kind.interleaves && kind.layout == StageLayout::Looped;
+  PlanCostModel::FillDrain fillDrain = costModel.fillDrainBubble();
   os << llvm::format("schedule %s, %lld micro-batches: predicted step %.3f "
                      "ms, bubble %.1f%% (fill-drain %s = %.1f%%)\n",
                      toString(r.plan.schedule).str().c_str(),
                      static_cast<long long>(r.plan.microBatches),
                      r.prediction.stepTime * 1e3, r.prediction.bubble * 100,
-                     interleaved ? "(K-1)/(vM+K-1)" : "(K-1)/(M+K-1)",
-                     costModel.fillDrainBubble() * 100);
+                     fillDrain.formula.str().c_str(), fillDrain.bubble * 100);
 }
 
 std::string gpipe::reportTitle(StringRef modelFile,

@@ -118,8 +118,14 @@ public:
                              llvm::ArrayRef<StageCost> stages) const;
 
   /// The idle share of a fill-drain pipeline of K stages and M
-  /// micro-batches with equal stages: (K-1)/(M+K-1).
-  double fillDrainBubble() const;
+  /// micro-batches with equal stages, `formula` as printed: (K-1)/(M+K-1);
+  /// over K devices of v stages each interleaved in a loop, (K-1)/(vM+K-1)
+  /// (ZB-V's reference is 1F1B's over its K devices).
+  struct FillDrain {
+    double bubble;
+    llvm::StringRef formula;
+  };
+  FillDrain fillDrainBubble() const;
 
 private:
   const PipelinePlan &plan;

@@ -83,15 +83,14 @@ PlanCostModel::predict(ScheduleOp schedule,
   return predictSchedule(schedule, times);
 }
 
-double PlanCostModel::fillDrainBubble() const {
-  // An interleaved schedule's K devices run v stages each: its fill and
-  // drain are 1/v as long.
+PlanCostModel::FillDrain PlanCostModel::fillDrainBubble() const {
+  // An interleaved schedule's K devices run v stages each: a looped one's
+  // fill and drain are 1/v as long.
   const ScheduleKindInfo &info = scheduleKindInfo(plan.schedule);
   double v = info.interleaves ? static_cast<double>(plan.virtualStages()) : 1;
   double k = static_cast<double>(plan.numStages()) / v;
-  // ZB-V's reference is 1F1B's over its K devices.
-  if (info.layout == StageLayout::V)
-    v = 1;
   double m = static_cast<double>(plan.microBatches);
-  return (k - 1) / (v * m + k - 1);
+  if (v > 1 && info.layout == StageLayout::Looped)
+    return {(k - 1) / (v * m + k - 1), "(K-1)/(vM+K-1)"};
+  return {(k - 1) / (m + k - 1), "(K-1)/(M+K-1)"};
 }
