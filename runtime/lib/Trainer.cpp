@@ -590,7 +590,8 @@ void printSummary(const TrainingSession &session, int64_t dataBytes,
   out << "  step " << s.medianStepSeconds * 1e3 << " ms measured (median of "
       << s.medianSteps << " steps; mean " << step * 1e3 << "), "
       << s.predictedStepSeconds * 1e3 << " ms predicted; bubble "
-      << 100.0 * s.bubble() << "% measured, " << 100.0 * s.predictedBubble
+      << 100.0 * s.medianBubble << "% measured (median; over all steps "
+      << 100.0 * s.bubble() << "%), " << 100.0 * s.predictedBubble
       << "% predicted\n";
   // The compiler chose the plan by its prediction: say when this run does
   // not bear it out (a few steps include the first touches of memory).

@@ -38,6 +38,14 @@ struct TrainingSession::Stage {
   std::unique_ptr<StreamRunner> runner;
 };
 
+namespace {
+double median(std::vector<double> values) {
+  auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+} // namespace
+
 TrainingSession::~TrainingSession() = default;
 
 std::vector<int> TrainingSession::driverCores() const {
@@ -255,6 +263,9 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     }
   }
   double start = steadySeconds();
+  double busyBefore = 0;
+  for (const auto &st : stages)
+    busyBefore += st->runner->busySeconds();
   // This step's optimizer hyper-parameters, the same for every stage.
   const TrainingSpec &t = bundle_.training;
   double stepNumber = static_cast<double>(steps + 1);
@@ -341,11 +352,25 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
   // pipeline reported 54 ms a step where the steps came every 70).
   double took = steadySeconds() - start;
   statSeconds += took;
+  // The step's idle share of this rank's devices (stages sharing a device,
+  // an interleaved schedule's, count as one).
+  double busy = -busyBefore;
+  std::set<std::string> devices;
+  for (const auto &st : stages) {
+    busy += st->runner->busySeconds();
+    devices.insert(st->runner->spec().device);
+  }
+  double idle = took > 0 && !devices.empty()
+                    ? 1 - busy / (took * static_cast<double>(devices.size()))
+                    : 0;
   const size_t kept = 1000;
-  if (recentSteps.size() < kept)
+  if (recentSteps.size() < kept) {
     recentSteps.push_back(took);
-  else
+    recentIdle.push_back(idle);
+  } else {
     recentSteps[static_cast<size_t>(statSteps - 1) % kept] = took;
+    recentIdle[static_cast<size_t>(statSteps - 1) % kept] = idle;
+  }
   return loss;
 }
 
@@ -643,12 +668,9 @@ TrainingSession::Stats TrainingSession::stats() const {
   out.steps = statSteps;
   out.stepSeconds = statSeconds;
   if (!recentSteps.empty()) {
-    std::vector<double> sorted = recentSteps;
-    auto middle =
-        sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
-    std::nth_element(sorted.begin(), middle, sorted.end());
-    out.medianStepSeconds = *middle;
-    out.medianSteps = static_cast<int64_t>(sorted.size());
+    out.medianStepSeconds = median(recentSteps);
+    out.medianBubble = median(recentIdle);
+    out.medianSteps = static_cast<int64_t>(recentSteps.size());
   }
   out.predictedStepSeconds = bundle_.schedule.predictedStepSeconds;
   out.predictedBubble = bundle_.schedule.predictedBubble;

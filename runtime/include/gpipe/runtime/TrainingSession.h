@@ -206,6 +206,11 @@ public:
     /// mean of a few steps of a millisecond).
     double medianStepSeconds = 0;
     int64_t medianSteps = 0; // the steps it is the median of
+    /// The median over the same steps of each step's idle share of this
+    /// rank's devices: the schedule's bubble at the steady pace (a step in
+    /// which the machine slowed one core leaves the other waiting, which
+    /// is the machine's and not the schedule's).
+    double medianBubble = 0;
     std::vector<StageStats> stages;
     double predictedStepSeconds = 0, predictedBubble = 0;
     /// 1 - busy / (K * wall): the devices' idle share.
@@ -284,6 +289,8 @@ private:
   double statSeconds = 0;
   /// The last steps' wall times (at most 1000, oldest overwritten).
   std::vector<double> recentSteps;
+  /// Each of those steps' idle share of this rank's devices.
+  std::vector<double> recentIdle;
 };
 
 } // namespace gpipe::runtime
