@@ -129,6 +129,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     for (int64_t i = begin; i < end; ++i)
       activations += table.activationBytes[i] * scale;
     facts.trainableBytes = slice.trainableBytes;
+    facts.productSummedShare = slice.productSummedShare;
     facts.stashBytes =
         plan.recomputes(s)
             ? facts.inBytes

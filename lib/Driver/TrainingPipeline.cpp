@@ -286,6 +286,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.footprint = static_cast<double>(peak.getInt());
     if (auto sum = op->getAttrOfType<FloatAttr>("gpipe.gradient_sum_time"))
       facts.gradientSumPass = sum.getValueAsDouble();
+    if (auto share = op->getAttrOfType<FloatAttr>("gpipe.product_summed_share"))
+      facts.productSummedShare = share.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
     row.cost = costModel.stageCost(s, facts);

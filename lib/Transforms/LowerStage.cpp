@@ -157,6 +157,8 @@ private:
   func::FuncOp stage;
   Value arena, params, ctx;
   SmallVector<Attribute> kernels;
+  /// The id of each kernel op's entry in `kernels`.
+  DenseMap<Operation *, int64_t> kernelIds;
   /// The op functions of generated loops, by id: what --profile-ops and
   /// traces time through gpipe_loop().
   SmallVector<Attribute> loops;
@@ -552,6 +554,7 @@ LogicalResult StageLowering::emitKernel(OpBuilder &b, Operation *op) {
   for (Value v : op->getResults())
     results.push_back(describe(v));
   int64_t id = kernels.size();
+  kernelIds[op] = id;
   kernels.push_back(builder.getDictionaryAttr({
       builder.getNamedAttr("id", builder.getI64IntegerAttr(id)),
       builder.getNamedAttr("kind",
@@ -1167,11 +1170,24 @@ LogicalResult StageLowering::emit() {
     }
     inputs.push_back(entry);
   }
+  auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
   for (auto [i, type] : llvm::enumerate(forward.getResultTypes())) {
     auto name = forward.getResultAttrOfType<StringAttr>(i, "gpipe.name");
     DictionaryAttr entry =
         ioEntry(name ? name : builder.getStringAttr("output"),
                 resultRole(forward, i), type, outputClasses[i]);
+    // An output only a kernel writes and nothing else in the phase reads,
+    // in its own buffer: the runtime may point the kernel elsewhere (a
+    // weight gradient's product adding into the step's sum).
+    Value result = ret.getOperand(i);
+    Operation *def = result.getDefiningOp();
+    if (def && kernelIds.count(def) && result.hasOneUse() &&
+        where.lookup(result).cls == outputClasses[i] &&
+        !where.lookup(result).inParams) {
+      NamedAttrList attrs(entry);
+      attrs.set("written_by", builder.getI64IntegerAttr(kernelIds[def]));
+      entry = attrs.getDictionary(builder.getContext());
+    }
     // Where the batch sits (gpipe-mark-batch-placement), for the runtime.
     if (auto batch = forward.getResultAttr(i, "gpipe.batch")) {
       NamedAttrList attrs(entry);

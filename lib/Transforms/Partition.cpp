@@ -446,6 +446,8 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
       if (std::optional<double> sum =
               partitioner.gradientSumPass(s, begin, end))
         stage->setAttr("gpipe.gradient_sum_time", b.getF64FloatAttr(*sum));
+      stage->setAttr("gpipe.product_summed_share",
+                     b.getF64FloatAttr(c.productSummedShare));
       // The optimizer step as calibrated (an SGD pass), when the profile
       // timed it.
       if (std::optional<double> step = profiles[s].kernelSeconds(

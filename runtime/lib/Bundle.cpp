@@ -260,6 +260,8 @@ TensorSlot parseSlot(const json &j) {
   }
   slot.space = j.value("space", "arena");
   slot.offset = integer<int64_t>(j.at("offset"));
+  if (j.contains("written_by"))
+    slot.writtenBy = integer<int64_t>(j.at("written_by"));
   int64_t count = 1; // of the non-zero dimensions
   for (int64_t d : slot.shape) {
     if (d < 0 || (d > 0 && count > kMaxElements / d))

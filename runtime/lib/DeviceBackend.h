@@ -36,8 +36,14 @@ struct KernelMemory {
   /// read by every micro-batch of a step).
   const uint64_t *paramsVersion = nullptr;
 
+  /// Where a result of space "target" is (the runtime's redirection of a
+  /// kernel's result: a weight gradient's product into the step's sum).
+  char *target = nullptr;
+
   /// The device address of a kernel's operand or result.
   char *address(const TensorSlot &slot) const {
+    if (slot.space == "target")
+      return target + slot.offset;
     return (slot.space == "params" ? params : arena) + slot.offset;
   }
   /// The version a converted copy of `slot` depends on: the parameters' for
@@ -140,6 +146,14 @@ public:
   /// it.
   virtual std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
                                                const KernelMemory &memory) = 0;
+  /// Whether createKernel() takes `spec` with the number "accumulate" set:
+  /// the kernel then adds its one result into what its result's memory
+  /// holds (result += product), rounding as the product written apart and
+  /// then accumulate()d would. None by default.
+  virtual bool canAccumulate(const KernelSpec &spec) const {
+    (void)spec;
+    return false;
+  }
   /// Waits until the work queued on the device is done.
   virtual void synchronize() = 0;
   /// Bytes the device's kernels hold beyond the stages' arenas and

@@ -68,23 +68,54 @@ size_t StageExecutor::phaseIndex(const std::string &role) const {
   throw BundleError("the stage has no " + role + " phase");
 }
 
+bool StageExecutor::retarget(size_t phase, int64_t id, char *target) {
+  Phase &p = phases.at(phase);
+  const PhaseSpec &ps = spec.phases.at(phase);
+  if (id < 0 || id >= static_cast<int64_t>(ps.kernels.size()) ||
+      ps.kernels[id].results.size() != 1)
+    return false;
+  auto over = std::make_unique<KernelSpec>(ps.kernels[id]);
+  over->results[0].space = "target";
+  over->results[0].offset = 0;
+  auto into = std::make_unique<KernelSpec>(*over);
+  into->numbers["accumulate"] = {1.0};
+  if (!device_->canAccumulate(*into))
+    return false;
+  KernelMemory memory{p.arena,      params_.get(), false,
+                      &updateState, &random,       &paramsVersion};
+  memory.target = target;
+  Phase::Retargeted r;
+  r.overwrite = device_->createKernel(*over, memory);
+  r.add = device_->createKernel(*into, memory);
+  r.over = std::move(over);
+  r.into = std::move(into);
+  p.retargeted[id] = std::move(r);
+  return true;
+}
+
 void StageExecutor::runKernel(size_t phase, int64_t id) noexcept {
   if (!kernelError.empty())
     return;
-  std::vector<std::unique_ptr<Kernel>> &kernels = phases[phase].kernels;
+  Phase &p = phases[phase];
+  std::vector<std::unique_ptr<Kernel>> &kernels = p.kernels;
   if (id < 0 || id >= static_cast<int64_t>(kernels.size())) {
     kernelError = "the stage code called unknown kernel " + std::to_string(id);
     return;
   }
+  Kernel *kernel = kernels[id].get();
+  if (!p.retargeted.empty())
+    if (auto found = p.retargeted.find(id); found != p.retargeted.end())
+      kernel =
+          (p.accumulate ? found->second.add : found->second.overwrite).get();
   try {
     if (kernelTrace || profiling) {
       // Marks in the device's queue: a GPU's kernel times, read when the
       // phase is done, without waiting in between.
       int64_t begin = device_->mark();
-      kernels[id]->run();
+      kernel->run();
       timedRuns.push_back({id, begin, device_->mark(), false});
     } else {
-      kernels[id]->run();
+      kernel->run();
     }
   } catch (const std::exception &e) {
     kernelError = "kernel " + std::to_string(id) + " (" +

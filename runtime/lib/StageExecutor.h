@@ -7,6 +7,7 @@
 
 #include "gpipe/runtime/Bundle.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,19 @@ public:
   /// The random state that the next runs draw from (dropout).
   void setRandomState(const RandomState &state) { random = state; }
 
+  /// Has kernel `id` of `phase`, the only writer of its one result, write
+  /// that result at `target` instead (device memory of the result's size:
+  /// a trained weight's gradient sum where the optimizer reads it), either
+  /// over it or added into it as setTargetAccumulates() says. False, and
+  /// nothing changed, where the device's kernel cannot add into its result
+  /// (DeviceBackend::canAccumulate).
+  bool retarget(size_t phase, int64_t id, char *target);
+  /// Whether the retargeted kernels of `phase` add into their targets
+  /// (false: they overwrite them) on its next runs.
+  void setTargetAccumulates(size_t phase, bool accumulate) {
+    phases.at(phase).accumulate = accumulate;
+  }
+
   /// Called by the stage code through gpipe_kernel().
   void runKernel(size_t phase, int64_t id) noexcept;
   /// Called by the stage code through gpipe_loop() before (`end` 0) and
@@ -130,6 +144,14 @@ private:
     StageCode::Entry entry = nullptr;
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::unique_ptr<Context> context;
+    /// retarget(): by kernel id, the kernel that overwrites its target and
+    /// the one that adds into it, and the specs they were made from.
+    struct Retargeted {
+      std::unique_ptr<KernelSpec> over, into;
+      std::unique_ptr<Kernel> overwrite, add;
+    };
+    std::map<int64_t, Retargeted> retargeted;
+    bool accumulate = false;
   };
 
   const StageSpec &spec;

@@ -225,6 +225,11 @@ private:
   std::map<std::pair<MessageKind, int64_t>, Transport::Message> outgoing;
   std::set<int64_t> restored;
   int64_t backwards = 0;
+  /// By trained tensor: whether the product computing its gradient writes
+  /// it into the step's sum itself (StageExecutor::retarget), the first
+  /// backward over it and the others adding into it: sumGradients() then
+  /// leaves it alone.
+  std::vector<bool> summedByKernel;
   double lossSum_ = 0;
 
   double busy = 0, optimizerBusy = 0;

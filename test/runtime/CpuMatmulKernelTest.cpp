@@ -252,6 +252,48 @@ TEST(CpuMatmulKernels, Bfloat16StashGivesTheSameProducts) {
     }
 }
 
+// A product asked to add into its result (the number "accumulate": a
+// weight gradient summed over the micro-batches where the optimizer reads
+// it) gives, to the last bit, the product written apart and then added by
+// the backend's accumulate(); a plain product made after it on the same
+// backend still overwrites (the device's primitive attributes are not the
+// accumulating kernel's). float32 and bfloat16, a weight gradient's shape
+// and a Linear layer's forward.
+TEST(CpuMatmulKernels, AccumulatingProductsAddAsTheSumWould) {
+  std::mt19937 rng(10);
+  const GemmCase cases[] = {{1024, 45, 130, true, false},
+                            {37, 29, 80, false, true},
+                            {256, 16, 256, true, false}};
+  for (int inBf16 = 0; inBf16 < 2; ++inBf16) {
+    if (inBf16 && !cpuMultipliesBf16())
+      continue;
+    for (const GemmCase &g : cases) {
+      cpu::CpuBackend cpu("cpu:0");
+      GemmRun plain(g, rng, inBf16 != 0);
+      EXPECT_FALSE(cpu.canAccumulate(
+          test::KernelCase(plain.spec).number("alpha", {2.0}).spec));
+      GemmRun adding = plain; // the same operands
+      adding.spec.number("accumulate", {1.0});
+      ASSERT_TRUE(cpu.canAccumulate(adding.spec.spec));
+      std::unique_ptr<Kernel> add = adding.create(cpu);
+      std::unique_ptr<Kernel> product = plain.create(cpu);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> sum(static_cast<size_t>(g.m * g.n));
+      for (float &v : sum)
+        v = normal(rng);
+      std::copy(sum.begin(), sum.end(), adding.output());
+      add->run();
+      product->run();
+      EXPECT_EQ(plain.wrongElements(), 0) << "the plain product overwrites";
+      cpu.accumulate(sum.data(), plain.output(), g.m * g.n);
+      EXPECT_EQ(
+          std::memcmp(sum.data(), adding.output(), sum.size() * sizeof(float)),
+          0)
+          << g.m << "x" << g.k << "x" << g.n << (inBf16 ? " bf16" : " f32");
+    }
+  }
+}
+
 TEST(CpuMatmulKernels, UnknownComputeTypeRefused) {
   std::mt19937 rng(8);
   cpu::CpuBackend cpu("cpu:0");

@@ -53,6 +53,11 @@ struct LayerTable {
   /// Per layer: bytes of the parameters it reads first (trainable ones
   /// with their gradient and optimizer state), and of those trainable.
   llvm::SmallVector<double> paramBytes, trainableBytes;
+  /// Per layer: of trainableBytes, the weights a product multiplies as its
+  /// right operand (a Gemm's B, a MatMul's right-hand side), whose
+  /// gradient product the CPU runtime has add into the step's sum itself
+  /// (one read of the sum a micro-batch, not a sum pass's three touches).
+  llvm::SmallVector<double> productSummedBytes;
   /// A parameter that several layers read (a GPT's tied embedding and LM
   /// head): a stage holding a later reader but not the first holds a copy
   /// of its own (SharedParameter::bytesIn).

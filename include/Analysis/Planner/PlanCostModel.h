@@ -40,6 +40,10 @@ struct StageFacts {
   double inMessageBytes = 0, outMessageBytes = 0;
   /// Bytes of the trainable parameters (gradients and state alike).
   double trainableBytes = 0;
+  /// Of the gradient sum's passes, the share a product adds into the sum
+  /// itself (StageSlice::productSummedShare): one read a micro-batch but
+  /// the first, not a copy and additions.
+  double productSummedShare = 0;
   /// Seconds of one pass of the runtime's gradient sum over them as
   /// calibrated (StagePartitioner::gradientSumPass); none: a pass at
   /// passBandwidth.

@@ -36,6 +36,10 @@ struct StageSlice {
   double forwardConversion = 0, backwardConversion = 0;
   /// Bytes of the stage's trainable parameters.
   double trainableBytes = 0;
+  /// Of a pass of the runtime's gradient sum over them, the share of the
+  /// weights whose gradient a product adds into the sum itself
+  /// (LayerTable::productSummedBytes; on a GPU none).
+  double productSummedShare = 0;
   /// Whether the stage runs its forward again before its backward (under
   /// RecomputePolicy::Auto: only where keeping its activations would not
   /// fit the device's memory).
@@ -111,6 +115,9 @@ private:
   /// trainable bytes over the threads its gradients are summed on.
   llvm::SmallVector<double> trainable;
   llvm::SmallVector<llvm::SmallVector<double>> sumThreadBytes;
+  /// Per stage, prefix sums of sumThreadBytes' part of the weights a
+  /// product sums itself (StageSlice::productSummedShare).
+  llvm::SmallVector<llvm::SmallVector<double>> sumBytes;
   /// Prefix sums of the bytes the fitted ops move, forward and backward.
   llvm::SmallVector<double> forwardBytes, backwardBytes;
   /// Each stage's micro-batches alive at once (PipelinePlan::alive), once:

@@ -54,6 +54,7 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
   t.planes.assign(n, 0);
   t.paramBytes.assign(n, 0);
   t.trainableBytes.assign(n, 0);
+  t.productSummedBytes.assign(n, 0);
   t.crossBytes.assign(n + 1, 0);
   t.crossMessageBytes.assign(n + 1, 0);
   t.measured.assign(n, std::nullopt);
@@ -156,7 +157,8 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
         t.crossMessageBytes[c] += sent;
       }
     }
-    for (Value operand : op->getOperands()) {
+    for (OpOperand &use : op->getOpOperands()) {
+      Value operand = use.get();
       Operation *def = operand.getDefiningOp();
       if (!def ||
           !(isa<GetParameterOp>(def) || def->hasTrait<OpTrait::ConstantLike>()))
@@ -178,6 +180,9 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       t.paramBytes[i] += trained ? bytes * (2 + optimizerSlots) : bytes;
       if (trained)
         t.trainableBytes[i] += bytes;
+      if (trained && isa<nn::GemmOp, nn::MatMulOp>(op) &&
+          use.getOperandNumber() == 1)
+        t.productSummedBytes[i] += bytes;
     }
     // An op reads each parameter at most once per execution.
     t.constantBytes[i] = std::min(t.constantBytes[i], t.bytesMoved[i]);

@@ -45,7 +45,12 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
   // them (a read and a write), the others added (two reads and a write):
   // 3 - 1/M passes a micro-batch on average (the README's MLP on both
   // cores at M = 1: 0.03 ms of gradients copied, priced as a sum).
-  double sumPasses = 3.0 - 1.0 / static_cast<double>(plan.microBatches);
+  // A gradient a product adds into the sum itself (the CPU's products of
+  // the weights' gradients) costs the product one read of the sum a
+  // micro-batch but the first: 1 - 1/M passes.
+  double m = static_cast<double>(plan.microBatches);
+  double sumPasses = (1 - f.productSummedShare) * (3.0 - 1.0 / m) +
+                     f.productSummedShare * (1.0 - 1.0 / m);
   c.backward = f.backwardKernels + copies + sumPasses * sumPass;
   c.backwardWeight =
       std::min(c.backward, f.backwardWeightKernels + sumPasses * sumPass);

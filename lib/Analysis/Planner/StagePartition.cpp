@@ -16,15 +16,20 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   double s = table.scale(rows);
   for (const DeviceProfile &p : profiles) {
     llvm::SmallVector<double> f(n + 1, 0), b(n + 1, 0), cf(n + 1, 0),
-        cb(n + 1, 0), st(n + 1, 0), w(n + 1, 0);
+        cb(n + 1, 0), st(n + 1, 0), w(n + 1, 0), sb(n + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
       f[i + 1] = f[i] + table.forwardSeconds(i, p, rows);
       b[i + 1] = b[i] + table.backwardSeconds(i, p, rows);
       w[i + 1] = w[i] + table.weightGradientSeconds(i, p, rows);
       cf[i + 1] = cf[i] + table.conversionSeconds(i, p, /*backward=*/false);
       cb[i + 1] = cb[i] + table.conversionSeconds(i, p, /*backward=*/true);
-      st[i + 1] = st[i] + table.trainableBytes[i] /
-                              p.gradientSumThreads(table.trainableBytes[i]);
+      double threads = p.gradientSumThreads(table.trainableBytes[i]);
+      st[i + 1] = st[i] + table.trainableBytes[i] / threads;
+      // The weights whose gradient a product adds into the sum itself: the
+      // CPU's kernels do (LayerTable::productSummedBytes).
+      sb[i + 1] =
+          sb[i] +
+          (p.name == "cuda" ? 0.0 : table.productSummedBytes[i] / threads);
     }
     forward.push_back(std::move(f));
     backward.push_back(std::move(b));
@@ -32,6 +37,7 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
     forwardConversion.push_back(std::move(cf));
     backwardConversion.push_back(std::move(cb));
     sumThreadBytes.push_back(std::move(st));
+    sumBytes.push_back(std::move(sb));
   }
   for (int64_t stage = 0; stage < plan.numStages(); ++stage)
     alive.push_back(plan.alive(stage));
@@ -176,6 +182,9 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   c.forward += profiles[stage].beyondLastLevelSeconds(fb, pass);
   c.backward += profiles[stage].beyondLastLevelSeconds(bb, pass);
   c.trainableBytes = trainable[end] - trainable[begin];
+  double all = sumThreadBytes[stage][end] - sumThreadBytes[stage][begin];
+  c.productSummedShare =
+      all > 0 ? (sumBytes[stage][end] - sumBytes[stage][begin]) / all : 0;
   return c;
 }
 

@@ -91,6 +91,18 @@ std::unique_ptr<Kernel> CpuBackend::createKernel(const KernelSpec &spec,
   }
 }
 
+bool CpuBackend::canAccumulate(const KernelSpec &spec) const {
+  // oneDNN's products add into their result by a sum post-op (productAttr
+  // in kernels/Matmul.cpp); a gemm's scale or addend runs after the
+  // product, on the host, and would scale the sum too.
+  if (spec.results.size() != 1 || spec.results[0].dtype != DType::F32)
+    return false;
+  if (spec.kind == "matmul")
+    return true;
+  return spec.kind == "gemm" && spec.number("alpha") == 1.0 &&
+         !spec.optionalOperand("c");
+}
+
 void CpuBackend::synchronize() { dnn->stream.wait(); }
 
 int64_t CpuBackend::kernelBytes() const {

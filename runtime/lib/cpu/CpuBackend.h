@@ -29,6 +29,7 @@ public:
                                       const StageSpec &stage) override;
   std::unique_ptr<Kernel> createKernel(const KernelSpec &spec,
                                        const KernelMemory &memory) override;
+  bool canAccumulate(const KernelSpec &spec) const override;
   void synchronize() override;
   int64_t kernelBytes() const override;
 

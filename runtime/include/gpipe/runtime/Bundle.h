@@ -37,6 +37,10 @@ struct TensorSlot {
   std::vector<int64_t> shape;
   std::string space = "arena"; // "arena" or "params"
   int64_t offset = 0;
+  /// A phase output that only one kernel writes and nothing else in the
+  /// phase reads (manifest "written_by": the kernel's id; -1: none): the
+  /// runtime may have that kernel write it elsewhere.
+  int64_t writtenBy = -1;
   /// What a phase's input or output is for (Role::Data elsewhere).
   Role role = Role::Data;
   /// In a parameter blob: what the tensor is (weight, buffer, optimizer

@@ -9,6 +9,26 @@ namespace gpipe::runtime::cpu {
 
 namespace {
 
+/// The primitives' attributes for `spec`: the device's, and where the
+/// runtime asks the product to add into its result (the number
+/// "accumulate": a weight gradient summed over the step's micro-batches
+/// where the optimizer reads it) a sum post-op: dst = product + dst, the
+/// product rounded to float32 first as when it is written apart and added
+/// (CpuBackend::canAccumulate).
+dnnl::primitive_attr productAttr(const KernelSpec &spec, const OneDnn &dnn) {
+  auto found = spec.numbers.find("accumulate");
+  if (found == spec.numbers.end() || found->second.empty() ||
+      found->second[0] == 0)
+    return dnn.attr;
+  // A handle: a copy of dnn.attr is the device's own, which every kernel
+  // made after would take the post-op from. A new one, as it is made.
+  dnnl::primitive_attr attr = userScratchpad();
+  dnnl::post_ops ops;
+  ops.append_sum(1.0f);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
 /// A product's operand: its float32 memory (plain or strided) and the
 /// tensor it views (a parameter's converted copy is kept per version).
 struct ProductOperand {
@@ -33,7 +53,7 @@ bf16Product(const KernelSpec &spec, OneDnn &dnn, const KernelMemory &mem,
     pd.emplace(bias ? dnnl::matmul::desc(srcDesc, weightsDesc, bias->get_desc(),
                                          dst.get_desc())
                     : dnnl::matmul::desc(srcDesc, weightsDesc, dst.get_desc()),
-               dnn.attr, dnn.engine);
+               productAttr(spec, dnn), dnn.engine);
   } catch (const dnnl::error &e) {
     spec.fail(std::string("oneDNN has no bfloat16 product of these shapes on "
                           "this CPU (") +
@@ -85,7 +105,7 @@ std::unique_ptr<Kernel> createMatmul(const KernelSpec &spec,
     return bf16Product(spec, dnn, mem, {src, &a}, {weights, &b}, std::nullopt,
                        dst);
   dnnl::matmul::desc desc(src.get_desc(), weights.get_desc(), dst.get_desc());
-  dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
+  dnnl::matmul::primitive_desc pd(desc, productAttr(spec, dnn), dnn.engine);
   return std::make_unique<PrimitiveKernel>(
       dnn, dnnl::matmul(pd),
       std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
@@ -204,7 +224,7 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
     memory bias = bindSlot(spec, *c, mem, dnn, padLeft(c->shape, 2));
     dnnl::matmul::desc desc(srcDesc, weightsDesc, bias.get_desc(),
                             dst.get_desc());
-    dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
+    dnnl::matmul::primitive_desc pd(desc, productAttr(spec, dnn), dnn.engine);
     args[DNNL_ARG_BIAS] = bias;
     return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args);
   }
@@ -218,12 +238,12 @@ std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
   if (transA && alpha == 1.0f && !c && m % 1024 == 0 && n >= 128 &&
       !avx512Kernels()) {
     dnnl::matmul::desc desc(plainDesc({m, k}), weightsDesc, dst.get_desc());
-    dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
+    dnnl::matmul::primitive_desc pd(desc, productAttr(spec, dnn), dnn.engine);
     return std::make_unique<TransposedLhsGemm>(dnn, dnnl::matmul(pd), src,
                                                weights, dst);
   }
   dnnl::matmul::desc desc(srcDesc, weightsDesc, dst.get_desc());
-  dnnl::matmul::primitive_desc pd(desc, dnn.attr, dnn.engine);
+  dnnl::matmul::primitive_desc pd(desc, productAttr(spec, dnn), dnn.engine);
   return std::make_unique<PrimitiveKernel>(dnn, dnnl::matmul(pd), args,
                                            epilogue);
 }
