@@ -568,7 +568,8 @@ void StreamRunner::backwardWeight(int64_t mb, const StepContext &context) {
 void StreamRunner::sumGradients(size_t phase, const StepContext &context) {
   Part sums(*this, breakdown_.gradientSums, &kGradientSums);
   // Gradients accumulate where the optimizer phase reads them (the first
-  // backward's are copied there, the others added).
+  // backward's are copied there, the others added), but for those their
+  // products summed there themselves (summedByKernel).
   const PhaseSpec &spec = spec_.phases[phase];
   const char *ga = exec->arena(phase);
   char *oa = exec->arena(opt);

@@ -39,6 +39,14 @@ struct TrainingSession::Stage {
 };
 
 namespace {
+/// The idle share of `devices` devices busy `busy` seconds in all over
+/// `seconds` of wall time: 1 - busy / (devices x seconds).
+double idleShare(double busy, double seconds, size_t devices) {
+  if (seconds <= 0 || devices == 0)
+    return 0;
+  return 1 - busy / (seconds * static_cast<double>(devices));
+}
+
 double median(std::vector<double> values) {
   auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
   std::nth_element(values.begin(), middle, values.end());
@@ -360,9 +368,7 @@ double TrainingSession::step(const std::map<std::string, HostTensor> &batch) {
     busy += st->runner->busySeconds();
     devices.insert(st->runner->spec().device);
   }
-  double idle = took > 0 && !devices.empty()
-                    ? 1 - busy / (took * static_cast<double>(devices.size()))
-                    : 0;
+  double idle = idleShare(busy, took, devices.size());
   const size_t kept = 1000;
   if (recentSteps.size() < kept) {
     recentSteps.push_back(took);
@@ -650,7 +656,7 @@ TrainingSession::opProfile() const {
 }
 
 double TrainingSession::Stats::bubble() const {
-  if (stepSeconds <= 0 || stages.empty())
+  if (stages.empty())
     return 0;
   // The devices' idle share: stages sharing a device (an interleaved
   // schedule's) count as one device.
@@ -660,7 +666,7 @@ double TrainingSession::Stats::bubble() const {
     busy += s.busySeconds;
     devices.insert({s.rank, s.device});
   }
-  return 1 - busy / (stepSeconds * static_cast<double>(devices.size()));
+  return idleShare(busy, stepSeconds, devices.size());
 }
 
 TrainingSession::Stats TrainingSession::stats() const {
