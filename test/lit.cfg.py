@@ -40,3 +40,17 @@ config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))
 config.substitutions.append(
     ("%node_tests_sample",
      "--sample" if lit_config.params.get("node_tests") == "sample" else ""))
+# bf16: this CPU runs bfloat16 products (oneDNN's need AVX-512; gpipe-run
+# refuses a --precision=bf16 bundle elsewhere, with an error that says so).
+# Tests that train in bfloat16 say REQUIRES: bf16 and are unsupported on
+# other CPUs (lit lists them); the refusal itself is checked in
+# tools/gpipe-run/bf16-refused.test.
+import subprocess
+try:
+    devices = subprocess.run(
+        [os.path.join(config.gpipe_tools_dir, "gpipe-run"), "--list-devices"],
+        capture_output=True, text=True, timeout=60).stdout
+except (OSError, subprocess.TimeoutExpired):
+    devices = ""
+if "CPU bfloat16 products (--precision=bf16): yes" in devices:
+    config.available_features.add("bf16")

@@ -127,6 +127,10 @@ std::string runtimeInfo(bool probeGpus) {
   info += "CPU: runs bundles compiled for --target-cpu=" +
           hostMicroarchitectureLevel() + " (or host here); features" +
           features + "\n";
+  info += cpuMultipliesBf16()
+              ? "CPU bfloat16 products (--precision=bf16): yes\n"
+              : "CPU bfloat16 products (--precision=bf16): no (oneDNN's need "
+                "AVX-512; compile with --precision=fp32)\n";
   std::string reason;
   if (!probeGpus) {
     info += "CUDA: " + cudaPluginSummary() + "\n";
