@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace gpipe {
@@ -33,6 +34,21 @@ bool onlyMultipliedInBf16(
 constexpr int64_t bf16StashBytes(int64_t bytes) {
   return (bytes / 2 + 3) / 4 * 4;
 }
+
+/// The bytes of the bfloat16 copies the CPU runtime keeps of a float32
+/// parameter of `bytes` read as `reads` (the results of its get_parameter
+/// ops, in any phase): one in its own element order where a bfloat16 Gemm
+/// or MatMul multiplies it (the device's one copy, which the forward and
+/// the input gradient both read: OneDnn::bf16Param), and one in the
+/// blocked layout of each kind of bfloat16 convolution kernel reading it
+/// as its weight (nn.conv, nn.conv_grad_input); each half the parameter's
+/// bytes (a convolution the CPU backend runs in its own float32 loops,
+/// a first layer of few input channels, keeps none: counted all the
+/// same, its weights are a few hundred floats). `convGradInput`: count an
+/// nn.conv's input gradient as such a reader before autodiff has made it (the
+/// planner's forward model).
+int64_t bf16CopyBytes(llvm::ArrayRef<mlir::Value> reads, int64_t bytes,
+                      bool convGradInput = false);
 
 } // namespace gpipe
 

@@ -19,6 +19,7 @@
 #include "mlir/IR/Verifier.h"
 
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Format.h"
 
 using namespace mlir;
@@ -173,6 +174,19 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         if (keptForWeightPart(argRole(weight, i)))
           stashBytes += nn::detail::numBytes(weight.getArgumentTypes()[i]);
     }
+    // The bfloat16 copies of the parameters the stage's products read
+    // (bf16CopyBytes), which the CPU runtime keeps beside the parameters'
+    // blob.
+    int64_t bf16Copies = 0;
+    {
+      llvm::StringMap<SmallVector<Value>> reads;
+      stage.walk(
+          [&](GetParameterOp get) { reads[get.getName()].push_back(get); });
+      for (ParameterOp param : stage.getOps<ParameterOp>())
+        if (auto it = reads.find(param.getSymName()); it != reads.end())
+          bf16Copies +=
+              bf16CopyBytes(it->second, nn::detail::numBytes(param.getType()));
+    }
     // One received and one sent message each way; activations the stage
     // only multiplies in bfloat16 come in bfloat16 (receivedInBf16), and
     // what it sends as the partition counted it (LayerTable's
@@ -234,7 +248,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     request.ranks.push_back(rankOf(s));
     request.recompute.push_back(recompute);
     request.memory.push_back(
-        {arenas + paramsSize + messageBytes + tiedBytes, stashBytes,
+        {arenas + paramsSize + bf16Copies + messageBytes + tiedBytes,
+         stashBytes,
          limit ? std::optional<int64_t>(limit.getInt()) : std::nullopt});
 
     StageReport row;

@@ -51,7 +51,8 @@ struct LayerTable {
   /// (CostOpInterface::getBackwardBytesMoved).
   llvm::SmallVector<double> backwardBytesMoved;
   /// Per layer: bytes of the parameters it reads first (trainable ones
-  /// with their gradient and optimizer state), and of those trainable.
+  /// with their gradient and optimizer state, and the bfloat16 copies of
+  /// them that bf16 products read: bf16CopyBytes), and of those trainable.
   llvm::SmallVector<double> paramBytes, trainableBytes;
   /// Per layer: of trainableBytes, the weights a product multiplies as its
   /// right operand (a Gemm's B, a MatMul's right-hand side), whose

@@ -172,12 +172,17 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       SmallVector<int64_t> &readers = readersOf[get.getName()];
       if (readers.empty() || readers.back() != i)
         readers.push_back(i);
-      sharedBytes[get.getName()] = {trained ? bytes * (2 + optimizerSlots)
-                                            : bytes,
-                                    trained ? bytes : 0.0};
+      // Beside the float32 parameter (with its gradient and optimizer
+      // state where trained), the bfloat16 copies the products read (a
+      // convolution's input gradient among them where it has one).
+      double held = (trained ? bytes * (2 + optimizerSlots) : bytes) +
+                    static_cast<double>(
+                        bf16CopyBytes(operand, static_cast<int64_t>(bytes),
+                                      /*convGradInput=*/t.inputGradient[i]));
+      sharedBytes[get.getName()] = {held, trained ? bytes : 0.0};
       if (!counted.insert(get.getName()).second)
         continue;
-      t.paramBytes[i] += trained ? bytes * (2 + optimizerSlots) : bytes;
+      t.paramBytes[i] += held;
       if (trained)
         t.trainableBytes[i] += bytes;
       if (trained && isa<nn::GemmOp, nn::MatMulOp>(op) &&

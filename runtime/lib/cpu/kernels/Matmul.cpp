@@ -36,18 +36,51 @@ struct ProductOperand {
   const TensorSlot *slot;
 };
 
+/// True where `operand` is a parameter (a training weight with its
+/// version, or an inference weight that never changes).
+bool isParam(const KernelMemory &mem, const ProductOperand &operand) {
+  return mem.constantOf(*operand.slot) || mem.versionOf(*operand.slot);
+}
+
+/// The layout a bfloat16 product reads `operand` in: a parameter in its
+/// own element order (the device's one bfloat16 copy of it, which the
+/// forward and the input gradient share, OneDnn::bf16Param), anything else
+/// in the layout oneDNN chooses (rounded into it before each run).
+memory::desc bf16Layout(const KernelMemory &mem,
+                        const ProductOperand &operand) {
+  return isParam(mem, operand)
+             ? sameLayout(operand.plain.get_desc(), memory::data_type::bf16)
+             : anyLayout(operand.plain, memory::data_type::bf16);
+}
+
+void bindBf16Operand(ReorderedKernel &kernel, int arg, OneDnn &dnn,
+                     const KernelMemory &mem, const ProductOperand &operand,
+                     const memory::desc &chosen) {
+  const TensorSlot &slot = *operand.slot;
+  if (!isParam(mem, operand)) {
+    kernel.bind(arg, operand.plain, chosen, false);
+    return;
+  }
+  int64_t elements = 1;
+  for (int64_t d : slot.shape)
+    elements *= d;
+  kernel.bindBf16Param(arg, chosen,
+                       dnn.bf16Param(mem.address(slot), elements,
+                                     mem.constantOf(slot),
+                                     mem.versionOf(slot)));
+}
+
 /// dst = src weights (+ bias) multiplied in bfloat16, summed in float32:
-/// the operands rounded into oneDNN's chosen bfloat16 layouts before each
-/// run (in the device's workspace; a parameter once per version, in a copy
-/// the device's kernels share), the float32 result written in place. The
-/// bias stays float32, added by the primitive.
+/// activations rounded into oneDNN's chosen bfloat16 layouts before each
+/// run (in the device's workspace), a parameter read from the device's
+/// bfloat16 copy of it (converted once per version), the float32 result
+/// written in place. The bias stays float32, added by the primitive.
 std::unique_ptr<ReorderedKernel>
 bf16Product(const KernelSpec &spec, OneDnn &dnn, const KernelMemory &mem,
             const ProductOperand &src, const ProductOperand &weights,
             const std::optional<memory> &bias, const memory &dst) {
-  auto bf16 = memory::data_type::bf16;
-  memory::desc srcDesc = anyLayout(src.plain, bf16),
-               weightsDesc = anyLayout(weights.plain, bf16);
+  memory::desc srcDesc = bf16Layout(mem, src),
+               weightsDesc = bf16Layout(mem, weights);
   std::optional<dnnl::matmul::primitive_desc> pd;
   try {
     pd.emplace(bias ? dnnl::matmul::desc(srcDesc, weightsDesc, bias->get_desc(),
@@ -60,10 +93,9 @@ bf16Product(const KernelSpec &spec, OneDnn &dnn, const KernelMemory &mem,
               e.what() + "): compile the model with --precision=fp32");
   }
   auto kernel = std::make_unique<ReorderedKernel>(dnn, dnnl::matmul(*pd));
-  kernel->bind(DNNL_ARG_SRC, src.plain, pd->src_desc(), false,
-               mem.constantOf(*src.slot), mem.versionOf(*src.slot));
-  kernel->bind(DNNL_ARG_WEIGHTS, weights.plain, pd->weights_desc(), false,
-               mem.constantOf(*weights.slot), mem.versionOf(*weights.slot));
+  bindBf16Operand(*kernel, DNNL_ARG_SRC, dnn, mem, src, pd->src_desc());
+  bindBf16Operand(*kernel, DNNL_ARG_WEIGHTS, dnn, mem, weights,
+                  pd->weights_desc());
   if (bias)
     kernel->bind(DNNL_ARG_BIAS, *bias, bias->get_desc(), false);
   kernel->bind(DNNL_ARG_DST, dst, pd->dst_desc(), true);

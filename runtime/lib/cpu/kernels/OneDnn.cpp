@@ -91,9 +91,23 @@ OneDnn::convertedParam(const memory &from, const memory::desc &to,
   c->to = memory(to, engine);
   c->constant = constant;
   c->version = version;
-  keptBytes += static_cast<int64_t>(to.get_size());
+  // A parameter's bfloat16 copies are in the stage's memory plan (the
+  // compiler's bf16CopyBytes); the other layouts are the kernels' own.
+  if (to.data.data_type != dnnl_bf16)
+    keptBytes += static_cast<int64_t>(to.get_size());
   converted.push_back(c);
   return c;
+}
+
+std::shared_ptr<ConvertedParam> OneDnn::bf16Param(void *address,
+                                                  int64_t elements,
+                                                  bool constant,
+                                                  const uint64_t *version) {
+  memory from(memory::desc({elements}, memory::data_type::f32, dims{1}), engine,
+              address);
+  return convertedParam(
+      from, memory::desc({elements}, memory::data_type::bf16, dims{1}),
+      constant, version);
 }
 
 memory::desc plainDesc(const dims &shape) {
@@ -116,6 +130,15 @@ memory::desc anyLayout(const memory &m) {
 
 memory::desc anyLayout(const memory &m, memory::data_type type) {
   return memory::desc(m.get_desc().dims(), type, memory::format_tag::any);
+}
+
+memory::desc sameLayout(const memory::desc &desc, memory::data_type type) {
+  const dnnl_memory_desc_t &c = desc.data;
+  if (c.format_kind != dnnl_blocked || c.format_desc.blocking.inner_nblks != 0)
+    throw std::logic_error("sameLayout: not a plain or strided layout");
+  dims strides(c.format_desc.blocking.strides,
+               c.format_desc.blocking.strides + c.ndims);
+  return memory::desc(desc.dims(), type, strides);
 }
 
 memory::data_type productType(const KernelSpec &spec) {
@@ -219,6 +242,12 @@ void ReorderedKernel::bind(int arg, const memory &plain,
     after.emplace_back(inner, plain);
   else
     before.emplace_back(plain, inner);
+}
+
+void ReorderedKernel::bindBf16Param(int arg, const memory::desc &view,
+                                    std::shared_ptr<ConvertedParam> param) {
+  args[arg] = memory(view, dnn.engine, param->to.get_data_handle());
+  params.push_back(std::move(param));
 }
 
 void ReorderedKernel::run() {

@@ -115,18 +115,30 @@ struct OneDnn {
   /// kernel provides (ScratchLayout::addScratchpad).
   const dnnl::primitive_attr attr = userScratchpad();
   Workspace workspace;
-  /// Bytes kernels keep between runs: converted parameters, gathered
-  /// weights, saved statistics.
+  /// Bytes kernels keep between runs beyond the stages' memory plan:
+  /// parameters converted to float32 layouts (a parameter's bfloat16
+  /// copies are in the plan), gathered weights, saved statistics.
   int64_t keptBytes = 0;
   /// The stash's float32-to-bfloat16 reorders, by element count
   /// (CpuBackend::roundToBf16: one per kept tensor's size, made once).
   std::map<int64_t, dnnl::reorder> toBf16;
   /// `from` in layout `to`: the device's copy if a kernel made one, else a
-  /// new one (counted in keptBytes).
+  /// new one (counted in keptBytes unless bfloat16).
   std::shared_ptr<ConvertedParam> convertedParam(const memory &from,
                                                  const memory::desc &to,
                                                  bool constant,
                                                  const uint64_t *version);
+  /// The parameter tensor of `elements` floats at `address` rounded to
+  /// bfloat16 in its own element order: one copy a device, converted once
+  /// a version, which every bfloat16 product reads through its own view
+  /// (a Linear layer's forward as [in, out] transposed, its input gradient
+  /// as [out, in]). A blocked copy per layout cost a 0.65 ms reorder of a
+  /// 1024x1024 weight each, this one 0.11 (2 cores, AVX512_BF16); the
+  /// product reading the plain layout repacks its panels, 0.035-0.065 ms a
+  /// run more (docs/training.md).
+  std::shared_ptr<ConvertedParam> bf16Param(void *address, int64_t elements,
+                                            bool constant,
+                                            const uint64_t *version);
   /// A copy of a parameter that a kernel family makes its own way (a
   /// convolution's weights of the taps that read), shared by the kernels
   /// that ask with the same `key`: the existing one, else `make()`'s.
@@ -159,6 +171,8 @@ void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
 /// in float32 or in `type`.
 memory::desc anyLayout(const memory &m);
 memory::desc anyLayout(const memory &m, memory::data_type type);
+/// `desc`'s dims and strides (a plain or strided layout) in `type`.
+memory::desc sameLayout(const memory::desc &desc, memory::data_type type);
 /// The type a product's operands are multiplied in (the kernel's
 /// "compute_type", nn's ComputeTypeOpInterface): f32, or bf16 (products
 /// summed in float32 by oneDNN's bfloat16 kernels). BundleError for a type
@@ -219,6 +233,10 @@ public:
   void bind(int arg, const memory &plain, const memory::desc &chosen,
             bool output, bool constant = false,
             const uint64_t *version = nullptr);
+  /// Binds `arg` to `view`, a bfloat16 layout over `param`'s element
+  /// order (OneDnn::bf16Param), refreshed before each run.
+  void bindBf16Param(int arg, const memory::desc &view,
+                     std::shared_ptr<ConvertedParam> param);
   /// Runs `f` on the host after the results are copied back.
   void setEpilogue(std::function<void()> f) { epilogue = std::move(f); }
   void run() override;
