@@ -28,16 +28,6 @@ void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
   tileGemm("attention", ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
-// The loop of the scores' gradient, compiled for AVX-512, AVX2 and the
-// baseline (the runtime is built for any x86-64; the loader picks the
-// clone the CPU runs).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GPIPE_ROW_LOOP                                                         \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPIPE_ROW_LOOP
-#endif
-
 /// ds[c] = p[c] (ds[c] - delta) scale: a row of the scores' gradient from
 /// the probabilities' (ds holds dP on entry).
 GPIPE_ROW_LOOP void scoreGradientRow(float *ds, const float *p, int64_t cols,

@@ -258,6 +258,40 @@ RowIsa rowIsa() {
 }
 #endif
 
+/// The sum of dy[c] y[c] for c in [0, n), n <= kSumBlock, in float.
+GPIPE_ROW_LOOP float dotBlock(const float *y, const float *dy, int64_t n) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c)
+    sum += dy[c] * y[c];
+  return sum;
+}
+
+/// The sum of dy[c] for c in [0, n), n <= kSumBlock, in float.
+GPIPE_ROW_LOOP float sumBlock(const float *dy, int64_t n) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c)
+    sum += dy[c];
+  return sum;
+}
+
+/// dx[c] = y[c] (dy[c] - delta).
+GPIPE_ROW_LOOP void scaledDifference(const float *y, const float *dy, float *dx,
+                                     int64_t n, float delta) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c)
+    dx[c] = y[c] * (dy[c] - delta);
+}
+
+/// dx[c] = dy[c] - e[c].
+GPIPE_ROW_LOOP void difference(const float *dy, const float *e, float *dx,
+                               int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c)
+    dx[c] = dy[c] - e[c];
+}
+
 } // namespace
 
 float expApprox(float x) {
@@ -336,6 +370,26 @@ void expScaledRow(const float *row, float *out, int64_t n, float shift,
   }
 #endif
   scalarExpScaled(row, out, n, shift, scale);
+}
+
+void softmaxGradRow(const float *y, const float *dy, float *dx, int64_t n) {
+  double delta = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock)
+    delta += dotBlock(y + b, dy + b, std::min(kSumBlock, n - b));
+  scaledDifference(y, dy, dx, n, static_cast<float>(delta));
+}
+
+void logSoftmaxGradRow(const float *y, const float *dy, float *dx, int64_t n) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock)
+    total += sumBlock(dy + b, std::min(kSumBlock, n - b));
+  // exp(y) sum(dy) a block at a time, then taken off dy: dx may be dy.
+  float e[kSumBlock];
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    int64_t len = std::min(kSumBlock, n - b);
+    expScaledRow(y + b, e, len, 0.0f, static_cast<float>(total));
+    difference(dy + b, e, dx + b, len);
+  }
 }
 
 } // namespace gpipe::runtime::cpu

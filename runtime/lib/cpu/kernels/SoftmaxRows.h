@@ -2,11 +2,21 @@
 // kernels): scores scaled and masked with their maximum, and exp with the
 // sum, in AVX-512, AVX2 or scalar code as the CPU has them (the runtime is
 // built for any x86-64); exp is one polynomial (Cephes' expf, about one
-// ulp) in all three.
+// ulp) in all three. And the gradients of a softmax and a log-softmax
+// along a row, from their outputs.
 #ifndef GPIPE_RUNTIME_CPU_KERNELS_SOFTMAXROWS_H
 #define GPIPE_RUNTIME_CPU_KERNELS_SOFTMAXROWS_H
 
 #include <cstdint>
+
+/// A loop compiled for AVX-512, AVX2 and the baseline (the runtime is
+/// built for any x86-64; the loader picks the clone the CPU runs).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPIPE_ROW_LOOP                                                         \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GPIPE_ROW_LOOP
+#endif
 
 namespace gpipe::runtime::cpu {
 
@@ -38,6 +48,16 @@ double expSumOfRow(const float *row, int64_t n, float shift);
 /// out[c] = scale exp(row[c] - shift) for c < n (out may be row).
 void expScaledRow(const float *row, float *out, int64_t n, float shift,
                   float scale);
+
+/// dx[c] = y[c] (dy[c] - sum_k dy[k] y[k]) for c < n: a softmax's
+/// gradient from its output y and its output's gradient dy (dx may be dy).
+/// The sum runs in float over blocks of 1024 columns, the blocks added in
+/// double, as expSumOfRow's.
+void softmaxGradRow(const float *y, const float *dy, float *dx, int64_t n);
+
+/// dx[c] = dy[c] - exp(y[c]) sum_k dy[k] for c < n: a log-softmax's
+/// gradient from its output y (dx may be dy); exp is expApprox's.
+void logSoftmaxGradRow(const float *y, const float *dy, float *dx, int64_t n);
 
 } // namespace gpipe::runtime::cpu
 
