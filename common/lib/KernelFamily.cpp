@@ -8,38 +8,41 @@ namespace {
 constexpr KernelTiming F = KernelTiming::Flops;
 constexpr KernelTiming B = KernelTiming::Bytes;
 constexpr KernelTiming L = KernelTiming::Loop;
+constexpr KernelPlanes N = KernelPlanes::None;
+constexpr KernelPlanes P = KernelPlanes::FeatureMaps;
+constexpr KernelPlanes M = KernelPlanes::Matrices;
 
-// name, timing, over feature maps, converts parameters, nearest.
+// name, timing, planes, converts parameters, nearest.
 constexpr KernelFamily kFamilies[] = {
-    {"matmul", F, false, false, ""},
-    {"narrow_matmul", F, false, false, "matmul"},
-    {"batched_matmul", F, false, false, "matmul"},
-    {"attention", F, false, false, "batched_matmul"},
-    {"attention_dropout", F, false, false, "attention"},
-    {"conv", F, true, true, ""},
-    {"depthwise_conv", F, true, true, ""},
-    {"narrow_conv", F, true, true, "conv"},
-    {"small_map_conv", F, true, true, "conv"},
-    {"shallow_conv", F, true, true, "conv"},
-    {"batch_norm", B, true, false, ""},
-    {"batch_norm_columns", B, false, false, "batch_norm"},
-    {"layer_norm", B, false, false, ""},
-    {"softmax", B, false, false, ""},
-    {"cross_entropy", B, false, false, "softmax"},
-    {"pooling", B, true, false, ""},
-    {"max_pool", B, true, false, "pooling"},
-    {"dropout", B, false, false, ""},
-    {"optimizer", B, false, false, ""},
-    {"elementwise", L, false, false, ""},
-    {"copy", L, false, false, ""},
-    {"gelu", L, false, false, ""},
+    {"matmul", F, N, false, ""},
+    {"narrow_matmul", F, N, false, "matmul"},
+    {"batched_matmul", F, M, false, "matmul"},
+    {"attention", F, N, false, "batched_matmul"},
+    {"attention_dropout", F, N, false, "attention"},
+    {"conv", F, P, true, ""},
+    {"depthwise_conv", F, P, true, ""},
+    {"narrow_conv", F, P, true, "conv"},
+    {"small_map_conv", F, P, true, "conv"},
+    {"shallow_conv", F, P, true, "conv"},
+    {"batch_norm", B, P, false, ""},
+    {"batch_norm_columns", B, N, false, "batch_norm"},
+    {"layer_norm", B, N, false, ""},
+    {"softmax", B, N, false, ""},
+    {"cross_entropy", B, N, false, "softmax"},
+    {"pooling", B, P, false, ""},
+    {"max_pool", B, P, false, "pooling"},
+    {"dropout", B, N, false, ""},
+    {"optimizer", B, N, false, ""},
+    {"elementwise", L, N, false, ""},
+    {"copy", L, N, false, ""},
+    {"gelu", L, N, false, ""},
     // Products multiplied in bfloat16 (compute_type "bf16"): a profile
     // calibrated without them prices them as float32 ones.
-    {"matmul_bf16", F, false, false, "matmul"},
-    {"narrow_matmul_bf16", F, false, false, "narrow_matmul"},
-    {"batched_matmul_bf16", F, false, false, "batched_matmul"},
-    {"conv_bf16", F, true, true, "conv"},
-    {"shallow_conv_bf16", F, true, true, "shallow_conv"},
+    {"matmul_bf16", F, N, false, "matmul"},
+    {"narrow_matmul_bf16", F, N, false, "narrow_matmul"},
+    {"batched_matmul_bf16", F, M, false, "batched_matmul"},
+    {"conv_bf16", F, P, true, "conv"},
+    {"shallow_conv_bf16", F, P, true, "shallow_conv"},
 };
 
 } // namespace

@@ -121,8 +121,8 @@ struct GradCase : test::KernelSpecBuilder<GradCase> {
                   3 * u * y0[i] * (std::fabs(dy0[i]) + std::fabs(sum));
         }
         ASSERT_LE(std::fabs(dx()[i] - want), bound + 1e-30)
-            << spec.kind << " element " << i << ": " << dx()[i]
-            << " against " << want;
+            << spec.kind << " element " << i << ": " << dx()[i] << " against "
+            << want;
       }
     });
   }

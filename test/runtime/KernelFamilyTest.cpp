@@ -6,6 +6,7 @@
 #include <string>
 
 using gpipe::KernelFamily;
+using gpipe::KernelPlanes;
 using gpipe::KernelTiming;
 
 TEST(KernelFamily, NamesAreUniqueAndFound) {
@@ -42,11 +43,13 @@ TEST(KernelFamily, PropertiesTheCostModelReads) {
   const KernelFamily *conv = gpipe::findKernelFamily("conv");
   ASSERT_NE(conv, nullptr);
   EXPECT_EQ(conv->timing, KernelTiming::Flops);
-  EXPECT_TRUE(conv->overFeatureMaps);
+  EXPECT_EQ(conv->planes, KernelPlanes::FeatureMaps);
   EXPECT_TRUE(conv->convertsParameters);
   const KernelFamily *columns = gpipe::findKernelFamily("batch_norm_columns");
   ASSERT_NE(columns, nullptr);
-  EXPECT_FALSE(columns->overFeatureMaps);
+  EXPECT_EQ(columns->planes, KernelPlanes::None);
+  EXPECT_EQ(gpipe::findKernelFamily("batched_matmul")->planes,
+            KernelPlanes::Matrices);
   EXPECT_EQ(columns->nearest, "batch_norm");
   for (const char *loop : {"elementwise", "copy", "gelu"})
     EXPECT_EQ(gpipe::findKernelFamily(loop)->timing, KernelTiming::Loop)

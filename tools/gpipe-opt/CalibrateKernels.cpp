@@ -450,16 +450,17 @@ double fastestRate(const std::vector<Point> &points) {
 /// core of 270), which underpriced every large product the calibration did
 /// not hold. Kernels: x = (1, work, bytes of activations, bytes of
 /// parameters, of each beyond the cores' level 2 caches, the result's
-/// planes (only for kernels over feature maps: a matmul's rows are not
-/// maps, and the calibration's matmuls are not batched as attention's
-/// are), and the bytes of parameters over the step's micro-batches), the
-/// parameters' bytes and the activations' in the cache only for families
-/// timed by FLOPs (a small matmul or convolution reads its weights
-/// whatever its rows; a weight gradient writes them too), the last only
-/// for kernels that convert their weights once a step (timed as a mean
-/// run, one run of M converted them). `partOf` names, for a regressor that
-/// is a part of another (the bytes beyond the caches of the bytes), that
-/// other one; -1 for the rest.
+/// planes (only for kernels over feature maps or stacks of matrices: a
+/// matmul's rows are not maps; attention's unfused products of 16 x 16
+/// matrices ran at 15 GFLOP/s, about 0.5 us a matrix, where a fit of
+/// FLOPs and bytes alone had priced them at twice that rate), and the bytes of
+/// parameters over the step's micro-batches), the parameters' bytes and the
+/// activations' in the cache only for families timed by FLOPs (a small matmul
+/// or convolution reads its weights whatever its rows; a weight gradient writes
+/// them too), the last only for kernels that convert their weights once a step
+/// (timed as a mean run, one run of M converted them). `partOf` names, for a
+/// regressor that is a part of another (the bytes beyond the caches of the
+/// bytes), that other one; -1 for the rest.
 Coefficients fit(const std::vector<Point> &points,
                  std::array<bool, regressors> use, const Parts &partOf) {
   constexpr int n = regressors;
@@ -879,7 +880,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                                        flops,
                                        cache > 0,
                                        flops && cache > 0,
-                                       overFeatureMaps(family),
+                                       pricesPlanes(family),
                                        convertsParameters(family)};
       Coefficients f = fit(fwd, use, kernelParts);
       auto json = [](const Coefficients &c) {

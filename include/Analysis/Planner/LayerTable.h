@@ -32,9 +32,10 @@ bool timedByFlops(llvm::StringRef family);
 /// Whether its ops are gpipe's generated loops, timed by one fit of their
 /// bytes forward and backward.
 bool isGeneratedLoop(llvm::StringRef family);
-/// Whether its kernels run over feature maps: their fits price the
-/// result's planes (LayerTable::planes), the maps they loop over.
-bool overFeatureMaps(llvm::StringRef family);
+/// Whether its kernels loop over feature maps or stacked matrices: their
+/// fits price the result's planes (LayerTable::planes), what they loop
+/// over (KernelPlanes).
+bool pricesPlanes(llvm::StringRef family);
 /// Whether its kernels convert their parameters to a layout of their own
 /// once a step, the other micro-batches reusing it.
 bool convertsParameters(llvm::StringRef family);
@@ -104,7 +105,8 @@ struct LayerTable {
   llvm::SmallVector<bool> inputGradient;
   /// Per layer, at `rows`: the planes of its first result (its elements
   /// over those of its innermost dimensions: the two of a feature map, the
-  /// last of a matrix or a sequence; kernelFeatures).
+  /// last of a matrix or a sequence, the two of a stack's matrices for a
+  /// family that loops over them; kernelFeatures).
   llvm::SmallVector<double> planes;
   /// Per layer: its kernel family and its gradient's
   /// (CostOpInterface::getKernelFamily, getBackwardKernelFamily).

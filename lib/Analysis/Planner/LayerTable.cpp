@@ -7,6 +7,8 @@
 #include "NN/IR/NNOps.h"
 #include "gpipe/common/KernelFamily.h"
 
+#include <algorithm>
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
@@ -110,8 +112,13 @@ LayerTable LayerTable::build(func::FuncOp forward, int64_t optimizerSlots,
       if (auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
           type && type.hasStaticShape()) {
         // A map's two dimensions (NCHW and NCDHW alike); a matrix's or a
-        // sequence's last.
-        int64_t inner = type.getRank() >= 4 ? type.getRank() - 2 : 1;
+        // sequence's last; a stack's matrices for a family that prices
+        // them (KernelPlanes::Matrices).
+        const KernelFamily *family = findKernelFamily(t.family[i]);
+        int64_t inner = family && family->planes == KernelPlanes::Matrices
+                            ? std::min<int64_t>(2, type.getRank())
+                        : type.getRank() >= 4 ? type.getRank() - 2
+                                              : 1;
         double p = 1;
         for (int64_t d = 0; d < type.getRank() - inner; ++d)
           p *= static_cast<double>(type.getDimSize(d));
@@ -235,9 +242,9 @@ bool gpipe::isGeneratedLoop(llvm::StringRef family) {
   return f && f->timing == KernelTiming::Loop;
 }
 
-bool gpipe::overFeatureMaps(llvm::StringRef family) {
+bool gpipe::pricesPlanes(llvm::StringRef family) {
   const KernelFamily *f = findKernelFamily(family);
-  return f && f->overFeatureMaps;
+  return f && f->planes != KernelPlanes::None;
 }
 
 bool gpipe::convertsParameters(llvm::StringRef family) {

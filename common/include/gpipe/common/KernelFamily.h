@@ -2,7 +2,7 @@
 // names one, `gpipe-opt --calibrate` fits each from the kernels it times,
 // and the cost model reads a fit by it. What a family's fit measures
 // (FLOPs and bytes, bytes alone, a generated loop's bytes forward and
-// backward), whether it loops over feature maps or converts its
+// backward), whether it loops over feature maps or matrices or converts its
 // parameters once a step, and which family prices it in a profile
 // calibrated before it had its own, is written here once for the
 // compiler, the calibrator and the tests.
@@ -27,12 +27,25 @@ enum class KernelTiming {
   Loop,
 };
 
+/// What a family's fit prices a loop over, besides its work and bytes:
+/// the result's planes.
+enum class KernelPlanes {
+  None,
+  /// A loop a feature map (convolutions, batch norm of large maps,
+  /// poolings): the result's elements over those of its maps (the last
+  /// two dimensions of a rank-4 or rank-5 result; of a lower rank, the
+  /// last).
+  FeatureMaps,
+  /// A product a matrix of a stack (attention's unfused products, one
+  /// library call over every head): the result's matrices, its elements
+  /// over those of its last two dimensions.
+  Matrices,
+};
+
 struct KernelFamily {
   std::string_view name;
   KernelTiming timing;
-  /// Runs a loop a feature map (convolutions, batch norm of large maps,
-  /// poolings): its fit prices the result's planes too.
-  bool overFeatureMaps;
+  KernelPlanes planes;
   /// Converts its parameters to a layout of its own once a step, the other
   /// micro-batches reusing it (the CPU's convolutions).
   bool convertsParameters;
