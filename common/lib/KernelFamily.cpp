@@ -17,6 +17,7 @@ constexpr KernelFamily kFamilies[] = {
     {"matmul", F, N, false, ""},
     {"narrow_matmul", F, N, false, "matmul"},
     {"batched_matmul", F, M, false, "matmul"},
+    {"narrow_batched_matmul", F, M, false, "batched_matmul"},
     {"attention", F, N, false, "batched_matmul"},
     {"attention_dropout", F, N, false, "attention"},
     {"conv", F, P, true, ""},
@@ -41,6 +42,7 @@ constexpr KernelFamily kFamilies[] = {
     {"matmul_bf16", F, N, false, "matmul"},
     {"narrow_matmul_bf16", F, N, false, "narrow_matmul"},
     {"batched_matmul_bf16", F, M, false, "batched_matmul"},
+    {"narrow_batched_matmul_bf16", F, M, false, "narrow_batched_matmul"},
     {"conv_bf16", F, P, true, "conv"},
     {"shallow_conv_bf16", F, P, true, "shallow_conv"},
 };

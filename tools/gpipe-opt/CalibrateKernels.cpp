@@ -604,7 +604,12 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
                         {Heads, 32, 16, 64, 4},
                         {Heads, 8, 32, 128, 8},
                         {Heads, 8, 64, 128, 4},
-                        {Heads, 4, 64, 256, 8}};
+                        {Heads, 4, 64, 256, 8},
+                        // Heads of 8: the weights times v has 8 columns
+                        // (narrow_batched_matmul), a small GPT's.
+                        {Heads, 8, 64, 32, 4},
+                        {Heads, 16, 32, 64, 8},
+                        {Heads, 16, 48, 32, 4}};
   // family -> cores -> samples
   std::map<std::string, std::map<int64_t, std::vector<Sample>>> samples;
   // family ("elementwise", "copy", "gelu") -> cores -> the generated loops:
