@@ -159,4 +159,74 @@ TEST(CpuPoolKernels, MaxPoolAsPyTorch) {
   checkMaxPool({2, 3, 8, 8, 2, 4, 0, 2, false});
 }
 
+/// Average pooling's gradient, on random gradients of the outputs.
+/// Bound: an input sums at most kernel^2 terms dy / count, each rounded
+/// once (u = 2^-24), and the sum's roundings: |error| <= (kernel^2 + 1) u
+/// the sum of the terms' magnitudes.
+void checkAvgPoolGrad(const PoolCase &p, bool includePad) {
+  int64_t oh = outputSize(p, p.h), ow = outputSize(p, p.w);
+  std::vector<int64_t> in{p.n, p.c, p.h, p.w}, out{p.n, p.c, oh, ow};
+  test::KernelCase k("avg_pool_grad");
+  k.operand("grad_output", out).result("grad_input", in);
+  double kernel = double(p.kernel), stride = double(p.stride),
+         pad = double(p.pad);
+  k.number("kernel_shape", {kernel, kernel});
+  k.number("strides", {stride, stride});
+  k.number("pads", {pad, pad, pad, pad});
+  k.number("ceil_mode", {p.ceil ? 1.0 : 0.0});
+  k.number("count_include_pad", {includePad ? 1.0 : 0.0});
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<char> arena(static_cast<size_t>(k.arenaBytes()));
+  const TensorSlot &g = k.spec.operands[0], &r = k.spec.results[0];
+  float *dy = reinterpret_cast<float *>(arena.data() + g.offset);
+  float *dx = reinterpret_cast<float *>(arena.data() + r.offset);
+  for (int64_t i = 0; i < g.numElements(); ++i)
+    dy[i] = normal(rng);
+  std::fill_n(dx, r.numElements(), 1e30f);
+  KernelMemory mem{arena.data(), arena.data()};
+  cpu::CpuBackend cpu("cpu:0");
+  cpu.createKernel(k.spec, mem)->run();
+
+  std::vector<double> want(static_cast<size_t>(r.numElements()), 0.0),
+      magnitude(want.size(), 0.0);
+  for (int64_t plane = 0; plane < p.n * p.c; ++plane)
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t y0 = oy * p.stride - p.pad, x0 = ox * p.stride - p.pad;
+        // The window as far as the padded map reaches (count_include_pad
+        // counts its padding), and its taps inside the map.
+        int64_t y1 = std::min(y0 + p.kernel, p.h + p.pad);
+        int64_t x1 = std::min(x0 + p.kernel, p.w + p.pad);
+        int64_t inside = 0;
+        for (int64_t y = std::max<int64_t>(y0, 0); y < std::min(y1, p.h); ++y)
+          for (int64_t x = std::max<int64_t>(x0, 0); x < std::min(x1, p.w); ++x)
+            ++inside;
+        double count = includePad ? double((y1 - y0) * (x1 - x0)) : inside;
+        double term = dy[(plane * oh + oy) * ow + ox] / count;
+        for (int64_t y = std::max<int64_t>(y0, 0); y < std::min(y1, p.h); ++y)
+          for (int64_t x = std::max<int64_t>(x0, 0); x < std::min(x1, p.w);
+               ++x) {
+            want[(plane * p.h + y) * p.w + x] += term;
+            magnitude[(plane * p.h + y) * p.w + x] += std::fabs(term);
+          }
+      }
+  const double u = std::ldexp(1.0, -24);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    wrong += !(std::fabs(dx[i] - want[i]) <=
+               (p.kernel * p.kernel + 1) * u * magnitude[i]);
+  EXPECT_EQ(wrong, 0) << p.h << "x" << p.w << " kernel " << p.kernel
+                      << " stride " << p.stride << " pad " << p.pad
+                      << (includePad ? " counting the padding" : "");
+}
+
+TEST(CpuPoolKernels, AvgPoolGradientAsDefined) {
+  for (bool includePad : {false, true}) {
+    checkAvgPoolGrad({32, 8, 28, 28, 2, 2, 0, 1, false}, includePad);
+    checkAvgPoolGrad({2, 3, 9, 11, 3, 1, 1, 1, false}, includePad);
+    checkAvgPoolGrad({2, 20, 7, 9, 3, 2, 1, 1, true}, includePad);
+  }
+}
+
 } // namespace

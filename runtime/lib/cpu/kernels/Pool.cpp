@@ -491,7 +491,11 @@ std::unique_ptr<Kernel> createMaxPoolGrad(const KernelSpec &spec,
   return std::make_unique<MaxPoolGradKernel>(dnn, fwdPd, bwdPd, src, dOut, dIn);
 }
 
-/// Average pooling backward: the gradient spread evenly over each window.
+/// Average pooling backward: the gradient spread evenly over each window;
+/// in channel blocks where oneDNN has generated code for them, as the
+/// forward (on plain tensors its backward is a loop of its own, 0.86 ms
+/// for a CNN's 2x2 pooling of 32 x 8 maps of 28 x 28 on a Zen 3, where the
+/// forward took 0.2 in blocks).
 std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
                                           const KernelMemory &mem,
                                           OneDnn &dnn) {
@@ -502,6 +506,28 @@ std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
   dnnl::algorithm algorithm = averaging(spec);
   memory dOut = bindSlot(spec, gradOut, mem, dnn);
   memory dIn = bindSlot(spec, gradIn, mem, dnn);
+  for (memory::format_tag layout : blockedLayouts(gradIn.shape.size())) {
+    dnnl::pooling_v2_forward::desc fwd(dnnl::prop_kind::forward_training,
+                                       algorithm, inLayout(dIn, layout),
+                                       inLayout(dOut, layout), w.strides,
+                                       w.kernel, w.dilations, w.padL, w.padR);
+    dnnl::pooling_v2_forward::primitive_desc hint(fwd, dnn.attr, dnn.engine,
+                                                  true);
+    if (!hint)
+      continue;
+    dnnl::pooling_v2_backward::desc bwd(algorithm, inLayout(dIn, layout),
+                                        inLayout(dOut, layout), w.strides,
+                                        w.kernel, w.dilations, w.padL, w.padR);
+    dnnl::pooling_v2_backward::primitive_desc pd(bwd, dnn.attr, dnn.engine,
+                                                 hint, true);
+    if (!pd || !isJit(pd))
+      continue;
+    auto kernel =
+        std::make_unique<ReorderedKernel>(dnn, dnnl::pooling_v2_backward(pd));
+    kernel->bind(DNNL_ARG_DIFF_DST, dOut, pd.diff_dst_desc(), false);
+    kernel->bind(DNNL_ARG_DIFF_SRC, dIn, pd.diff_src_desc(), true);
+    return kernel;
+  }
   dnnl::pooling_v2_forward::desc fwd(
       dnnl::prop_kind::forward_training, algorithm, dIn.get_desc(),
       dOut.get_desc(), w.strides, w.kernel, w.dilations, w.padL, w.padR);
