@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace gpipe::runtime::cpu {
 
@@ -319,6 +320,20 @@ private:
   Window2d win;
 };
 
+/// A pooling `primitive` of one input and one output on the channel
+/// blocks it chose (`inLayout`, `outLayout`): the arena's plain input
+/// reordered into them before it runs, its output back after.
+std::unique_ptr<Kernel> inBlocks(OneDnn &dnn, dnnl::primitive primitive,
+                                 std::pair<int, memory> in,
+                                 const memory::desc &inLayout,
+                                 std::pair<int, memory> out,
+                                 const memory::desc &outLayout) {
+  auto kernel = std::make_unique<ReorderedKernel>(dnn, std::move(primitive));
+  kernel->bind(in.first, in.second, inLayout, false);
+  kernel->bind(out.first, out.second, outLayout, true);
+  return kernel;
+}
+
 std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
                                     const KernelMemory &mem, OneDnn &dnn,
                                     dnnl::algorithm algorithm,
@@ -335,11 +350,8 @@ std::unique_ptr<Kernel> forwardPool(const KernelSpec &spec,
                                                 true);
     if (!pd || !isJit(pd))
       continue;
-    auto kernel =
-        std::make_unique<ReorderedKernel>(dnn, dnnl::pooling_v2_forward(pd));
-    kernel->bind(DNNL_ARG_SRC, src, pd.src_desc(), false);
-    kernel->bind(DNNL_ARG_DST, dst, pd.dst_desc(), true);
-    return kernel;
+    return inBlocks(dnn, dnnl::pooling_v2_forward(pd), {DNNL_ARG_SRC, src},
+                    pd.src_desc(), {DNNL_ARG_DST, dst}, pd.dst_desc());
   }
   dnnl::pooling_v2_forward::desc desc(
       dnnl::prop_kind::forward_inference, algorithm, src.get_desc(),
@@ -522,11 +534,9 @@ std::unique_ptr<Kernel> createAvgPoolGrad(const KernelSpec &spec,
                                                  hint, true);
     if (!pd || !isJit(pd))
       continue;
-    auto kernel =
-        std::make_unique<ReorderedKernel>(dnn, dnnl::pooling_v2_backward(pd));
-    kernel->bind(DNNL_ARG_DIFF_DST, dOut, pd.diff_dst_desc(), false);
-    kernel->bind(DNNL_ARG_DIFF_SRC, dIn, pd.diff_src_desc(), true);
-    return kernel;
+    return inBlocks(dnn, dnnl::pooling_v2_backward(pd),
+                    {DNNL_ARG_DIFF_DST, dOut}, pd.diff_dst_desc(),
+                    {DNNL_ARG_DIFF_SRC, dIn}, pd.diff_src_desc());
   }
   dnnl::pooling_v2_forward::desc fwd(
       dnnl::prop_kind::forward_training, algorithm, dIn.get_desc(),
