@@ -27,7 +27,11 @@ struct GradCase : test::KernelSpecBuilder<GradCase> {
 
   GradCase(bool log, Shape shape, int64_t axis, bool inPlace = false)
       : KernelSpecBuilder(log ? "log_softmax_grad" : "softmax_grad"),
-        shape(shape), axis(axis), log(log) {
+        shape(shape),
+        // The kernel is given the axis as written (-1 counts from the
+        // end); the test's own loops take it counted from the front.
+        axis(axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis),
+        log(log) {
     operand("grad_output", shape).operand("output", shape);
     KernelSpecBuilder::result("grad_input", shape);
     number("axis", {static_cast<double>(axis)});
