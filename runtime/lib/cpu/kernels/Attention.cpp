@@ -10,6 +10,7 @@
 #include "Random.h"
 #include "SmallGemm.h"
 #include "SoftmaxRows.h"
+#include "VectorClones.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,8 +31,9 @@ void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float *a,
 
 /// ds[c] = p[c] (ds[c] - delta) scale: a row of the scores' gradient from
 /// the probabilities' (ds holds dP on entry).
-GPIPE_ROW_LOOP void scoreGradientRow(float *ds, const float *p, int64_t cols,
-                                     float delta, float scale) {
+GPIPE_VECTOR_CLONES void scoreGradientRow(float *ds, const float *p,
+                                          int64_t cols, float delta,
+                                          float scale) {
 #pragma omp simd
   for (int64_t c = 0; c < cols; ++c)
     ds[c] = p[c] * (ds[c] - delta) * scale;

@@ -7,9 +7,10 @@
 // gradient's plane (laid out at the padded width, zeros past its rows)
 // with the padded input shifted by the tap. kNarrowConvChannels output
 // channels at a time share each load of the input. The loops are written
-// with GCC's vector types, so that every CPU sums in the same order, and
-// compiled once per instruction set (AVX-512, AVX2 or baseline x86-64
-// code, picked when the runtime loads).
+// with GCC's vector types, each output's taps summed in the same order on
+// every CPU, and compiled once per instruction set (AVX-512, AVX2 with FMA
+// or baseline x86-64 code, VectorClones.h), with the vector its registers
+// hold; with FMA a product and its sum round once.
 #ifndef GPIPE_RUNTIME_CPU_KERNELS_NARROWCONVPLANES_H
 #define GPIPE_RUNTIME_CPU_KERNELS_NARROWCONVPLANES_H
 

@@ -1,12 +1,13 @@
 #include "SoftmaxRows.h"
 
+#include "VectorClones.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef GPIPE_HAVE_X86_ISAS
 #include <immintrin.h>
-#define GPIPE_HAVE_X86_ROWS 1
 #endif
 
 namespace gpipe::runtime::cpu {
@@ -74,8 +75,8 @@ void scalarExpScaled(const float *row, float *out, int64_t n, float shift,
     out[c] = scale * expApprox(row[c] - shift);
 }
 
-#ifdef GPIPE_HAVE_X86_ROWS
-__attribute__((target("avx512f"))) __m512 exp16(__m512 x) {
+#ifdef GPIPE_HAVE_X86_ISAS
+GPIPE_TARGET_AVX512 __m512 exp16(__m512 x) {
   // max(low, x) and min(high, .) return x where it is NaN.
   __m512 v = _mm512_min_ps(_mm512_set1_ps(kHigh),
                            _mm512_max_ps(_mm512_set1_ps(kLow), x));
@@ -104,8 +105,7 @@ __mmask16 tailMask16(int64_t left) {
                       : static_cast<__mmask16>((1u << left) - 1);
 }
 
-__attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
-                                                   float shift) {
+GPIPE_TARGET_AVX512 float avx512Row(float *row, int64_t n, float shift) {
   __m512 s = _mm512_set1_ps(shift), sum = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 16 <= n; c += 16) {
@@ -122,8 +122,7 @@ __attribute__((target("avx512f"))) float avx512Row(float *row, int64_t n,
   return _mm512_reduce_add_ps(sum);
 }
 
-__attribute__((target("avx512f"))) float avx512Max(const float *row,
-                                                   int64_t n) {
+GPIPE_TARGET_AVX512 float avx512Max(const float *row, int64_t n) {
   __m512 m = _mm512_set1_ps(-kInf);
   for (int64_t c = 0; c < n; c += 16)
     m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-kInf),
@@ -131,8 +130,8 @@ __attribute__((target("avx512f"))) float avx512Max(const float *row,
   return _mm512_reduce_max_ps(m);
 }
 
-__attribute__((target("avx512f"))) double avx512ExpSum(const float *row,
-                                                       int64_t n, float shift) {
+GPIPE_TARGET_AVX512 double avx512ExpSum(const float *row, int64_t n,
+                                        float shift) {
   __m512 s = _mm512_set1_ps(shift);
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
@@ -147,10 +146,8 @@ __attribute__((target("avx512f"))) double avx512ExpSum(const float *row,
   return total;
 }
 
-__attribute__((target("avx512f"))) void avx512ExpScaled(const float *row,
-                                                        float *out, int64_t n,
-                                                        float shift,
-                                                        float scale) {
+GPIPE_TARGET_AVX512 void avx512ExpScaled(const float *row, float *out,
+                                         int64_t n, float shift, float scale) {
   __m512 s = _mm512_set1_ps(shift), k = _mm512_set1_ps(scale);
   for (int64_t c = 0; c < n; c += 16) {
     __mmask16 m = tailMask16(n - c);
@@ -159,10 +156,9 @@ __attribute__((target("avx512f"))) void avx512ExpScaled(const float *row,
   }
 }
 
-__attribute__((target("avx512f"))) float avx512Scale(float *row, int64_t n,
-                                                     int64_t visible,
-                                                     float scale, float offset,
-                                                     const float *mask) {
+GPIPE_TARGET_AVX512 float avx512Scale(float *row, int64_t n, int64_t visible,
+                                      float scale, float offset,
+                                      const float *mask) {
   __m512 s = _mm512_set1_ps(scale), o = _mm512_set1_ps(offset),
          m = _mm512_set1_ps(-kInf);
   for (int64_t c = 0; c < n; c += 16) {
@@ -177,7 +173,7 @@ __attribute__((target("avx512f"))) float avx512Scale(float *row, int64_t n,
   return _mm512_reduce_max_ps(m);
 }
 
-__attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
+GPIPE_TARGET_AVX2 __m256 exp8(__m256 x) {
   __m256 v = _mm256_min_ps(_mm256_set1_ps(kHigh),
                            _mm256_max_ps(_mm256_set1_ps(kLow), x));
   __m256 k = _mm256_floor_ps(
@@ -196,8 +192,7 @@ __attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, _mm256_setzero_ps(), below);
 }
 
-__attribute__((target("avx2,fma"))) float avx2Row(float *row, int64_t n,
-                                                  float shift) {
+GPIPE_TARGET_AVX2 float avx2Row(float *row, int64_t n, float shift) {
   __m256 s = _mm256_set1_ps(shift), sum = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) {
@@ -213,8 +208,7 @@ __attribute__((target("avx2,fma"))) float avx2Row(float *row, int64_t n,
   return total + scalarRow(row + c, n - c, shift);
 }
 
-__attribute__((target("avx2,fma"))) double avx2ExpSum(const float *row,
-                                                      int64_t n, float shift) {
+GPIPE_TARGET_AVX2 double avx2ExpSum(const float *row, int64_t n, float shift) {
   __m256 s = _mm256_set1_ps(shift);
   double total = 0;
   int64_t c = 0;
@@ -233,10 +227,8 @@ __attribute__((target("avx2,fma"))) double avx2ExpSum(const float *row,
   return total + scalarExpSum(row + c, n - c, shift);
 }
 
-__attribute__((target("avx2,fma"))) void avx2ExpScaled(const float *row,
-                                                       float *out, int64_t n,
-                                                       float shift,
-                                                       float scale) {
+GPIPE_TARGET_AVX2 void avx2ExpScaled(const float *row, float *out, int64_t n,
+                                     float shift, float scale) {
   __m256 s = _mm256_set1_ps(shift), k = _mm256_set1_ps(scale);
   int64_t c = 0;
   for (; c + 8 <= n; c += 8)
@@ -246,20 +238,10 @@ __attribute__((target("avx2,fma"))) void avx2ExpScaled(const float *row,
   scalarExpScaled(row + c, out + c, n - c, shift, scale);
 }
 
-enum class RowIsa { Avx512, Avx2, Scalar };
-
-RowIsa rowIsa() {
-  static const RowIsa isa =
-      __builtin_cpu_supports("avx512f") ? RowIsa::Avx512
-      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-          ? RowIsa::Avx2
-          : RowIsa::Scalar;
-  return isa;
-}
 #endif
 
 /// The sum of dy[c] y[c] for c in [0, n), n <= kSumBlock, in float.
-GPIPE_ROW_LOOP float dotBlock(const float *y, const float *dy, int64_t n) {
+GPIPE_VECTOR_CLONES float dotBlock(const float *y, const float *dy, int64_t n) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < n; ++c)
@@ -268,7 +250,7 @@ GPIPE_ROW_LOOP float dotBlock(const float *y, const float *dy, int64_t n) {
 }
 
 /// The sum of dy[c] for c in [0, n), n <= kSumBlock, in float.
-GPIPE_ROW_LOOP float sumBlock(const float *dy, int64_t n) {
+GPIPE_VECTOR_CLONES float sumBlock(const float *dy, int64_t n) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < n; ++c)
@@ -277,16 +259,16 @@ GPIPE_ROW_LOOP float sumBlock(const float *dy, int64_t n) {
 }
 
 /// dx[c] = y[c] (dy[c] - delta).
-GPIPE_ROW_LOOP void scaledDifference(const float *y, const float *dy, float *dx,
-                                     int64_t n, float delta) {
+GPIPE_VECTOR_CLONES void scaledDifference(const float *y, const float *dy,
+                                          float *dx, int64_t n, float delta) {
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c)
     dx[c] = y[c] * (dy[c] - delta);
 }
 
 /// dx[c] = dy[c] - e[c].
-GPIPE_ROW_LOOP void difference(const float *dy, const float *e, float *dx,
-                               int64_t n) {
+GPIPE_VECTOR_CLONES void difference(const float *dy, const float *e, float *dx,
+                                    int64_t n) {
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c)
     dx[c] = dy[c] - e[c];
@@ -314,21 +296,21 @@ float expApprox(float x) {
 
 float scaleRow(float *row, int64_t n, int64_t visible, float scale,
                float offset, const float *mask) {
-#ifdef GPIPE_HAVE_X86_ROWS
-  if (rowIsa() == RowIsa::Avx512)
+#ifdef GPIPE_HAVE_X86_ISAS
+  if (vectorIsa() == VectorIsa::Avx512)
     return avx512Scale(row, n, visible, scale, offset, mask);
 #endif
   return scalarScale(row, n, visible, scale, offset, mask);
 }
 
 float expShiftedRow(float *row, int64_t n, float shift) {
-#ifdef GPIPE_HAVE_X86_ROWS
-  switch (rowIsa()) {
-  case RowIsa::Avx512:
+#ifdef GPIPE_HAVE_X86_ISAS
+  switch (vectorIsa()) {
+  case VectorIsa::Avx512:
     return avx512Row(row, n, shift);
-  case RowIsa::Avx2:
+  case VectorIsa::Avx2:
     return avx2Row(row, n, shift);
-  case RowIsa::Scalar:
+  case VectorIsa::Baseline:
     break;
   }
 #endif
@@ -336,21 +318,21 @@ float expShiftedRow(float *row, int64_t n, float shift) {
 }
 
 float maxOfRow(const float *row, int64_t n) {
-#ifdef GPIPE_HAVE_X86_ROWS
-  if (rowIsa() == RowIsa::Avx512)
+#ifdef GPIPE_HAVE_X86_ISAS
+  if (vectorIsa() == VectorIsa::Avx512)
     return avx512Max(row, n);
 #endif
   return scalarMax(row, n);
 }
 
 double expSumOfRow(const float *row, int64_t n, float shift) {
-#ifdef GPIPE_HAVE_X86_ROWS
-  switch (rowIsa()) {
-  case RowIsa::Avx512:
+#ifdef GPIPE_HAVE_X86_ISAS
+  switch (vectorIsa()) {
+  case VectorIsa::Avx512:
     return avx512ExpSum(row, n, shift);
-  case RowIsa::Avx2:
+  case VectorIsa::Avx2:
     return avx2ExpSum(row, n, shift);
-  case RowIsa::Scalar:
+  case VectorIsa::Baseline:
     break;
   }
 #endif
@@ -359,13 +341,13 @@ double expSumOfRow(const float *row, int64_t n, float shift) {
 
 void expScaledRow(const float *row, float *out, int64_t n, float shift,
                   float scale) {
-#ifdef GPIPE_HAVE_X86_ROWS
-  switch (rowIsa()) {
-  case RowIsa::Avx512:
+#ifdef GPIPE_HAVE_X86_ISAS
+  switch (vectorIsa()) {
+  case VectorIsa::Avx512:
     return avx512ExpScaled(row, out, n, shift, scale);
-  case RowIsa::Avx2:
+  case VectorIsa::Avx2:
     return avx2ExpScaled(row, out, n, shift, scale);
-  case RowIsa::Scalar:
+  case VectorIsa::Baseline:
     break;
   }
 #endif

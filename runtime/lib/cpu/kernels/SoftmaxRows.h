@@ -9,15 +9,6 @@
 
 #include <cstdint>
 
-/// A loop compiled for AVX-512, AVX2 and the baseline (the runtime is
-/// built for any x86-64; the loader picks the clone the CPU runs).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GPIPE_ROW_LOOP                                                         \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPIPE_ROW_LOOP
-#endif
-
 namespace gpipe::runtime::cpu {
 
 /// exp(x) of one float, the same polynomial as expShiftedRow: 0 for x

@@ -1,8 +1,14 @@
-// GPIPE_VECTOR_CLONES: one clone of a loop function per instruction set
-// (AVX-512, AVX2, baseline x86-64), picked by the dynamic loader for the CPU
-// at hand (GCC's function multi-versioning): the backend's own vector loops
-// (BatchNormPlanes.cpp, NarrowConvPlanes.cpp) run at the CPU's width from
-// one build. Empty elsewhere (other compilers, other architectures).
+// The instruction sets the backend's own vector loops are compiled for
+// (the runtime is built for any x86-64 and picks the code the CPU runs):
+//  - GPIPE_VECTOR_CLONES: one clone of a loop function per instruction set
+//    (AVX-512, AVX2, baseline x86-64), picked by the dynamic loader (GCC's
+//    function multi-versioning), for loops the compiler vectorizes itself
+//    (BatchNormPlanes.cpp, SoftmaxRows.cpp). Empty elsewhere (other
+//    compilers, other architectures).
+//  - GPIPE_TARGET_AVX512 / GPIPE_TARGET_AVX2 and vectorIsa(): functions
+//    written for one instruction set (intrinsics, or vectors of the width
+//    its registers hold: NarrowConvPlanes.cpp), called where vectorIsa()
+//    says the CPU has it.
 #ifndef GPIPE_RUNTIME_CPU_KERNELS_VECTORCLONES_H
 #define GPIPE_RUNTIME_CPU_KERNELS_VECTORCLONES_H
 
@@ -11,6 +17,28 @@
   __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define GPIPE_VECTOR_CLONES
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GPIPE_HAVE_X86_ISAS 1
+#define GPIPE_TARGET_AVX512 __attribute__((target("avx512f")))
+#define GPIPE_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+namespace gpipe::runtime::cpu {
+
+enum class VectorIsa { Avx512, Avx2, Baseline };
+
+/// The widest of the instruction sets above this CPU runs.
+inline VectorIsa vectorIsa() {
+  static const VectorIsa isa =
+      __builtin_cpu_supports("avx512f") ? VectorIsa::Avx512
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          ? VectorIsa::Avx2
+          : VectorIsa::Baseline;
+  return isa;
+}
+
+} // namespace gpipe::runtime::cpu
 #endif
 
 #endif // GPIPE_RUNTIME_CPU_KERNELS_VECTORCLONES_H
