@@ -10,6 +10,12 @@ while a busy loop (a shell `while :; do :; done`) holds one core, first
 core 1, then core 0; and PyTorch on the same model and cores (two
 threads, OpenBLAS single-threaded: its best here), quiet and beside the
 same busy loop, for the slow-down a user accepts from the framework.
+The runs are interleaved (a quiet run each round, a busy one every other
+round, core 1 and core 0 in turn; PyTorch quiet and busy in turn), so that
+a machine whose pace moves over minutes moves the quiet median and the
+busy runs alike; before each quiet run one core's sgemm rate is probed
+(run_plan_benchmarks.machine_speed), and the table gives how far the
+machine's own pace moved over the quiet runs beside how far they did.
 
 Targets (issue 28): the slowest quiet run within 1.3x of the quiet
 median; with the busy loop, within 2.5x of the quiet median.
@@ -28,6 +34,9 @@ import sys
 import tempfile
 
 from benchdoc import cpu_name, write_doc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_plan_benchmarks import machine_speed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -100,27 +109,31 @@ def main():
                        stdout=subprocess.DEVNULL)
         gpipe_step(args.build, bundle, 10, work)  # warm the file cache
 
-        quiet = []
+        quiet, paces = [], []
+        busy = {1: [], 0: []}
         for run in range(args.runs):
+            paces.append(machine_speed(args.build))
             quiet.append(gpipe_step(args.build, bundle, args.steps, work))
-            print(f"quiet run {run + 1}: {ms(quiet[-1])} ms", flush=True)
-        busy = {}
-        for core in (1, 0):
-            with busy_core(core):
-                busy[core] = [gpipe_step(args.build, bundle, args.steps,
-                                         work)
-                              for _ in range(args.busy_runs)]
-            print(f"core {core} busy: "
-                  f"{', '.join(ms(t) for t in busy[core])} ms", flush=True)
-        torch_quiet = [torch_step(args.steps, work) for _ in range(3)]
-        with busy_core(1):
-            torch_busy = [torch_step(args.steps, work) for _ in range(3)]
+            line = (f"round {run + 1}: sgemm {paces[-1]:.1f} GFLOP/s, "
+                    f"quiet {ms(quiet[-1])} ms")
+            core = 1 if run % 4 == 1 else 0
+            if run % 2 == 1 and len(busy[core]) < args.busy_runs:
+                with busy_core(core):
+                    busy[core].append(gpipe_step(args.build, bundle,
+                                                 args.steps, work))
+                line += f", core {core} busy {ms(busy[core][-1])} ms"
+            print(line, flush=True)
+        torch_quiet, torch_busy = [], []
+        for _ in range(3):
+            torch_quiet.append(torch_step(args.steps, work))
+            with busy_core(1):
+                torch_busy.append(torch_step(args.steps, work))
         print(f"PyTorch quiet {', '.join(ms(t) for t in torch_quiet)}, "
               f"core 1 busy {', '.join(ms(t) for t in torch_busy)} ms")
 
     median = statistics.median(quiet)
     slowest = max(quiet)
-    worst_busy = max(max(v) for v in busy.values())
+    worst_busy = max(max(v) for v in busy.values() if v)
     torch_median = statistics.median(torch_quiet)
     lines = [
         "# Stability of a stage on several cores",
@@ -142,6 +155,8 @@ def main():
         f"{slowest / median:.2f}x |",
     ]
     for core, times in busy.items():
+        if not times:
+            continue
         lines.append(
             f"| gpipe, core {core} busy | {len(times)} | "
             f"{ms(statistics.median(times))} | {ms(max(times))} | "
@@ -154,6 +169,11 @@ def main():
         f"{max(torch_busy) / torch_median:.2f}x |",
         "",
         f"Quiet runs (ms): {', '.join(ms(t) for t in quiet)}.",
+        "",
+        f"The machine's pace before each quiet run (one core's sgemm, "
+        f"GFLOP/s): {', '.join(f'{p:.0f}' for p in paces)}; its fastest "
+        f"probe {max(paces) / min(paces):.2f}x its slowest, where the "
+        f"quiet runs' slowest is {slowest / min(quiet):.2f}x their fastest.",
         "",
         "Targets: slowest quiet run within 1.3x of the median: "
         f"**{'met' if slowest <= 1.3 * median else 'not met'}** "
