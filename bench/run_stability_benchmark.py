@@ -147,7 +147,9 @@ def main():
         "mean over its steps after the first (from its `--metrics` "
         "file). Busy: a shell busy loop pinned to one core for the whole "
         "run. PyTorch: the same model, batch and optimizer, two threads, "
-        "`OPENBLAS_NUM_THREADS=1`.",
+        "`OPENBLAS_NUM_THREADS=1`. The runs interleaved: a quiet run every "
+        "round, a busy one every other round (core 1 and core 0 in turn), "
+        "PyTorch quiet and busy in turn.",
         "",
         "| | runs | median ms | slowest ms | slowest / quiet median |",
         "|---|---|---|---|---|",
