@@ -1,6 +1,6 @@
 // The CPU backend's dropout loop against the definition of the draws
 // (Random.h), element by element and bit for bit: whichever code the CPU
-// runs (AVX-512 or scalar), the masks are every backend's, at every
+// runs (AVX-512, AVX2 or scalar), the masks are every backend's, at every
 // offset into the stream and with ranges that end inside a vector.
 #include "cpu/kernels/DropoutRows.h"
 

@@ -1,8 +1,8 @@
 // Products of small row-major matrices for the attention kernels' tiles,
 // where a library call costs more than the arithmetic: a 16 x 16 x 16
 // product (a short sequence's head) took 0.43 us through oneDNN's sgemm
-// and is ~0.1 us of FMAs. AVX-512 code for the small ones, oneDNN's sgemm
-// for the rest and on CPUs without AVX-512.
+// and is ~0.1 us of FMAs. AVX-512 or AVX2 code for the small ones,
+// oneDNN's sgemm for the rest and on CPUs without either.
 #ifndef GPIPE_RUNTIME_CPU_KERNELS_SMALLGEMM_H
 #define GPIPE_RUNTIME_CPU_KERNELS_SMALLGEMM_H
 
