@@ -82,8 +82,15 @@ GPIPE_TARGET_AVX512 void smallGemm(char ta, char tb, int64_t m, int64_t n,
 
 /// The AVX2 loop's rowBlock: columns [j, j + 16) as two vectors of 8,
 /// `first` and `second` the lanes of each that are valid (all ones or
-/// zeros per lane), 2 R accumulators.
-template <int R>
+/// zeros per lane; with `Whole` all 16 are, and plain loads and stores
+/// run: AMD's masked stores are microcoded, tens of cycles each), 2 R
+/// accumulators.
+template <bool Whole>
+GPIPE_TARGET_AVX2 inline __m256 loadAvx2(const float *p, __m256i mask) {
+  return Whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
+}
+
+template <int R, bool Whole>
 GPIPE_TARGET_AVX2 inline void
 rowBlockAvx2(bool ta, int64_t i, int64_t j, __m256i first, __m256i second,
              int64_t k, const float *a, int64_t lda, const float *b,
@@ -94,13 +101,13 @@ rowBlockAvx2(bool ta, int64_t i, int64_t j, __m256i first, __m256i second,
     acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     if (beta != 0.0f) {
       __m256 scale = _mm256_set1_ps(beta);
-      acc[r][0] = _mm256_mul_ps(scale, _mm256_maskload_ps(row, first));
-      acc[r][1] = _mm256_mul_ps(scale, _mm256_maskload_ps(row + 8, second));
+      acc[r][0] = _mm256_mul_ps(scale, loadAvx2<Whole>(row, first));
+      acc[r][1] = _mm256_mul_ps(scale, loadAvx2<Whole>(row + 8, second));
     }
   }
   for (int64_t p = 0; p < k; ++p) {
-    __m256 b0 = _mm256_maskload_ps(b + p * ldb + j, first);
-    __m256 b1 = _mm256_maskload_ps(b + p * ldb + j + 8, second);
+    __m256 b0 = loadAvx2<Whole>(b + p * ldb + j, first);
+    __m256 b1 = loadAvx2<Whole>(b + p * ldb + j + 8, second);
     for (int r = 0; r < R; ++r) {
       __m256 x = _mm256_set1_ps(ta ? a[p * lda + i + r] : a[(i + r) * lda + p]);
       acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
@@ -109,9 +116,28 @@ rowBlockAvx2(bool ta, int64_t i, int64_t j, __m256i first, __m256i second,
   }
   for (int r = 0; r < R; ++r) {
     float *row = c + (i + r) * ldc + j;
-    _mm256_maskstore_ps(row, first, acc[r][0]);
-    _mm256_maskstore_ps(row + 8, second, acc[r][1]);
+    if (Whole) {
+      _mm256_storeu_ps(row, acc[r][0]);
+      _mm256_storeu_ps(row + 8, acc[r][1]);
+    } else {
+      _mm256_maskstore_ps(row, first, acc[r][0]);
+      _mm256_maskstore_ps(row + 8, second, acc[r][1]);
+    }
   }
+}
+
+template <bool Whole>
+GPIPE_TARGET_AVX2 inline void
+columnsAvx2(bool ta, int64_t m, int64_t j, __m256i first, __m256i second,
+            int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+            float beta, float *c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4)
+    rowBlockAvx2<4, Whole>(ta, i, j, first, second, k, a, lda, b, ldb, beta, c,
+                           ldc);
+  for (; i < m; ++i)
+    rowBlockAvx2<1, Whole>(ta, i, j, first, second, k, a, lda, b, ldb, beta, c,
+                           ldc);
 }
 
 GPIPE_TARGET_AVX2 void smallGemmAvx2(char ta, char tb, int64_t m, int64_t n,
@@ -126,13 +152,12 @@ GPIPE_TARGET_AVX2 void smallGemmAvx2(char ta, char tb, int64_t m, int64_t n,
     int left = static_cast<int>(std::min<int64_t>(n - j, 16));
     __m256i first = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
     __m256i second = _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), lane);
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4)
-      rowBlockAvx2<4>(transA, i, j, first, second, k, a, lda, b, ldb, beta, c,
-                      ldc);
-    for (; i < m; ++i)
-      rowBlockAvx2<1>(transA, i, j, first, second, k, a, lda, b, ldb, beta, c,
-                      ldc);
+    if (left == 16)
+      columnsAvx2<true>(transA, m, j, first, second, k, a, lda, b, ldb, beta, c,
+                        ldc);
+    else
+      columnsAvx2<false>(transA, m, j, first, second, k, a, lda, b, ldb, beta,
+                         c, ldc);
   }
 }
 #endif
