@@ -463,3 +463,19 @@ TEST(CpuConvKernels, Bfloat16Convolutions) {
     checkGradWeight(c, /*inBf16=*/true);
   }
 }
+
+// Pointwise convolutions (1x1, stride 1, no padding): on maps of at least
+// 64 positions, on CPUs without AVX-512, oneDNN's gemm on the plain
+// tensors (Conv.cpp, plainPointwise), below that channel blocks: 8x8 and
+// 16x12 maps (MobileNet's expansions and projections, channels not a
+// multiple of 8), and 4x4 under the threshold; the forward with and
+// without bias, both gradients.
+TEST(CpuConvKernels, PointwiseConvolutions) {
+  std::initializer_list<ConvCase> cases = {
+      ConvCase{{4, 16, 8, 8}, {36, 16, 1, 1}, 1, 1, 0, 1},
+      ConvCase{{3, 20, 16, 12}, {12, 20, 1, 1}, 1, 1, 0, 1},
+      ConvCase{{4, 24, 4, 4}, {40, 24, 1, 1}, 1, 1, 0, 1}};
+  checkForwardsAndInputGradients(cases);
+  for (const ConvCase &c : cases)
+    checkGradWeight(c);
+}
