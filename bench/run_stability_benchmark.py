@@ -94,6 +94,9 @@ def main():
     args = parser.parse_args()
     if os.cpu_count() < 2:
         sys.exit("needs two cores")
+    if args.busy_runs < 1 or args.runs < 4 * args.busy_runs:
+        sys.exit("--runs must be at least 4 x --busy-runs (>= 1): a busy "
+                 "run every other round, core 1 and core 0 in turn")
 
     with tempfile.TemporaryDirectory() as work:
         onnx_path = os.path.join(work, "cnn.onnx")

@@ -426,7 +426,8 @@ TEST(CpuConvKernels, ConvolutionsOnMapsSmallerThanTheKernel) {
 // job's and the small CNNs' first layer (1 -> 8 on 28x28), 3 channels
 // into 5 with a 5x5 kernel on maps wider than a pass's two vectors (the
 // row's last vectors overlap the ones before) and a channel block left
-// partly empty, maps narrower than one vector (7x9), a 1x1 kernel of 4
+// partly empty, maps narrower than one vector (7x9 for AVX-512's 16
+// floats, 6x5 for AVX2's 8), a 1x1 kernel of 4
 // channels into 9, and no padding; the forward with and without bias, the
 // weights' and the input's gradients (the last oneDNN's).
 TEST(CpuConvKernels, NarrowConvolutions) {
@@ -434,6 +435,7 @@ TEST(CpuConvKernels, NarrowConvolutions) {
       ConvCase{{2, 1, 28, 28}, {8, 1, 3, 3}, 1, 1, 1, 1},
       ConvCase{{3, 3, 13, 40}, {5, 3, 5, 5}, 1, 1, 2, 1},
       ConvCase{{2, 2, 7, 9}, {6, 2, 3, 3}, 1, 1, 1, 1},
+      ConvCase{{2, 3, 6, 5}, {5, 3, 3, 3}, 1, 1, 1, 1},
       ConvCase{{2, 4, 16, 17}, {9, 4, 1, 1}, 1, 1, 0, 1},
       ConvCase{{1, 1, 20, 20}, {4, 1, 3, 3}, 1, 1, 0, 1}};
   checkForwardsAndInputGradients(cases);

@@ -1,7 +1,8 @@
 // The attention kernels' tile products against sums in double: every
 // combination of transposes, sizes that end inside a vector (the AVX-512
-// loop's masked columns, its single-row tail) and sizes past its limits
-// (oneDNN's sgemm), with beta 0 and 1 and rows wider than the matrix.
+// and AVX2 loops' masked columns: a block of 16 with 12 left, 7, 1; their
+// single-row tail) and sizes past their limits (oneDNN's sgemm), with beta
+// 0 and 1 and rows wider than the matrix.
 #include "cpu/kernels/SmallGemm.h"
 
 #include <gtest/gtest.h>
@@ -53,6 +54,8 @@ TEST(CpuSmallGemm, EveryTransposeAndTailMatchesDouble) {
       for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 16, 16},
                              {5, 7, 3},
                              {13, 33, 20},
+                             {6, 12, 9},
+                             {9, 28, 5},
                              {32, 32, 32},
                              {64, 64, 64},
                              {70, 130, 16}})

@@ -6,7 +6,6 @@
 
 #include "NarrowConvPlanes.h"
 #include "ParallelFor.h"
-#include "VectorClones.h"
 
 #include <algorithm>
 #include <optional>
@@ -533,14 +532,6 @@ private:
 
 constexpr memory::data_type f32 = memory::data_type::f32;
 
-bool hasAvx512() {
-#ifdef GPIPE_HAVE_X86_ISAS
-  return vectorIsa() == VectorIsa::Avx512;
-#else
-  return false;
-#endif
-}
-
 /// Output positions from which a pointwise convolution runs on the plain
 /// tensors (plainPointwise).
 constexpr int64_t kPlainPointwisePositions = 64;
@@ -554,21 +545,21 @@ constexpr int64_t kPlainPointwisePositions = 64;
 /// gradient together, conversions included: MobileNet V2's 16 -> 96 on
 /// 16x16 maps (32 images) 1.46 -> 0.95 ms, 96 -> 24 on 8x8 0.48 -> 0.37;
 /// on 4x4 maps the same, on 2x2 blocked is faster (0.19 against 0.30 ms).
-/// On AVX-512 not measured: channel blocks there.
+/// Where oneDNN's kernels are AVX-512's (avx512Kernels) not measured:
+/// channel blocks there.
 bool plainPointwise(const KernelSpec &spec, const TensorSlot &input,
                     const TensorSlot &weight, const TensorSlot &output,
                     memory::data_type type) {
-  if (type != memory::data_type::f32 || input.shape.size() != 4 ||
-      weight.shape.size() != 4 || output.shape.size() != 4 ||
-      weight.shape[2] != 1 || weight.shape[3] != 1 ||
-      static_cast<int64_t>(spec.number("group")) != 1)
+  if (type != f32 || input.shape.size() != 4 || weight.shape.size() != 4 ||
+      output.shape.size() != 4 || weight.shape[2] != 1 ||
+      weight.shape[3] != 1 || static_cast<int64_t>(spec.number("group")) != 1)
     return false;
   Window2d win = window2d(spec);
   return win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 &&
          input.shape[2] == output.shape[2] &&
          input.shape[3] == output.shape[3] &&
          output.shape[2] * output.shape[3] >= kPlainPointwisePositions &&
-         !hasAvx512();
+         !avx512Kernels();
 }
 
 /// The layout a convolution's activation operand is given to oneDNN in:

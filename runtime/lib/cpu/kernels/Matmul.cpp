@@ -184,17 +184,12 @@ private:
   std::unordered_map<int, memory> args;
 };
 
-/// True where oneDNN's kernels are AVX-512's: there the strided product
+/// Where oneDNN's kernels are AVX-512's (avx512Kernels) the strided product
 /// measured faster than the copy and the plain one (a 2-core Xeon, one
 /// core: [1024, 512] x [512, 256] 1.71 against 0.25 + 1.57 ms,
 /// [3072, 2048] x [2048, 768] 64.2 against 8.8 + 65.2 ms); with the same
 /// core limited to AVX2 the two were even (3.21 against 3.17 ms), on an
 /// AMD AVX2 core the copy halved the product's time.
-bool avx512Kernels() {
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-}
-
 std::unique_ptr<Kernel> createGemm(const KernelSpec &spec,
                                    const KernelMemory &mem, OneDnn &dnn) {
   const TensorSlot &a = spec.operand("a"), &b = spec.operand("b");

@@ -10,7 +10,10 @@
 // with GCC's vector types, each output's taps summed in the same order on
 // every CPU, and compiled once per instruction set (AVX-512, AVX2 with FMA
 // or baseline x86-64 code, VectorClones.h), with the vector its registers
-// hold; with FMA a product and its sum round once.
+// hold; with FMA a product and its sum round once. The weights'
+// gradient's lanes are the vector's, so its float partial sums, and its
+// last bits, differ between instruction sets (not between runs or thread
+// counts on one CPU).
 #ifndef GPIPE_RUNTIME_CPU_KERNELS_NARROWCONVPLANES_H
 #define GPIPE_RUNTIME_CPU_KERNELS_NARROWCONVPLANES_H
 

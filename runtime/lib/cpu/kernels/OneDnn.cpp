@@ -123,6 +123,11 @@ memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
   return memory(plainDesc(d), dnn.engine, mem.address(slot));
 }
 
+bool avx512Kernels() {
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 memory::desc anyLayout(const memory &m) {
   return memory::desc(m.get_desc().dims(), memory::data_type::f32,
                       memory::format_tag::any);

@@ -169,6 +169,10 @@ void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
            float *c, int64_t ldc);
 /// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones),
 /// in float32 or in `type`.
+/// Whether the kernels oneDNN runs here are AVX-512's (its effective
+/// instruction set: the CPU's, or the cap ONEDNN_MAX_CPU_ISA sets).
+bool avx512Kernels();
+
 memory::desc anyLayout(const memory &m);
 memory::desc anyLayout(const memory &m, memory::data_type type);
 /// `desc`'s dims and strides (a plain or strided layout) in `type`.
