@@ -115,7 +115,7 @@ bool hasAvx512Dq() {
 void dropoutRange(const float *in, float *out, int64_t n, int64_t first,
                   uint64_t key, float ratio, float scale) {
 #ifdef GPIPE_HAVE_X86_ISAS
-  if (hasAvx512Dq())
+  if (hasAvx512Dq() && vectorIsa() == VectorIsa::Avx512)
     return avx512Range(in, out, n, first, key, ratio, scale);
   if (vectorIsa() != VectorIsa::Baseline)
     return avx2Range(in, out, n, first, key, ratio, scale);

@@ -20,21 +20,44 @@
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
 #define GPIPE_HAVE_X86_ISAS 1
 #define GPIPE_TARGET_AVX512 __attribute__((target("avx512f")))
 #define GPIPE_TARGET_AVX2 __attribute__((target("avx2,fma")))
 
 namespace gpipe::runtime::cpu {
 
+/// Widest first.
 enum class VectorIsa { Avx512, Avx2, Baseline };
 
-/// The widest of the instruction sets above this CPU runs.
+/// The widest of the instruction sets above this CPU runs, or a narrower
+/// one GPIPE_CPU_ISA names (avx512, avx2, baseline: the tests run every
+/// body on one machine; never a wider one than the CPU has).
 inline VectorIsa vectorIsa() {
-  static const VectorIsa isa =
-      __builtin_cpu_supports("avx512f") ? VectorIsa::Avx512
-      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-          ? VectorIsa::Avx2
-          : VectorIsa::Baseline;
+  static const VectorIsa isa = [] {
+    VectorIsa has =
+        __builtin_cpu_supports("avx512f") ? VectorIsa::Avx512
+        : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+            ? VectorIsa::Avx2
+            : VectorIsa::Baseline;
+    const char *cap = std::getenv("GPIPE_CPU_ISA");
+    if (!cap || !*cap)
+      return has;
+    std::string_view name(cap);
+    VectorIsa want = name == "avx512" ? VectorIsa::Avx512
+                     : name == "avx2" ? VectorIsa::Avx2
+                     : name == "baseline"
+                         ? VectorIsa::Baseline
+                         : throw std::invalid_argument(
+                               "GPIPE_CPU_ISA=" + std::string(name) +
+                               ": expected avx512, avx2 or baseline");
+    return std::max(has, want);
+  }();
   return isa;
 }
 
