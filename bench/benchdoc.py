@@ -1,9 +1,11 @@
 """What the benchmark scripts write their results with: the machine's CPU
-name for the header, and the Markdown page, written and printed; and how
-their PyTorch workers time a step."""
+name for the header, and the Markdown page, written and printed; how
+their PyTorch workers time a step; and how fast the machine runs now."""
 import os
 import platform
+import re
 import statistics
+import subprocess
 import time
 
 
@@ -59,3 +61,17 @@ def work_dir(prefix):
     else:
         atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+def machine_speed(build):
+    """One core's oneDNN sgemm rate now (GFLOP/s; 256x1024x1024, median of
+    30): a probe of how fast this machine runs at the moment, beside the
+    rate it had when it was calibrated. On a shared VM the same bundle's
+    step moved by 40% between minutes while this rate moved with it."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        ["taskset", "-c", "0", os.path.join(build, "bin", "gpipe-bench"),
+         "matmul", "256", "1024", "1024", "30"],
+        capture_output=True, text=True, check=True, env=env).stdout
+    seconds = float(re.search(r"median_s=([\d.e-]+)", out).group(1))
+    return 2 * 256 * 1024 * 1024 / seconds / 1e9

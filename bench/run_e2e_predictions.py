@@ -11,7 +11,7 @@ bench/run_plan_benchmarks.py measures plans: the median of interleaved
 rounds of gpipe-run medians after a warm-up run); the profile is measured
 once by `mpirun -np 2 gpipe-opt --calibrate` at the start; no cost table. The table gives each prediction error and the
 worst, and the machine's speed during each model's rounds against its
-speed at the calibration (run_plan_benchmarks.machine_speed).
+speed at the calibration (benchdoc.machine_speed).
 
 usage: bench/run_e2e_predictions.py [--build build]
        [--out docs/e2e-predictions.md] [--rounds ROUNDS]

@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import language_models  # noqa: E402
-from benchdoc import work_dir  # noqa: E402
+from benchdoc import machine_speed, work_dir  # noqa: E402
 
 STEPS = 20
 # A run takes at least this long: a step of less than a millisecond (the
@@ -210,20 +210,6 @@ def median_step(run, steps=STEPS):
                          text=True, check=True).stdout
     m = re.search(r"step ([\d.]+) ms measured \(median of \d+ steps", out)
     return float(m.group(1))
-
-
-def machine_speed(build):
-    """One core's oneDNN sgemm rate now (GFLOP/s; 256x1024x1024, median of
-    30): a probe of how fast this machine runs at the moment, beside the
-    rate it had when it was calibrated. On a shared VM the same bundle's
-    step moved by 40% between minutes while this rate moved with it."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        ["taskset", "-c", "0", os.path.join(build, "bin", "gpipe-bench"),
-         "matmul", "256", "1024", "1024", "30"],
-        capture_output=True, text=True, check=True, env=env).stdout
-    seconds = float(re.search(r"median_s=([\d.e-]+)", out).group(1))
-    return 2 * 256 * 1024 * 1024 / seconds / 1e9
 
 
 def measure_plans(build, onnx_path, npz, batch, plans_, profile, work,

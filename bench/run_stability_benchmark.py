@@ -14,7 +14,7 @@ The runs are interleaved (a quiet run each round, a busy one every other
 round, core 1 and core 0 in turn; PyTorch quiet and busy in turn), so that
 a machine whose pace moves over minutes moves the quiet median and the
 busy runs alike; before each quiet run one core's sgemm rate is probed
-(run_plan_benchmarks.machine_speed), and the table gives how far the
+(benchdoc.machine_speed), and the table gives how far the
 machine's own pace moved over the quiet runs beside how far they did.
 
 Targets (issue 28): the slowest quiet run within 1.3x of the quiet
@@ -33,10 +33,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchdoc import cpu_name, write_doc
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_plan_benchmarks import machine_speed  # noqa: E402
+from benchdoc import cpu_name, machine_speed, write_doc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = "/usr/share/datasets/fashion-mnist"

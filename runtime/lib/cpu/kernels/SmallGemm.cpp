@@ -80,16 +80,17 @@ GPIPE_TARGET_AVX512 void smallGemm(char ta, char tb, int64_t m, int64_t n,
   }
 }
 
-/// The AVX2 loop's rowBlock: columns [j, j + 16) as two vectors of 8,
-/// `first` and `second` the lanes of each that are valid (all ones or
-/// zeros per lane; with `Whole` all 16 are, and plain loads and stores
-/// run: AMD's masked stores are microcoded, tens of cycles each), 2 R
-/// accumulators.
+/// 8 floats from `p`, the lanes `mask` holds (all of them with `Whole`).
 template <bool Whole>
 GPIPE_TARGET_AVX2 inline __m256 loadAvx2(const float *p, __m256i mask) {
   return Whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
 }
 
+/// The AVX2 loop's rowBlock: columns [j, j + 16) as two vectors of 8,
+/// `first` and `second` the lanes of each that are valid (all ones or
+/// zeros per lane; with `Whole` all 16 are, and plain loads and stores
+/// run: AMD's masked stores are microcoded, tens of cycles each), 2 R
+/// accumulators.
 template <int R, bool Whole>
 GPIPE_TARGET_AVX2 inline void
 rowBlockAvx2(bool ta, int64_t i, int64_t j, __m256i first, __m256i second,
