@@ -8,6 +8,7 @@ namespace {
 constexpr KernelTiming F = KernelTiming::Flops;
 constexpr KernelTiming B = KernelTiming::Bytes;
 constexpr KernelTiming L = KernelTiming::Loop;
+constexpr KernelTiming T = KernelTiming::Taps;
 constexpr KernelPlanes N = KernelPlanes::None;
 constexpr KernelPlanes P = KernelPlanes::FeatureMaps;
 constexpr KernelPlanes M = KernelPlanes::Matrices;
@@ -30,8 +31,8 @@ constexpr KernelFamily kFamilies[] = {
     {"layer_norm", B, N, false, ""},
     {"softmax", B, N, false, ""},
     {"cross_entropy", B, N, false, "softmax"},
-    {"pooling", B, P, false, ""},
-    {"max_pool", B, P, false, "pooling"},
+    {"pooling", T, P, false, ""},
+    {"max_pool", T, P, false, "pooling"},
     {"dropout", B, N, false, ""},
     {"optimizer", B, N, false, ""},
     {"elementwise", L, N, false, ""},
@@ -48,6 +49,19 @@ constexpr KernelFamily kFamilies[] = {
 };
 
 } // namespace
+
+std::string_view workUnit(KernelTiming timing) {
+  switch (timing) {
+  case KernelTiming::Flops:
+    return "flops";
+  case KernelTiming::Taps:
+    return "taps";
+  case KernelTiming::Bytes:
+  case KernelTiming::Loop:
+    return "bytes";
+  }
+  return "bytes";
+}
 
 const KernelFamily *findKernelFamily(std::string_view name) {
   for (const KernelFamily &f : kFamilies)

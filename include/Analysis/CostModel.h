@@ -138,12 +138,17 @@ struct DeviceProfile {
     std::optional<Coefficients> backward;
   };
   std::vector<KernelFit> kernels;
+  /// The families whose fits the profile held in another unit of work than
+  /// this compiler's (its "work", KernelFamily's workUnit; a profile
+  /// calibrated before poolings were timed by their taps): left out, the
+  /// families priced as a profile without them (the compiler warns).
+  std::vector<std::string> outdatedFits;
 
   /// Seconds of a kernel of `family` doing `work` (FLOPs for matmul and
-  /// conv, bytes for the others) and moving `bytes` on this device, of
-  /// which `parameterBytes` are the parameters' and constants' it reads,
-  /// from the fit measured on the nearest number of cores (scaled to this
-  /// device's cores); none when the profile has no fit for the family.
+  /// conv, taps for poolings, bytes for the others) and moving `bytes` on this
+  /// device, of which `parameterBytes` are the parameters' and constants' it
+  /// reads, from the fit measured on the nearest number of cores (scaled to
+  /// this device's cores); none when the profile has no fit for the family.
   std::optional<double> kernelSeconds(llvm::StringRef family, double work,
                                       double bytes, bool backward,
                                       double parameterBytes = 0,

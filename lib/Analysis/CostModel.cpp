@@ -426,6 +426,18 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                     "converted))))))], not negative");
       f.family = family->str();
       f.cores = *kcores;
+      // Its work in this compiler's unit (a fit without "work" predates
+      // poolings timed by their taps: it timed them by their bytes).
+      if (const gpipe::KernelFamily *known = gpipe::findKernelFamily(*family)) {
+        llvm::StringRef unit = gpipe::workUnit(known->timing);
+        llvm::StringRef written = e->getString("work").value_or(
+            known->timing == gpipe::KernelTiming::Taps ? "bytes" : unit);
+        if (written != unit) {
+          if (!llvm::is_contained(p.outdatedFits, f.family))
+            p.outdatedFits.push_back(f.family);
+          continue;
+        }
+      }
       p.kernels.push_back(std::move(f));
     }
   }

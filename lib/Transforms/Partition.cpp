@@ -18,6 +18,7 @@
 #include "NN/IR/NNOps.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 
@@ -98,6 +99,14 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
         setDeviceMemory(*p, memoryPerDevice);
       profiles.push_back(*p);
     }
+    if (!profiles.empty() && !profiles.front().outdatedFits.empty())
+      module.emitWarning()
+          << profiles.front().source << ": the fits of "
+          << llvm::join(profiles.front().outdatedFits, ", ")
+          << " time their kernels by another measure than this compiler's "
+             "(poolings are timed by their windows' taps): they are left "
+             "out, those kernels priced by the roofline; calibrate anew "
+             "(gpipe-opt --calibrate -o profile.json)";
     // The stages run at once: the cores they keep busy share the host.
     std::set<int> busy;
     for (const Device &d : this->devices)

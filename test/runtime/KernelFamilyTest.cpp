@@ -56,4 +56,12 @@ TEST(KernelFamily, PropertiesTheCostModelReads) {
         << loop;
   EXPECT_EQ(gpipe::findKernelFamily("matmul")->timing, KernelTiming::Flops);
   EXPECT_EQ(gpipe::findKernelFamily("softmax")->timing, KernelTiming::Bytes);
+  // Poolings by their windows' taps; the unit a profile's fits name.
+  for (const char *pool : {"pooling", "max_pool"})
+    EXPECT_EQ(gpipe::findKernelFamily(pool)->timing, KernelTiming::Taps)
+        << pool;
+  EXPECT_EQ(gpipe::workUnit(KernelTiming::Flops), "flops");
+  EXPECT_EQ(gpipe::workUnit(KernelTiming::Taps), "taps");
+  EXPECT_EQ(gpipe::workUnit(KernelTiming::Bytes), "bytes");
+  EXPECT_EQ(gpipe::workUnit(KernelTiming::Loop), "bytes");
 }

@@ -140,7 +140,8 @@ private:
 
 /// [B, I, H, H] (I = 1 or 3 channels: the first convolution a narrow one,
 /// as an image model's): two Conv 3x3 + BatchNorm + ReLU blocks of C channels,
-/// dropout, max pooling, three of 8 channels in or out (C -> 8 -> 8 -> C),
+/// dropout, poolings (2x2 and 3x3 max, 2x2 average, summed), three of 8
+/// channels in or out (C -> 8 -> 8 -> C),
 /// one of 2C, a depthwise one of 2C, a pointwise
 /// (1x1) one, an average pooling, a strided depthwise one and a 3x3 one on
 /// what it leaves
@@ -176,10 +177,23 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
   block("b", c, c);
   g.node("Dropout", "drop",
          {x, g.init("drop_ratio", {}, 0, 0.1f), g.flag("drop_training", true)});
+  // Three poolings of the maps, halving them, summed: 2x2 max pooling (a
+  // small CNN's), 3x3 max pooling padded (ResNet's: 2.25 taps an input
+  // where 2x2 has one) and 2x2 average pooling (nn.AvgPool2d(2)'s), so
+  // that the pooling families' fits tell taps from bytes.
   onnx::NodeProto *pool = g.node("MaxPool", "pool", {"drop"});
   GraphBuilder::attr(pool, "kernel_shape", {2, 2});
   GraphBuilder::attr(pool, "strides", {2, 2});
-  x = "pool";
+  onnx::NodeProto *wide = g.node("MaxPool", "pool_3x3", {"drop"});
+  GraphBuilder::attr(wide, "kernel_shape", {3, 3});
+  GraphBuilder::attr(wide, "strides", {2, 2});
+  GraphBuilder::attr(wide, "pads", {1, 1, 1, 1});
+  onnx::NodeProto *halving = g.node("AveragePool", "pool_average", {"drop"});
+  GraphBuilder::attr(halving, "kernel_shape", {2, 2});
+  GraphBuilder::attr(halving, "strides", {2, 2});
+  g.node("Add", "pools", {"pool", "pool_3x3"});
+  g.node("Add", "pooled", {"pools", "pool_average"});
+  x = "pooled";
   // Down to 8 channels and back (the family "shallow_conv": fewer than 16
   // channels in or out, a small CNN's).
   block("s", c, 8);
@@ -190,8 +204,8 @@ void convNet(GraphBuilder &g, int64_t b, int64_t c, int64_t h,
   block("e", 2 * c, 2 * c, 1, /*kernel=*/1);
   // An average pooling (the family "pooling", forward and backward, which
   // the global one's gradient, a generated loop, does not time): 2x2
-  // windows as nn.AvgPool2d(2)'s, at stride 1 and padded after, so that
-  // the maps keep their size for the blocks after it.
+  // windows at stride 1 and padded after, so that the maps keep their size
+  // for the blocks after it (four taps an input).
   onnx::NodeProto *average = g.node("AveragePool", "average", {x});
   GraphBuilder::attr(average, "kernel_shape", {2, 2});
   GraphBuilder::attr(average, "pads", {0, 0, 1, 1});
@@ -878,10 +892,10 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       }
       if (fwd.size() < 3)
         continue;
-      bool flops = timedByFlops(family);
+      bool flops = timedByFlops(family), taps = timedByTaps(family);
       std::array<bool, regressors> use{true,
                                        true,
-                                       flops,
+                                       flops || taps,
                                        flops,
                                        cache > 0,
                                        flops && cache > 0,
@@ -897,6 +911,9 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
+          {"work", flops  ? "flops"
+                   : taps ? "taps"
+                          : "bytes"},
           {"samples", static_cast<int64_t>(fwd.size())},
           {"forward", json(f)},
           {"fastest_forward", fastestRate(fwd)},
@@ -921,12 +938,18 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       if (f[7] > 0)
         bytesRates += llvm::formatv(
             "; once a step, parameters converted at {0:f2} GB/s", 1e-9 / f[7]);
-      log << llvm::format(
-          "calibrate: %-13s on %lld core(s): forward %.1f "
-          "us + %s at %.2f %s%s (%zu kernels)\n",
-          family.c_str(), static_cast<long long>(cores), f[0] * 1e6,
-          flops ? static_cast<const char *>("FLOPs") : "bytes", 1e-9 / f[1],
-          flops ? "GFLOP/s" : "GB/s", bytesRates.c_str(), fwd.size());
+      log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f "
+                          "us + %s at %.2f %s%s (%zu kernels)\n",
+                          family.c_str(), static_cast<long long>(cores),
+                          f[0] * 1e6,
+                          flops  ? static_cast<const char *>("FLOPs")
+                          : taps ? "taps"
+                                 : "bytes",
+                          1e-9 / f[1],
+                          flops  ? "GFLOP/s"
+                          : taps ? "Gtaps/s"
+                                 : "GB/s",
+                          bytesRates.c_str(), fwd.size());
       fits.push_back(std::move(entry));
     }
   // The generated loops, forwards and backwards apart: a + b x bytes + c x
@@ -959,6 +982,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
+          {"work", "bytes"},
           {"samples", static_cast<int64_t>(samples[0].size())},
           {"forward", json(*c[0])},
           {"beyond_caches_points", std::move(beyondPoints)}};

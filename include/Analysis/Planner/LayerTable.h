@@ -29,6 +29,9 @@ namespace gpipe {
 /// Whether its kernels are timed by their FLOPs and bytes rather than by
 /// their bytes alone.
 bool timedByFlops(llvm::StringRef family);
+/// Whether its kernels are timed by their windows' taps (the op's
+/// getFlops) and bytes: poolings (KernelTiming::Taps).
+bool timedByTaps(llvm::StringRef family);
 /// Whether its ops are gpipe's generated loops, timed by one fit of their
 /// bytes forward and backward.
 bool isGeneratedLoop(llvm::StringRef family);
@@ -146,7 +149,7 @@ struct LayerTable {
   /// Bytes layer i's gradient moves for `r` rows, scaled as its forward's.
   double backwardBytes(int64_t i, int64_t r) const;
   /// The work by which layer i's family is timed, for `r` rows: FLOPs for
-  /// matmul and conv, bytes moved for the others.
+  /// matmul and conv, a pooling's taps, bytes moved for the others.
   double work(int64_t i, int64_t r) const;
   /// Seconds of layer i's forward (backward) on `profile` for a
   /// micro-batch of `r` rows: the cost table's entry scaled to them, else

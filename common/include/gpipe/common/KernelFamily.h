@@ -19,9 +19,16 @@ enum class KernelTiming {
   /// A library kernel timed by its FLOPs and bytes (matmuls, convolutions,
   /// attention).
   Flops,
-  /// A library kernel timed by its bytes (normalizations, poolings,
-  /// softmax, the loss, dropout, the optimizer's update).
+  /// A library kernel timed by its bytes (normalizations, softmax, the
+  /// loss, dropout, the optimizer's update).
   Bytes,
+  /// A library kernel timed by its window's taps (the result's elements
+  /// times the window's, the op's getFlops) and its bytes: poolings, whose
+  /// 2x2 windows at stride 1 read each input four times, at stride 2 once,
+  /// and a 3x3 window at stride 2 2.25 times (priced by their bytes, a
+  /// ResNet's 3x3 max pooling took 2.3-2.6x its price fitted on 2x2 ones,
+  /// a 2x2 average pooling at stride 2 0.45x its price fitted at stride 1).
+  Taps,
   /// A loop the compiler generates, timed by its bytes forward and
   /// backward in one fit.
   Loop,
@@ -54,6 +61,10 @@ struct KernelFamily {
   /// without a fit of its own is priced as "elementwise" by the cost model.
   std::string_view nearest;
 };
+
+/// What the work of a fit of `timing` counts, as a profile's fits say it
+/// ("work": "flops", "bytes" or "taps"; a generated loop's, "bytes").
+std::string_view workUnit(KernelTiming timing);
 
 /// The family named `name`, or null.
 const KernelFamily *findKernelFamily(std::string_view name);
