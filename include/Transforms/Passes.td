@@ -390,7 +390,12 @@ def CollapseElementwiseLoops : Pass<"gpipe-collapse-elementwise-loops"> {
     as one loop of O*I*9 iterations that LLVM vectorizes, instead of an
     innermost loop of 3 that it unrolls into scalar code (the optimizer
     step of ResNet-18 took 25 ms on one core, an MLP's of half its
-    parameters 1.3 ms). Each element is computed as before.
+    parameters 1.3 ms). An input that broadcasts size-1 axes by constant
+    indices (a global pool's gradient [N, C, 1, 1], an attention mask
+    [1, 1, T, T]) is first read through a view without those axes, so
+    that the axes it does not index merge too (the pool's gradient over
+    [N, C, H, W] runs as N*C x H*W instead of an innermost loop of W).
+    Each element is computed as before.
   }];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::memref::MemRefDialect",
