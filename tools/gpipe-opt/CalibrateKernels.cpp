@@ -9,6 +9,7 @@
 #include "Pipelines/Pipelines.h"
 #include "Transforms/Passes.h"
 
+#include "gpipe/common/KernelFamily.h"
 #include "gpipe/runtime/RuntimeInfo.h"
 #include "gpipe/runtime/TrainingSession.h"
 
@@ -911,9 +912,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
-          {"work", flops  ? "flops"
-                   : taps ? "taps"
-                          : "bytes"},
+          {"work", std::string(workUnit(findKernelFamily(family)->timing))},
           {"samples", static_cast<int64_t>(fwd.size())},
           {"forward", json(f)},
           {"fastest_forward", fastestRate(fwd)},
