@@ -41,6 +41,7 @@ stepParts(const StreamRunner &runner) {
                           {"data inputs", b.dataInputs[0], b.dataInputs[1]},
                           {"messages", b.messages[0], b.messages[1]},
                           {"message waits", b.waits[0], b.waits[1]},
+                          {"turn waits", b.turnWaits, 0},
                           {"gradient sums", 0, b.gradientSums},
                           {"gradient exchange", b.exchange, 0},
                           {"optimizer step", b.optimizer - b.exchange, 0}};

@@ -209,8 +209,10 @@ void StreamRunner::runStep(const StepContext &context) {
     bool compute = !isTransfer(instr.op);
     // On a device other stages share: its turn in the device's order.
     bool turn = deviceTurn && instr.turn >= 0;
-    if (turn)
+    if (turn) {
+      Part wait(*this, breakdown_.turnWaits);
       deviceTurn->acquire(instr.turn);
+    }
     double begin = compute || tracing ? steadySeconds() : 0;
     run(instr, context);
     if (compute || tracing) {

@@ -105,6 +105,8 @@ public:
     double messages[2] = {};   // activations and gradients to and from
                                // messages
     double waits[2] = {};      // receives waiting for their message
+    double turnWaits = 0;      // waits for the device's turn (an interleaved
+                               // schedule: its other stages computing)
     double gradientSums = 0;   // the micro-batches' gradients added up
     double exchange = 0;  // of the optimizer steps: the gradients summed with
                           // the other replicas and the stages that share a
