@@ -393,6 +393,13 @@ void checkForwardsAndInputGradients(std::initializer_list<ConvCase> cases) {
           checkConvOrGradInput(c, gradInput, bias);
 }
 
+/// Each case's forward, with and without bias, and both its gradients.
+void checkEveryPass(std::initializer_list<ConvCase> cases) {
+  checkForwardsAndInputGradients(cases);
+  for (const ConvCase &c : cases)
+    checkGradWeight(c);
+}
+
 // Convolutions whose output is one pixel (ResNet-18's last stage on 32x32
 // images: 3x3 on 1x1 maps, 3x3 with stride 2 and the 1x1 shortcut with
 // stride 2 on 2x2 maps), which the backend computes as one product, and
@@ -438,9 +445,7 @@ TEST(CpuConvKernels, NarrowConvolutions) {
       ConvCase{{2, 3, 6, 5}, {5, 3, 3, 3}, 1, 1, 1, 1},
       ConvCase{{2, 4, 16, 17}, {9, 4, 1, 1}, 1, 1, 0, 1},
       ConvCase{{1, 1, 20, 20}, {4, 1, 3, 3}, 1, 1, 0, 1}};
-  checkForwardsAndInputGradients(cases);
-  for (const ConvCase &c : cases)
-    checkGradWeight(c);
+  checkEveryPass(cases);
 }
 
 // In bfloat16 (compute_type "bf16", oneDNN's bfloat16 kernels wherever
@@ -477,7 +482,5 @@ TEST(CpuConvKernels, PointwiseConvolutions) {
       ConvCase{{4, 16, 8, 8}, {36, 16, 1, 1}, 1, 1, 0, 1},
       ConvCase{{3, 20, 16, 12}, {12, 20, 1, 1}, 1, 1, 0, 1},
       ConvCase{{4, 24, 4, 4}, {40, 24, 1, 1}, 1, 1, 0, 1}};
-  checkForwardsAndInputGradients(cases);
-  for (const ConvCase &c : cases)
-    checkGradWeight(c);
+  checkEveryPass(cases);
 }

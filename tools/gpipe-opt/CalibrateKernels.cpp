@@ -893,10 +893,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       }
       if (fwd.size() < 3)
         continue;
-      bool flops = timedByFlops(family), taps = timedByTaps(family);
+      bool flops = timedByFlops(family), counted = workIsOpFlops(family);
+      std::string unit(workUnit(findKernelFamily(family)->timing));
       std::array<bool, regressors> use{true,
                                        true,
-                                       flops || taps,
+                                       counted,
                                        flops,
                                        cache > 0,
                                        flops && cache > 0,
@@ -912,7 +913,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
-          {"work", std::string(workUnit(findKernelFamily(family)->timing))},
+          {"work", unit},
           {"samples", static_cast<int64_t>(fwd.size())},
           {"forward", json(f)},
           {"fastest_forward", fastestRate(fwd)},
@@ -940,14 +941,11 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       log << llvm::format("calibrate: %-13s on %lld core(s): forward %.1f "
                           "us + %s at %.2f %s%s (%zu kernels)\n",
                           family.c_str(), static_cast<long long>(cores),
-                          f[0] * 1e6,
-                          flops  ? static_cast<const char *>("FLOPs")
-                          : taps ? "taps"
-                                 : "bytes",
+                          f[0] * 1e6, flops ? "FLOPs" : unit.c_str(),
                           1e-9 / f[1],
-                          flops  ? "GFLOP/s"
-                          : taps ? "Gtaps/s"
-                                 : "GB/s",
+                          flops     ? "GFLOP/s"
+                          : counted ? "Gtaps/s"
+                                    : "GB/s",
                           bytesRates.c_str(), fwd.size());
       fits.push_back(std::move(entry));
     }
@@ -981,7 +979,7 @@ gpipe::calibrateKernels(mlir::DialectRegistry &registry, double privateCacheMiB,
       llvm::json::Object entry{
           {"family", family},
           {"cores", cores},
-          {"work", "bytes"},
+          {"work", std::string(workUnit(KernelTiming::Loop))},
           {"samples", static_cast<int64_t>(samples[0].size())},
           {"forward", json(*c[0])},
           {"beyond_caches_points", std::move(beyondPoints)}};

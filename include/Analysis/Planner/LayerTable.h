@@ -29,9 +29,10 @@ namespace gpipe {
 /// Whether its kernels are timed by their FLOPs and bytes rather than by
 /// their bytes alone.
 bool timedByFlops(llvm::StringRef family);
-/// Whether its kernels are timed by their windows' taps (the op's
-/// getFlops) and bytes: poolings (KernelTiming::Taps).
-bool timedByTaps(llvm::StringRef family);
+/// Whether its fit's work is the op's getFlops (the FLOPs of matmuls and
+/// convolutions, a pooling's taps: KernelTiming::Flops and Taps) rather
+/// than the bytes it moves.
+bool workIsOpFlops(llvm::StringRef family);
 /// Whether its ops are gpipe's generated loops, timed by one fit of their
 /// bytes forward and backward.
 bool isGeneratedLoop(llvm::StringRef family);

@@ -237,9 +237,10 @@ bool gpipe::timedByFlops(llvm::StringRef family) {
   return f && f->timing == KernelTiming::Flops;
 }
 
-bool gpipe::timedByTaps(llvm::StringRef family) {
+bool gpipe::workIsOpFlops(llvm::StringRef family) {
   const KernelFamily *f = findKernelFamily(family);
-  return f && f->timing == KernelTiming::Taps;
+  return f &&
+         (f->timing == KernelTiming::Flops || f->timing == KernelTiming::Taps);
 }
 
 bool gpipe::isGeneratedLoop(llvm::StringRef family) {
@@ -283,8 +284,7 @@ double LayerTable::backwardBytes(int64_t i, int64_t r) const {
 }
 
 double LayerTable::work(int64_t i, int64_t r) const {
-  return timedByFlops(family[i]) || timedByTaps(family[i]) ? flops[i] * scale(r)
-                                                           : bytes(i, r);
+  return workIsOpFlops(family[i]) ? flops[i] * scale(r) : bytes(i, r);
 }
 
 double LayerTable::forwardSeconds(int64_t i, const DeviceProfile &profile,

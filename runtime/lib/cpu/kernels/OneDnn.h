@@ -167,12 +167,11 @@ memory bindSlot(const KernelSpec &spec, const TensorSlot &slot,
 void sgemm(const char *kind, char ta, char tb, int64_t m, int64_t n, int64_t k,
            const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
            float *c, int64_t ldc);
-/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones),
-/// in float32 or in `type`.
 /// Whether the kernels oneDNN runs here are AVX-512's (its effective
 /// instruction set: the CPU's, or the cap ONEDNN_MAX_CPU_ISA sets).
 bool avx512Kernels();
-
+/// `m`'s dims with the layout left to the primitive (oneDNN's blocked ones),
+/// in float32 or in `type`.
 memory::desc anyLayout(const memory &m);
 memory::desc anyLayout(const memory &m, memory::data_type type);
 /// `desc`'s dims and strides (a plain or strided layout) in `type`.
