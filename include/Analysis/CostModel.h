@@ -108,6 +108,12 @@ struct DeviceProfile {
   /// (the network figures then apply).
   double allReduceBandwidth = 0;
   double allReduceLatency = 0;
+  /// The runtime's hand-offs between stage threads (gpipe-opt --calibrate,
+  /// runtime::measureThreadHandoff; 0: not measured, no time): seconds a
+  /// device turn takes to pass between two threads on one core, a message
+  /// takes to wake a receiver that had blocked, and a receiver spins
+  /// before it blocks.
+  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
   /// A GPU kernel's least seconds: what queueing one launch costs (the host
   /// launches every generated and library kernel; the GPU cannot run them
   /// faster than they come), gpipe-run --calibrate=cuda:N's launch_us; 0 on
@@ -280,6 +286,10 @@ struct HostFigures {
   /// empty and 0: not measured.
   std::vector<std::pair<double, double>> gradientSumRates;
   int64_t parallelGrainBytes = 0;
+  /// The runtime's hand-offs between stage threads, microseconds
+  /// (DeviceProfile::turnHandoff, blockedWake, receiveSpin); 0: not
+  /// measured.
+  double turnHandoffUs = 0, blockedWakeUs = 0, receiveSpinUs = 0;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

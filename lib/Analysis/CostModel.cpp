@@ -463,7 +463,10 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                   {"network_latency_us", &p.networkLatency, 1e-6},
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
                   {"allreduce_latency_us", &p.allReduceLatency, 1e-6},
-                  {"launch_us", &p.launchSeconds, 1e-6}};
+                  {"launch_us", &p.launchSeconds, 1e-6},
+                  {"turn_handoff_us", &p.turnHandoff, 1e-6},
+                  {"blocked_wake_us", &p.blockedWake, 1e-6},
+                  {"receive_spin_us", &p.receiveSpin, 1e-6}};
   for (Optional &f : optional)
     if (const llvm::json::Value *v = o->get(f.key)) {
       std::optional<double> n = v->getAsNumber();
@@ -553,6 +556,12 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
       rates.push_back(llvm::json::Array{mib, gbps});
     o["gradient_sum_gbps_per_core"] = std::move(rates);
     o["parallel_grain_bytes"] = host.parallelGrainBytes;
+  }
+  if (host.turnHandoffUs > 0 || host.blockedWakeUs > 0 ||
+      host.receiveSpinUs > 0) {
+    o["turn_handoff_us"] = host.turnHandoffUs;
+    o["blocked_wake_us"] = host.blockedWakeUs;
+    o["receive_spin_us"] = host.receiveSpinUs;
   }
   if (host.cores > 0) {
     o["host_cores"] = host.cores;

@@ -463,6 +463,13 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
               "optimizer", c.trainableBytes, c.trainableBytes,
               /*backward=*/false))
         stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
+      // The runtime's hand-offs between stage threads, as calibrated.
+      if (profiles[s].turnHandoff > 0 || profiles[s].blockedWake > 0 ||
+          profiles[s].receiveSpin > 0)
+        stage->setAttr("gpipe.thread_handoff",
+                       b.getDenseF64ArrayAttr({profiles[s].turnHandoff,
+                                               profiles[s].blockedWake,
+                                               profiles[s].receiveSpin}));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

@@ -194,6 +194,31 @@ void measureGradientSums(double l2MiB, double cacheMiB,
                       host.gradientSumRates.back().first, rates.c_str());
 }
 
+/// The runtime's hand-offs between stage threads: a device turn between two
+/// threads on this thread's core, a message from it to a blocked receiver
+/// on another core of the process's (this core where there is none).
+void measureHandoffs(const std::vector<int> &cores, gpipe::HostFigures &host,
+                     llvm::raw_ostream &log) {
+  int here = sched_getcpu();
+  int other = here;
+  for (int c : cores)
+    if (c != here) {
+      other = c;
+      break;
+    }
+  gpipe::runtime::ThreadHandoff h =
+      gpipe::runtime::measureThreadHandoff(here, other);
+  host.turnHandoffUs = h.turnSeconds * 1e6;
+  host.blockedWakeUs = h.wakeSeconds * 1e6;
+  host.receiveSpinUs = h.spinSeconds * 1e6;
+  log << llvm::format("calibrate: stage threads: a device turn passed on one "
+                      "core in %.1f us, a blocked receiver woken %s in %.1f us "
+                      "(receivers spin %.0f us before they block)\n",
+                      host.turnHandoffUs,
+                      other == here ? "on the same core" : "from another core",
+                      host.blockedWakeUs, host.receiveSpinUs);
+}
+
 } // namespace
 
 namespace {
@@ -363,6 +388,7 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   if (answering)
     return "";
   HostFigures host = measureHost(log);
+  std::vector<int> cores = affinityCores();
   std::tie(host.cacheMiBPerCore, host.privateCacheMiBPerCore) =
       cacheMiBPerCore();
   // gpipe's own kernels, before this thread is pinned to one core.
@@ -397,6 +423,7 @@ std::string gpipe::calibrateCpu(mlir::DialectRegistry &registry,
   measureLastLevel(host.privateCacheMiBPerCore, host, log);
   measureGradientSums(host.privateCacheMiBPerCore, host.cacheMiBPerCore, host,
                       log);
+  measureHandoffs(cores, host, log);
   double pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
   double memoryGiB =
       pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1ull << 30);

@@ -39,6 +39,12 @@ struct StageTimes {
   /// A backward's two parts, where the schedule splits it (zero-bubble
   /// kinds): the input gradients (B) and the weight gradients (W).
   double backwardInput = 0, backwardWeight = 0;
+  /// The runtime's hand-offs between the stages' threads (0: no time): a
+  /// compute instruction that follows another stream's on the device
+  /// starts turnHandoff after it (the core passes from one thread to the
+  /// other); a message that comes more than receiveSpin after its receive
+  /// began (the receiver has blocked) reaches it blockedWake late.
+  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
 };
 
 /// The schedule played with these durations: sends take the transfer time

@@ -28,6 +28,8 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   SmallVector<bool> forwarded(k, false), backwarded(k, false);
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
+  // The stream that last ran on each device.
+  std::map<std::pair<int64_t, std::string>, size_t> lastStream;
   // Stages taking turns on a device (an interleaved schedule): the turn
   // each device group runs next.
   std::map<int64_t, int64_t> nextTurn;
@@ -51,13 +53,18 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         std::string what = op->getName().stripDialect().str();
         bool blocked = false;
         // A receive waits for the message's arrival (kind 0: activation,
-        // 1: gradient); blocked until its send has run.
+        // 1: gradient); blocked until its send has run. A receiver that
+        // waited past its spin has blocked: the message wakes it.
         auto waitFor = [&](int kind, int64_t peer) {
           auto it = arrival.find({kind, peer, mb});
-          if (it == arrival.end())
+          if (it == arrival.end()) {
             blocked = true;
-          else
-            start = std::max(start, it->second);
+            return;
+          }
+          double at = it->second;
+          if (at > clock[i] + t.receiveSpin)
+            at += t.blockedWake;
+          start = std::max(start, at);
         };
         // A backward (or its input part) of `total` seconds: a stage that
         // recomputes has the forward in it, drawn as the recompute box
@@ -125,9 +132,15 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
           ++nextTurn[*group];
         double reached = clock[i];
         if (duration > 0) {
-          double &free = deviceFree[{t.rank, streams[i].getDevice().str()}];
-          start = std::max(start, free);
+          std::pair<int64_t, std::string> device{t.rank,
+                                                 streams[i].getDevice().str()};
+          double &free = deviceFree[device];
+          // The core passes from another stream's thread to this one's.
+          auto last = lastStream.find(device);
+          bool handoff = last != lastStream.end() && last->second != i;
+          start = std::max(start, free + (handoff ? t.turnHandoff : 0));
           free = start + duration;
+          lastStream[device] = i;
         }
         clock[i] = start + duration;
         busy[i] += duration;

@@ -55,6 +55,20 @@ bool cpuMultipliesBf16();
 /// timings of enough passes to take about 2 ms each.
 double cpuGradientSumBandwidth(size_t workingSetBytes);
 
+/// What passing work between the stages' threads costs, as the runtime
+/// passes it (gpipe-opt --calibrate's figures for the schedule simulator):
+/// `turnSeconds`, the median of one device turn passed from a thread to
+/// another pinned to the same core (runtime/lib/DeviceTurn.h: stages that
+/// share a core); `wakeSeconds`, the median from a send on `core` to its
+/// receive's return on `otherCore` where the receiver had waited past its
+/// spin and blocked (runtime/lib/Channel.h); `spinSeconds`, how long a
+/// receiver spins before it blocks (a message that comes sooner reaches a
+/// spinning thread at once). About 0.3 s.
+struct ThreadHandoff {
+  double turnSeconds = 0, wakeSeconds = 0, spinSeconds = 0;
+};
+ThreadHandoff measureThreadHandoff(int core, int otherCore);
+
 /// Bytes of a tensor the runtime's copies and gradient sums give each
 /// thread at least (a tensor of fewer than twice this runs on one thread).
 int64_t parallelGrainBytes();
