@@ -42,8 +42,9 @@ struct StageTimes {
   /// The runtime's hand-offs between the stages' threads (0: no time): a
   /// compute instruction that follows another stream's on the device
   /// starts turnHandoff after it (the core passes from one thread to the
-  /// other); a message that comes more than receiveSpin after its receive
-  /// began (the receiver has blocked) reaches it blockedWake late.
+  /// other); a message from a stage of the same rank that comes more than
+  /// receiveSpin after its receive began (the receiver has blocked)
+  /// reaches it blockedWake late.
   double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
 };
 

@@ -53,8 +53,10 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         std::string what = op->getName().stripDialect().str();
         bool blocked = false;
         // A receive waits for the message's arrival (kind 0: activation,
-        // 1: gradient); blocked until its send has run. A receiver that
-        // waited past its spin has blocked: the message wakes it.
+        // 1: gradient); blocked until its send has run. A receiver in the
+        // sender's process that waited past its spin has blocked: the
+        // message wakes it (one waiting on another rank polls MPI and
+        // never blocks: its message's time is on the wire).
         auto waitFor = [&](int kind, int64_t peer) {
           auto it = arrival.find({kind, peer, mb});
           if (it == arrival.end()) {
@@ -62,7 +64,7 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             return;
           }
           double at = it->second;
-          if (at > clock[i] + t.receiveSpin)
+          if (times[peer].rank == t.rank && at > clock[i] + t.receiveSpin)
             at += t.blockedWake;
           start = std::max(start, at);
         };
