@@ -26,6 +26,11 @@ std::optional<InstructionOp> instructionFromName(std::string_view name) {
   return detail::valueIn(kInstructions, name);
 }
 
+bool isSend(InstructionOp op) {
+  return op == InstructionOp::SendActivation ||
+         op == InstructionOp::SendGradient;
+}
+
 bool isTransfer(InstructionOp op) {
   return op == InstructionOp::SendActivation ||
          op == InstructionOp::RecvActivation ||

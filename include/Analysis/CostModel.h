@@ -32,6 +32,16 @@ namespace gpipe {
 /// repeat). On error returns a message naming the offending item.
 llvm::Expected<std::vector<Device>> parseDevices(llvm::StringRef text);
 
+/// The runtime's hand-offs between stage threads, seconds (gpipe-opt
+/// --calibrate, runtime::measureThreadHandoff; 0: not measured, no time):
+/// a device turn passed between two threads on one core, a message waking
+/// a receiver that had blocked, and how long a receiver spins before it
+/// blocks. The schedule simulator's use: StageTimes::handoffs.
+struct ThreadHandoffs {
+  double turn = 0, wake = 0, spin = 0;
+  bool measured() const { return turn > 0 || wake > 0 || spin > 0; }
+};
+
 /// What the cost model knows of a device. Rates are per second.
 struct DeviceProfile {
   std::string name;           // the device it describes ("cpu", "cuda")
@@ -108,12 +118,7 @@ struct DeviceProfile {
   /// (the network figures then apply).
   double allReduceBandwidth = 0;
   double allReduceLatency = 0;
-  /// The runtime's hand-offs between stage threads (gpipe-opt --calibrate,
-  /// runtime::measureThreadHandoff; 0: not measured, no time): seconds a
-  /// device turn takes to pass between two threads on one core, a message
-  /// takes to wake a receiver that had blocked, and a receiver spins
-  /// before it blocks.
-  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
+  ThreadHandoffs handoffs;
   /// A GPU kernel's least seconds: what queueing one launch costs (the host
   /// launches every generated and library kernel; the GPU cannot run them
   /// faster than they come), gpipe-run --calibrate=cuda:N's launch_us; 0 on
@@ -286,10 +291,8 @@ struct HostFigures {
   /// empty and 0: not measured.
   std::vector<std::pair<double, double>> gradientSumRates;
   int64_t parallelGrainBytes = 0;
-  /// The runtime's hand-offs between stage threads, microseconds
-  /// (DeviceProfile::turnHandoff, blockedWake, receiveSpin); 0: not
-  /// measured.
-  double turnHandoffUs = 0, blockedWakeUs = 0, receiveSpinUs = 0;
+  /// The runtime's hand-offs between stage threads (not measured: none).
+  ThreadHandoffs handoffs;
 };
 std::string profileJSON(double gflopsPerCore, double gbpsPerCore,
                         double memoryGiB, double linkGbps,

@@ -464,9 +464,9 @@ profileFromJSON(StringRef path, const llvm::json::Object &object,
                   {"allreduce_gbps", &p.allReduceBandwidth, 1e9},
                   {"allreduce_latency_us", &p.allReduceLatency, 1e-6},
                   {"launch_us", &p.launchSeconds, 1e-6},
-                  {"turn_handoff_us", &p.turnHandoff, 1e-6},
-                  {"blocked_wake_us", &p.blockedWake, 1e-6},
-                  {"receive_spin_us", &p.receiveSpin, 1e-6}};
+                  {"turn_handoff_us", &p.handoffs.turn, 1e-6},
+                  {"blocked_wake_us", &p.handoffs.wake, 1e-6},
+                  {"receive_spin_us", &p.handoffs.spin, 1e-6}};
   for (Optional &f : optional)
     if (const llvm::json::Value *v = o->get(f.key)) {
       std::optional<double> n = v->getAsNumber();
@@ -557,11 +557,10 @@ std::string gpipe::profileJSON(double gflopsPerCore, double gbpsPerCore,
     o["gradient_sum_gbps_per_core"] = std::move(rates);
     o["parallel_grain_bytes"] = host.parallelGrainBytes;
   }
-  if (host.turnHandoffUs > 0 || host.blockedWakeUs > 0 ||
-      host.receiveSpinUs > 0) {
-    o["turn_handoff_us"] = host.turnHandoffUs;
-    o["blocked_wake_us"] = host.blockedWakeUs;
-    o["receive_spin_us"] = host.receiveSpinUs;
+  if (host.handoffs.measured()) {
+    o["turn_handoff_us"] = host.handoffs.turn * 1e6;
+    o["blocked_wake_us"] = host.handoffs.wake * 1e6;
+    o["receive_spin_us"] = host.handoffs.spin * 1e6;
   }
   if (host.cores > 0) {
     o["host_cores"] = host.cores;

@@ -142,9 +142,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.footprint = slice.memory;
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
-    facts.turnHandoff = profiles[s].turnHandoff;
-    facts.blockedWake = profiles[s].blockedWake;
-    facts.receiveSpin = profiles[s].receiveSpin;
+    facts.handoffs = profiles[s].handoffs;
     costs.push_back(model.stageCost(s, facts));
     request.devices.push_back(plan.stages[s].device);
     request.recompute.push_back(plan.recomputes(s));

@@ -305,11 +305,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       facts.productSummedShare = share.getValueAsDouble();
     if (auto step = op->getAttrOfType<FloatAttr>("gpipe.optimizer_time"))
       facts.optimizerKernel = step.getValueAsDouble();
-    if (auto h = op->getAttrOfType<DenseF64ArrayAttr>("gpipe.thread_handoff")) {
-      facts.turnHandoff = h[0];
-      facts.blockedWake = h[1];
-      facts.receiveSpin = h[2];
-    }
+    if (auto h = op->getAttrOfType<DenseF64ArrayAttr>("gpipe.thread_handoff"))
+      facts.handoffs = {h[0], h[1], h[2]};
     row.cost = costModel.stageCost(s, facts);
     result.costs.push_back(row.cost);
     result.report.push_back(row);

@@ -464,12 +464,9 @@ struct PartitionPass : public gpipe::impl::PartitionBase<PartitionPass> {
               /*backward=*/false))
         stage->setAttr("gpipe.optimizer_time", b.getF64FloatAttr(*step));
       // The runtime's hand-offs between stage threads, as calibrated.
-      if (profiles[s].turnHandoff > 0 || profiles[s].blockedWake > 0 ||
-          profiles[s].receiveSpin > 0)
+      if (const ThreadHandoffs &h = profiles[s].handoffs; h.measured())
         stage->setAttr("gpipe.thread_handoff",
-                       b.getDenseF64ArrayAttr({profiles[s].turnHandoff,
-                                               profiles[s].blockedWake,
-                                               profiles[s].receiveSpin}));
+                       b.getDenseF64ArrayAttr({h.turn, h.wake, h.spin}));
       stage->setAttr("gpipe.memory_limit",
                      b.getI64IntegerAttr(
                          static_cast<int64_t>(profiles[s].memoryCapacity)));

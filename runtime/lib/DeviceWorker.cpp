@@ -1,4 +1,5 @@
 #include "DeviceWorker.h"
+#include "PinThread.h"
 #include "SpinWait.h"
 
 #include <omp.h>
@@ -37,16 +38,6 @@ void DeviceWorker::wait() {
   if (error)
     std::rethrow_exception(error);
 }
-
-namespace {
-void pinThisThread(const std::vector<int> &cores) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cores)
-    CPU_SET(c, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-} // namespace
 
 void DeviceWorker::loop() {
   if (!cores.empty()) {

@@ -188,7 +188,7 @@ MessageKey StreamRunner::transferKey(const Instruction &instr) const {
   using Op = Instruction::Op;
   bool activation =
       instr.op == Op::SendActivation || instr.op == Op::RecvActivation;
-  bool sending = instr.op == Op::SendActivation || instr.op == Op::SendGradient;
+  bool sending = isSend(instr.op);
   return key(activation ? MessageKind::Activation : MessageKind::Gradient,
              instr.peer, instr.microBatch, sending);
 }
@@ -248,9 +248,7 @@ void StreamRunner::runStep(const StepContext &context) {
     // backward, four of the other stage's instructions later, while the
     // stage it was for waited idle on the other core).
     holding = holding || turn;
-    bool sendNext = i + 1 < instrs.size() &&
-                    (instrs[i + 1].op == Instruction::Op::SendActivation ||
-                     instrs[i + 1].op == Instruction::Op::SendGradient);
+    bool sendNext = i + 1 < instrs.size() && isSend(instrs[i + 1].op);
     if (holding && !sendNext) {
       deviceTurn->release();
       holding = false;

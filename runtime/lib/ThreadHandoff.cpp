@@ -4,10 +4,8 @@
 #include "Channel.h"
 #include "Clock.h"
 #include "DeviceTurn.h"
+#include "PinThread.h"
 #include "SpinWait.h"
-
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,13 +15,6 @@
 namespace gpipe::runtime {
 
 namespace {
-
-void pinTo(int core) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
 
 double medianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -37,7 +28,7 @@ double turnPass(int core) {
   DeviceTurn turns;
   double begin = 0, end = 0;
   auto stage = [&](int64_t first) {
-    pinTo(core);
+    pinThisThread({core});
     for (int64_t t = first; t < kTurns; t += 2) {
       turns.acquire(t);
       if (t == 0)
@@ -69,7 +60,7 @@ ThreadHandoff measureThreadHandoff(int core, int otherCore) {
   Channel channel;
   std::vector<double> wakes(kMessages);
   std::thread receiver([&] {
-    pinTo(otherCore);
+    pinThisThread({otherCore});
     for (int i = 0; i < kMessages; ++i) {
       Channel::Message m = channel.receive(i);
       double now = steadySeconds(), sent = 0;
@@ -79,7 +70,7 @@ ThreadHandoff measureThreadHandoff(int core, int otherCore) {
     }
   });
   std::thread sender([&] {
-    pinTo(core);
+    pinThisThread({core});
     for (int i = 0; i < kMessages; ++i) {
       double until = steadySeconds() + 4 * out.spinSeconds;
       while (steadySeconds() < until) {

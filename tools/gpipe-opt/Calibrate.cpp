@@ -208,15 +208,13 @@ void measureHandoffs(const std::vector<int> &cores, gpipe::HostFigures &host,
     }
   gpipe::runtime::ThreadHandoff h =
       gpipe::runtime::measureThreadHandoff(here, other);
-  host.turnHandoffUs = h.turnSeconds * 1e6;
-  host.blockedWakeUs = h.wakeSeconds * 1e6;
-  host.receiveSpinUs = h.spinSeconds * 1e6;
+  host.handoffs = {h.turnSeconds, h.wakeSeconds, h.spinSeconds};
   log << llvm::format("calibrate: stage threads: a device turn passed on one "
                       "core in %.1f us, a blocked receiver woken %s in %.1f us "
                       "(receivers spin %.0f us before they block)\n",
-                      host.turnHandoffUs,
+                      h.turnSeconds * 1e6,
                       other == here ? "on the same core" : "from another core",
-                      host.blockedWakeUs, host.receiveSpinUs);
+                      h.wakeSeconds * 1e6, h.spinSeconds * 1e6);
 }
 
 } // namespace

@@ -71,9 +71,8 @@ struct StageFacts {
   /// "optimizer", timed for SGD: a pass over parameters and gradients),
   /// when the device's profile has them; else a pass at memory bandwidth.
   std::optional<double> optimizerKernel;
-  /// The device's thread hand-offs (DeviceProfile::turnHandoff,
-  /// blockedWake, receiveSpin; StageTimes has what they mean).
-  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
+  /// The device's thread hand-offs (DeviceProfile::handoffs).
+  ThreadHandoffs handoffs;
 };
 
 /// A stage's predicted seconds: forward, backward and transfer per
@@ -91,8 +90,8 @@ struct StageCost {
   /// input's gradient (B, with the stash's copies and any recompute) and
   /// the weights' (W, with the gradients' sums); they add up to backward.
   double backwardInput = 0, backwardWeight = 0;
-  /// The device's thread hand-offs (StageTimes).
-  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
+  /// The device's thread hand-offs (StageTimes::handoffs).
+  ThreadHandoffs handoffs;
   StageTimes times() const {
     // By name: a field added to StageTimes cannot shift the others.
     StageTimes t;
@@ -108,9 +107,7 @@ struct StageCost {
     t.stashLoad = stashLoad;
     t.backwardInput = backwardInput;
     t.backwardWeight = backwardWeight;
-    t.turnHandoff = turnHandoff;
-    t.blockedWake = blockedWake;
-    t.receiveSpin = receiveSpin;
+    t.handoffs = handoffs;
     return t;
   }
 };

@@ -8,6 +8,7 @@
 #ifndef GPIPE_ANALYSIS_PLANNER_SCHEDULESIMULATOR_H
 #define GPIPE_ANALYSIS_PLANNER_SCHEDULESIMULATOR_H
 
+#include "Analysis/CostModel.h"
 #include "GPipe/IR/GPipeOps.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -41,11 +42,11 @@ struct StageTimes {
   double backwardInput = 0, backwardWeight = 0;
   /// The runtime's hand-offs between the stages' threads (0: no time): a
   /// compute instruction that follows another stream's on the device
-  /// starts turnHandoff after it (the core passes from one thread to the
+  /// starts a turn after it (the core passes from one thread to the
   /// other); a message from a stage of the same rank that comes more than
-  /// receiveSpin after its receive began (the receiver has blocked)
-  /// reaches it blockedWake late.
-  double turnHandoff = 0, blockedWake = 0, receiveSpin = 0;
+  /// the spin after its receive began (the receiver has blocked) reaches
+  /// it a wake late.
+  ThreadHandoffs handoffs;
 };
 
 /// The schedule played with these durations: sends take the transfer time

@@ -76,9 +76,7 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
     c.allReduce = allReduceTime(f.trainableBytes, plan.replicas, network) +
                   4 * f.trainableBytes / bw;
   c.optimizer += c.allReduce;
-  c.turnHandoff = f.turnHandoff;
-  c.blockedWake = f.blockedWake;
-  c.receiveSpin = f.receiveSpin;
+  c.handoffs = f.handoffs;
   return c;
 }
 

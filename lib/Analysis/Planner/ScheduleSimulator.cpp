@@ -64,8 +64,8 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             return;
           }
           double at = it->second;
-          if (times[peer].rank == t.rank && at > clock[i] + t.receiveSpin)
-            at += t.blockedWake;
+          if (times[peer].rank == t.rank && at > clock[i] + t.handoffs.spin)
+            at += t.handoffs.wake;
           start = std::max(start, at);
         };
         // A backward (or its input part) of `total` seconds: a stage that
@@ -140,7 +140,7 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
           // The core passes from another stream's thread to this one's.
           auto last = lastStream.find(device);
           bool handoff = last != lastStream.end() && last->second != i;
-          start = std::max(start, free + (handoff ? t.turnHandoff : 0));
+          start = std::max(start, free + (handoff ? t.handoffs.turn : 0));
           free = start + duration;
           lastStream[device] = i;
         }

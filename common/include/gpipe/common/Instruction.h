@@ -30,6 +30,8 @@ std::string_view instructionName(InstructionOp op);
 std::optional<InstructionOp> instructionFromName(std::string_view name);
 /// Sends and receives: instructions with a peer stage.
 bool isTransfer(InstructionOp op);
+/// A send (of an activation or a gradient): it never waits.
+bool isSend(InstructionOp op);
 
 } // namespace gpipe
 
