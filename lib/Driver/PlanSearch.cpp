@@ -82,6 +82,30 @@ std::vector<Device> splitCores(const std::vector<int> &cores, int64_t k) {
   return groups;
 }
 
+/// The stages other than `s` that train a copy of one of its weights (a
+/// trained parameter several stages' layers read), and those weights'
+/// bytes on it.
+void tiedWeights(const LayerTable &table, ArrayRef<int64_t> bounds, int64_t s,
+                 StageFacts &facts) {
+  for (const LayerTable::SharedParameter &p : table.shared) {
+    if (p.trainableBytes == 0)
+      continue;
+    // The stages holding a reader, in order.
+    SmallVector<int64_t> stages;
+    for (int64_t layer : p.readers) {
+      int64_t of = llvm::upper_bound(bounds, layer) - bounds.begin() - 1;
+      if (stages.empty() || stages.back() != of)
+        stages.push_back(of);
+    }
+    if (stages.size() < 2 || !llvm::is_contained(stages, s))
+      continue;
+    facts.tiedBytes += p.trainableBytes;
+    for (int64_t peer : stages)
+      if (peer != s && !llvm::is_contained(facts.tiedPeers, peer))
+        facts.tiedPeers.push_back(peer);
+  }
+}
+
 /// The plan's step over the verified schedule, as the driver predicts a
 /// compiled one (the stash approximated by the activations kept).
 void predict(PlanCandidate &c, const LayerTable &table,
@@ -143,6 +167,7 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.optimizerKernel = profiles[s].kernelSeconds(
         "optimizer", facts.trainableBytes, facts.trainableBytes, false);
     facts.handoffs = profiles[s].handoffs;
+    tiedWeights(table, bounds, s, facts);
     costs.push_back(model.stageCost(s, facts));
     request.devices.push_back(plan.stages[s].device);
     request.recompute.push_back(plan.recomputes(s));

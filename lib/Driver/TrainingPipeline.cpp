@@ -85,13 +85,13 @@ gpipe::compileTrainingPipeline(ModuleOp module,
   if (failed(outlined))
     return failure();
 
-  // Trainable parameters by name: how many stages train a copy (tied
-  // weights), for the buffers of their gradient exchange.
-  llvm::StringMap<int64_t> copies;
-  for (OwningOpRef<ModuleOp> &stage : *outlined)
+  // Trainable parameters by name: the stages that train a copy (tied
+  // weights), for the buffers and time of their gradient exchange.
+  llvm::StringMap<SmallVector<int64_t>> trainedBy;
+  for (auto [s, stage] : llvm::enumerate(*outlined))
     for (ParameterOp param : stage->getOps<ParameterOp>())
       if (param.getTrainable())
-        ++copies[param.getSymName()];
+        trainedBy[param.getSymName()].push_back(s);
 
   TrainingPipelineResult result;
   auto rankOf = [&](int64_t s) {
@@ -236,12 +236,14 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // A tied weight's gradient exchange (StreamRunner::sumTiedGradients):
     // the summed gradient on the host and one message to each other copy.
     int64_t tiedBytes = 0;
-    for (ParameterOp param : stage.getOps<ParameterOp>())
-      if (param.getTrainable() && copies.lookup(param.getSymName()) > 1) {
+    for (ParameterOp param : stage.getOps<ParameterOp>()) {
+      int64_t copies = trainedBy.lookup(param.getSymName()).size();
+      if (param.getTrainable() && copies > 1) {
         RankedTensorType type = param.getType();
-        tiedBytes += copies.lookup(param.getSymName()) * type.getNumElements() *
+        tiedBytes += copies * type.getNumElements() *
                      std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
       }
+    }
     StageOp op = stageOps[s];
     auto limit = op->getAttrOfType<IntegerAttr>("gpipe.memory_limit");
     request.devices.push_back(o.bundleDevices[s]);
@@ -279,6 +281,13 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();
         facts.trainableBytes += nn::detail::numBytes(p.getType());
+        const SmallVector<int64_t> &tied = trainedBy[p.getSymName()];
+        if (tied.size() < 2)
+          continue;
+        facts.tiedBytes += nn::detail::numBytes(p.getType());
+        for (int64_t peer : tied)
+          if (peer != s && !llvm::is_contained(facts.tiedPeers, peer))
+            facts.tiedPeers.push_back(peer);
       }
     facts.stashBytes = stashBytes;
     facts.messages = messageBytes;

@@ -73,6 +73,10 @@ struct StageFacts {
   std::optional<double> optimizerKernel;
   /// The device's thread hand-offs (DeviceProfile::handoffs).
   ThreadHandoffs handoffs;
+  /// The other stages training a copy of one of this stage's weights, and
+  /// the bytes of those weights (float32) on this stage.
+  llvm::SmallVector<int64_t> tiedPeers;
+  double tiedBytes = 0;
 };
 
 /// A stage's predicted seconds: forward, backward and transfer per
@@ -92,6 +96,8 @@ struct StageCost {
   double backwardInput = 0, backwardWeight = 0;
   /// The device's thread hand-offs (StageTimes::handoffs).
   ThreadHandoffs handoffs;
+  /// The tied weights' gradient exchange (StageTimes::tied).
+  TiedExchange tied;
   StageTimes times() const {
     // By name: a field added to StageTimes cannot shift the others.
     StageTimes t;
@@ -108,6 +114,7 @@ struct StageCost {
     t.backwardInput = backwardInput;
     t.backwardWeight = backwardWeight;
     t.handoffs = handoffs;
+    t.tied = tied;
     return t;
   }
 };

@@ -18,6 +18,18 @@
 
 namespace gpipe {
 
+/// A stage's share in the gradient exchange of the weights it trains with
+/// other stages (a GPT's tied embedding and LM head), which its optimizer
+/// step begins with (the runtime's StreamRunner::sumTiedGradients): each
+/// copy sends its gradient to the others and waits for theirs.
+struct TiedExchange {
+  /// The other stages training a copy of one of the stage's weights.
+  llvm::SmallVector<int64_t> peers;
+  /// Seconds of the stage's own copies and sums of the gradients, and of a
+  /// message on the wire to a peer of another rank.
+  double copies = 0, wire = 0;
+};
+
 /// Seconds per micro-batch of each stage's instructions.
 struct StageTimes {
   double forward = 0, backward = 0, transfer = 0, optimizer = 0;
@@ -47,6 +59,11 @@ struct StageTimes {
   /// the spin after its receive began (the receiver has blocked) reaches
   /// it a wake late.
   ThreadHandoffs handoffs;
+  /// The optimizer step starts once every peer's gradient has come: when
+  /// the last of them reached its own optimizer step (after its last
+  /// backward), on the wire where its rank is another; the copies are
+  /// added to the step.
+  TiedExchange tied;
 };
 
 /// The schedule played with these durations: sends take the transfer time

@@ -77,6 +77,18 @@ StageCost PlanCostModel::stageCost(int64_t s, const StageFacts &f) const {
                   4 * f.trainableBytes / bw;
   c.optimizer += c.allReduce;
   c.handoffs = f.handoffs;
+  // A tied weight's gradient exchange (StreamRunner::sumTiedGradients):
+  // the gradient copied to the host and into a message to each peer, each
+  // peer's added to it, the sum copied back (a read and a write each, the
+  // additions two reads and a write): 4 + 5 x peers passes of its bytes.
+  if (!f.tiedPeers.empty()) {
+    double peers = static_cast<double>(f.tiedPeers.size());
+    c.tied.peers = f.tiedPeers;
+    c.tied.copies = (4 + 5 * peers) * f.tiedBytes /
+                    f.passBandwidth(3 * f.tiedBytes, f.cacheBytes);
+    c.tied.wire =
+        network.networkLatency + f.tiedBytes / network.networkBandwidth;
+  }
   return c;
 }
 

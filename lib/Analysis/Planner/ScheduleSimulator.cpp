@@ -26,6 +26,8 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   // Whether each stream has run a forward (backward) yet: the first
   // converts the stage's parameters.
   SmallVector<bool> forwarded(k, false), backwarded(k, false);
+  // When each stage reached its optimizer step: its tied gradients' send.
+  std::map<int64_t, double> reachedOptimizer;
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
   // The stream that last ran on each device.
@@ -105,7 +107,25 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
               recomputed[i] = duration;
               mb = f.getMicroBatch();
             })
-            .Case([&](OptimizerStepInstr) { duration = t.optimizer; })
+            .Case([&](OptimizerStepInstr) {
+              // Tied weights: the peers' gradients first (a peer waiting
+              // for this one's has it: the send comes before any wait).
+              reachedOptimizer.try_emplace(stage, clock[i]);
+              for (int64_t peer : t.tied.peers) {
+                auto it = reachedOptimizer.find(peer);
+                if (it == reachedOptimizer.end()) {
+                  blocked = true;
+                  return;
+                }
+                double at = it->second;
+                if (times[peer].rank != t.rank)
+                  at += t.tied.wire;
+                else if (at > clock[i] + t.handoffs.spin)
+                  at += t.handoffs.wake;
+                start = std::max(start, at);
+              }
+              duration = t.optimizer + t.tied.copies;
+            })
             .Case([&](SendActivationInstr f) {
               mb = f.getMicroBatch();
               duration = t.transfer / 4;
