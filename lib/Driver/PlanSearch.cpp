@@ -149,15 +149,11 @@ void predict(PlanCandidate &c, const LayerTable &table,
     facts.outMessageBytes = slice.outMessageBytes;
     facts.messages = facts.inMessageBytes + facts.inBytes +
                      facts.outMessageBytes + facts.outBytes;
-    double activations = 0;
-    for (int64_t i = begin; i < end; ++i)
-      activations += table.activationBytes[i] * scale;
     facts.trainableBytes = slice.trainableBytes;
     facts.productSummedShare = slice.productSummedShare;
-    facts.stashBytes =
-        plan.recomputes(s)
-            ? facts.inBytes
-            : table.stashBytes(begin, end, rows).value_or(activations);
+    // With what a split backward's weight part keeps, as the compiled
+    // plan counts its stash.
+    facts.stashBytes = slice.kept;
     facts.memoryBandwidth = profiles[s].memoryBandwidth;
     facts.cacheBytes = profiles[s].cacheBytes;
     facts.stashCacheBytes = profiles[s].stashCache();

@@ -31,6 +31,11 @@ struct StageSlice {
   /// (LayerTable::crossMessageBytes); its gradients' are the cuts' bytes.
   double inMessageBytes = 0, outMessageBytes = 0;
   double memory = 0; // bytes at the schedule's peak
+  /// Bytes kept per micro-batch from its forward to its backward (the
+  /// stash, or the stage input with recompute) and, under a backward in
+  /// two parts, from the input part to the weight part: what the runtime
+  /// copies out and back.
+  double kept = 0;
   /// Seconds once a step: the first forward's and the first backward's
   /// parameter conversions (LayerTable::conversionSeconds).
   double forwardConversion = 0, backwardConversion = 0;

@@ -154,14 +154,22 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   // the output gradients of the layers with weights (what their weights'
   // gradients read besides the stash) and, recomputing, the results the
   // input part computed again.
+  // The first stage's input part computes nothing (below): its weight
+  // part is the whole backward, which keeps the received gradients alone
+  // (the README's MLP in two stages at M = 2: 96 bytes of the runtime's
+  // stash more under zb-h1 than under 1f1b, the gradient received, where
+  // its two products' output gradients are 192).
   if (scheduleKindInfo(plan.schedule).splitsBackward) {
-    if (recomputes)
+    if (begin == 0)
+      kept += out;
+    else if (recomputes)
       kept += acts;
     else
       for (int64_t i = begin; i < end; ++i)
         if (table.weightShare[i] > 0)
           kept += table.activationBytes[i] * s;
   }
+  c.kept = kept;
   double grads = trainable[end] - trainable[begin];
   // Parameters read by several layers: a later reader's stage holds a copy
   // (a GPT's LM head tied to its embedding), and the copies exchange their
