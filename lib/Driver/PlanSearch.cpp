@@ -97,12 +97,8 @@ void tiedWeights(const LayerTable &table, ArrayRef<int64_t> bounds, int64_t s,
       if (stages.empty() || stages.back() != of)
         stages.push_back(of);
     }
-    if (stages.size() < 2 || !llvm::is_contained(stages, s))
-      continue;
-    facts.tiedBytes += p.trainableBytes;
-    for (int64_t peer : stages)
-      if (peer != s && !llvm::is_contained(facts.tiedPeers, peer))
-        facts.tiedPeers.push_back(peer);
+    if (stages.size() > 1 && llvm::is_contained(stages, s))
+      facts.addTiedWeight(s, stages, p.trainableBytes);
   }
 }
 

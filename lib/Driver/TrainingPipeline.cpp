@@ -282,12 +282,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
         row.parameters += p.getType().getNumElements();
         facts.trainableBytes += nn::detail::numBytes(p.getType());
         const SmallVector<int64_t> &tied = trainedBy[p.getSymName()];
-        if (tied.size() < 2)
-          continue;
-        facts.tiedBytes += nn::detail::numBytes(p.getType());
-        for (int64_t peer : tied)
-          if (peer != s && !llvm::is_contained(facts.tiedPeers, peer))
-            facts.tiedPeers.push_back(peer);
+        if (tied.size() > 1)
+          facts.addTiedWeight(s, tied, nn::detail::numBytes(p.getType()));
       }
     facts.stashBytes = stashBytes;
     facts.messages = messageBytes;

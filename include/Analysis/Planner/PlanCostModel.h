@@ -16,6 +16,7 @@
 #include "Analysis/Planner/ScheduleSimulator.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLExtras.h"
 
 #include <optional>
 
@@ -77,6 +78,15 @@ struct StageFacts {
   /// the bytes of those weights (float32) on this stage.
   llvm::SmallVector<int64_t> tiedPeers;
   double tiedBytes = 0;
+  /// Stage `self` trains a copy of a weight of `bytes` that `stages` (in
+  /// order, `self` among them) train.
+  void addTiedWeight(int64_t self, llvm::ArrayRef<int64_t> stages,
+                     double bytes) {
+    tiedBytes += bytes;
+    for (int64_t peer : stages)
+      if (peer != self && !llvm::is_contained(tiedPeers, peer))
+        tiedPeers.push_back(peer);
+  }
 };
 
 /// A stage's predicted seconds: forward, backward and transfer per

@@ -153,12 +153,11 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
   // A backward in two parts keeps, from its input part to its weight part,
   // the output gradients of the layers with weights (what their weights'
   // gradients read besides the stash) and, recomputing, the results the
-  // input part computed again.
-  // The first stage's input part computes nothing (below): its weight
-  // part is the whole backward, which keeps the received gradients alone
-  // (the README's MLP in two stages at M = 2: 96 bytes of the runtime's
-  // stash more under zb-h1 than under 1f1b, the gradient received, where
-  // its two products' output gradients are 192).
+  // input part computed again; on the first stage, whose input part
+  // computes nothing (below), the received gradients alone (the README's
+  // MLP in two stages at M = 2: 96 bytes of the runtime's stash more
+  // under zb-h1 than under 1f1b, the gradient received, where its two
+  // products' output gradients are 192).
   if (scheduleKindInfo(plan.schedule).splitsBackward) {
     if (begin == 0)
       kept += out;
