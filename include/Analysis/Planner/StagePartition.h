@@ -116,6 +116,9 @@ private:
   llvm::SmallVector<llvm::SmallVector<double>> forwardConversion,
       backwardConversion;
   llvm::SmallVector<double> params, activations; // prefix sums
+  /// Prefix sums of the results of the layers with weights (their output
+  /// gradients, which a split backward's weight part keeps).
+  llvm::SmallVector<double> weightedResults;
   /// Prefix sums of the trainable bytes, and per stage of each layer's
   /// trainable bytes over the threads its gradients are summed on.
   llvm::SmallVector<double> trainable;

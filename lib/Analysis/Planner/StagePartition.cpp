@@ -50,12 +50,16 @@ StagePartitioner::StagePartitioner(const LayerTable &table,
   params.assign(n + 1, 0);
   trainable.assign(n + 1, 0);
   activations.assign(n + 1, 0);
+  weightedResults.assign(n + 1, 0);
   forwardBytes.assign(n + 1, 0);
   backwardBytes.assign(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
     params[i + 1] = params[i] + table.paramBytes[i];
     trainable[i + 1] = trainable[i] + table.trainableBytes[i];
     activations[i + 1] = activations[i] + table.activationBytes[i] * s;
+    weightedResults[i + 1] =
+        weightedResults[i] +
+        (table.weightShare[i] > 0 ? table.activationBytes[i] * s : 0.0);
     // What the fitted ops move (a measured op's time holds its memory's):
     // every byte of those whose time goes with their bytes; of the
     // products and convolutions, whose streams of activations run as fast
@@ -164,9 +168,7 @@ StageSlice StagePartitioner::slice(int64_t stage, int64_t begin, int64_t end,
     else if (recomputes)
       kept += acts;
     else
-      for (int64_t i = begin; i < end; ++i)
-        if (table.weightShare[i] > 0)
-          kept += table.activationBytes[i] * s;
+      kept += weightedResults[end] - weightedResults[begin];
   }
   c.kept = kept;
   double grads = trainable[end] - trainable[begin];
