@@ -237,8 +237,9 @@ gpipe::compileTrainingPipeline(ModuleOp module,
     // the summed gradient on the host and one message to each other copy.
     int64_t tiedBytes = 0;
     for (ParameterOp param : stage.getOps<ParameterOp>()) {
-      int64_t copies = trainedBy.lookup(param.getSymName()).size();
-      if (param.getTrainable() && copies > 1) {
+      auto it = trainedBy.find(param.getSymName());
+      int64_t copies = it == trainedBy.end() ? 0 : it->second.size();
+      if (copies > 1) {
         RankedTensorType type = param.getType();
         tiedBytes += copies * type.getNumElements() *
                      std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
@@ -281,7 +282,8 @@ gpipe::compileTrainingPipeline(ModuleOp module,
       if (p.getTrainable()) {
         row.parameters += p.getType().getNumElements();
         facts.trainableBytes += nn::detail::numBytes(p.getType());
-        const SmallVector<int64_t> &tied = trainedBy[p.getSymName()];
+        const SmallVector<int64_t> &tied =
+            trainedBy.find(p.getSymName())->second;
         if (tied.size() > 1)
           facts.addTiedWeight(s, tied, nn::detail::numBytes(p.getType()));
       }

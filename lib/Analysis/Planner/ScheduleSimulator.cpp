@@ -5,6 +5,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -27,7 +28,7 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
   // converts the stage's parameters.
   SmallVector<bool> forwarded(k, false), backwarded(k, false);
   // When each stage reached its optimizer step: its tied gradients' send.
-  std::map<int64_t, double> reachedOptimizer;
+  SmallVector<std::optional<double>> reachedOptimizer(times.size());
   // When each (rank, device) is next free: stages sharing a core.
   std::map<std::pair<int64_t, std::string>, double> deviceFree;
   // The stream that last ran on each device.
@@ -59,16 +60,17 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
         // sender's process that waited past its spin has blocked: the
         // message wakes it (one waiting on another rank polls MPI and
         // never blocks: its message's time is on the wire).
-        auto waitFor = [&](int kind, int64_t peer) {
-          auto it = arrival.find({kind, peer, mb});
-          if (it == arrival.end()) {
-            blocked = true;
-            return;
-          }
-          double at = it->second;
+        auto arrives = [&](double at, int64_t peer) {
           if (times[peer].rank == t.rank && at > clock[i] + t.handoffs.spin)
             at += t.handoffs.wake;
           start = std::max(start, at);
+        };
+        auto waitFor = [&](int kind, int64_t peer) {
+          auto it = arrival.find({kind, peer, mb});
+          if (it == arrival.end())
+            blocked = true;
+          else
+            arrives(it->second, peer);
         };
         // A backward (or its input part) of `total` seconds: a stage that
         // recomputes has the forward in it, drawn as the recompute box
@@ -110,19 +112,16 @@ SchedulePrediction gpipe::predictSchedule(ScheduleOp schedule,
             .Case([&](OptimizerStepInstr) {
               // Tied weights: the peers' gradients first (a peer waiting
               // for this one's has it: the send comes before any wait).
-              reachedOptimizer.try_emplace(stage, clock[i]);
+              if (!reachedOptimizer[stage])
+                reachedOptimizer[stage] = clock[i];
               for (int64_t peer : t.tied.peers) {
-                auto it = reachedOptimizer.find(peer);
-                if (it == reachedOptimizer.end()) {
+                if (!reachedOptimizer[peer]) {
                   blocked = true;
                   return;
                 }
-                double at = it->second;
-                if (times[peer].rank != t.rank)
-                  at += t.tied.wire;
-                else if (at > clock[i] + t.handoffs.spin)
-                  at += t.handoffs.wake;
-                start = std::max(start, at);
+                arrives(*reachedOptimizer[peer] +
+                            (times[peer].rank != t.rank ? t.tied.wire : 0),
+                        peer);
               }
               duration = t.optimizer + t.tied.copies;
             })
